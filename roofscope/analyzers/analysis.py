@@ -1,0 +1,147 @@
+"""The Analysis: one trace placed on one device's roofline, with the DataFrames reachable."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..devices import Ceilings, resolve_ceilings
+from .attribution import UNATTRIBUTED_REASONS, attribute
+from .roofline import CLASSES, RooflineParams, aggregate, place
+from .trace import Trace, load_trace
+
+
+@dataclass
+class Analysis:
+    """Result of :func:`analyze`.
+
+    ``kernels`` holds one row per GPU activity (kernel, memcpy, memset) with its cost,
+    roofline placement and class; for CPU-only traces, one row per costed CPU op
+    without costed children (``device == "cpu"``).
+    """
+
+    trace: Trace
+    ceilings: Ceilings
+    kernels: pd.DataFrame
+    params: RooflineParams = field(default_factory=RooflineParams)
+    cpu_only: bool = False
+
+    def by_kernel(self) -> pd.DataFrame:
+        return aggregate(self.kernels, "name")
+
+    def by_op(self) -> pd.DataFrame:
+        k = self.kernels
+        key = k["cost_op_name"].where(k["cost_op_name"] != "", k["op_name"]).replace("", "(no op)")
+        return aggregate(k.assign(op=key), "op")
+
+    def by_class(self) -> pd.DataFrame:
+        return aggregate(self.kernels, "cls").reindex([c for c in CLASSES
+                                                       if c in set(self.kernels["cls"])])
+
+    def by_category(self) -> pd.DataFrame:
+        return aggregate(self.kernels, "category")
+
+    def by_step(self) -> pd.DataFrame:
+        return aggregate(self.kernels[self.kernels["step"] >= 0], "step").sort_index()
+
+    def unattributed(self) -> dict[str, Any]:
+        """Share of non-communication kernel time without a cost, by reason."""
+        k = self.kernels
+        nc = k[k["category"] != "communication"]
+        total = float(nc["dur_s"].sum())
+        by_reason = nc[nc["unattributed"] != ""].groupby("unattributed")["dur_s"].sum()
+        return {
+            "share": float(by_reason.sum() / total) if total > 0 else 0.0,
+            "time_s": float(by_reason.sum()),
+            "non_communication_time_s": total,
+            "by_reason": {r: {"time_s": float(by_reason.get(r, 0.0)),
+                              "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
+                              "kernels": int((nc["unattributed"] == r).sum())}
+                          for r in UNATTRIBUTED_REASONS},
+        }
+
+    def summary(self) -> dict[str, Any]:
+        k = self.kernels
+        total = float(k["dur_s"].sum())
+        by_class = k.groupby("cls")["dur_s"].sum()
+        comm = k["category"] == "communication"
+        return {
+            "trace": self.trace.path,
+            "device": self.ceilings.device,
+            "cpu_only": self.cpu_only,
+            "ceilings": self.ceilings.to_dict(),
+            "params": {"latency_floor_s": self.params.latency_floor_s,
+                       "underutilized_below": self.params.underutilized_below},
+            "events": self.trace.meta.get("events"),
+            "kernels": int(len(k)),
+            "kernel_time_s": total,
+            "communication_time_s": float(k.loc[comm, "dur_s"].sum()),
+            "total_flops": float(np.nansum(k["flops"].to_numpy())),
+            "total_bytes": float(np.nansum(k["bytes"].to_numpy())),
+            "time_by_class": {c: {"time_s": float(by_class.get(c, 0.0)),
+                                  "share": float(by_class.get(c, 0.0) / total) if total > 0 else 0.0}
+                              for c in CLASSES},
+            "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
+            "unattributed": self.unattributed(),
+            "distributed": self.trace.meta.get("distributedInfo"),
+        }
+
+
+def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
+    """CPU-only traces: the innermost costed ops are the 'kernels' of the CPU roofline."""
+    from .attribution import op_costs
+
+    ops = trace.ops
+    oc = op_costs(trace, sig_costs)
+    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy()
+    parent = ops["parent"].to_numpy()
+    # An op is an outer wrapper when a costed op lies below it; walk up from every costed op.
+    has_costed_child = np.zeros(len(ops), dtype=bool)
+    cur = np.where(costed, parent, -1)
+    while (cur >= 0).any():
+        live = cur[cur >= 0]
+        has_costed_child[live] = True
+        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
+    sel = np.flatnonzero(costed & ~has_costed_child)
+    k = ops.iloc[sel][["name", "ts_ns", "dur_ns", "tid"]].copy()
+    for col in ("flops", "bytes", "dtype", "tensor_core", "category", "cost_source"):
+        k[col] = oc[col].to_numpy()[sel]
+    k["tensor_core"] = False  # CPU roofs: the matmul peak is measured per dtype, not by unit
+    k["cat"] = "cpu_op"
+    k["op_name"] = k["name"].astype(str)
+    k["cost_op_name"] = k["op_name"]
+    k["unattributed"] = ""
+    k["step"] = -1
+    return k.reset_index(drop=True)
+
+
+def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
+            peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
+            ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
+            params: RooflineParams | None = None) -> Analysis:
+    """Ingest, cost and classify a Kineto trace.
+
+    Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
+    ``device`` override or the trace's own device name, completed by the peak flags.
+    Raises :class:`~roofscope.errors.DeviceError` for an unknown device without peaks.
+    """
+    from .costmodel import signature_costs
+
+    trace = source if isinstance(source, Trace) else load_trace(source)
+    params = params or RooflineParams()
+    cpu_only = not (trace.kernels["cat"] == "kernel").any() if len(trace.kernels) else True
+    if ceilings is None:
+        name = trace.device_name if not cpu_only else "cpu"
+        ceilings = resolve_ceilings(name, memory_bytes=trace.device_memory, device=device,
+                                    peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
+                                    ceilings_file=ceilings_file)
+    sig_costs = signature_costs(trace.signatures)
+    if cpu_only and len(trace.kernels) == 0:
+        kernels = _cpu_work(trace, sig_costs)
+    else:
+        kernels = attribute(trace, sig_costs)
+    kernels = place(kernels, ceilings, params)
+    return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only)

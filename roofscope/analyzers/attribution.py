@@ -1,0 +1,135 @@
+"""Attribute op costs (FLOPs, bytes) to the GPU kernels the ops launched.
+
+A kernel's cost comes from the nearest op, walking up from its launching op, that
+has a cost formula; that op's cost is split across all kernels that resolve to it,
+in proportion to their durations (cuDNN convolutions, for example, launch a GEMM-like
+kernel plus layout transforms under one formula). Inductor's per-kernel metadata
+(`kernel_num_gb`, `kernel_flop`) takes precedence over shapes. memcpy/memset carry
+their own byte counts. NCCL kernels are communication, outside the roofline.
+
+Kernels left without a cost are never given one; instead they get a reason:
+
+* ``no_launch_op``: no CPU op encloses the launch (or no launch event was recorded),
+* ``compiled_no_metadata``: launched inside a torch.compile'd region without Inductor metadata,
+* ``no_shapes``: the op has a formula but the trace was recorded without shapes,
+* ``no_formula``: no op on the launch stack has a cost formula.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .categories import kernel_categories
+from .linking import ancestor_where
+from .trace import Trace
+
+UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula")
+_COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "triton_")
+
+
+def op_costs(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
+    """Per-op cost columns (aligned with ``trace.ops``), Inductor metadata applied."""
+    ops = trace.ops
+    s = sig_costs.reindex(ops["sig"].to_numpy())
+    flops = s["flops"].to_numpy(dtype=np.float64, copy=True)
+    nbytes = s["bytes"].to_numpy(dtype=np.float64, copy=True)
+    reason = s["reason"].fillna("no_formula").to_numpy(dtype=object)
+    source = np.where(reason == "", "formula", "none").astype(object)
+    gb = ops["kernel_num_gb"].to_numpy()
+    meta = ~np.isnan(gb)
+    if meta.any():
+        kflop = ops["kernel_flop"].to_numpy()
+        # Inductor reports kernel_flop only for matmul-like kernels (0 otherwise); a
+        # pointwise kernel's shape-based estimate is then the better FLOP count.
+        use_kflop = meta & (np.nan_to_num(kflop) > 0)
+        flops = np.where(use_kflop, kflop, np.where(meta & np.isnan(flops), 0.0, flops))
+        nbytes = np.where(meta, gb * 1e9, nbytes)
+        reason = np.where(meta, "", reason)
+        source = np.where(meta, "inductor", source)
+    return pd.DataFrame({
+        "flops": flops, "bytes": nbytes, "reason": reason, "cost_source": source,
+        "dtype": s["dtype"].fillna("").to_numpy(dtype=object),
+        "tensor_core": s["tensor_core"].fillna(False).to_numpy(dtype=bool),
+        "category": s["category"].fillna("other").to_numpy(dtype=object),
+    }, index=ops.index)
+
+
+def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
+    """The trace's GPU activity with per-kernel cost columns added (a new frame)."""
+    k = trace.kernels.copy()
+    ops = trace.ops
+    oc = op_costs(trace, sig_costs)
+    parent = ops["parent"].to_numpy() if len(ops) else np.zeros(0, dtype=np.int64)
+    op = k["op"].to_numpy()
+    n = len(k)
+
+    category = kernel_categories(k["name"], k["cat"])
+    is_comm = category == "communication"
+    is_copy = np.isin(category, ("memcpy", "memset"))
+
+    has_formula = (oc["reason"] != "no_formula").to_numpy()
+    nearest = ancestor_where(parent, op, has_formula) if len(ops) else np.full(n, -1)
+    costed = nearest >= 0
+    costed[costed] = (oc["reason"].to_numpy()[nearest[costed]] == "")
+    costed &= ~is_comm & ~is_copy
+    cost_op = np.where(costed, nearest, -1)
+
+    dur = k["dur_ns"].to_numpy(dtype=np.float64)
+    flops = np.full(n, np.nan)
+    nbytes = np.full(n, np.nan)
+    if costed.any():
+        idx = np.flatnonzero(costed)
+        group = pd.Series(dur[idx]).groupby(cost_op[idx])
+        total = group.transform("sum").to_numpy()
+        count = group.transform("size").to_numpy()
+        share = np.where(total > 0, dur[idx] / np.where(total > 0, total, 1), 1.0 / count)
+        flops[idx] = oc["flops"].to_numpy()[cost_op[idx]] * share
+        nbytes[idx] = oc["bytes"].to_numpy()[cost_op[idx]] * share
+
+    # Device-to-device copies read and write every byte; host transfers and memsets touch HBM once.
+    dtod = k["name"].astype(str).str.contains("DtoD|Device -> Device", regex=True).to_numpy()
+    copy_bytes = k["bytes"].to_numpy() * np.where(dtod, 2.0, 1.0)
+    flops[is_copy] = 0.0
+    nbytes[is_copy] = copy_bytes[is_copy]
+
+    def from_op(col: str, default: object) -> np.ndarray:
+        vals = oc[col].to_numpy()
+        return np.where(cost_op >= 0, vals[np.maximum(cost_op, 0)], default) if len(ops) \
+            else np.full(n, default, dtype=object)
+
+    op_category = from_op("category", "")
+    # The op's category is better than the kernel name's, except for generic "other" ops.
+    k["category"] = np.where(costed & (op_category != "other") & (op_category != ""),
+                             op_category, category)
+    k["dtype"] = from_op("dtype", "")
+    k["tensor_core"] = from_op("tensor_core", False).astype(bool)
+    k["cost_source"] = np.where(is_copy & ~np.isnan(copy_bytes), "activity",
+                                from_op("cost_source", "none"))
+    k["flops"] = flops
+    k["bytes"] = nbytes
+    k["cost_op"] = cost_op
+    names = ops["name"].astype(str).to_numpy() if len(ops) else np.zeros(0, dtype=object)
+    k["op_name"] = np.where(op >= 0, names[np.maximum(op, 0)], "") if len(ops) else ""
+    k["cost_op_name"] = np.where(cost_op >= 0, names[np.maximum(cost_op, 0)], "") if len(ops) else ""
+    k["unattributed"] = _reasons(k, ops, oc, nearest, costed | is_comm | (is_copy & ~np.isnan(copy_bytes)))
+    return k
+
+
+def _reasons(k: pd.DataFrame, ops: pd.DataFrame, oc: pd.DataFrame, nearest: np.ndarray,
+             has_cost: np.ndarray) -> np.ndarray:
+    op = k["op"].to_numpy()
+    reason = np.full(len(k), "", dtype=object)
+    missing = ~has_cost
+    reason[missing & (op < 0)] = "no_launch_op"
+    linked = missing & (op >= 0)
+    if linked.any():
+        names = ops["name"].astype(str)
+        compiled_op = names.str.startswith(_COMPILED_OPS).to_numpy()
+        in_compiled = ancestor_where(ops["parent"].to_numpy(), op, compiled_op) >= 0
+        in_compiled |= k["name"].astype(str).str.startswith("triton_").to_numpy()
+        nearest_reason = np.where(nearest >= 0, oc["reason"].to_numpy()[np.maximum(nearest, 0)], "")
+        reason[linked & (nearest_reason == "no_shapes")] = "no_shapes"
+        rest = linked & (reason == "")
+        reason[rest & in_compiled] = "compiled_no_metadata"
+        reason[rest & ~in_compiled] = "no_formula"
+    return reason

@@ -1,0 +1,127 @@
+"""Roofline placement and bound classification of kernels; aggregation by key.
+
+For a kernel with FLOPs F, bytes B and duration t on a roof P (FLOP/s) and
+bandwidth W (bytes/s):
+
+* intensity I = F / B, achieved = F / t and B / t,
+* attainable = min(P, I * W), ridge = P / W,
+* floor time = max(F / P, B / W) (the roofline's lower bound on t),
+* efficiency = floor time / t.
+
+Classes, first match wins (docs/roofline.md):
+
+* ``communication``: NCCL and other collectives (outside the roofline),
+* ``unknown``: no cost could be attributed,
+* ``latency``: floor time below ``latency_floor_s`` (default 3 µs): too little work
+  for the kernel's time to be anything but launch and latency,
+* ``underutilized``: efficiency below ``underutilized_below`` (default 0.25),
+* ``compute``: intensity at or above the ridge, else ``memory``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..devices import Ceilings
+
+LATENCY_FLOOR_S = 3e-6
+UNDERUTILIZED_BELOW = 0.25
+CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "unknown")
+# An fp32 GEMM running this much above the fp32 CUDA-core roof can only have used TF32.
+_TF32_EVIDENCE = 1.10
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    latency_floor_s: float = LATENCY_FLOOR_S
+    underutilized_below: float = UNDERUTILIZED_BELOW
+
+
+def _roofs(ceilings: Ceilings, dtype: np.ndarray, tensor_core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Peak FLOP/s and the precision key that provides it, per row (NaN when none)."""
+    roof = np.full(len(dtype), np.nan)
+    key = np.full(len(dtype), "", dtype=object)
+    pairs = pd.DataFrame({"d": dtype, "t": tensor_core}).drop_duplicates()
+    for d, t in pairs.itertuples(index=False):
+        sel = (dtype == d) & (tensor_core == t)
+        peak = ceilings.roof(d, bool(t))
+        roof[sel] = np.nan if peak is None else peak
+        key[sel] = ceilings.roof_key(d, bool(t))
+    return roof, key
+
+
+def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
+    """Add roofline columns and ``cls`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
+    ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
+    k = kernels.copy()
+    dur = k["dur_ns"].to_numpy(dtype=np.float64) * 1e-9
+    flops = k["flops"].to_numpy(dtype=np.float64)
+    nbytes = k["bytes"].to_numpy(dtype=np.float64)
+    dtype = k["dtype"].astype(str).to_numpy(dtype=object)
+    tc = k["tensor_core"].to_numpy(dtype=bool)
+    bw = ceilings.bandwidth
+    with np.errstate(divide="ignore", invalid="ignore"):
+        achieved = flops / dur
+        roof, roof_key = _roofs(ceilings, dtype, tc)
+        if "tf32" in ceilings.peaks:
+            tf32 = tc & (dtype == "fp32") & (achieved > roof * _TF32_EVIDENCE)
+            roof = np.where(tf32, ceilings.peaks["tf32"], roof)
+            roof_key = np.where(tf32, "tf32", roof_key)
+        intensity = flops / nbytes
+        f = np.nan_to_num(flops)
+        b = np.nan_to_num(nbytes)
+        floor = np.maximum(np.where(roof > 0, f / roof, 0.0), b / bw)
+        efficiency = floor / dur
+        ridge = roof / bw
+        attainable = np.minimum(roof, intensity * bw)
+    k["dur_s"] = dur
+    k["intensity"] = intensity
+    k["achieved_flops"] = achieved
+    k["achieved_bw"] = nbytes / np.where(dur > 0, dur, np.nan)
+    k["roof"] = roof
+    k["roof_precision"] = roof_key
+    k["ridge"] = ridge
+    k["attainable"] = attainable
+    k["floor_s"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, floor)
+    k["efficiency"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, efficiency)
+    k["cls"] = classify(k, params)
+    return k
+
+
+def classify(k: pd.DataFrame, params: RooflineParams) -> np.ndarray:
+    costed = k["floor_s"].notna().to_numpy()
+    comm = (k["category"] == "communication").to_numpy()
+    bound = np.where(k["intensity"].to_numpy() >= k["ridge"].to_numpy(), "compute", "memory")
+    conds = [comm, ~costed, k["floor_s"].to_numpy() < params.latency_floor_s,
+             k["efficiency"].to_numpy() < params.underutilized_below]
+    return np.select(conds, ["communication", "unknown", "latency", "underutilized"], bound).astype(object)
+
+
+def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
+    """Totals per group: calls, time, FLOPs, bytes, derived rates, and the class holding most time."""
+    if len(k) == 0:
+        return pd.DataFrame(columns=["calls", "time_s", "flops", "bytes", "intensity", "achieved_flops",
+                                     "achieved_bw", "efficiency", "cls", "time_share"])
+    keys = [by] if isinstance(by, str) else list(by)
+    g = k.groupby(keys, observed=True, sort=False)
+    out = pd.DataFrame({
+        "calls": g.size(),
+        "time_s": g["dur_s"].sum(),
+        "flops": g["flops"].sum(min_count=1),
+        "bytes": g["bytes"].sum(min_count=1),
+        "floor_s": g["floor_s"].sum(min_count=1),
+    })
+    out["mean_s"] = out["time_s"] / out["calls"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["intensity"] = out["flops"] / out["bytes"]
+        out["achieved_flops"] = out["flops"] / out["time_s"]
+        out["achieved_bw"] = out["bytes"] / out["time_s"]
+        out["efficiency"] = out["floor_s"] / out["time_s"]
+    cls_time = k.groupby(keys + ["cls"], observed=True, sort=False)["dur_s"].sum().reset_index()
+    top = cls_time.sort_values("dur_s", ascending=False).drop_duplicates(keys).set_index(keys)["cls"]
+    out["cls"] = top.reindex(out.index)
+    total = k["dur_s"].sum()
+    out["time_share"] = out["time_s"] / total if total > 0 else np.nan
+    return out.sort_values("time_s", ascending=False)

@@ -1,0 +1,329 @@
+"""Kineto (torch.profiler) Chrome-trace ingestion into pandas DataFrames.
+
+The JSON is decoded with msgspec into typed structs that keep only the fields the
+analysis reads; shape arguments stay as raw JSON bytes so that identical op
+signatures are deduplicated before anything is parsed (a million events usually
+carry a few thousand distinct signatures). benchmarks/bench_ingest.py measures this
+against json and orjson.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceError
+from .linking import enclosing, interval_parents, take
+
+_NO_RAW = msgspec.Raw(b"")
+
+# GPU-side activity categories that occupy a stream.
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+# Older Kineto wrote "Kernel"/"Memcpy"/"Memset"; map them onto the modern names.
+_CAT_ALIASES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+                "Runtime": "cuda_runtime", "Operator": "cpu_op"}
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    external_id: Union[int, None] = msgspec.field(name="External id", default=None)
+    correlation: Union[int, None] = None
+    device: Union[int, None] = None
+    stream: Union[int, None] = None
+    bytes: Union[float, None] = None
+    grid: Union[list, None] = None
+    block: Union[list, None] = None
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NO_RAW)
+    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
+    kernel_num_gb: Union[float, None] = None
+    kernel_flop: Union[float, None] = None
+    kernel_backend: Union[str, None] = None
+    rf_id: Union[int, None] = msgspec.field(name="Record function id", default=None)
+
+
+_EMPTY_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Union[str, None] = None
+    name: str = ""
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    args: _Args = _EMPTY_ARGS
+
+
+class _TraceFile(msgspec.Struct):
+    traceEvents: Union[list[_Event], None] = None
+    schemaVersion: Any = None
+    deviceProperties: Union[list[dict], None] = None
+    distributedInfo: Union[dict, None] = None
+    record_shapes: Any = None
+    baseTimeNanoseconds: Union[int, None] = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    cupti_version: Any = None
+    displayTimeUnit: Union[str, None] = None
+    traceName: Union[str, None] = None
+
+
+_DECODER = msgspec.json.Decoder(Union[_TraceFile, list[_Event]])
+
+
+@dataclass
+class Trace:
+    """One Kineto trace as DataFrames; timestamps are int64 ns from the first event."""
+
+    path: str
+    ops: pd.DataFrame
+    signatures: pd.DataFrame
+    kernels: pd.DataFrame
+    runtime: pd.DataFrame
+    annotations: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device_name(self) -> str | None:
+        """Name of the GPU the kernels ran on (the first in deviceProperties), None for CPU-only."""
+        props = self.meta.get("deviceProperties") or []
+        used = set(self.kernels["device"].dropna().astype(int)) if len(self.kernels) else set()
+        for p in props:
+            if not used or p.get("id") in used:
+                return p.get("name")
+        return None
+
+    @property
+    def device_memory(self) -> int | None:
+        props = self.meta.get("deviceProperties") or []
+        return props[0].get("totalGlobalMem") if props else None
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The trace file's JSON bytes, gunzipped when needed."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file")
+    if p.is_dir():
+        raise TraceError(f"{p}: is a directory, not a trace file")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read: {e.strerror}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as e:
+            raise TraceError(f"{p}: truncated or corrupt gzip ({e})") from None
+    return data
+
+
+def _decode(path: str, data: bytes) -> _TraceFile:
+    try:
+        doc = _DECODER.decode(data)
+    except msgspec.ValidationError as e:
+        raise TraceError(f"{path}: not a Kineto trace ({e})") from None
+    except msgspec.DecodeError as e:
+        raise TraceError(f"{path}: not valid JSON ({e}); is the file truncated?") from None
+    if isinstance(doc, list):
+        doc = _TraceFile(traceEvents=doc)
+    if doc.traceEvents is None:
+        raise TraceError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
+    return doc
+
+
+def _to_ns(values: list[float | None], t0: float) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    # Subtracting the origin before scaling keeps sub-µs digits of epoch-µs timestamps.
+    return np.rint((arr - t0) * 1000.0).astype(np.int64)
+
+
+def _dur_ns(values: list[float | None]) -> np.ndarray:
+    arr = np.asarray([0.0 if v is None else v for v in values], dtype=np.float64)
+    return np.rint(np.maximum(arr, 0.0) * 1000.0).astype(np.int64)
+
+
+def _opt_int(values: list) -> pd.Series:
+    return pd.Series(pd.array(values, dtype="Int64"))
+
+
+def _thread_codes(pids: list, tids: list) -> np.ndarray:
+    keys = pd.MultiIndex.from_arrays([pd.Series(pids, dtype=object).astype(str),
+                                      pd.Series(tids, dtype=object).astype(str)])
+    codes, _ = pd.factorize(keys)
+    return codes.astype(np.int64)
+
+
+def _build_ops(evs: list[_Event], t0: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    sig_ids: dict[tuple, int] = {}
+    sig_col = []
+    for e in evs:
+        a = e.args
+        key = (e.name, bytes(a.input_dims), bytes(a.input_types), bytes(a.input_strides),
+               bytes(a.concrete_inputs))
+        sig_col.append(sig_ids.setdefault(key, len(sig_ids)))
+    ts = _to_ns([e.ts for e in evs], t0)
+    dur = _dur_ns([e.dur for e in evs])
+    ops = pd.DataFrame({
+        "name": pd.Categorical([e.name for e in evs]),
+        "pid": [e.pid for e in evs],
+        "tid": [e.tid for e in evs],
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "end_ns": ts + dur,
+        "external_id": _opt_int([e.args.external_id for e in evs]),
+        "rf_id": _opt_int([e.args.rf_id for e in evs]),
+        "sig": np.asarray(sig_col, dtype=np.int64),
+        "kernel_num_gb": np.asarray([np.nan if e.args.kernel_num_gb is None else e.args.kernel_num_gb
+                                     for e in evs], dtype=np.float64),
+        "kernel_flop": np.asarray([np.nan if e.args.kernel_flop is None else e.args.kernel_flop
+                                   for e in evs], dtype=np.float64),
+    })
+    ops["thread"] = _thread_codes(ops["pid"].tolist(), ops["tid"].tolist())
+    return ops, _signature_table(sig_ids)
+
+
+def _parse_raw(raw: bytes) -> Any:
+    return msgspec.json.decode(raw) if raw else None
+
+
+def _signature_table(sig_ids: dict[tuple, int]) -> pd.DataFrame:
+    rows = list(sig_ids)
+    return pd.DataFrame({
+        "name": [r[0] for r in rows],
+        "input_dims": [_parse_raw(r[1]) for r in rows],
+        "input_types": [_parse_raw(r[2]) for r in rows],
+        "input_strides": [_parse_raw(r[3]) for r in rows],
+        "concrete_inputs": [_parse_raw(r[4]) for r in rows],
+    }, index=pd.RangeIndex(len(rows), name="sig"))
+
+
+def _build_intervals(evs: list[_Event], t0: float) -> pd.DataFrame:
+    ts = _to_ns([e.ts for e in evs], t0)
+    dur = _dur_ns([e.dur for e in evs])
+    df = pd.DataFrame({
+        "name": pd.Series([e.name for e in evs], dtype=object),
+        "pid": [e.pid for e in evs],
+        "tid": [e.tid for e in evs],
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "end_ns": ts + dur,
+        "correlation": _opt_int([e.args.correlation for e in evs]),
+        "external_id": _opt_int([e.args.external_id for e in evs]),
+    })
+    df["thread"] = _thread_codes(df["pid"].tolist(), df["tid"].tolist())
+    return df
+
+
+def _build_kernels(evs: list[_Event], t0: float) -> pd.DataFrame:
+    df = _build_intervals(evs, t0)
+    df["name"] = pd.Categorical(df["name"])
+    df["cat"] = pd.Categorical([_CAT_ALIASES.get(e.cat, e.cat) for e in evs])
+    df["device"] = _opt_int([e.args.device if e.args.device is not None else
+                             (e.pid if isinstance(e.pid, int) else None) for e in evs])
+    df["stream"] = _opt_int([e.args.stream if e.args.stream is not None else
+                             (e.tid if isinstance(e.tid, int) else None) for e in evs])
+    df["bytes"] = np.asarray([np.nan if e.args.bytes is None else e.args.bytes for e in evs],
+                             dtype=np.float64)
+    df["grid"] = [e.args.grid for e in evs]
+    df["block"] = [e.args.block for e in evs]
+    return df.drop(columns=["pid", "tid", "thread"])
+
+
+def load_trace(path: str | os.PathLike) -> Trace:
+    """Read a Kineto trace (``.json`` or ``.json.gz``) into a linked :class:`Trace`."""
+    path_s = str(path)
+    doc = _decode(path_s, read_bytes(path))
+    buckets: dict[str, list[_Event]] = {"cpu_op": [], "user_annotation": [], "gpu_user_annotation": [],
+                                       "cuda_runtime": [], "cuda_driver": [], "kernel": [],
+                                       "gpu_memcpy": [], "gpu_memset": []}
+    t0 = None
+    for e in doc.traceEvents:
+        if e.ph != "X" or e.ts is None:
+            continue
+        cat = _CAT_ALIASES.get(e.cat, e.cat)
+        bucket = buckets.get(cat)
+        if bucket is not None:
+            bucket.append(e)
+            if t0 is None or e.ts < t0:
+                t0 = e.ts
+    if t0 is None:
+        raise TraceError(f"{path_s}: no torch.profiler events (no cpu_op, kernel or runtime events);"
+                         " is this a Kineto trace?")
+    ops, signatures = _build_ops(buckets["cpu_op"], t0)
+    runtime = _build_intervals(buckets["cuda_runtime"] + buckets["cuda_driver"], t0)
+    kernels = _build_kernels(buckets["kernel"] + buckets["gpu_memcpy"] + buckets["gpu_memset"], t0)
+    annotations = _build_intervals(buckets["user_annotation"], t0).drop(columns=["correlation"])
+    meta = _meta_of(doc, path_s, t0)
+    meta["gpu_annotations"] = len(buckets["gpu_user_annotation"])
+    del doc, buckets
+
+    _link(ops, runtime, kernels, annotations)
+    return Trace(path=path_s, ops=ops, signatures=signatures, kernels=kernels, runtime=runtime,
+                 annotations=annotations, meta=meta)
+
+
+def _meta_of(doc: _TraceFile, path: str, t0: float) -> dict[str, Any]:
+    meta = {f: getattr(doc, f) for f in _TraceFile.__struct_fields__ if f != "traceEvents"}
+    meta.update(path=path, t0_us=t0, events=len(doc.traceEvents))
+    return meta
+
+
+def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
+          annotations: pd.DataFrame) -> None:
+    """Fill ``ops.parent``, ``runtime.op`` and ``kernels.op``/``launch``/``step``/``region`` in place."""
+    ops["parent"] = interval_parents(ops["thread"].to_numpy(), ops["ts_ns"].to_numpy(),
+                                     ops["end_ns"].to_numpy())
+    runtime["op"] = enclosing(ops["thread"].to_numpy(), ops["ts_ns"].to_numpy(),
+                              ops["end_ns"].to_numpy(), ops["parent"].to_numpy(),
+                              runtime["thread"].to_numpy(), runtime["ts_ns"].to_numpy(),
+                              runtime["end_ns"].to_numpy())
+    # kernel -> runtime launch through the CUPTI correlation id
+    corr = runtime["correlation"].astype("Int64")
+    launch_index = pd.Index(corr.where(corr.notna(), -1).to_numpy(np.int64))
+    kcorr = kernels["correlation"].fillna(-2).to_numpy(np.int64)
+    if launch_index.has_duplicates:
+        first = ~launch_index.duplicated()
+        launch = pd.Index(launch_index[first]).get_indexer(kcorr)
+        launch = np.where(launch >= 0, np.flatnonzero(first)[np.maximum(launch, 0)], -1)
+    else:
+        launch = launch_index.get_indexer(kcorr)
+    kernels["launch"] = launch
+    op = take(runtime["op"].to_numpy(), launch, -1)
+    # Without a launch event, a modern trace's kernel External id names its launching op;
+    # in older traces it merely repeats the correlation id and must not be trusted.
+    ext = kernels["external_id"].fillna(-1).to_numpy(np.int64)
+    trusted = (op < 0) & (ext >= 0) & (ext != kcorr)
+    if trusted.any() and len(ops):
+        op_ext = ops["external_id"].fillna(-1).to_numpy(np.int64)
+        ext_index = pd.Index(op_ext)
+        if ext_index.has_duplicates:
+            ext_index = ext_index.where(~ext_index.duplicated(), -3)
+        by_ext = ext_index.get_indexer(ext[trusted])
+        op[trusted] = by_ext
+    kernels["op"] = op
+    _assign_steps(kernels, runtime, annotations)
+
+
+def _assign_steps(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:
+    """Step number (``ProfilerStep#N``) of each kernel, by the time of its launch (or itself)."""
+    launch = kernels["launch"].to_numpy()
+    t = np.where(launch >= 0, take(runtime["ts_ns"].to_numpy(), launch, 0), kernels["ts_ns"].to_numpy())
+    steps = annotations[annotations["name"].str.startswith("ProfilerStep#")]
+    step = np.full(len(kernels), -1, dtype=np.int64)
+    if len(steps) and len(kernels):
+        steps = steps.sort_values("ts_ns")
+        numbers = steps["name"].str.slice(len("ProfilerStep#")).astype(np.int64).to_numpy()
+        idx = np.searchsorted(steps["ts_ns"].to_numpy(), t, side="right") - 1
+        ok = (idx >= 0) & (t <= steps["end_ns"].to_numpy()[np.maximum(idx, 0)])
+        step = np.where(ok, numbers[np.maximum(idx, 0)], -1)
+    kernels["step"] = step

@@ -1,0 +1,70 @@
+"""The `roofscope` command line: a click group whose commands live in roofscope/commands/."""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+import click
+
+from . import __version__
+from .errors import RoofscopeError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="roofscope")
+def cli() -> None:
+    """Roofline profiling and diagnosis for PyTorch."""
+
+
+@cli.command("analyze")
+@click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--device", help="Device name or key to take datasheet ceilings from (overrides the trace's).")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True),
+              help="Peak compute in TFLOP/s (used for every precision).")
+@click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True),
+              help="Peak memory bandwidth in GB/s.")
+@click.option("--ceilings", "ceilings", type=click.Path(dir_okay=False, path_type=str),
+              help="Measured-ceilings JSON file (from `roofscope microbench --out`).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the summary and aggregate tables as JSON.")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write one CSV row per kernel with all roofline columns.")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Kernels listed in the terminal summary.")
+@click.option("--latency-floor-us", type=click.FloatRange(min=0),
+              help="Roofline floor time below which a kernel is latency-bound [default: 3].")
+@click.option("--underutilized-below", type=click.FloatRange(min=0, max=1),
+              help="Efficiency below which a kernel is under-utilized [default: 0.25].")
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite existing output files.")
+def analyze_cmd(**kwargs: object) -> int:
+    """Place every kernel of a Kineto TRACE (.json or .json.gz) on the roofline."""
+    from .commands.analyze import AnalyzeOptions, run
+
+    return run(AnalyzeOptions(**kwargs))  # type: ignore[arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: returns the exit code (0 ok, 1 finding such as a regression, 2 usage/input error)."""
+    try:
+        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="roofscope",
+                      standalone_mode=False)
+    except RoofscopeError as e:
+        click.echo(f"roofscope: error: {e}", err=True)
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("roofscope: interrupted", err=True)
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return 2 if e.exit_code == 1 else e.exit_code
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("roofscope: interrupted", err=True)
+        return 130
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Safe output files: never clobber without --force, never leave a half-written file."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import OutputExistsError, RoofscopeError
+
+
+def check_writable(path: str | os.PathLike, force: bool) -> Path:
+    """Fail early, before any work, when ``path`` exists and ``force`` is off."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise OutputExistsError(f"{p} already exists; pass --force to overwrite it")
+    if p.is_dir():
+        raise RoofscopeError(f"{p} is a directory, expected a file path")
+    return p
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes, force: bool = False) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    p = check_writable(path, force)
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    except OSError as e:
+        raise RoofscopeError(f"cannot write {p}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p

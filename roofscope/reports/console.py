@@ -1,0 +1,98 @@
+"""Compact terminal summary of an Analysis."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analyzers.analysis import Analysis
+
+_NAME_WIDTH = 64
+
+
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """3.35e12, "B/s" -> "3.35 TB/s"; NaN -> "-"."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.3f}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def shorten(name: str, width: int = _NAME_WIDTH) -> str:
+    """Kernel names are C++ signatures: keep the function part, cut the template noise."""
+    short = name.split("(")[0] if "(" in name and not name.startswith("(") else name
+    short = short.replace("void ", "", 1)
+    return short if len(short) <= width else short[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
+    """Fixed-width text table; ``align`` has one of '<' or '>' per column."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _ceilings_line(a: "Analysis") -> str:
+    c = a.ceilings
+    peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
+    return f"{c.source}: {peaks}; memory {si(c.bandwidth, 'B/s')}"
+
+
+def render_summary(a: "Analysis", top: int = 15) -> str:
+    s = a.summary()
+    k = a.kernels
+    out: list[str] = []
+    what = "CPU ops (CPU-only trace)" if a.cpu_only else "GPU activities"
+    out.append(f"roofscope analyze: {a.trace.path}")
+    out.append(f"  device    {s['device']}")
+    out.append(f"  ceilings  {_ceilings_line(a)}")
+    steps = s["steps"]
+    step_txt = f", steps {steps[0]}-{steps[-1]}" if steps else ""
+    dist = s.get("distributed") or {}
+    rank_txt = f", rank {dist.get('rank')}/{dist.get('world_size')}" if "rank" in dist and "world_size" in dist else ""
+    out.append(f"  trace     {s['events']:,} events, {s['kernels']:,} {what}{step_txt}{rank_txt}")
+    total = s["kernel_time_s"]
+    comm = s["communication_time_s"]
+    out.append(f"  time      {ms(total)} ms summed over {what}"
+               + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
+    out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
+    out.append("")
+
+    rows = [[c, ms(v["time_s"]), pct(v["share"])] for c, v in s["time_by_class"].items() if v["time_s"] > 0]
+    out.append("Time by class")
+    out += ["  " + r for r in table(["class", "time ms", "share"], rows, "<>>")]
+    out.append("")
+
+    u = s["unattributed"]
+    out.append(f"Cost coverage: {pct(u['share'])} of non-communication time has no cost model")
+    rows = [[r, ms(v["time_s"]), pct(v["share"]), f"{v['kernels']:,}"]
+            for r, v in u["by_reason"].items() if v["kernels"]]
+    if rows:
+        out += ["  " + r for r in table(["reason", "time ms", "share", "kernels"], rows, "<>>>")]
+    out.append("")
+
+    agg = a.by_kernel().head(top)
+    out.append(f"Top {len(agg)} kernels by time" if not a.cpu_only else f"Top {len(agg)} CPU ops by time")
+    first_op = k.drop_duplicates("name").set_index("name")["op_name"] if len(k) else {}
+    rows = []
+    for name, r in agg.iterrows():
+        rows.append([ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"]),
+                     pct(r["efficiency"]), si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
+                     "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}",
+                     shorten(str(name)), shorten(str(first_op.get(name, "")), 32)])
+    out += ["  " + r for r in table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth",
+                                     "FLOP/B", "kernel", "op"], rows, ">>><>>>><<")]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,59 @@
+"""Machine-readable outputs: JSON summary with aggregate tables, per-kernel CSV."""
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from .. import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analyzers.analysis import Analysis
+
+SCHEMA_VERSION = 1
+KERNEL_COLUMNS = ["name", "cat", "category", "device", "stream", "step", "ts_ns", "dur_ns", "op_name",
+                  "cost_op_name", "cost_source", "dtype", "tensor_core", "flops", "bytes", "intensity",
+                  "achieved_flops", "achieved_bw", "roof", "roof_precision", "attainable", "floor_s",
+                  "efficiency", "cls", "unattributed"]
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN: NaN and infinities become null; numpy scalars become Python ones."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _records(df: pd.DataFrame, key: str, top: int | None) -> list[dict[str, Any]]:
+    d = df.head(top) if top else df
+    return _clean(d.reset_index().rename(columns={d.index.name or "index": key}).to_dict("records"))
+
+
+def to_json_dict(a: "Analysis", top: int = 50) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "roofscope_version": __version__,
+        "summary": _clean(a.summary()),
+        "by_class": _records(a.by_class(), "class", None),
+        "by_category": _records(a.by_category(), "category", None),
+        "by_kernel": _records(a.by_kernel(), "kernel", top),
+        "by_op": _records(a.by_op(), "op", top),
+        "by_step": _records(a.by_step(), "step", None),
+    }
+
+
+def to_json(a: "Analysis", top: int = 50) -> str:
+    return json.dumps(to_json_dict(a, top), indent=1, allow_nan=False)
+
+
+def kernels_csv(a: "Analysis") -> str:
+    cols = [c for c in KERNEL_COLUMNS if c in a.kernels.columns]
+    return a.kernels[cols].to_csv(index=False)

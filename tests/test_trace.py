@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roofscope.analyzers.linking import ancestor_where, enclosing, interval_parents
+from roofscope.analyzers.trace import load_trace
+from roofscope.errors import TraceError
+
+from .kineto import TraceBuilder
+
+EXTERNAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "external"
+HTA = EXTERNAL / "hta_a100_rank0.json.gz"
+
+
+def test_interval_parents_nested_and_threads():
+    # thread 0: A[0,100] > B[10,50] > C[20,30]; D[60,90] in A; thread 1: E[0,100]
+    th = np.array([0, 0, 0, 0, 1])
+    st = np.array([0, 10, 20, 60, 0])
+    en = np.array([100, 50, 30, 90, 100])
+    assert interval_parents(th, st, en).tolist() == [-1, 0, 1, 0, -1]
+
+
+def test_interval_parents_unsorted_input_and_siblings():
+    # Same tree as above given in reverse order, plus siblings sharing a boundary.
+    th = np.zeros(4, dtype=int)
+    st = np.array([50, 40, 0, 0])
+    en = np.array([60, 50, 100, 10])
+    # [0,100] contains all; [0,10], [40,50], [50,60] are siblings.
+    assert interval_parents(th, st, en).tolist() == [2, 2, -1, 2]
+
+
+def test_interval_parents_deep_chain_converges():
+    n = 5000  # a deep nest: each interval inside the previous one
+    st = np.arange(n)
+    en = 2 * n - np.arange(n)
+    p = interval_parents(np.zeros(n, dtype=int), st, en)
+    assert p.tolist() == [-1] + list(range(n - 1))
+
+
+def test_enclosing_innermost_same_thread_only():
+    th = np.array([0, 0, 0, 0, 1])
+    st = np.array([0, 10, 20, 60, 0])
+    en = np.array([100, 50, 30, 90, 100])
+    p = interval_parents(th, st, en)
+    q = enclosing(th, st, en, p, np.array([0, 0, 0, 1, 2, 0]), np.array([25, 55, 70, 5, 5, 200]),
+                  np.array([26, 56, 71, 6, 6, 201]))
+    # 25 is inside C, 55 only inside A, 70 inside D, thread 1 -> E, thread 2 has nothing, 200 is outside.
+    assert q.tolist() == [2, 0, 3, 4, -1, -1]
+
+
+def test_ancestor_where():
+    parent = np.array([-1, 0, 1, 0])
+    mask = np.array([True, False, False, False])
+    assert ancestor_where(parent, np.array([2, 3, -1, 0]), mask).tolist() == [0, 0, -1, 0]
+
+
+def _block(tmp_path: Path, *, float_ts: bool = False, gz: bool = False, old_style: bool = False,
+           device: str | None = "NVIDIA H100 80GB HBM3") -> Path:
+    b = TraceBuilder(device_name=device)
+    base = 1_700_000_000_000.0 if not float_ts else 5_402_633_914.123
+    b.annotation("ProfilerStep#7", base, 1000)
+    lin = b.op("aten::linear", base + 10, 100, [[16, 512], [1024, 512], [1024]],
+               ["c10::BFloat16"] * 3)
+    mm = b.op("aten::addmm", base + 20, 50, [[1024], [16, 512], [512, 1024], [], []],
+              ["c10::BFloat16"] * 3 + ["Scalar", "Scalar"], ["", "", "", "1", "1"])
+    b.launch_kernel("sm90_xmma_gemm_bf16bf16_bf16f32", base + 30, base + 200, 12.5,
+                    ext=None if old_style else mm)
+    b.op("aten::relu", base + 300, 20, [[16, 1024]], ["c10::BFloat16"])
+    b.launch_kernel("vectorized_elementwise_kernel<relu>", base + 305, base + 400, 3.25,
+                    ext=None if old_style else lin + 2, stream=9)
+    b.launch_kernel("Memcpy DtoD (Device -> Device)", base + 500, base + 600, 2.0, cat="gpu_memcpy",
+                    nbytes=1 << 20, runtime="cudaMemcpyAsync")
+    b.extra["distributedInfo"] = {"rank": 1, "world_size": 2}
+    return b.write(tmp_path / ("t.json.gz" if gz else "t.json"))
+
+
+@pytest.mark.parametrize("float_ts,gz,old_style", [(False, False, False), (True, True, False),
+                                                   (False, True, True)])
+def test_load_links_kernels_to_launching_ops(tmp_path, float_ts, gz, old_style):
+    t = load_trace(_block(tmp_path, float_ts=float_ts, gz=gz, old_style=old_style))
+    ops, k = t.ops, t.kernels
+    assert ops["name"].astype(str).tolist() == ["aten::linear", "aten::addmm", "aten::relu"]
+    assert ops["parent"].tolist() == [-1, 0, -1]
+    assert k["cat"].astype(str).tolist() == ["kernel", "kernel", "gpu_memcpy"]
+    # kernel 0 launched inside addmm, kernel 1 inside relu, the memcpy outside any op
+    assert k["op"].tolist() == [1, 2, -1]
+    assert k["step"].tolist() == [7, 7, 7]
+    assert k["stream"].tolist() == [7, 9, 7]
+    # 12.5 us and 3.25 us as integer nanoseconds
+    assert k["dur_ns"].tolist() == [12500, 3250, 2000]
+    assert k["bytes"].iloc[2] == float(1 << 20)
+    assert t.meta["distributedInfo"] == {"rank": 1, "world_size": 2}
+    assert t.device_name == "NVIDIA H100 80GB HBM3"
+
+
+def test_signatures_are_deduplicated(tmp_path):
+    b = TraceBuilder()
+    for i in range(5):
+        b.op("aten::mul", 10 * i, 5, [[4, 4], [4, 4]], ["float", "float"])
+    b.op("aten::mul", 100, 5, [[8, 4], [8, 4]], ["float", "float"])
+    b.op("aten::add", 200, 5, [[8, 4], [8, 4]], ["float", "float"])
+    t = load_trace(b.write(tmp_path / "t.json"))
+    assert t.ops["sig"].tolist() == [0, 0, 0, 0, 0, 1, 2]
+    assert t.signatures.loc[1, "input_dims"] == [[8, 4], [8, 4]]
+    assert t.signatures["name"].tolist() == ["aten::mul", "aten::mul", "aten::add"]
+
+
+def test_kernel_without_launch_uses_modern_external_id(tmp_path):
+    b = TraceBuilder()
+    ext = b.op("aten::relu", 0, 20, [[4]], ["float"])
+    c = b.launch_kernel("relu_kernel", 5, 50, 2, ext=ext)
+    b.events = [e for e in b.events if e.get("cat") != "cuda_runtime"]  # launch event lost
+    t = load_trace(b.write(tmp_path / "t.json"))
+    assert t.kernels["correlation"].tolist() == [c]
+    assert t.kernels["op"].tolist() == [0]
+
+
+def test_no_device_properties_and_no_shapes(tmp_path):
+    b = TraceBuilder(device_name=None)
+    b.op("aten::relu", 0, 20)
+    b.launch_kernel("relu_kernel", 5, 50, 2)
+    t = load_trace(b.write(tmp_path / "t.json"))
+    assert t.device_name is None
+    assert t.signatures.loc[0, "input_dims"] is None
+    assert t.kernels["op"].tolist() == [0]
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "not valid JSON"),
+    (b"{\"traceEvents\": [", "not valid JSON"),
+    (b"{\"hello\": 1}", "no 'traceEvents'"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"foo\", \"ts\": 1}]}", "no torch.profiler events"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"ts\": \"soon\"}]}", "not a Kineto trace"),
+    (b"[1, 2, 3]", "not a Kineto trace"),
+])
+def test_bad_inputs_raise_trace_error(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(TraceError, match=message):
+        load_trace(p)
+
+
+def test_truncated_gzip_and_missing_file(tmp_path):
+    data = gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1}] * 100}).encode())
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+        load_trace(p)
+    with pytest.raises(TraceError, match="no such file"):
+        load_trace(tmp_path / "absent.json")
+    with pytest.raises(TraceError, match="is a directory"):
+        load_trace(tmp_path)
+
+
+@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
+def test_hta_trace_ingestion_counts():
+    t = load_trace(HTA)
+    assert t.meta["events"] == 108_936
+    assert len(t.ops) == 25_185
+    assert (t.kernels["cat"] == "kernel").sum() == 6_080
+    assert (t.kernels["cat"] == "gpu_memcpy").sum() == 1_390
+    assert (t.kernels["cat"] == "gpu_memset").sum() == 277
+    assert t.device_name == "NVIDIA A100-SXM4-80GB"
+    assert t.meta["distributedInfo"]["world_size"] == 16
+    assert sorted(set(t.kernels["step"])) == [550, 551, 552, 553, 554]
+    # Old torch: kernel External id repeats the correlation id, so links come from launches.
+    k = t.kernels
+    assert (k["external_id"] == k["correlation"]).all()
+    linked = (k["op"] >= 0).sum()
+    assert linked == 4_010
+
+
+@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
+def test_hta_links_match_brute_force():
+    """The vectorized containment agrees with a direct search on a sample of real launches."""
+    t = load_trace(HTA)
+    o, r = t.ops, t.runtime
+    for i in np.random.default_rng(0).choice(len(r), 200, replace=False):
+        x = r.iloc[i]
+        c = o[(o.thread == x.thread) & (o.ts_ns <= x.ts_ns) & (o.end_ns >= x.end_ns)]
+        expected = -1 if c.empty else c.sort_values(["ts_ns", "end_ns"], ascending=[True, False]).index[-1]
+        assert x.op == expected
