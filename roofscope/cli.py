@@ -16,32 +16,53 @@ def cli() -> None:
     """Roofline profiling and diagnosis for PyTorch."""
 
 
+def _ceiling_options(fn):
+    """Options that choose the ceilings the roofline is drawn with (shared by analyze and report)."""
+    for opt in reversed((
+        click.option("--device", help="Device name or key to take datasheet ceilings from (overrides the trace's)."),
+        click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True),
+                     help="Peak compute in TFLOP/s (used for every precision)."),
+        click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True),
+                     help="Peak memory bandwidth in GB/s."),
+        click.option("--ceilings", "ceilings", type=click.Path(dir_okay=False, path_type=str),
+                     help="Measured-ceilings JSON file (from `roofscope microbench --out`)."),
+        click.option("--latency-floor-us", type=click.FloatRange(min=0),
+                     help="Roofline floor time below which a kernel is latency-bound [default: 3]."),
+        click.option("--underutilized-below", type=click.FloatRange(min=0, max=1),
+                     help="Efficiency below which a kernel is under-utilized [default: 0.25]."),
+        click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),
+    )):
+        fn = opt(fn)
+    return fn
+
+
 @cli.command("analyze")
 @click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
-@click.option("--device", help="Device name or key to take datasheet ceilings from (overrides the trace's).")
-@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True),
-              help="Peak compute in TFLOP/s (used for every precision).")
-@click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True),
-              help="Peak memory bandwidth in GB/s.")
-@click.option("--ceilings", "ceilings", type=click.Path(dir_okay=False, path_type=str),
-              help="Measured-ceilings JSON file (from `roofscope microbench --out`).")
+@_ceiling_options
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write the summary and aggregate tables as JSON.")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write one CSV row per kernel with all roofline columns.")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernels listed in the terminal summary.")
-@click.option("--latency-floor-us", type=click.FloatRange(min=0),
-              help="Roofline floor time below which a kernel is latency-bound [default: 3].")
-@click.option("--underutilized-below", type=click.FloatRange(min=0, max=1),
-              help="Efficiency below which a kernel is under-utilized [default: 0.25].")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
-@click.option("-f", "--force", is_flag=True, help="Overwrite existing output files.")
 def analyze_cmd(**kwargs: object) -> int:
     """Place every kernel of a Kineto TRACE (.json or .json.gz) on the roofline."""
     from .commands.analyze import AnalyzeOptions, run
 
     return run(AnalyzeOptions(**kwargs))  # type: ignore[arg-type]
+
+
+@cli.command("report")
+@click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
+@click.option("-o", "--output", "html_out", type=click.Path(dir_okay=False, path_type=str),
+              default="roofscope-report.html", show_default=True, help="HTML file to write.")
+@_ceiling_options
+def report_cmd(**kwargs: object) -> int:
+    """Write a self-contained HTML report (roofline, classes, top kernels) for a Kineto TRACE."""
+    from .commands.analyze import AnalyzeOptions, run
+
+    return run(AnalyzeOptions(quiet=True, **kwargs))  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

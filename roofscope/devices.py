@@ -467,20 +467,33 @@ class Ceilings:
         PyTorch, so claiming it would hide fp32 GEMMs that could be 8x faster.
         See :meth:`tf32_roof` for what enabling it would buy.
         """
+        return self._roof(dtype, tensor_core)[1]
+
+    def roof_key(self, dtype: str, tensor_core: bool) -> str:
+        """Which ceiling :meth:`roof` used: a precision key, ``"fp64_vector"``, or ``""`` for none."""
+        return self._roof(dtype, tensor_core)[0]
+
+    def _roof(self, dtype: str, tensor_core: bool) -> tuple[str, float | None]:
         p = normalize_dtype(dtype)
         if not tensor_core:
             if p == "fp64":
-                return self.fp64_vector if self.fp64_vector is not None else self.peaks.get("fp64")
-            return self.peaks.get("fp32")
+                if self.fp64_vector is not None:
+                    return "fp64_vector", self.fp64_vector
+                return self._peak_entry("fp64")
+            return self._peak_entry("fp32")
         if p in self.peaks:
-            return self.peaks[p]
+            return p, self.peaks[p]
         # A datasheet that lacks the precision means the part has no tensor
         # cores for it (bf16 on V100, fp8 on A100): such ops run on CUDA cores.
         # Without that knowledge (e.g. a measured file that skipped it) there
         # is no honest roof to offer.
         if self.datasheet is not None and p not in self.datasheet.peaks:
-            return self.peaks.get("fp32")
-        return None
+            return self._peak_entry("fp32")
+        return "", None
+
+    def _peak_entry(self, key: str) -> tuple[str, float | None]:
+        v = self.peaks.get(key)
+        return (key, v) if v is not None else ("", None)
 
     def tf32_roof(self) -> float | None:
         """The roof fp32 GEMMs would have with ``allow_tf32`` on (None if no TF32)."""

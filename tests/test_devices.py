@@ -280,6 +280,20 @@ def test_roof_tensor_core_and_cuda_core():
     assert c.roof("who-knows", False) == 67e12
 
 
+def test_roof_key_names_the_ceiling_used():
+    c = Ceilings.from_spec(lookup("h100-sxm"))
+    assert c.roof_key("bf16", True) == "bf16"
+    assert c.roof_key("c10::BFloat16", True) == "bf16"
+    assert c.roof_key("fp32", True) == "fp32"
+    assert c.roof_key("bf16", False) == "fp32"
+    assert c.roof_key("fp64", False) == "fp64_vector"
+    assert c.roof_key("fp64", True) == "fp64"
+    v100 = Ceilings.from_spec(lookup("v100-sxm2-16gb"))
+    assert v100.roof_key("bf16", True) == "fp32"
+    user = resolve_ceilings("NVIDIA L4", peak_tflops=100)
+    assert user.roof_key("fp64", False) == "fp64"  # fp64_vector dropped by --peak-tflops
+
+
 def test_roof_for_precision_the_device_lacks_falls_back_to_cuda_cores():
     v100 = Ceilings.from_spec(lookup("v100-sxm2-16gb"))
     assert v100.roof("bf16", True) == 15.7e12
@@ -296,7 +310,9 @@ def test_roof_is_none_when_a_measured_file_skipped_a_precision():
     )
     assert c.roof("bf16", True) == 700e12
     assert c.roof("fp8", True) is None  # exists on H100 but was not measured
+    assert c.roof_key("fp8", True) == ""
     assert c.roof("fp64", False) is None
+    assert c.roof_key("fp64", False) == ""
     assert c.roof("fp16", False) == 50e12
 
 

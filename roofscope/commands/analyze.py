@@ -1,4 +1,5 @@
-"""`roofscope analyze TRACE`: place every kernel of an existing trace on the roofline."""
+"""`roofscope analyze TRACE` and `roofscope report TRACE`: analyze an existing trace, then
+print the terminal summary and/or write JSON, CSV and HTML outputs."""
 from __future__ import annotations
 
 import sys
@@ -17,6 +18,7 @@ class AnalyzeOptions:
     ceilings: str | None = None
     json_out: str | None = None
     csv_out: str | None = None
+    html_out: str | None = None
     top: int = 15
     force: bool = False
     latency_floor_us: float | None = None
@@ -29,11 +31,13 @@ def run(opts: AnalyzeOptions) -> int:
     from ..analyzers.roofline import RooflineParams
     from ..reports.console import render_summary
     from ..reports.export import kernels_csv, to_json
+    from ..reports.html import render_html
 
     # Refuse to clobber before spending time on the analysis.
-    for out in (opts.json_out, opts.csv_out):
-        if out:
-            check_writable(out, opts.force)
+    outputs = [(path, render) for path, render in
+               ((opts.json_out, to_json), (opts.csv_out, kernels_csv), (opts.html_out, render_html)) if path]
+    for path, _ in outputs:
+        check_writable(path, opts.force)
     defaults = RooflineParams()
     params = RooflineParams(
         latency_floor_s=defaults.latency_floor_s if opts.latency_floor_us is None else opts.latency_floor_us * 1e-6,
@@ -43,10 +47,7 @@ def run(opts: AnalyzeOptions) -> int:
                 peak_bandwidth_gbs=opts.peak_bandwidth, ceilings_file=opts.ceilings, params=params)
     if not opts.quiet:
         sys.stdout.write(render_summary(a, top=opts.top))
-    if opts.json_out:
-        atomic_write(opts.json_out, to_json(a), force=opts.force)
-        print(f"wrote {Path(opts.json_out)}", file=sys.stderr)
-    if opts.csv_out:
-        atomic_write(opts.csv_out, kernels_csv(a), force=opts.force)
-        print(f"wrote {Path(opts.csv_out)}", file=sys.stderr)
+    for path, render in outputs:
+        atomic_write(path, render(a), force=opts.force)
+        print(f"wrote {Path(path)}", file=sys.stderr)
     return 0
