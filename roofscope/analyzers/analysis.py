@@ -70,7 +70,8 @@ class Analysis:
         comm = k["category"] == "communication"
         return {
             "trace": self.trace.path,
-            "device": self.ceilings.device,
+            "device": (self.trace.device_name or self.ceilings.device) if not self.cpu_only
+            else self.ceilings.device,
             "cpu_only": self.cpu_only,
             "ceilings": self.ceilings.to_dict(),
             "params": {"latency_floor_s": self.params.latency_floor_s,

@@ -119,9 +119,10 @@ def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
         out["achieved_flops"] = out["flops"] / out["time_s"]
         out["achieved_bw"] = out["bytes"] / out["time_s"]
         out["efficiency"] = out["floor_s"] / out["time_s"]
-    cls_time = k.groupby(keys + ["cls"], observed=True, sort=False)["dur_s"].sum().reset_index()
-    top = cls_time.sort_values("dur_s", ascending=False).drop_duplicates(keys).set_index(keys)["cls"]
-    out["cls"] = top.reindex(out.index)
+    if "cls" not in keys:
+        cls_time = k.groupby(keys + ["cls"], observed=True, sort=False)["dur_s"].sum().reset_index()
+        top = cls_time.sort_values("dur_s", ascending=False).drop_duplicates(keys).set_index(keys)["cls"]
+        out["cls"] = top.reindex(out.index)
     total = k["dur_s"].sum()
     out["time_share"] = out["time_s"] / total if total > 0 else np.nan
     return out.sort_values("time_s", ascending=False)

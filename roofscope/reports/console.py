@@ -30,8 +30,8 @@ def pct(x: float | None) -> str:
 
 def shorten(name: str, width: int = _NAME_WIDTH) -> str:
     """Kernel names are C++ signatures: keep the function part, cut the template noise."""
-    short = name.split("(")[0] if "(" in name and not name.startswith("(") else name
-    short = short.replace("void ", "", 1)
+    short = name.replace("(anonymous namespace)::", "").replace("void ", "", 1)
+    short = short.split("(")[0] if "(" in short and not short.startswith("(") else short
     return short if len(short) <= width else short[: width - 1] + "…"
 
 
@@ -57,7 +57,8 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out: list[str] = []
     what = "CPU ops (CPU-only trace)" if a.cpu_only else "GPU activities"
     out.append(f"roofscope analyze: {a.trace.path}")
-    out.append(f"  device    {s['device']}")
+    spec = a.ceilings.datasheet
+    out.append(f"  device    {s['device']}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
     out.append(f"  ceilings  {_ceilings_line(a)}")
     steps = s["steps"]
     step_txt = f", steps {steps[0]}-{steps[-1]}" if steps else ""
