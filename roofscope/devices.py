@@ -11,13 +11,13 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from roofscope.errors import DeviceError
+from .errors import DeviceError
+from .fileio import atomic_write
 
 __all__ = [
     "PRECISIONS",
@@ -631,7 +631,7 @@ def load_ceilings_file(path: str | os.PathLike[str]) -> Ceilings:
     )
 
 
-def save_ceilings_file(ceilings: Ceilings, path: str | os.PathLike[str]) -> Path:
+def save_ceilings_file(ceilings: Ceilings, path: str | os.PathLike[str], force: bool = True) -> Path:
     """Write ``ceilings`` in the schema-1 format, atomically (temp file + os.replace).
 
     Atomic because a crashed or interrupted microbenchmark must never leave a
@@ -656,21 +656,7 @@ def save_ceilings_file(ceilings: Ceilings, path: str | os.PathLike[str]) -> Path
         text = json.dumps(payload, indent=2, sort_keys=False, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
         raise DeviceError(f"cannot serialise ceilings for {ceilings.device!r}: {e}") from None
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return p
+    return atomic_write(p, text, force=force)
 
 
 # ----------------------------------------------------------------------------

@@ -5,9 +5,9 @@ module parses each signature's recorded arguments (Kineto ``Input Dims`` / ``Inp
 type`` / ``Input Strides`` / ``Concrete Inputs``), binds them to the op's schema
 (argument names, which arguments are written), and applies the formula registered in
 :mod:`roofscope.analyzers.cost_formulas`.  Output shapes come from each formula's exact
-rule; when a formula has none (pooling, padding, upsampling, conv without recorded
-parameters) it asks for meta-tensor inference, which runs the real op on
-``device="meta"`` tensors.  Results are cached per signature.
+rule (cheap, and exact); when a formula has none (padding, repeat, upsampling) or a
+parameter of its rule is missing (conv, pooling) it asks for meta-tensor inference, which
+runs the real op on ``device="meta"`` tensors.  Results are cached per signature.
 
 A bad signature never aborts the analysis: it is reported as ``no_formula`` (formula
 raised) or ``no_shapes`` (shapes or needed scalars not recorded), never invented.
@@ -95,7 +95,7 @@ def _compute(name: Any, dims: Any, types: Any, strides: Any, concrete: Any) -> R
 
 
 def _type_precision(types: Any) -> str:
-    for t in types or ():
+    for t in types if isinstance(types, tuple) else ():
         dt = cf.parse_dtype(t) if isinstance(t, str) else None
         if dt is not None and dt.kind == "float":
             return dt.precision
@@ -151,8 +151,9 @@ def build_call(name: str, dims: tuple, types: tuple, strides: Any = None, concre
         if code == "L":
             if d and not all(isinstance(x, tuple) for x in d):
                 raise ValueError(f"malformed TensorList dims {d!r}")
-            ss = s if isinstance(s, tuple) and len(s) == len(d or ()) else (None,) * len(d or ())
-            args.append(cf.Arg(cf.TENSORS, tensors=tuple(_spec(x, cf.TENSORLIST_DTYPE, y) for x, y in zip(d or (), ss))))
+            d = d or ()
+            ss = s if isinstance(s, tuple) and len(s) == len(d) else (None,) * len(d)
+            args.append(cf.Arg(cf.TENSORS, tensors=tuple(_spec(x, cf.TENSORLIST_DTYPE, y) for x, y in zip(d, ss))))
         elif code in ("S", "SL", "G"):
             known, val = parse_concrete(c) if isinstance(c, str) else (False, None)
             args.append(cf.Arg(cf.SCALAR, value=val, known=known))
