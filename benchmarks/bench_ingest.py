@@ -10,7 +10,7 @@ a fresh subprocess so peak RSS is its own:
     python benchmarks/bench_ingest.py [--trace PATH] [--copies 10] [--repeat 3]
 
 Timings are in-process wall times after imports (torch import excluded and reported
-separately); peak RSS is the subprocess's ru_maxrss, imports included.
+separately); peak RSS is the subprocess's VmHWM, imports included.
 """
 from __future__ import annotations
 
@@ -37,15 +37,16 @@ _CASES = {
 }
 
 _PRELUDE = """
-import resource, sys, time
+import sys, time
 P = sys.argv[1]
 _t = [0.0]
 def T0(): _t[0] = time.perf_counter()
 """
 _EPILOGUE = """
 dt = time.perf_counter() - _t[0]
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"{dt:.4f} {rss:.1f}")
+# VmHWM, not ru_maxrss: the latter survives exec and would report the parent's peak.
+hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]
+print(f"{dt:.4f} {int(hwm) / 1024:.1f}")
 """
 
 

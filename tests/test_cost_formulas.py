@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from roofscope.analyzers import cost_formulas as cf
-from roofscope.analyzers.cost_formulas import (DTYPE_BY_NAME, DTYPES, SCALAR_TYPE_CODES, Arg, OpCall, TensorSpec,
-                                               broadcast_shapes, conv_out_shape, lookup, parse_dtype, promote_types,
-                                               result_type)
+from roofscope.analyzers import formulas as cf
+from roofscope.analyzers.formulas import (DTYPE_BY_NAME, DTYPES, SCALAR_TYPE_CODES, Arg, OpCall, TensorSpec,
+                                          broadcast_shapes, conv_out_shape, lookup, parse_dtype, promote_types,
+                                          result_type)
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cost-model.md"
 

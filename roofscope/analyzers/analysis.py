@@ -85,6 +85,8 @@ class Analysis:
             "time_by_class": {c: {"time_s": float(by_class.get(c, 0.0)),
                                   "share": float(by_class.get(c, 0.0) / total) if total > 0 else 0.0}
                               for c in CLASSES},
+            "untimed_kernels": int(k["dur_s"].isna().sum()),
+            "counter_flops": float(np.nansum(k["counter_flops"].to_numpy())) if "counter_flops" in k else 0.0,
             "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
             "unattributed": self.unattributed(),
             "distributed": self.trace.meta.get("distributedInfo"),
@@ -133,14 +135,14 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
 
     trace = source if isinstance(source, Trace) else load_trace(source)
     params = params or RooflineParams()
-    cpu_only = not (trace.kernels["cat"] == "kernel").any() if len(trace.kernels) else True
+    cpu_only = len(trace.kernels) == 0
     if ceilings is None:
         name = trace.device_name if not cpu_only else "cpu"
         ceilings = resolve_ceilings(name, memory_bytes=trace.device_memory, device=device,
                                     peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
                                     ceilings_file=ceilings_file)
     sig_costs = signature_costs(trace.signatures)
-    if cpu_only and len(trace.kernels) == 0:
+    if cpu_only:
         kernels = _cpu_work(trace, sig_costs)
     else:
         kernels = attribute(trace, sig_costs)

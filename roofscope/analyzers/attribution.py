@@ -86,6 +86,10 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
         flops[idx] = oc["flops"].to_numpy()[cost_op[idx]] * share
         nbytes[idx] = oc["bytes"].to_numpy()[cost_op[idx]] * share
 
+    # Hardware counters, where the trace has them, beat any formula for FLOPs.
+    counted = ~np.isnan(k["counter_flops"].to_numpy()) if "counter_flops" in k else np.zeros(n, bool)
+    flops[counted] = k["counter_flops"].to_numpy()[counted]
+
     # Device-to-device copies read and write every byte; host transfers and memsets touch HBM once.
     dtod = k["name"].astype(str).str.contains("DtoD|Device -> Device", regex=True).to_numpy()
     copy_bytes = k["bytes"].to_numpy() * np.where(dtod, 2.0, 1.0)
@@ -104,14 +108,15 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["dtype"] = from_op("dtype", "")
     k["tensor_core"] = from_op("tensor_core", False).astype(bool)
     k["cost_source"] = np.where(is_copy & ~np.isnan(copy_bytes), "activity",
-                                from_op("cost_source", "none"))
+                                np.where(counted, "counters", from_op("cost_source", "none")))
     k["flops"] = flops
     k["bytes"] = nbytes
     k["cost_op"] = cost_op
     names = ops["name"].astype(str).to_numpy() if len(ops) else np.zeros(0, dtype=object)
     k["op_name"] = np.where(op >= 0, names[np.maximum(op, 0)], "") if len(ops) else ""
     k["cost_op_name"] = np.where(cost_op >= 0, names[np.maximum(cost_op, 0)], "") if len(ops) else ""
-    k["unattributed"] = _reasons(k, ops, oc, nearest, costed | is_comm | (is_copy & ~np.isnan(copy_bytes)))
+    k["unattributed"] = _reasons(k, ops, oc, nearest,
+                                 costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)))
     return k
 
 

@@ -4,7 +4,7 @@ The trace layer collapses a million op events into a few thousand signatures; th
 module parses each signature's recorded arguments (Kineto ``Input Dims`` / ``Input
 type`` / ``Input Strides`` / ``Concrete Inputs``), binds them to the op's schema
 (argument names, which arguments are written), and applies the formula registered in
-:mod:`roofscope.analyzers.cost_formulas`.  Output shapes come from each formula's exact
+:mod:`roofscope.analyzers.formulas`.  Output shapes come from each formula's exact
 rule (cheap, and exact); when a formula has none (padding, repeat, upsampling) or a
 parameter of its rule is missing (conv, pooling) it asks for meta-tensor inference, which
 runs the real op on ``device="meta"`` tensors.  Results are cached per signature.
@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from roofscope.analyzers import cost_formulas as cf
+from roofscope.analyzers import formulas as cf
 
 log = logging.getLogger(__name__)
 

@@ -57,6 +57,8 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
     k = kernels.copy()
     dur = k["dur_ns"].to_numpy(dtype=np.float64) * 1e-9
+    if "timed" in k:  # counter-replay ranges have no real duration
+        dur = np.where(k["timed"].to_numpy(dtype=bool), dur, np.nan)
     flops = k["flops"].to_numpy(dtype=np.float64)
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
@@ -91,7 +93,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
 
 
 def classify(k: pd.DataFrame, params: RooflineParams) -> np.ndarray:
-    costed = k["floor_s"].notna().to_numpy()
+    costed = k["floor_s"].notna().to_numpy() & k["dur_s"].notna().to_numpy()
     comm = (k["category"] == "communication").to_numpy()
     bound = np.where(k["intensity"].to_numpy() >= k["ridge"].to_numpy(), "compute", "memory")
     conds = [comm, ~costed, k["floor_s"].to_numpy() < params.latency_floor_s,
@@ -108,7 +110,7 @@ def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
     g = k.groupby(keys, observed=True, sort=False)
     out = pd.DataFrame({
         "calls": g.size(),
-        "time_s": g["dur_s"].sum(),
+        "time_s": g["dur_s"].sum(min_count=1),
         "flops": g["flops"].sum(min_count=1),
         "bytes": g["bytes"].sum(min_count=1),
         "floor_s": g["floor_s"].sum(min_count=1),
@@ -125,4 +127,4 @@ def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
         out["cls"] = top.reindex(out.index)
     total = k["dur_s"].sum()
     out["time_share"] = out["time_s"] / total if total > 0 else np.nan
-    return out.sort_values("time_s", ascending=False)
+    return out.sort_values(["time_s", "flops"], ascending=False, na_position="last")

@@ -47,6 +47,26 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     kernel_flop: Union[float, None] = None
     kernel_backend: Union[str, None] = None
     rf_id: Union[int, None] = msgspec.field(name="Record function id", default=None)
+    # CUPTI range-profiler counters (old Kineto "cuda_profiler_range" events): SASS
+    # instruction counts per precision; FLOPs = add + mul + 2 * fma.
+    sass_dadd: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_dadd_pred_on.sum", default=None)
+    sass_dmul: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_dmul_pred_on.sum", default=None)
+    sass_dfma: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_dfma_pred_on.sum", default=None)
+    sass_hadd: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_hadd_pred_on.sum", default=None)
+    sass_hmul: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_hmul_pred_on.sum", default=None)
+    sass_hfma: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_hfma_pred_on.sum", default=None)
+    sass_fadd: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", default=None)
+    sass_fmul: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_fmul_pred_on.sum", default=None)
+    sass_ffma: Union[float, None] = msgspec.field(
+        name="smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", default=None)
 
 
 _EMPTY_ARGS = _Args()
@@ -224,6 +244,15 @@ def _build_intervals(evs: list[_Event], t0: float) -> pd.DataFrame:
     return df
 
 
+def _counter_flops(a: _Args) -> float:
+    counts = [a.sass_dadd, a.sass_dmul, a.sass_dfma, a.sass_hadd, a.sass_hmul, a.sass_hfma,
+              a.sass_fadd, a.sass_fmul, a.sass_ffma]
+    if all(c is None for c in counts):
+        return np.nan
+    c = [x or 0.0 for x in counts]
+    return c[0] + c[1] + 2 * c[2] + c[3] + c[4] + 2 * c[5] + c[6] + c[7] + 2 * c[8]
+
+
 def _build_kernels(evs: list[_Event], t0: float) -> pd.DataFrame:
     df = _build_intervals(evs, t0)
     df["name"] = pd.Categorical(df["name"])
@@ -234,9 +263,11 @@ def _build_kernels(evs: list[_Event], t0: float) -> pd.DataFrame:
                              (e.tid if isinstance(e.tid, int) else None) for e in evs])
     df["bytes"] = np.asarray([np.nan if e.args.bytes is None else e.args.bytes for e in evs],
                              dtype=np.float64)
+    df["counter_flops"] = np.asarray([_counter_flops(e.args) for e in evs], dtype=np.float64)
     df["grid"] = [e.args.grid for e in evs]
     df["block"] = [e.args.block for e in evs]
-    return df.drop(columns=["pid", "tid", "thread"])
+    # Kernels of all activity types in time order, whatever order the buckets were filled in.
+    return df.drop(columns=["pid", "tid", "thread"]).sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
@@ -245,7 +276,7 @@ def load_trace(path: str | os.PathLike) -> Trace:
     doc = _decode(path_s, read_bytes(path))
     buckets: dict[str, list[_Event]] = {"cpu_op": [], "user_annotation": [], "gpu_user_annotation": [],
                                        "cuda_runtime": [], "cuda_driver": [], "kernel": [],
-                                       "gpu_memcpy": [], "gpu_memset": []}
+                                       "gpu_memcpy": [], "gpu_memset": [], "cuda_profiler_range": []}
     t0 = None
     for e in doc.traceEvents:
         if e.ph != "X" or e.ts is None:
@@ -261,7 +292,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
                          " is this a Kineto trace?")
     ops, signatures = _build_ops(buckets["cpu_op"], t0)
     runtime = _build_intervals(buckets["cuda_runtime"] + buckets["cuda_driver"], t0)
-    kernels = _build_kernels(buckets["kernel"] + buckets["gpu_memcpy"] + buckets["gpu_memset"], t0)
+    kernels = _build_kernels(buckets["kernel"] + buckets["gpu_memcpy"] + buckets["gpu_memset"]
+                             + buckets["cuda_profiler_range"], t0)
     annotations = _build_intervals(buckets["user_annotation"], t0).drop(columns=["correlation"])
     meta = _meta_of(doc, path_s, t0)
     meta["gpu_annotations"] = len(buckets["gpu_user_annotation"])
@@ -297,7 +329,18 @@ def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
         launch = np.where(launch >= 0, np.flatnonzero(first)[np.maximum(launch, 0)], -1)
     else:
         launch = launch_index.get_indexer(kcorr)
+    ranges = (kernels["cat"] == "cuda_profiler_range").to_numpy()
+    if ranges.any():
+        # Counter ranges carry no correlation id; they follow cudaLaunchKernel calls one to one,
+        # in launch order. Link them only when the counts agree.
+        launches = runtime.index[runtime["name"] == "cudaLaunchKernel"]
+        launches = runtime.loc[launches].sort_values("ts_ns").index.to_numpy()
+        rows = np.flatnonzero(ranges)
+        rows = rows[np.argsort(kernels["ts_ns"].to_numpy()[rows], kind="stable")]
+        if len(launches) == len(rows):
+            launch[rows] = launches
     kernels["launch"] = launch
+    kernels["timed"] = ~ranges
     op = take(runtime["op"].to_numpy(), launch, -1)
     # Without a launch event, a modern trace's kernel External id names its launching op;
     # in older traces it merely repeats the correlation id and must not be trusted.

@@ -21,7 +21,7 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.3f}"
+    return "-" if math.isnan(seconds) else f"{seconds * 1e3:,.3f}"
 
 
 def pct(x: float | None) -> str:
@@ -70,6 +70,10 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out.append(f"  time      {ms(total)} ms summed over {what}"
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
+    if s["untimed_kernels"]:
+        out.append(f"  note      {s['untimed_kernels']:,} GPU activities are CUPTI counter ranges recorded in "
+                   f"counter-replay mode: {si(s['counter_flops'], 'FLOP')} measured by hardware counters, "
+                   "but no kernel timings, so they are not placed on the roofline")
     out.append("")
 
     rows = [[c, ms(v["time_s"]), pct(v["share"])] for c, v in s["time_by_class"].items() if v["time_s"] > 0]

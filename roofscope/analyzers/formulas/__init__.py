@@ -1,0 +1,63 @@
+"""Per-op FLOP and compulsory-byte formulas, as pure functions of recorded shapes.
+
+A formula receives an :class:`OpCall` (the parsed arguments of one op signature) and
+returns a :class:`Cost`.  Formulas are registered by Kineto op name with
+:func:`register`; :func:`lookup` also resolves the dynamic families (``triton_*``
+Inductor kernels, ``aten::_foreach_*``).  See docs/cost-model.md for the per-element
+FLOP counts and the bytes rule.
+
+Importing this package imports every formula module, which registers its formulas:
+
+* ``dtypes``: Kineto dtype strings, ScalarType codes, type promotion
+* ``records``: OpCall / Arg / TensorSpec / Cost, MissingShapes
+* ``registry``: REGISTRY, register, Formula
+* ``rules``: the bytes rule, which tensors an op writes, broadcasting
+* ``elementwise``, ``reductions`` (also pooling, norms, softmax, losses), ``matmul``
+  (gemm / conv / attention), ``memory`` (copies, gathers, fills, views), ``optimizer``,
+  ``inductor`` (Triton kernels): the formulas
+
+torch is imported lazily (only for ``torch.utils.flop_counter``), so importing this
+package stays cheap for CLI commands that never cost anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# importing the formula modules registers their formulas
+from roofscope.analyzers.formulas import elementwise, inductor, matmul, memory, optimizer, reductions  # noqa: F401
+from roofscope.analyzers.formulas.dtypes import (BOOL, DTYPE_BY_NAME, DTYPES, FLOAT32, INT64, SCALAR_TYPE_CODES,
+                                                 TENSORLIST_DTYPE, DType, dtype_from_code, parse_dtype,
+                                                 promote_types, result_type)
+from roofscope.analyzers.formulas.elementwise import ELEMENTWISE
+from roofscope.analyzers.formulas.inductor import _triton_formula
+from roofscope.analyzers.formulas.matmul import conv_out_shape
+from roofscope.analyzers.formulas.memory import VIEW_OPS
+from roofscope.analyzers.formulas.optimizer import _FOREACH_SPECIAL, _foreach
+from roofscope.analyzers.formulas.records import (NONE, SCALAR, TENSOR, TENSORS, UNKNOWN, Arg, Cost, MissingShapes,
+                                                  OpCall, TensorSpec, first_float_precision)
+from roofscope.analyzers.formulas.registry import REGISTRY, Formula, register
+from roofscope.analyzers.formulas.rules import broadcast_shapes
+
+
+def lookup(name: Any) -> Formula | None:
+    if not isinstance(name, str):
+        return None
+    f = REGISTRY.get(name)
+    if f is not None:
+        return f
+    if name.startswith("triton_"):
+        return _triton_formula(name)
+    if name.startswith("aten::_foreach_"):
+        base = name[len("aten::_foreach_"):].rstrip("_")
+        if base in ELEMENTWISE or base in _FOREACH_SPECIAL:
+            return Formula(_foreach, "optimizer", False)
+    return None
+
+
+__all__ = [
+    "DType", "DTYPES", "SCALAR_TYPE_CODES", "parse_dtype", "dtype_from_code", "promote_types", "TensorSpec",
+    "Arg", "OpCall", "Cost", "Formula", "MissingShapes", "REGISTRY", "register", "lookup", "ELEMENTWISE",
+    "VIEW_OPS", "broadcast_shapes", "result_type", "conv_out_shape", "first_float_precision", "UNKNOWN",
+    "TENSOR", "TENSORS", "SCALAR", "NONE", "TENSORLIST_DTYPE", "DTYPE_BY_NAME", "FLOAT32", "INT64", "BOOL",
+]

@@ -1,0 +1,192 @@
+"""gemm, conv and attention ops: FLOPs from torch.utils.flop_counter.
+
+torch is imported lazily (only for ``torch.utils.flop_counter``), so importing this
+module stays cheap for CLI commands that never cost anything.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Callable
+
+from roofscope.analyzers.formulas.dtypes import DTYPE_BY_NAME, FLOAT32, DType, dtype_from_code
+from roofscope.analyzers.formulas.records import UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.analyzers.formulas.registry import register
+from roofscope.analyzers.formulas.rules import _cost, _outputs
+
+
+@lru_cache(maxsize=None)
+def _flop_fn(op: str) -> Callable[..., int]:
+    """FLOP formula from torch.utils.flop_counter (the reference gemm/conv/attention counts)."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    return flop_registry[getattr(torch.ops.aten, op)]
+
+
+def _out_dtype(call: OpCall, a: TensorSpec, pos: int | None = None) -> DType | None:
+    return dtype_from_code(call.value("out_dtype", pos)) or a.dtype
+
+
+@register("aten::mm", "aten::_int_mm", category="gemm")
+def _mm(call: OpCall) -> Cost:
+    a, b = call.need("self", 0), call.need("mat2", 1)
+    int_mm = call.name == "aten::_int_mm"
+    dt = DTYPE_BY_NAME["int32"] if int_mm else _out_dtype(call, a, 2)
+    outs = _outputs(call, lambda: [TensorSpec((a.shape[0], b.shape[1]), dt)])
+    return _cost(call, _flop_fn("mm")(a.shape, b.shape), outs, dtype="int8" if int_mm else None)
+
+
+@register("aten::addmm", "aten::addmm_", "aten::_addmm_activation", category="gemm")
+def _addmm(call: OpCall) -> Cost:
+    c, a, b = call.need("self", 0), call.need("mat1", 1), call.need("mat2", 2)
+    outs = _outputs(call, lambda: [TensorSpec((a.shape[0], b.shape[1]), _out_dtype(call, a, 3))])
+    return _cost(call, _flop_fn("addmm")(c.shape, a.shape, b.shape), outs)
+
+
+@register("aten::bmm", category="gemm")
+def _bmm(call: OpCall) -> Cost:
+    a, b = call.need("self", 0), call.need("mat2", 1)
+    outs = _outputs(call, lambda: [TensorSpec((a.shape[0], a.shape[1], b.shape[2]), _out_dtype(call, a, 2))])
+    return _cost(call, _flop_fn("bmm")(a.shape, b.shape), outs)
+
+
+@register("aten::baddbmm", "aten::baddbmm_", category="gemm")
+def _baddbmm(call: OpCall) -> Cost:
+    c, a, b = call.need("self", 0), call.need("batch1", 1), call.need("batch2", 2)
+    outs = _outputs(call, lambda: [TensorSpec((a.shape[0], a.shape[1], b.shape[2]), _out_dtype(call, a, 3))])
+    return _cost(call, _flop_fn("baddbmm")(c.shape, a.shape, b.shape), outs)
+
+
+@register("aten::_scaled_mm", category="gemm")
+def _scaled_mm(call: OpCall) -> Cost:
+    a, b = call.need("self", 0), call.need("mat2", 1)
+    outs = _outputs(call, lambda: [TensorSpec((a.shape[0], b.shape[1]), _out_dtype(call, a, 6))])
+    return _cost(call, _flop_fn("_scaled_mm")(a.shape, b.shape, None, None), outs)
+
+
+# per conv op: positions of x, w, stride, padding, dilation, transposed, output_padding, groups;
+# a 1-tuple is a literal (the op has no such argument), "C" = depthwise (groups = channels)
+_CONV_ARGS: dict[str, tuple[Any, ...]] = {
+    "aten::convolution": (0, 1, 3, 4, 5, 6, 7, 8),
+    "aten::_convolution": (0, 1, 3, 4, 5, 6, 7, 8),
+    "aten::convolution_overrideable": (0, 1, 3, 4, 5, 6, 7, 8),
+    "aten::cudnn_convolution": (0, 1, 3, 2, 4, (False,), ([0],), 5),
+    "aten::cudnn_convolution_transpose": (0, 1, 4, 2, 5, (True,), 3, 6),
+    "aten::mkldnn_convolution": (0, 1, 4, 3, 5, (False,), ([0],), 6),
+    "aten::_conv_depthwise2d": (0, 1, 4, 5, 6, (False,), ([0],), "C"),
+    "aten::conv_depthwise3d": (0, 1, 4, 5, 6, (False,), ([0],), "C"),
+    "aten::_slow_conv2d_forward": (0, 1, 4, 5, ([1],), (False,), ([0],), (1,)),
+    "aten::slow_conv3d_forward": (0, 1, 4, 5, ([1],), (False,), ([0],), (1,)),
+    "aten::slow_conv_dilated2d": (0, 1, 4, 5, 6, (False,), ([0],), (1,)),
+    "aten::slow_conv_transpose2d": (0, 1, 4, 5, 7, (True,), 6, (1,)),
+}
+
+
+def conv_out_shape(x: tuple[int, ...], w: tuple[int, ...], stride: list[int], padding: list[int],
+                   dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> tuple[int, ...]:
+    n = len(x) - 2
+
+    def ex(v: list[int]) -> list[int]:
+        return list(v) * n if len(v) == 1 else list(v)
+
+    s, p, d, op = ex(stride), ex(padding), ex(dilation), ex(output_padding or [0])
+    if transposed:
+        sp = [(x[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (w[2 + i] - 1) + op[i] + 1 for i in range(n)]
+        return (x[0], w[1] * groups, *sp)
+    sp = [(x[2 + i] + 2 * p[i] - d[i] * (w[2 + i] - 1) - 1) // s[i] + 1 for i in range(n)]
+    return (x[0], w[0], *sp)
+
+
+@register(*_CONV_ARGS, category="conv")
+def _conv(call: OpCall) -> Cost:
+    ix, iw, i_s, i_p, i_d, i_t, i_op, i_g = _CONV_ARGS[call.name]
+    x, w = call.need("", ix), call.need("", iw)
+
+    def val(pos: Any) -> Any:
+        return pos[0] if isinstance(pos, tuple) else x.shape[1] if pos == "C" else call.value("", pos)
+
+    transposed = val(i_t)
+    args = (val(i_s), val(i_p), val(i_d), transposed, val(i_op), val(i_g))
+    if any(v is UNKNOWN for v in args):
+        metas = call.meta()
+        if not metas or transposed is UNKNOWN:
+            raise MissingShapes("conv parameters")
+        out = metas[0]
+    else:
+        out = TensorSpec(conv_out_shape(x.shape, w.shape, *args), x.dtype)
+    flops = _flop_fn("convolution")(x.shape, w.shape, None, None, None, None, transposed, out_val=out.shape)
+    return _cost(call, flops, _outputs(call, lambda: [out]))
+
+
+@register("aten::convolution_backward", category="conv")
+def _conv_backward(call: OpCall) -> Cost:
+    go, x, w = call.need("grad_output", 0), call.need("input", 1), call.need("weight", 2)
+    transposed = call.value("transposed", 7)
+    if transposed is UNKNOWN:  # old traces: recover it from the channel counts when unambiguous
+        fwd, bwd = w.shape[0] == go.shape[1], w.shape[0] == x.shape[1]
+        if fwd == bwd:
+            raise MissingShapes("transposed")
+        transposed = bwd
+    mask = call.value("output_mask", 10)
+    mask = list(mask) if isinstance(mask, list) and len(mask) == 3 else [True, True, True]
+    has_bias = call.value("bias_sizes", 3) is not None
+    outs = ([x.like()] if mask[0] else []) + ([w.like()] if mask[1] else [])
+    if mask[2] and has_bias:
+        outs.append(TensorSpec((go.shape[1],), w.dtype))
+    flops = _flop_fn("convolution_backward")(go.shape, x.shape, w.shape, None, None, None, None, transposed,
+                                            None, None, mask, out_val=[x.shape, w.shape, None])
+    return _cost(call, flops, outs)
+
+
+# attention: forward?, is_causal position, layout ("bhsd" = SDPA, "bshd" = flash / mem-efficient
+# internals), and for ops that accept packed varlen batches the (cum_seq_q, max_k) positions
+_ATTN: dict[str, tuple[bool, int, str, tuple[int, int] | None]] = {
+    "aten::_scaled_dot_product_flash_attention": (True, 4, "bhsd", None),
+    "aten::_scaled_dot_product_efficient_attention": (True, 6, "bhsd", None),
+    "aten::_scaled_dot_product_cudnn_attention": (True, 6, "bhsd", None),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (True, 4, "bhsd", None),
+    "aten::_scaled_dot_product_flash_attention_backward": (False, 11, "bhsd", None),
+    "aten::_scaled_dot_product_efficient_attention_backward": (False, 11, "bhsd", None),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (False, 14, "bhsd", None),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (False, 7, "bhsd", None),
+    "aten::_cudnn_attention_forward": (True, 10, "bhsd", (4, 7)),
+    "aten::_cudnn_attention_backward": (False, 14, "bhsd", (9, 12)),
+    "aten::_flash_attention_forward": (True, 8, "bshd", (3, 6)),
+    "aten::_flash_attention_backward": (False, 11, "bshd", (6, 9)),
+    "aten::_efficient_attention_forward": (True, 9, "bshd", (4, 7)),  # custom_mask_type, not is_causal
+    "aten::_efficient_attention_backward": (False, 14, "bshd", (6, 9)),
+}
+
+
+@register(*_ATTN, category="attention")
+def _attention(call: OpCall) -> Cost:
+    fwd, causal_pos, layout, varlen = _ATTN[call.name]
+    off = 0 if fwd else 1
+    q, k, v = (call.need("", off + i) for i in range(3))
+    shapes = [q.shape, k.shape, v.shape] if fwd else [call.need("", 0).shape, q.shape, k.shape, v.shape]
+    if varlen and call.tensor("", varlen[0]) is not None:  # packed (T, H, D) sequences
+        max_k = call.value("", varlen[1])
+        if not isinstance(max_k, int):
+            raise MissingShapes("max_k")
+        # every query row attends to at most max_k keys: an upper bound (documented)
+        tq = [(1, s[-2], math.prod(s[:-2]), s[-1]) for s in shapes]
+        tk = [(1, s[-2], max_k, s[-1]) for s in (k.shape, v.shape)]
+        shapes = [tq[0], *tk] if fwd else [tq[0], tq[1], *tk]
+    elif layout == "bshd":
+        shapes = [(s[0], s[2], s[1], s[3]) for s in shapes]
+    key = "_scaled_dot_product_flash_attention" + ("" if fwd else "_backward")
+    flops = _flop_fn(key)(*shapes)
+    flag = call.value("", causal_pos)
+    # mem-efficient internals take custom_mask_type (1, 2 = causal from top-left / bottom-right)
+    causal = flag in (1, 2) if call.name.startswith("aten::_efficient_attention") else flag is True
+    if causal:
+        flops *= 0.5  # only the lower triangle of the score matrix is computed (documented)
+    if fwd:
+        outs = [q.like(shape=q.shape[:-1] + v.shape[-1:])]
+        if call.value("compute_log_sumexp", None) is not False:
+            outs.append(TensorSpec(q.shape[:-1], FLOAT32))  # fp32 logsumexp
+    else:
+        outs = [q.like(), k.like(), v.like()]
+    return _cost(call, flops, outs)

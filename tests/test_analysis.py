@@ -1,0 +1,227 @@
+"""End-to-end analysis on synthetic traces (hand-worked numbers) and real ones."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import roofscope
+from roofscope.analyzers.roofline import RooflineParams
+from roofscope.devices import Ceilings
+
+from .kineto import TraceBuilder
+from .test_trace import EXTERNAL, HTA
+
+DATA = Path(__file__).parent / "data"
+ALEXNET = EXTERNAL / "hta_a100_alexnet_cupti_counters.json.gz"
+# Round numbers make the arithmetic in the comments exact.
+TOY = Ceilings(device="toy", source="user", peaks={"fp32": 10e12, "bf16": 100e12}, bandwidth=1e12)
+
+
+def _analyze(b: TraceBuilder, tmp_path: Path, **kw):
+    return roofscope.analyze(b.write(tmp_path / "t.json"), ceilings=TOY, **kw)
+
+
+def test_gemm_split_across_kernels_by_duration(tmp_path):
+    # bf16 mm 1024x1024 @ 1024x1024: 2*1024^3 = 2,147,483,648 FLOPs;
+    # bytes (3 * 1024*1024) * 2 = 6,291,456. Two kernels of 30 and 10 us share it 3:1.
+    b = TraceBuilder()
+    ext = b.op("aten::mm", 0, 100, [[1024, 1024], [1024, 1024]], ["c10::BFloat16"] * 2)
+    b.launch_kernel("sm90_gemm_main", 10, 200, 30, ext=ext)
+    b.launch_kernel("splitk_reduce", 20, 230, 10, ext=ext)
+    k = _analyze(b, tmp_path).kernels
+    assert k["flops"].tolist() == [2_147_483_648 * 0.75, 2_147_483_648 * 0.25]
+    assert k["bytes"].tolist() == [6_291_456 * 0.75, 6_291_456 * 0.25]
+    # intensity 2^31 / 6,291,456 = 341.3 FLOP/B, above the bf16 ridge 100e12/1e12 = 100 -> compute
+    assert k["intensity"].iloc[0] == pytest.approx(341.333, rel=1e-4)
+    assert k["ridge"].iloc[0] == pytest.approx(100.0)
+    assert k["roof_precision"].iloc[0] == "bf16"
+    # floor = max(1.6106e9/100e12, 4.7186e6/1e12) = 16.1 us over 30 us -> efficiency 0.537
+    assert k["efficiency"].iloc[0] == pytest.approx(1_610_612_736 / 100e12 / 30e-6)
+    # second kernel: floor 536,870,912 / 100e12 = 5.37 us >= 3 us (not latency), over 10 us -> 0.537
+    assert k["efficiency"].iloc[1] == pytest.approx(536_870_912 / 100e12 / 10e-6)
+    assert k["cls"].tolist() == ["compute", "compute"]
+
+
+def test_conv_cost_walks_up_from_cudnn_op(tmp_path):
+    # aten::convolution has the formula; its kernels hang off a backend op without one below it.
+    # fp32 conv N=8, C=64->64, 56x56, 3x3, pad 1: out 8x64x56x56;
+    # FLOPs = 2 * (8*64*56*56) * (64*3*3) = 1,849,688,064
+    b = TraceBuilder()
+    b.op("aten::convolution", 0, 200, [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
+         ["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList", "Scalar"],
+         ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"])
+    cudnn = b.op("mylib::conv_backend", 10, 150, [[8, 64, 56, 56], [64, 64, 3, 3]], ["float", "float"])
+    b.launch_kernel("nchwToNhwcKernel", 20, 300, 5, ext=cudnn)
+    b.launch_kernel("implicit_convolve_sgemm", 30, 310, 90, ext=cudnn)
+    b.launch_kernel("nhwcToNchwKernel", 40, 400, 5, ext=cudnn)
+    a = _analyze(b, tmp_path)
+    k = a.kernels
+    assert k["flops"].sum() == pytest.approx(1_849_688_064)
+    assert k["flops"].iloc[1] == pytest.approx(1_849_688_064 * 0.9)  # 90 of 100 us
+    assert set(k["cost_op_name"]) == {"aten::convolution"}
+    assert set(k["op_name"]) == {"mylib::conv_backend"}
+    assert (k["category"] == "conv").all()
+    assert a.unattributed()["share"] == 0.0
+
+
+def test_classes_and_thresholds(tmp_path):
+    b = TraceBuilder()
+    # gelu on 64M fp32 elements: bytes 2 * 256 MiB = 536,870,912; floor 537 us at 1 TB/s; ran 600 us
+    g = b.op("aten::gelu", 0, 10, [[64 * 1024 * 1024]], ["float"])
+    b.launch_kernel("gelu_kernel", 1, 100, 600, ext=g)
+    # relu on 1024 fp32: 8 KiB -> floor 8 ns: latency-bound
+    r = b.op("aten::relu", 20, 10, [[1024]], ["float"])
+    b.launch_kernel("relu_kernel", 21, 800, 4, ext=r)
+    # sum over 64M fp32 running 10x slower than its floor: underutilized
+    s = b.op("aten::sum", 40, 10, [[64 * 1024 * 1024]], ["float"])
+    b.launch_kernel("reduce_kernel", 41, 900, 2700, ext=s)
+    n = b.op("nccl:all_reduce", 60, 10)
+    b.launch_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 61, 4000, 50, ext=n)
+    u = b.op("aten::nonzero", 80, 10, [[1024]], ["float"])
+    b.launch_kernel("nonzero_kernel", 81, 4100, 10, ext=u)
+    a = _analyze(b, tmp_path)
+    k = a.kernels
+    assert k["cls"].tolist() == ["memory", "latency", "underutilized", "communication", "unknown"]
+    assert k["efficiency"].iloc[0] == pytest.approx(536_870_912 / 1e12 / 600e-6)
+    assert k["unattributed"].tolist() == ["", "", "", "", "no_formula"]
+    # unattributed share excludes communication: 10 us of (600 + 4 + 2700 + 10) us
+    assert a.unattributed()["share"] == pytest.approx(10 / 3314)
+    # with a 1 ns latency floor relu (8 ns floor over 4 us) becomes underutilized, and a 1%
+    # threshold makes the sum (10% efficient) memory-bound
+    a2 = _analyze(b, tmp_path, params=RooflineParams(latency_floor_s=1e-9, underutilized_below=0.01))
+    assert a2.kernels["cls"].tolist()[:3] == ["memory", "underutilized", "memory"]
+
+
+def test_memcpy_and_missing_launch(tmp_path):
+    b = TraceBuilder()
+    b.launch_kernel("Memcpy DtoD (Device -> Device)", 0, 100, 10, cat="gpu_memcpy", nbytes=1_000_000,
+                    runtime="cudaMemcpyAsync")
+    b.launch_kernel("Memcpy HtoD (Pageable -> Device)", 5, 200, 10, cat="gpu_memcpy", nbytes=1_000_000,
+                    runtime="cudaMemcpyAsync")
+    b.launch_kernel("orphan_kernel", 10, 300, 10)
+    k = _analyze(b, tmp_path).kernels
+    # DtoD reads and writes: 2 MB in 10 us = 200 GB/s; HtoD 1 MB
+    assert k["bytes"].tolist()[:2] == [2_000_000, 1_000_000]
+    assert k["achieved_bw"].iloc[0] == pytest.approx(2e11)
+    assert k["unattributed"].tolist() == ["", "", "no_launch_op"]
+
+
+def test_no_shapes_reason(tmp_path):
+    b = TraceBuilder()
+    ext = b.op("aten::addmm", 0, 100)
+    b.launch_kernel("gemm", 10, 200, 30, ext=ext)
+    k = _analyze(b, tmp_path).kernels
+    assert k["unattributed"].tolist() == ["no_shapes"]
+    assert k["cls"].tolist() == ["unknown"]
+
+
+def test_tf32_inferred_from_speed(tmp_path):
+    # fp32 mm 4096^3 = 137,438,953,472 FLOPs in 2 ms = 68.7 TFLOP/s > 1.1 * fp32 roof (19.5)
+    c = Ceilings(device="toy", source="user", peaks={"fp32": 19.5e12, "tf32": 156e12}, bandwidth=2e12)
+    b = TraceBuilder()
+    ext = b.op("aten::mm", 0, 100, [[4096, 4096], [4096, 4096]], ["float", "float"])
+    b.launch_kernel("ampere_sgemm", 10, 200, 2000, ext=ext)
+    k = roofscope.analyze(b.write(tmp_path / "t.json"), ceilings=c).kernels
+    assert k["roof_precision"].iloc[0] == "tf32"
+    assert k["roof"].iloc[0] == 156e12
+
+
+def _fixture(name: str):
+    return roofscope.analyze(DATA / f"{name}.json.gz")
+
+
+def _expected(name: str) -> dict:
+    return json.loads((DATA / f"{name}.expected.json").read_text())
+
+
+def test_h100_eager_block_matches_flop_counter():
+    a = _fixture("h100_eager_block")
+    exp = _expected("h100_eager_block")["flops_by_op"]
+    k = a.kernels
+    assert a.ceilings.datasheet.key == "h100-sxm"
+    assert a.unattributed()["share"] == 0.0
+    by_cat = k.groupby("category")["flops"].sum()
+    # GEMM FLOPs are exactly FlopCounterMode's: 51,539,607,552 + 103,079,215,104
+    assert by_cat["gemm"] == exp["aten.addmm"] + exp["aten.mm"]
+    # causal attention counts half of FlopCounterMode's full square: (4.29e9 + 10.74e9) / 2
+    assert by_cat["attention"] == (exp["aten._scaled_dot_product_cudnn_attention"]
+                                   + exp["aten._scaled_dot_product_cudnn_attention_backward"]) / 2
+    assert set(k["step"]) == {2}
+    gemm = k[k["category"] == "gemm"]
+    assert (gemm["roof_precision"] == "bf16").all()
+    # the big bf16 GEMMs run at 60-70% of the 989.5 TFLOP/s datasheet roof
+    big = gemm[gemm["dur_s"] > 10e-6]
+    assert ((big["efficiency"] > 0.5) & (big["efficiency"] < 0.8)).all()
+    assert (big["cls"] == "compute").all()
+
+
+def test_h100_compiled_block_uses_inductor_metadata():
+    a = _fixture("h100_compiled_block")
+    k = a.kernels
+    triton = k[k["name"].astype(str).str.startswith("triton_")]
+    assert len(triton) == 20
+    assert (triton["cost_source"] == "inductor").all()
+    # Inductor's kernel_num_gb totals about 0.224 GB over the 20 kernels
+    assert triton["bytes"].sum() == pytest.approx(0.224e9, rel=0.02)
+    assert a.unattributed()["share"] == 0.0
+
+
+def test_h100_conv_block():
+    a = _fixture("h100_conv_block")
+    exp = _expected("h100_conv_block")["flops_by_op"]
+    k = a.kernels
+    conv = k[k["category"] == "conv"]["flops"].sum()
+    assert conv == pytest.approx(exp["aten.convolution"] + exp["aten.convolution_backward"], rel=1e-9)
+    assert a.unattributed()["share"] == 0.0
+    assert (k.loc[k["category"] == "conv", "roof_precision"] == "fp16").all()
+
+
+def test_cpu_only_trace_uses_innermost_costed_ops():
+    with pytest.raises(roofscope.errors.DeviceError, match="CPU"):
+        _fixture("cpu_block")
+    c = Ceilings(device="cpu: test", source="user", peaks={"fp32": 1e12, "bf16": 1e12}, bandwidth=50e9)
+    a = roofscope.analyze(DATA / "cpu_block.json.gz", ceilings=c)
+    assert a.cpu_only
+    k = a.kernels
+    assert (k["cat"] == "cpu_op").all()
+    # linear layers are aten::addmm/mm below aten::linear: the innermost costed op is kept
+    assert "aten::linear" not in set(k["name"].astype(str))
+    assert {"aten::mm", "aten::addmm"} & set(k["name"].astype(str))
+
+
+@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
+def test_hta_a100_report():
+    a = roofscope.analyze(HTA)
+    s = a.summary()
+    assert s["device"] == "NVIDIA A100-SXM4-80GB"
+    assert a.ceilings.datasheet.key == "a100-sxm4-80gb"
+    assert s["kernels"] == 7_747
+    # 190.345 ms of NCCL out of 449.763 ms of GPU activity
+    assert s["communication_time_s"] == pytest.approx(0.190345)
+    assert s["kernel_time_s"] == pytest.approx(0.449763)
+    u = s["unattributed"]
+    # most non-NCCL time comes from CUDA-graph replays and DDP internals launched outside any op
+    assert u["by_reason"]["no_launch_op"]["time_s"] == pytest.approx(0.179879)
+    assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 50
+    assert 0.70 < u["share"] < 0.80
+    costed = a.kernels[a.kernels["unattributed"] == ""]
+    assert np.isfinite(costed.loc[costed["category"] != "communication", "efficiency"]).all()
+
+
+@pytest.mark.skipif(not ALEXNET.exists(), reason="shared alexnet trace absent")
+def test_alexnet_counter_ranges():
+    a = roofscope.analyze(ALEXNET)
+    s = a.summary()
+    assert s["device"] == "NVIDIA A100-PG509-200"
+    assert a.ceilings.datasheet.key == "a100-sxm4-40gb"
+    assert s["untimed_kernels"] == 77
+    k = a.kernels
+    assert (k["cost_source"] == "counters").all()  # zero is a measurement too (copy kernels)
+    # every range is linked to its launching op through the n-th cudaLaunchKernel
+    assert (k["op"] >= 0).all()
+    assert "aten::cudnn_convolution" in set(k["op_name"])
+    # FLOPs = add + mul + 2*fma over all ranges; the largest, a conv, has 2*9,119,334,400 + 24,780,800
+    assert k["counter_flops"].max() == 2 * 9_119_334_400 + 24_780_800
