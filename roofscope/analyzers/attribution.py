@@ -16,6 +16,8 @@ Kernels left without a cost are never given one; instead they get a reason:
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -86,6 +88,8 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
         flops[idx] = oc["flops"].to_numpy()[cost_op[idx]] * share
         nbytes[idx] = oc["bytes"].to_numpy()[cost_op[idx]] * share
 
+    _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
+
     # Hardware counters, where the trace has them, beat any formula for FLOPs.
     counted = ~np.isnan(k["counter_flops"].to_numpy()) if "counter_flops" in k else np.zeros(n, bool)
     flops[counted] = k["counter_flops"].to_numpy()[counted]
@@ -118,6 +122,23 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["unattributed"] = _reasons(k, ops, oc, nearest,
                                  costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)))
     return k
+
+
+# multi_tensor_apply functors take the element type as their first template argument.
+_FUNCTOR_HALF = re.compile(r"Functor<\s*c10::(?:BFloat16|Half)\s*,")
+
+
+def _fix_tensorlist_dtype(names: pd.Series, oc: pd.DataFrame, cost_op: np.ndarray, nbytes: np.ndarray) -> None:
+    """Kineto records no dtype for TensorList arguments, so the cost model counts their
+    elements as fp32. multi_tensor_apply kernels name their element type in their template
+    arguments; when it is a 16-bit type, the bytes were counted twice over."""
+    if not len(oc):
+        return
+    foreach = oc["category"].to_numpy()[np.maximum(cost_op, 0)] == "optimizer"
+    cand = np.flatnonzero((cost_op >= 0) & foreach)
+    if cand.size:
+        half = names.iloc[cand].astype(str).str.contains(_FUNCTOR_HALF).to_numpy(dtype=bool)
+        nbytes[cand[half]] *= 0.5
 
 
 def _reasons(k: pd.DataFrame, ops: pd.DataFrame, oc: pd.DataFrame, nearest: np.ndarray,

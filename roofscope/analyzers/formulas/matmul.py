@@ -1,4 +1,4 @@
-"""gemm, conv and attention ops: FLOPs from torch.utils.flop_counter.
+"""Matrix multiplies, convolutions and attention: FLOPs from torch.utils.flop_counter.
 
 torch is imported lazily (only for ``torch.utils.flop_counter``), so importing this
 module stays cheap for CLI commands that never cost anything.

@@ -1,5 +1,5 @@
-"""The records formulas work on: a parsed op call (:class:`OpCall` of :class:`Arg` s holding
-:class:`TensorSpec` s) and the :class:`Cost` a formula returns."""
+"""The records formulas work on: a parsed op call (:class:`OpCall`, its :class:`Arg` list and
+their :class:`TensorSpec` shapes) and the :class:`Cost` a formula returns."""
 
 from __future__ import annotations
 
