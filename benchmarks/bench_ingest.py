@@ -86,7 +86,8 @@ def replicate(src: Path, copies: int, dst: Path) -> int:
 
 def run_case(code: str, path: Path) -> tuple[float, float]:
     script = _PRELUDE + code + _EPILOGUE
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     res = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env)
     if res.returncode != 0:
         raise RuntimeError(res.stderr.strip().splitlines()[-1])

@@ -87,7 +87,7 @@ def test_device_override(tmp_path, capsys):
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "roofscope", *args], capture_output=True, text=True,
                           env=env, timeout=120)
 
