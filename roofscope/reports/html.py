@@ -2,7 +2,7 @@
 
 Everything the page needs is inlined (plotly.js included), so it opens offline.
 Data reaches the page only as JSON inside a ``<script type="application/json">``
-block, with ``</`` escaped so no string in a trace can close the script element;
+block, with ``<`` escaped so no string in a trace can close the script element;
 everything else goes through Jinja2 autoescaping.
 """
 from __future__ import annotations
@@ -26,9 +26,10 @@ CLASS_COLORS = {"compute": "#2b8a3e", "memory": "#1971c2", "latency": "#e8590c",
 
 
 def script_json(value: Any) -> str:
-    """JSON that is safe inside a <script> element: '</' and '<!--' cannot appear."""
+    """JSON that is safe inside a <script> element: with every '<' written as the JSON
+    escape \\u003c, neither '</script' nor '<!--' can appear."""
     text = json.dumps(_clean(value), allow_nan=False, separators=(",", ":"))
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return text.replace("<", "\\u003c")
 
 
 def _points(a: "Analysis") -> list[dict[str, Any]]:
