@@ -150,6 +150,11 @@ def test_h100_eager_block_matches_flop_counter():
     assert by_cat["attention"] == (exp["aten._scaled_dot_product_cudnn_attention"]
                                    + exp["aten._scaled_dot_product_cudnn_attention_backward"]) / 2
     assert set(k["step"]) == {2}
+    # backward kernels are launched from autograd's thread, outside the main thread's
+    # record_function("backward") span on the CPU, and still land in that region
+    regions = a.by_region()
+    assert {"forward", "backward", "Optimizer.step#AdamW.step"} <= set(regions.index)
+    assert regions.loc["backward", "calls"] == 33 and regions.loc["forward", "calls"] == 15
     gemm = k[k["category"] == "gemm"]
     assert (gemm["roof_precision"] == "bf16").all()
     # the big bf16 GEMMs run at 60-70% of the 989.5 TFLOP/s datasheet roof

@@ -47,6 +47,10 @@ class Analysis:
     def by_step(self) -> pd.DataFrame:
         return aggregate(self.kernels[self.kernels["step"] >= 0], "step").sort_index()
 
+    def by_region(self) -> pd.DataFrame:
+        k = self.kernels
+        return aggregate(k.assign(region=k["region"].replace("", "(no region)")), "region")
+
     def unattributed(self) -> dict[str, Any]:
         """Share of non-communication kernel time without a cost, by reason."""
         k = self.kernels
@@ -118,6 +122,7 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["cost_op_name"] = k["op_name"]
     k["unattributed"] = ""
     k["step"] = -1
+    k["region"] = ""
     return k.reset_index(drop=True)
 
 

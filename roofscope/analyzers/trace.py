@@ -355,6 +355,7 @@ def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
         op[trusted] = by_ext
     kernels["op"] = op
     _assign_steps(kernels, runtime, annotations)
+    _assign_regions(kernels, runtime, annotations)
 
 
 def _assign_steps(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:
@@ -370,3 +371,35 @@ def _assign_steps(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.
         ok = (idx >= 0) & (t <= steps["end_ns"].to_numpy()[np.maximum(idx, 0)])
         step = np.where(ok, numbers[np.maximum(idx, 0)], -1)
     kernels["step"] = step
+
+
+def _is_region(names: pd.Series) -> np.ndarray:
+    # Step markers are steps, and "## ... ##" annotations are torch.compile's own bookkeeping.
+    n = names.astype(str)
+    return (~n.str.startswith("ProfilerStep#") & ~n.str.startswith("## ")).to_numpy()
+
+
+def _assign_regions(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:
+    """Innermost record_function region (user annotation) around each kernel's launch.
+
+    The launching thread's own regions come first; launches from other threads (autograd's
+    backward thread) fall back to any thread's region spanning the launch time.
+    """
+    region = np.full(len(kernels), "", dtype=object)
+    launch = kernels["launch"].to_numpy()
+    regions = annotations[_is_region(annotations["name"])] if len(annotations) else annotations
+    has = launch >= 0
+    if len(regions) and has.any():
+        th, st, en = (regions[c].to_numpy() for c in ("thread", "ts_ns", "end_ns"))
+        names = regions["name"].to_numpy(dtype=object)
+        q_th = take(runtime["thread"].to_numpy(), launch, -1)
+        q_st = take(runtime["ts_ns"].to_numpy(), launch, 0)
+        q_en = take(runtime["end_ns"].to_numpy(), launch, 0)
+        found = enclosing(th, st, en, interval_parents(th, st, en), q_th, q_st, q_en)
+        anywhere = np.zeros(len(th), dtype=np.int64)
+        miss = has & (found < 0)
+        if miss.any():
+            found[miss] = enclosing(anywhere, st, en, interval_parents(anywhere, st, en),
+                                    anywhere[:1].repeat(miss.sum()), q_st[miss], q_en[miss])
+        region = np.where(has & (found >= 0), take(names, found, ""), "")
+    kernels["region"] = region

@@ -81,6 +81,14 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out += ["  " + r for r in table(["class", "time ms", "share"], rows, "<>>")]
     out.append("")
 
+    regions = a.by_region()
+    if len(regions) > 1 or (len(regions) == 1 and regions.index[0] != "(no region)"):
+        rows = [[str(name)[:48], ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"])]
+                for name, r in regions.head(8).iterrows()]
+        out.append("Time by region (record_function)")
+        out += ["  " + r for r in table(["region", "time ms", "share", "kernels", "class"], rows, "<>>><")]
+        out.append("")
+
     u = s["unattributed"]
     out.append(f"Cost coverage: {pct(u['share'])} of non-communication time has no cost model")
     rows = [[r, ms(v["time_s"]), pct(v["share"]), f"{v['kernels']:,}"]

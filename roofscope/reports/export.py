@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
 
 SCHEMA_VERSION = 1
-KERNEL_COLUMNS = ["name", "cat", "category", "device", "stream", "step", "ts_ns", "dur_ns", "op_name",
+KERNEL_COLUMNS = ["name", "cat", "category", "device", "stream", "step", "region", "ts_ns", "dur_ns", "op_name",
                   "cost_op_name", "cost_source", "dtype", "tensor_core", "flops", "bytes", "intensity",
                   "achieved_flops", "achieved_bw", "roof", "roof_precision", "attainable", "floor_s",
                   "efficiency", "cls", "unattributed"]
@@ -47,6 +47,7 @@ def to_json_dict(a: "Analysis", top: int = 50) -> dict[str, Any]:
         "by_kernel": _records(a.by_kernel(), "kernel", top),
         "by_op": _records(a.by_op(), "op", top),
         "by_step": _records(a.by_step(), "step", None),
+        "by_region": _records(a.by_region(), "region", None),
     }
 
 

@@ -130,20 +130,12 @@ def _scatter(call: OpCall) -> Cost:
 
 @register("aten::repeat", "aten::roll", "aten::flip", "aten::tril", "aten::triu", "aten::constant_pad_nd",
           "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::replication_pad2d", "aten::narrow_copy",
-          category="copy")
+          "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+          "aten::_upsample_nearest_exact2d", category="copy")
 def _copy_meta(call: OpCall) -> Cost:
     outs = call.meta()
     if not outs:
         raise MissingShapes("output")
-    return _cost(call, 0, outs)
-
-
-@register("aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
-          "aten::_upsample_nearest_exact2d", category="copy")
-def _upsample_nearest(call: OpCall) -> Cost:
-    outs = call.meta()
-    if not outs:
-        raise MissingShapes("upsample output")
     return _cost(call, 0, outs)
 
 
