@@ -2,13 +2,13 @@
 
     python examples/tiny_transformer.py --out roofscope-out/demo [--device cpu|cuda] [--force]
 
-Writes OUT/trace.json.gz (Kineto), OUT/ceilings.json (CPU: measured here), OUT/report.html
-and OUT/analysis.json, and prints the terminal summary. Runs on CPU-only machines.
+Writes a Run directory OUT (run.json, trace.json.gz, summary.json, and ceilings.json measured
+here on CPU) plus OUT/report.html and OUT/analysis.json, and prints the terminal summary.
+`roofscope analyze OUT` re-analyzes it later. Runs on CPU-only machines.
 """
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 import tempfile
 from pathlib import Path
@@ -18,12 +18,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import roofscope
-from roofscope.devices import save_ceilings_file
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
 from roofscope.reports.console import render_summary
 from roofscope.reports.export import to_json
 from roofscope.reports.html import render_html
+from roofscope.run import new_meta, write_run
 
 
 class Block(nn.Module):
@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--force", action="store_true", help="overwrite an existing output folder")
     args = ap.parse_args()
-    if args.out.exists() and any(args.out.iterdir()) and not args.force:
+    if args.out.exists() and not args.force:  # fail before spending time profiling
         print(f"roofscope: error: {args.out} already exists; pass --force to overwrite it", file=sys.stderr)
         return 2
 
@@ -69,29 +69,28 @@ def main() -> int:
 
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
     sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "trace.json"
-        with torch.profiler.profile(activities=acts, schedule=sched, record_shapes=True,
-                                    on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
-            for _ in range(4):
-                step()
-                prof.step()
-        if gpu:
-            torch.cuda.synchronize()
-        args.out.mkdir(parents=True, exist_ok=True)
-        trace = args.out / "trace.json.gz"
-        atomic_write(trace, gzip.compress(raw.read_bytes()), force=True)
-
     try:
-        ceilings = None
-        if not gpu:
-            from roofscope.microbench.cpu import measure_cpu
-            ceilings = measure_cpu()
-            save_ceilings_file(ceilings, args.out / "ceilings.json")
-        analysis = roofscope.analyze(trace, ceilings=ceilings)
+        with tempfile.TemporaryDirectory() as tmp:
+            raw = Path(tmp) / "trace.json"
+            with torch.profiler.profile(activities=acts, schedule=sched, record_shapes=True,
+                                        on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
+                for _ in range(4):
+                    step()
+                    prof.step()
+            if gpu:
+                torch.cuda.synchronize()
+            ceilings = None
+            if not gpu:
+                from roofscope.microbench.cpu import measure_cpu
+                ceilings = measure_cpu()
+            analysis = roofscope.analyze(raw, ceilings=ceilings)
+            meta = new_meta([sys.executable] + sys.argv, steps=analysis.summary()["steps"], exit_status=0,
+                            device={"name": analysis.summary()["device"]})
+            run = write_run(args.out, meta=meta, trace=raw, ceilings=ceilings, summary=analysis.summary(),
+                            force=args.force)
         sys.stdout.write(render_summary(analysis))
-        atomic_write(args.out / "analysis.json", to_json(analysis), force=True)
-        report = atomic_write(args.out / "report.html", render_html(analysis), force=True)
+        atomic_write(run.path / "analysis.json", to_json(analysis), force=True)
+        report = atomic_write(run.path / "report.html", render_html(analysis), force=True)
     except RoofscopeError as e:
         print(f"roofscope: error: {e}", file=sys.stderr)
         return e.exit_code

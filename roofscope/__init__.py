@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.analysis import Analysis
+    from .run import Run
 
-__all__ = ["__version__", "analyze"]
+__all__ = ["__version__", "analyze", "load"]
 
 
 def analyze(path: Any, **kwargs: Any) -> "Analysis":
@@ -20,3 +21,10 @@ def analyze(path: Any, **kwargs: Any) -> "Analysis":
     from .analyzers.analysis import analyze as _analyze
 
     return _analyze(path, **kwargs)
+
+
+def load(path: Any) -> "Run":
+    """Open a Run directory written by a collector; see :func:`roofscope.run.load`."""
+    from .run import load as _load
+
+    return _load(path)

@@ -153,7 +153,7 @@ def test_truncated_gzip_and_missing_file(tmp_path):
         load_trace(p)
     with pytest.raises(TraceError, match="no such file"):
         load_trace(tmp_path / "absent.json")
-    with pytest.raises(TraceError, match="is a directory"):
+    with pytest.raises(TraceError, match="is a directory, neither a trace file nor a roofscope Run"):
         load_trace(tmp_path)
 
 

@@ -130,14 +130,21 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
             ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
             params: RooflineParams | None = None) -> Analysis:
-    """Ingest, cost and classify a Kineto trace.
+    """Ingest, cost and classify a Kineto trace or a Run directory.
 
     Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
     ``device`` override or the trace's own device name, completed by the peak flags.
     Raises :class:`~roofscope.errors.DeviceError` for an unknown device without peaks.
     """
+    from ..run import is_run_dir, load
     from .costmodel import signature_costs
 
+    if not isinstance(source, Trace) and is_run_dir(source):
+        run = load(source)
+        # Ceilings measured where the Run was collected beat the datasheet, not the user's choice.
+        if ceilings_file is None and device is None and run.ceilings_path is not None:
+            ceilings_file = run.ceilings_path
+        source = run.trace_path
     trace = source if isinstance(source, Trace) else load_trace(source)
     params = params or RooflineParams()
     cpu_only = len(trace.kernels) == 0

@@ -134,7 +134,7 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     if not p.exists():
         raise TraceError(f"{p}: no such file")
     if p.is_dir():
-        raise TraceError(f"{p}: is a directory, not a trace file")
+        raise TraceError(f"{p}: is a directory, neither a trace file nor a roofscope Run")
     try:
         data = p.read_bytes()
     except OSError as e:

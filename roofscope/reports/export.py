@@ -19,12 +19,12 @@ KERNEL_COLUMNS = ["name", "cat", "category", "device", "stream", "step", "region
                   "efficiency", "cls", "unattributed"]
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN: NaN and infinities become null; numpy scalars become Python ones."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -34,14 +34,14 @@ def _clean(value: Any) -> Any:
 
 def _records(df: pd.DataFrame, key: str, top: int | None) -> list[dict[str, Any]]:
     d = df.head(top) if top else df
-    return _clean(d.reset_index().rename(columns={d.index.name or "index": key}).to_dict("records"))
+    return json_safe(d.reset_index().rename(columns={d.index.name or "index": key}).to_dict("records"))
 
 
 def to_json_dict(a: "Analysis", top: int = 50) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "roofscope_version": __version__,
-        "summary": _clean(a.summary()),
+        "summary": json_safe(a.summary()),
         "by_class": _records(a.by_class(), "class", None),
         "by_category": _records(a.by_category(), "category", None),
         "by_kernel": _records(a.by_kernel(), "kernel", top),

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import __version__
 from .console import shorten
-from .export import _clean
+from .export import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
@@ -28,7 +28,7 @@ CLASS_COLORS = {"compute": "#2b8a3e", "memory": "#1971c2", "latency": "#e8590c",
 def script_json(value: Any) -> str:
     """JSON that is safe inside a <script> element: with every '<' written as the JSON
     escape \\u003c, neither '</script' nor '<!--' can appear."""
-    text = json.dumps(_clean(value), allow_nan=False, separators=(",", ":"))
+    text = json.dumps(json_safe(value), allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c")
 
 
