@@ -195,6 +195,9 @@ def test_cpu_only_trace_uses_innermost_costed_ops():
     # linear layers are aten::addmm/mm below aten::linear: the innermost costed op is kept
     assert "aten::linear" not in set(k["name"].astype(str))
     assert {"aten::mm", "aten::addmm"} & set(k["name"].astype(str))
+    # CPU work items get steps and regions too; backward ops run on autograd's thread
+    assert set(k["step"]) == {2}
+    assert a.by_region().loc[["forward", "backward", "Optimizer.step#AdamW.step"], "calls"].tolist() == [14, 27, 108]
 
 
 @pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")

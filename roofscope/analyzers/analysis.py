@@ -11,7 +11,7 @@ import pandas as pd
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
 from .roofline import CLASSES, RooflineParams, aggregate, place
-from .trace import Trace, load_trace
+from .trace import Trace, load_trace, regions_at, steps_at
 
 
 @dataclass
@@ -121,8 +121,9 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["op_name"] = k["name"].astype(str)
     k["cost_op_name"] = k["op_name"]
     k["unattributed"] = ""
-    k["step"] = -1
-    k["region"] = ""
+    k["step"] = steps_at(trace.annotations, ops["ts_ns"].to_numpy()[sel])
+    k["region"] = regions_at(trace.annotations, ops["thread"].to_numpy()[sel], ops["ts_ns"].to_numpy()[sel],
+                             ops["end_ns"].to_numpy()[sel], np.ones(len(sel), dtype=bool))
     return k.reset_index(drop=True)
 
 

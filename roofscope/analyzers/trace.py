@@ -359,18 +359,23 @@ def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
 
 
 def _assign_steps(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:
-    """Step number (``ProfilerStep#N``) of each kernel, by the time of its launch (or itself)."""
+    """Step number of each kernel, by the time of its launch (or of itself, unlaunched)."""
     launch = kernels["launch"].to_numpy()
     t = np.where(launch >= 0, take(runtime["ts_ns"].to_numpy(), launch, 0), kernels["ts_ns"].to_numpy())
-    steps = annotations[annotations["name"].str.startswith("ProfilerStep#")]
-    step = np.full(len(kernels), -1, dtype=np.int64)
-    if len(steps) and len(kernels):
+    kernels["step"] = steps_at(annotations, t)
+
+
+def steps_at(annotations: pd.DataFrame, t: np.ndarray) -> np.ndarray:
+    """``N`` of the ``ProfilerStep#N`` annotation spanning each time, or -1."""
+    step = np.full(len(t), -1, dtype=np.int64)
+    steps = annotations[annotations["name"].str.startswith("ProfilerStep#")] if len(annotations) else annotations
+    if len(steps) and len(t):
         steps = steps.sort_values("ts_ns")
         numbers = steps["name"].str.slice(len("ProfilerStep#")).astype(np.int64).to_numpy()
         idx = np.searchsorted(steps["ts_ns"].to_numpy(), t, side="right") - 1
         ok = (idx >= 0) & (t <= steps["end_ns"].to_numpy()[np.maximum(idx, 0)])
         step = np.where(ok, numbers[np.maximum(idx, 0)], -1)
-    kernels["step"] = step
+    return step
 
 
 def _is_region(names: pd.Series) -> np.ndarray:
@@ -380,26 +385,30 @@ def _is_region(names: pd.Series) -> np.ndarray:
 
 
 def _assign_regions(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:
-    """Innermost record_function region (user annotation) around each kernel's launch.
-
-    The launching thread's own regions come first; launches from other threads (autograd's
-    backward thread) fall back to any thread's region spanning the launch time.
-    """
-    region = np.full(len(kernels), "", dtype=object)
+    """Innermost record_function region around each kernel's launch (see :func:`regions_at`)."""
     launch = kernels["launch"].to_numpy()
+    kernels["region"] = regions_at(annotations, take(runtime["thread"].to_numpy(), launch, -1),
+                                   take(runtime["ts_ns"].to_numpy(), launch, 0),
+                                   take(runtime["end_ns"].to_numpy(), launch, 0), launch >= 0)
+
+
+def regions_at(annotations: pd.DataFrame, thread: np.ndarray, start: np.ndarray, end: np.ndarray,
+               valid: np.ndarray) -> np.ndarray:
+    """Name of the innermost region (user annotation) containing each query span, or "".
+
+    The query thread's own regions come first; spans on other threads (autograd's
+    backward thread) fall back to any thread's region covering them.
+    """
+    region = np.full(len(start), "", dtype=object)
     regions = annotations[_is_region(annotations["name"])] if len(annotations) else annotations
-    has = launch >= 0
-    if len(regions) and has.any():
-        th, st, en = (regions[c].to_numpy() for c in ("thread", "ts_ns", "end_ns"))
-        names = regions["name"].to_numpy(dtype=object)
-        q_th = take(runtime["thread"].to_numpy(), launch, -1)
-        q_st = take(runtime["ts_ns"].to_numpy(), launch, 0)
-        q_en = take(runtime["end_ns"].to_numpy(), launch, 0)
-        found = enclosing(th, st, en, interval_parents(th, st, en), q_th, q_st, q_en)
+    if not len(regions) or not valid.any():
+        return region
+    th, st, en = (regions[c].to_numpy() for c in ("thread", "ts_ns", "end_ns"))
+    names = regions["name"].to_numpy(dtype=object)
+    found = enclosing(th, st, en, interval_parents(th, st, en), thread, start, end)
+    miss = valid & (found < 0)
+    if miss.any():
         anywhere = np.zeros(len(th), dtype=np.int64)
-        miss = has & (found < 0)
-        if miss.any():
-            found[miss] = enclosing(anywhere, st, en, interval_parents(anywhere, st, en),
-                                    anywhere[:1].repeat(miss.sum()), q_st[miss], q_en[miss])
-        region = np.where(has & (found >= 0), take(names, found, ""), "")
-    kernels["region"] = region
+        found[miss] = enclosing(anywhere, st, en, interval_parents(anywhere, st, en),
+                                np.zeros(int(miss.sum()), dtype=np.int64), start[miss], end[miss])
+    return np.where(valid & (found >= 0), take(names, found, ""), "")
