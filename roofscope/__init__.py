@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from .collectors.regions import region
+
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.analysis import Analysis
     from .run import Run
 
-__all__ = ["__version__", "analyze", "load"]
+__all__ = ["__version__", "analyze", "load", "region"]
 
 
 def analyze(path: Any, **kwargs: Any) -> "Analysis":

@@ -110,3 +110,11 @@ def test_subprocess_hta_summary(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "NVIDIA A100-SXM4-80GB" in res.stdout
     assert "communication" in res.stdout
+
+
+def test_import_is_cheap():
+    """`import roofscope` must not import torch (or touch CUDA): commands that only read traces stay fast."""
+    code = "import sys, roofscope, roofscope.cli; print(sorted(m for m in ('torch', 'pynvml', 'triton') if m in sys.modules))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
+    assert res.stdout.strip() == "[]", res.stderr
