@@ -65,3 +65,21 @@ def test_example_runs_on_gpu(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert (out / "report.html").stat().st_size > 100_000
     assert "Time by class" in res.stdout
+
+
+def test_regions_on_gpu_kernels(tmp_path):
+    import torch
+
+    x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+
+    def fn():
+        with roofscope.region("prefill"):
+            torch.mm(x, x)
+        with roofscope.region("decode"):
+            torch.relu(x)
+
+    an = _profile(tmp_path, fn)
+    k = an.kernels[an.kernels["cat"] == "kernel"]
+    assert set(k.loc[k["category"] == "gemm", "region"]) == {"prefill"}
+    assert set(k.loc[k["op_name"] == "aten::clamp_min", "region"]) | set(
+        k.loc[k["op_name"] == "aten::relu", "region"]) == {"decode"}
