@@ -27,7 +27,7 @@ def test_regions_label_work_in_the_analysis(tmp_path):
     path = tmp_path / "t.json"
     p.export_chrome_trace(str(path))
     a = roofscope.analyze(path, ceilings=CPU)
-    by = a.kernels.groupby("region")["name"].agg(lambda s: sorted(set(map(str, s))))
+    by = {r: sorted(set(map(str, names))) for r, names in a.kernels.groupby("region")["name"]}
     assert by["prefill"] == ["aten::mm"]
     assert by["attention"] == ["aten::_softmax"]  # innermost region wins
     assert by["decode"] == ["aten::mm"]
