@@ -28,6 +28,7 @@ class Analysis:
     kernels: pd.DataFrame
     params: RooflineParams = field(default_factory=RooflineParams)
     cpu_only: bool = False
+    _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -68,6 +69,12 @@ class Analysis:
         }
 
     def summary(self) -> dict[str, Any]:
+        """Headline figures (computed once: reports and the console all ask for them)."""
+        if self._summary is None:
+            self._summary = self._compute_summary()
+        return self._summary
+
+    def _compute_summary(self) -> dict[str, Any]:
         k = self.kernels
         total = float(k["dur_s"].sum())
         by_class = k.groupby("cls")["dur_s"].sum()

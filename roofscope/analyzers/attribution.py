@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .categories import kernel_categories
-from .linking import ancestor_where
+from .linking import ancestor_where, take
 from .trace import Trace
 
 UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula")
@@ -70,7 +70,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     is_copy = np.isin(category, ("memcpy", "memset"))
 
     has_formula = (oc["reason"] != "no_formula").to_numpy()
-    nearest = ancestor_where(parent, op, has_formula) if len(ops) else np.full(n, -1)
+    nearest = ancestor_where(parent, op, has_formula)
     costed = nearest >= 0
     costed[costed] = (oc["reason"].to_numpy()[nearest[costed]] == "")
     costed &= ~is_comm & ~is_copy
@@ -101,9 +101,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     nbytes[is_copy] = copy_bytes[is_copy]
 
     def from_op(col: str, default: object) -> np.ndarray:
-        vals = oc[col].to_numpy()
-        return np.where(cost_op >= 0, vals[np.maximum(cost_op, 0)], default) if len(ops) \
-            else np.full(n, default, dtype=object)
+        return take(oc[col].to_numpy(), cost_op, default)
 
     op_category = from_op("category", "")
     # The op's category is better than the kernel name's, except for generic "other" ops.
@@ -116,9 +114,9 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["flops"] = flops
     k["bytes"] = nbytes
     k["cost_op"] = cost_op
-    names = ops["name"].astype(str).to_numpy() if len(ops) else np.zeros(0, dtype=object)
-    k["op_name"] = np.where(op >= 0, names[np.maximum(op, 0)], "") if len(ops) else ""
-    k["cost_op_name"] = np.where(cost_op >= 0, names[np.maximum(cost_op, 0)], "") if len(ops) else ""
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    k["op_name"] = take(names, op, "")
+    k["cost_op_name"] = take(names, cost_op, "")
     k["unattributed"] = _reasons(k, ops, oc, nearest,
                                  costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)))
     return k
@@ -153,7 +151,7 @@ def _reasons(k: pd.DataFrame, ops: pd.DataFrame, oc: pd.DataFrame, nearest: np.n
         compiled_op = names.str.startswith(_COMPILED_OPS).to_numpy()
         in_compiled = ancestor_where(ops["parent"].to_numpy(), op, compiled_op) >= 0
         in_compiled |= k["name"].astype(str).str.startswith("triton_").to_numpy()
-        nearest_reason = np.where(nearest >= 0, oc["reason"].to_numpy()[np.maximum(nearest, 0)], "")
+        nearest_reason = take(oc["reason"].to_numpy(), nearest, "")
         reason[linked & (nearest_reason == "no_shapes")] = "no_shapes"
         rest = linked & (reason == "")
         reason[rest & in_compiled] = "compiled_no_metadata"

@@ -18,6 +18,8 @@ from .console import shorten
 from .export import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from ..analyzers.analysis import Analysis
 
 MAX_MARKERS = 5000
@@ -32,8 +34,7 @@ def script_json(value: Any) -> str:
     return text.replace("<", "\\u003c")
 
 
-def _points(a: "Analysis") -> list[dict[str, Any]]:
-    agg = a.by_kernel()
+def _points(a: "Analysis", agg: "pd.DataFrame") -> list[dict[str, Any]]:
     agg = agg[agg["flops"].notna() & agg["bytes"].notna() & (agg["flops"] > 0) & (agg["bytes"] > 0)]
     ops = a.kernels.drop_duplicates("name").set_index("name")["op_name"]
     pts = []
@@ -55,14 +56,15 @@ def _roofs(a: "Analysis") -> list[dict[str, Any]]:
 
 def report_data(a: "Analysis", top: int = 50) -> dict[str, Any]:
     s = a.summary()
+    agg = a.by_kernel()
     table = []
-    for name, r in a.by_kernel().head(top).iterrows():
+    for name, r in agg.head(top).iterrows():
         table.append({"name": str(name), "cls": r["cls"], "calls": int(r["calls"]), "time_ms": r["time_s"] * 1e3,
                       "share": r["time_share"], "tflops": r["achieved_flops"] / 1e12
                       if not math.isnan(r["achieved_flops"]) else None,
                       "gbs": r["achieved_bw"] / 1e9 if not math.isnan(r["achieved_bw"]) else None,
                       "intensity": r["intensity"], "eff": r["efficiency"]})
-    return {"summary": s, "points": _points(a), "roofs": _roofs(a), "bandwidth": a.ceilings.bandwidth,
+    return {"summary": s, "points": _points(a, agg), "roofs": _roofs(a), "bandwidth": a.ceilings.bandwidth,
             "table": table, "colors": CLASS_COLORS}
 
 
