@@ -5,6 +5,7 @@ functions that need them, and nothing touches CUDA at import time.
 """
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -13,9 +14,10 @@ from .collectors.regions import region
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.analysis import Analysis
+    from .collectors.context import Profile
     from .run import Run
 
-__all__ = ["__version__", "analyze", "load", "region"]
+__all__ = ["__version__", "analyze", "load", "profile", "region", "step"]
 
 
 def analyze(path: Any, **kwargs: Any) -> "Analysis":
@@ -30,3 +32,20 @@ def load(path: Any) -> "Run":
     from .run import load as _load
 
     return _load(path)
+
+
+def profile(steps: int = 3, **kwargs: Any) -> "Profile":
+    """Profile a loop in your own code; see :func:`roofscope.collectors.context.profile`."""
+    from .collectors.context import profile as _profile
+
+    return _profile(steps, **kwargs)
+
+
+def step() -> None:
+    """Mark a step boundary for the active roofscope profile; a no-op when none is active.
+
+    Cheap enough to leave in a loop: nothing is imported until a profile is active.
+    """
+    session = sys.modules.get("roofscope.collectors.session")
+    if session is not None:
+        session.step()

@@ -65,11 +65,54 @@ def report_cmd(**kwargs: object) -> int:
     return run(AnalyzeOptions(quiet=True, **kwargs))  # type: ignore[arg-type]
 
 
+@cli.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=str),
+              help="Run directory to write [default: roofscope-out/<script>-<timestamp>].")
+@click.option("--wait", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Steps to skip before profiling (start-up, compilation).")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Steps profiled but discarded (the profiler's own warm-up).")
+@click.option("--active", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Steps recorded and analyzed.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True),
+              help="Profile a time window of SECONDS instead of steps (for scripts without steps).")
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="With --duration: seconds to wait before the window opens.")
+@click.option("--modules", is_flag=True, help="Label kernels with the nn.Module that launched them.")
+@click.option("--nvml-hz", type=click.FloatRange(min=0), default=50.0, show_default=True,
+              help="NVML telemetry sampling rate (0: off).")
+@click.option("--tokens-per-step", type=click.FloatRange(min=0, min_open=True),
+              help="Tokens processed per step, for tokens/s.")
+@click.option("--model-flops-per-step", type=click.FloatRange(min=0, min_open=True),
+              help="Model FLOPs per step (e.g. 6*params*tokens), for MFU.")
+@click.option("--exit-after-profile", is_flag=True,
+              help="End the script (exit code 0) as soon as the profiled steps are recorded.")
+@click.option("--no-report", is_flag=True, help="Do not render report.html.")
+@_ceiling_options
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Kernels listed in the terminal summary.")
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.argument("target")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run_cmd(**kwargs: object) -> int:
+    """Run SCRIPT (or -m MODULE) with ARGS under the profiler and write a Run directory.
+
+    Steps come from roofscope.step() / the first optimizer's step(); the Run, its summary
+    and report.html are written even when the script fails, exits or is interrupted, and
+    roofscope exits with the script's own exit code.
+    """
+    from .commands.run import RunOptions, run
+
+    argv = (click.get_current_context().obj or {}).get("argv") or sys.argv[1:]
+    return run(RunOptions(argv=["roofscope", *argv], **kwargs))  # type: ignore[arg-type]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: returns the exit code (0 ok, 1 finding such as a regression, 2 usage/input error)."""
     try:
-        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="roofscope",
-                      standalone_mode=False)
+        args = list(argv) if argv is not None else sys.argv[1:]
+        rv = cli.main(args=args, prog_name="roofscope", standalone_mode=False, obj={"argv": args})
     except RoofscopeError as e:
         click.echo(f"roofscope: error: {e}", err=True)
         return e.exit_code

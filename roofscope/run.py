@@ -5,7 +5,9 @@ Layout (schema 1)::
     run.json          metadata: schema_version, versions, command, host, device, steps, exit status
     trace.json.gz     the Kineto trace
     ceilings.json     ceilings measured where the run was collected (optional)
+    telemetry.json.gz NVML samples taken while profiling (optional; collectors/nvml.py)
     summary.json      the analysis summary written at collection time (optional)
+    report.html       the HTML report rendered at collection time (optional)
 
 A Run is written into a temporary sibling directory and renamed into place, so a
 reader never sees half a Run; an existing directory is replaced only with
@@ -36,6 +38,8 @@ META_FILE = "run.json"
 TRACE_FILE = "trace.json.gz"
 CEILINGS_FILE = "ceilings.json"
 SUMMARY_FILE = "summary.json"
+TELEMETRY_FILE = "telemetry.json.gz"
+REPORT_FILE = "report.html"
 
 
 class RunError(RoofscopeError):
@@ -56,6 +60,11 @@ class Run:
     @property
     def ceilings_path(self) -> Path | None:
         p = self.path / CEILINGS_FILE
+        return p if p.exists() else None
+
+    @property
+    def telemetry_path(self) -> Path | None:
+        p = self.path / TELEMETRY_FILE
         return p if p.exists() else None
 
     def summary(self) -> dict[str, Any] | None:
@@ -124,8 +133,9 @@ def new_meta(command: list[str], **fields: Any) -> dict[str, Any]:
 
 def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.PathLike | bytes,
               ceilings: "Ceilings | None" = None, summary: dict[str, Any] | None = None,
-              force: bool = False) -> Run:
-    """Write a Run to ``out`` atomically. ``trace`` is a file (gzipped here if it is not) or bytes."""
+              files: dict[str, bytes | str] | None = None, force: bool = False) -> Run:
+    """Write a Run to ``out`` atomically. ``trace`` is a file (gzipped here if it is not) or bytes;
+    ``files`` maps further plain file names (telemetry, report) to their contents."""
     import gzip
 
     from .devices import save_ceilings_file
@@ -142,6 +152,10 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
         (tmp / TRACE_FILE).write_bytes(data)
         if ceilings is not None:
             save_ceilings_file(ceilings, tmp / CEILINGS_FILE)
+        for name, content in (files or {}).items():
+            if Path(name).name != name or name in (META_FILE, TRACE_FILE):
+                raise ValueError(f"invalid Run file name {name!r}")
+            (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
         if summary is not None:
             from .reports.export import json_safe
 

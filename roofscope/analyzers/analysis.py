@@ -28,6 +28,8 @@ class Analysis:
     kernels: pd.DataFrame
     params: RooflineParams = field(default_factory=RooflineParams)
     cpu_only: bool = False
+    run_meta: dict[str, Any] | None = None     # run.json of the Run this came from, if any
+    telemetry: Any = None                      # collectors.nvml.Telemetry, if the Run has some
     _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
@@ -51,6 +53,19 @@ class Analysis:
     def by_region(self) -> pd.DataFrame:
         k = self.kernels
         return aggregate(k.assign(region=k["region"].replace("", "(no region)")), "region")
+
+    def by_module(self, depth: int | None = None) -> pd.DataFrame:
+        """Per-module table (needs a run with ``--modules``); ``depth`` truncates names (see modules.at_depth)."""
+        from .modules import at_depth
+
+        k = self.kernels
+        return aggregate(k.assign(module=at_depth(k["module"], depth).replace("", "(no module)")), "module")
+
+    def steps(self) -> pd.DataFrame:
+        """One row per profiled step (``ProfilerStep#N``): start, end, duration."""
+        from .throughput import step_table
+
+        return step_table(self.trace)
 
     def unattributed(self) -> dict[str, Any]:
         """Share of non-communication kernel time without a cost, by reason."""
@@ -101,7 +116,29 @@ class Analysis:
             "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
             "unattributed": self.unattributed(),
             "distributed": self.trace.meta.get("distributedInfo"),
+            "modules": bool((k["module"] != "").any()),
+            **self._run_figures(),
         }
+
+    def _run_figures(self) -> dict[str, Any]:
+        """Throughput and telemetry over the profiled steps (the user's counts come from the Run)."""
+        from .throughput import step_table, throughput, to_unix_ns
+
+        meta = self.run_meta or {}
+        steps = step_table(self.trace)
+        out: dict[str, Any] = {"throughput": throughput(steps, self.kernels, self.ceilings,
+                                                        meta.get("tokens_per_step"),
+                                                        meta.get("model_flops_per_step")),
+                               "telemetry": None}
+        if self.telemetry is not None:
+            from .telemetry import summarize
+
+            start = to_unix_ns(self.trace, int(steps["ts_ns"].min())) if len(steps) else None
+            end = to_unix_ns(self.trace, int(steps["end_ns"].max())) if len(steps) else None
+            out["telemetry"] = summarize(self.telemetry, start, end, steps=len(steps) or None)
+        if meta:
+            out["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
+        return out
 
 
 def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
@@ -128,6 +165,7 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["op_name"] = k["name"].astype(str)
     k["cost_op_name"] = k["op_name"]
     k["unattributed"] = ""
+    k["op"] = sel
     k["step"] = steps_at(trace.annotations, ops["ts_ns"].to_numpy()[sel])
     k["region"] = regions_at(trace.annotations, ops["thread"].to_numpy()[sel], ops["ts_ns"].to_numpy()[sel],
                              ops["end_ns"].to_numpy()[sel], np.ones(len(sel), dtype=bool))
@@ -137,21 +175,30 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
 def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
             ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
-            params: RooflineParams | None = None) -> Analysis:
+            params: RooflineParams | None = None, telemetry: Any = None,
+            run_meta: dict[str, Any] | None = None) -> Analysis:
     """Ingest, cost and classify a Kineto trace or a Run directory.
 
     Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
     ``device`` override or the trace's own device name, completed by the peak flags.
-    Raises :class:`~roofscope.errors.DeviceError` for an unknown device without peaks.
+    A Run directory also brings its metadata (tokens and model FLOPs per step) and
+    NVML telemetry. Raises :class:`~roofscope.errors.DeviceError` for an unknown
+    device without peaks.
     """
     from ..run import is_run_dir, load
     from .costmodel import signature_costs
+    from .modules import module_column
 
     if not isinstance(source, Trace) and is_run_dir(source):
         run = load(source)
         # Ceilings measured where the Run was collected beat the datasheet, not the user's choice.
         if ceilings_file is None and device is None and run.ceilings_path is not None:
             ceilings_file = run.ceilings_path
+        if telemetry is None and run.telemetry_path is not None:
+            from .telemetry import load as load_telemetry
+
+            telemetry = load_telemetry(run.telemetry_path)
+        run_meta = run_meta if run_meta is not None else run.meta
         source = run.trace_path
     trace = source if isinstance(source, Trace) else load_trace(source)
     params = params or RooflineParams()
@@ -166,5 +213,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
         kernels = _cpu_work(trace, sig_costs)
     else:
         kernels = attribute(trace, sig_costs)
+    kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     kernels = place(kernels, ceilings, params)
-    return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only)
+    return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only,
+                    run_meta=run_meta, telemetry=telemetry)

@@ -39,6 +39,13 @@ class RooflineParams:
     underutilized_below: float = UNDERUTILIZED_BELOW
 
 
+def params_from(latency_floor_us: float | None, underutilized_below: float | None) -> RooflineParams:
+    """Parameters from the command-line flags; an absent flag keeps its default."""
+    return RooflineParams(
+        latency_floor_s=LATENCY_FLOOR_S if latency_floor_us is None else latency_floor_us * 1e-6,
+        underutilized_below=UNDERUTILIZED_BELOW if underutilized_below is None else underutilized_below)
+
+
 def _roofs(ceilings: Ceilings, dtype: np.ndarray, tensor_core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Peak FLOP/s and the precision key that provides it, per row (NaN when none)."""
     roof = np.full(len(dtype), np.nan)

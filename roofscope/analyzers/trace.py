@@ -23,6 +23,8 @@ from ..errors import TraceError
 from .linking import enclosing, interval_parents, take
 
 _NO_RAW = msgspec.Raw(b"")
+# Annotation prefix of module labels (collectors/modules.py writes them).
+MODULE_PREFIX = "nn.Module: "
 
 # GPU-side activity categories that occupy a stream.
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -47,6 +49,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     kernel_flop: Union[float, None] = None
     kernel_backend: Union[str, None] = None
     rf_id: Union[int, None] = msgspec.field(name="Record function id", default=None)
+    # Autograd sequence number: a backward node carries its forward op's number.
+    seq: Union[int, None] = msgspec.field(name="Sequence number", default=None)
     # CUPTI range-profiler counters (old Kineto "cuda_profiler_range" events): SASS
     # instruction counts per precision; FLOPs = add + mul + 2 * fma.
     sass_dadd: Union[float, None] = msgspec.field(
@@ -202,6 +206,7 @@ def _build_ops(evs: list[_Event], t0: float) -> tuple[pd.DataFrame, pd.DataFrame
         "end_ns": ts + dur,
         "external_id": _opt_int([e.args.external_id for e in evs]),
         "rf_id": _opt_int([e.args.rf_id for e in evs]),
+        "seq": _opt_int([e.args.seq for e in evs]),
         "sig": np.asarray(sig_col, dtype=np.int64),
         "kernel_num_gb": np.asarray([np.nan if e.args.kernel_num_gb is None else e.args.kernel_num_gb
                                      for e in evs], dtype=np.float64),
@@ -379,9 +384,11 @@ def steps_at(annotations: pd.DataFrame, t: np.ndarray) -> np.ndarray:
 
 
 def _is_region(names: pd.Series) -> np.ndarray:
-    # Step markers are steps, and "## ... ##" annotations are torch.compile's own bookkeeping.
+    # Step markers are steps, module labels are modules, and "## ... ##" annotations are
+    # torch.compile's own bookkeeping.
     n = names.astype(str)
-    return (~n.str.startswith("ProfilerStep#") & ~n.str.startswith("## ")).to_numpy()
+    return (~n.str.startswith("ProfilerStep#") & ~n.str.startswith("## ")
+            & ~n.str.startswith(MODULE_PREFIX)).to_numpy()
 
 
 def _assign_regions(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:

@@ -28,7 +28,7 @@ class AnalyzeOptions:
 
 def run(opts: AnalyzeOptions) -> int:
     from ..analyzers.analysis import analyze
-    from ..analyzers.roofline import RooflineParams
+    from ..analyzers.roofline import params_from
     from ..reports.console import render_summary
     from ..reports.export import kernels_csv, to_json
     from ..reports.html import render_html
@@ -38,11 +38,7 @@ def run(opts: AnalyzeOptions) -> int:
                ((opts.json_out, to_json), (opts.csv_out, kernels_csv), (opts.html_out, render_html)) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
-    defaults = RooflineParams()
-    params = RooflineParams(
-        latency_floor_s=defaults.latency_floor_s if opts.latency_floor_us is None else opts.latency_floor_us * 1e-6,
-        underutilized_below=defaults.underutilized_below if opts.underutilized_below is None
-        else opts.underutilized_below)
+    params = params_from(opts.latency_floor_us, opts.underutilized_below)
     a = analyze(opts.trace, device=opts.device, peak_tflops=opts.peak_tflops,
                 peak_bandwidth_gbs=opts.peak_bandwidth, ceilings_file=opts.ceilings, params=params)
     if not opts.quiet:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
+    from ..collectors.session import SessionResult
 
 _NAME_WIDTH = 64
 
@@ -70,6 +71,7 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out.append(f"  time      {ms(total)} ms summed over {what}"
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
+    out += _run_lines(s)
     if s["untimed_kernels"]:
         out.append(f"  note      {s['untimed_kernels']:,} GPU activities are CUPTI counter ranges recorded in "
                    f"counter-replay mode: {si(s['counter_flops'], 'FLOP')} measured by hardware counters, "
@@ -87,6 +89,14 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
                 for name, r in regions.head(8).iterrows()]
         out.append("Time by region (record_function)")
         out += ["  " + r for r in table(["region", "time ms", "share", "kernels", "class"], rows, "<>>><")]
+        out.append("")
+
+    if s.get("modules"):
+        mods = a.by_module().head(10)
+        rows = [[str(name)[-56:], ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"])]
+                for name, r in mods.iterrows()]
+        out.append("Time by module (innermost; backward kernels count toward their forward module)")
+        out += ["  " + r for r in table(["module", "time ms", "share", "kernels", "class"], rows, "<>>><")]
         out.append("")
 
     u = s["unattributed"]
@@ -109,3 +119,58 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out += ["  " + r for r in table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth",
                                      "FLOP/B", "kernel", "op"], rows, ">>><>>>><<")]
     return "\n".join(out) + "\n"
+
+
+def _run_lines(s: dict) -> list[str]:
+    """Step time, throughput and NVML telemetry lines, where the summary has them."""
+    out = []
+    t = s.get("throughput") or {}
+    if t.get("step_time_s"):
+        line = f"  steps     {t['steps']} profiled, median {ms(t['step_time_s'])} ms/step"
+        extra = []
+        if t.get("tokens_per_s"):
+            extra.append(f"{si(t['tokens_per_s'], 'tokens/s')}")
+        if t.get("mfu") is not None:
+            extra.append(f"MFU {pct(t['mfu'])} of the {t['mfu_roof']} peak {si(t['mfu_peak_flops'], 'FLOP/s')}")
+        out.append(line + (f" ({', '.join(extra)})" if extra else ""))
+    tel = s.get("telemetry") or {}
+    for d in tel.get("devices", []):
+        if not d.get("samples"):
+            continue
+        clock = d.get("sm_clock_mhz") or {}
+        power = d.get("power_w") or {}
+        parts = []
+        if clock.get("mean") is not None:
+            parts.append(f"SM {clock['mean']:.0f} MHz mean (min {clock['min']:.0f}"
+                         + (f", {pct(d['sm_clock_ratio'])} of max" if d.get("sm_clock_ratio") is not None else "")
+                         + ")")
+        if power.get("mean") is not None:
+            parts.append(f"{power['mean']:.0f} W mean")
+        if d.get("energy_per_step_j") is not None:
+            parts.append(f"{d['energy_per_step_j']:.3g} J/step")
+        if d.get("temp_c") is not None:
+            parts.append(f"{d['temp_c']:.0f} °C max")
+        throttled = (d.get("throttle") or {}).get("throttled_share")
+        if throttled is not None:
+            parts.append(f"throttled {pct(throttled)} of samples")
+        out.append(f"  gpu {d.get('cuda_index', d.get('nvml_index'))}     " + ", ".join(parts)
+                   + f" [{d['samples']} NVML samples]")
+    return out
+
+
+def render_session(result: "SessionResult", top: int = 15, quiet: bool = False) -> tuple[str, str | None]:
+    """Text for the end of a profiling session and the problem to report, if any."""
+    if result.run is None:
+        return "", "no trace was recorded, so no Run was written"
+    out = ""
+    if result.analysis is not None and not quiet:
+        out = render_summary(result.analysis, top=top) + "\n"
+    out += f"run:    {result.run.path}\n"
+    report = result.run.path / "report.html"
+    if report.exists():
+        out += f"report: {report}\n"
+    problem = None
+    if result.error:
+        problem = (f"{result.error}; the Run was written without a summary: "
+                   f"re-analyze it with `roofscope analyze {result.run.path} --peak-tflops ... --peak-bandwidth ...`")
+    return out, problem

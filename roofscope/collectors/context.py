@@ -1,0 +1,124 @@
+"""``with roofscope.profile(...) as prof:``: the in-code way to collect a Run.
+
+    with roofscope.profile(steps=3, out="runs/gpt", tokens_per_step=8 * 1024) as prof:
+        for batch in loader:
+            train_step(batch)
+            prof.step()            # or rely on optimizer.step(), or roofscope.step()
+    print(prof.summary())
+    prof.analysis.by_kernel()
+
+The Run is written when the block ends, also when it ends with an exception (which
+then propagates unchanged). Works in notebooks: nothing here touches signals.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RoofscopeError
+from .session import Session, SessionConfig, SessionResult
+from .torchprof import Schedule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analyzers.analysis import Analysis
+
+
+class Profile:
+    """The object ``roofscope.profile()`` returns; a context manager, used once."""
+
+    def __init__(self, config: SessionConfig, quiet: bool) -> None:
+        self._session = Session(config)
+        self._quiet = quiet
+        self._used = False
+        self.result: SessionResult | None = None
+
+    def __enter__(self) -> "Profile":
+        if self._used:
+            raise RoofscopeError("a roofscope.profile() object can be used only once; create a new one")
+        self._used = True
+        self._session.start()
+        return self
+
+    def step(self) -> None:
+        """Mark a step boundary (the end of one iteration)."""
+        self._session.step()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        from ..reports.console import render_session
+
+        status = _status(exc)
+        try:
+            self.result = self._session.finish(status)
+        except RoofscopeError as e:
+            if exc is None:
+                raise
+            print(f"roofscope: error: {e}", file=sys.stderr)  # the user's exception matters more
+            return False
+        text, problem = render_session(self.result, quiet=self._quiet)
+        if not self._quiet:
+            sys.stdout.write(text)
+        for w in self.result.warnings:
+            print(f"roofscope: warning: {w}", file=sys.stderr)
+        if problem:
+            print(f"roofscope: error: {problem}", file=sys.stderr)
+        return False
+
+    def _done(self) -> SessionResult:
+        if self.result is None:
+            raise RoofscopeError("the profile has not finished yet: use its results after the `with` block")
+        return self.result
+
+    @property
+    def analysis(self) -> "Analysis | None":
+        return self._done().analysis
+
+    @property
+    def run_dir(self) -> Path | None:
+        run = self._done().run
+        return run.path if run is not None else None
+
+    def summary(self, top: int = 15) -> str:
+        """The terminal summary as text."""
+        from ..reports.console import render_summary
+
+        a = self._done().analysis
+        if a is None:
+            raise RoofscopeError("nothing was analyzed (see the warnings printed when the profile ended)")
+        return render_summary(a, top=top)
+
+
+def _status(exc: BaseException | None) -> dict[str, Any]:
+    if exc is None:
+        return {"code": 0, "reason": "ok", "detail": None}
+    if isinstance(exc, KeyboardInterrupt):
+        return {"code": 130, "reason": "interrupted", "detail": "KeyboardInterrupt"}
+    if isinstance(exc, SystemExit):
+        return {"code": exc.code if isinstance(exc.code, int) else 1, "reason": "exit",
+                "detail": f"sys.exit({exc.code!r})"}
+    return {"code": 1, "reason": "exception", "detail": f"{type(exc).__name__}: {exc}"}
+
+
+def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path | None = None,
+            force: bool = False, tokens_per_step: float | None = None,
+            model_flops_per_step: float | None = None, modules: bool = False, nvml_hz: float = 50.0,
+            report: bool = True, quiet: bool = False, name: str | None = None, device: str | None = None,
+            peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
+            ceilings: str | None = None) -> Profile:
+    """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones.
+
+    Step boundaries: ``prof.step()`` / ``roofscope.step()`` when called, else each
+    ``step()`` of the first optimizer. ``out`` defaults to
+    ``roofscope-out/<name>-<timestamp>``. ``tokens_per_step`` and ``model_flops_per_step``
+    give tokens/s and MFU. ``modules`` labels kernels with their ``nn.Module``.
+    """
+    if name is None:
+        main = sys.modules.get("__main__")
+        main_file = getattr(main, "__file__", None)
+        name = Path(main_file).stem if main_file else "profile"
+    config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name,
+                           schedule=Schedule(wait, warmup, steps), nvml_hz=nvml_hz, modules=modules,
+                           tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step,
+                           report=report, device=device, peak_tflops=peak_tflops,
+                           peak_bandwidth_gbs=peak_bandwidth_gbs, ceilings_file=ceilings)
+    return Profile(config, quiet)

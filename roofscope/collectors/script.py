@@ -1,0 +1,118 @@
+"""Run a user's script (or ``-m`` module) as ``__main__``, the way ``python`` would, and say how it ended.
+
+The script sees the ``sys.argv``, ``sys.path[0]`` and ``__file__`` Python would give it.
+Whatever ends it (returning, ``sys.exit(n)``, an exception, Ctrl-C, ``SIGTERM``) comes
+back as an :class:`Outcome` with the exit code Python would have used, so the caller
+can write the Run first and exit with that code. Interpreter state is restored after.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import runpy
+import signal
+import sys
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ..errors import RoofscopeError
+
+_ROOFSCOPE_DIR = str(Path(__file__).resolve().parents[1])
+_RUNPY = runpy.__file__
+
+
+class ScriptError(RoofscopeError):
+    """The target cannot be run at all (missing file, unknown module)."""
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by our SIGTERM handler, so the Run is still written."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    reason: str                   # "ok", "exit", "exception", "interrupted", "terminated", "stopped"
+    detail: str | None = None     # the exception, one line
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_target(target: str, module: bool) -> None:
+    """Fail before profiling anything when the script or module does not exist."""
+    if module:
+        try:
+            found = importlib.util.find_spec(target) is not None
+        except (ImportError, ValueError) as e:
+            raise ScriptError(f"cannot find module {target!r}: {e}") from None
+        if not found:
+            raise ScriptError(f"no module named {target!r}")
+    elif not Path(target).is_file():
+        raise ScriptError(f"{target}: no such file" if not Path(target).exists() else f"{target}: not a file")
+
+
+def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    # Drop roofscope's and runpy's frames in front of the script's own, as Python shows none.
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if not (f.startswith(_ROOFSCOPE_DIR) or f == _RUNPY or f.startswith("<frozen runpy")):
+            break
+        tb = tb.tb_next
+    return tb
+
+
+def _exit_code(e: SystemExit) -> int:
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code % 256  # what the shell sees
+    print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1, as Python does
+    return 1
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def run_target(target: str, args: list[str], module: bool = False) -> Outcome:
+    """Run ``target`` as ``__main__`` with ``args``; never raises for anything the script does."""
+    from .session import ProfileComplete
+
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    old_term = signal.getsignal(signal.SIGTERM)
+    # Only when the script has not taken SIGTERM over itself (it cannot have yet) and we can.
+    ours = old_term in (signal.SIG_DFL, None)
+    if ours:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        if module:
+            sys.argv = [target] + list(args)  # runpy replaces argv[0] with the module's file
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target] + list(args)
+            sys.path.insert(0, str(Path(target).resolve().parent))
+            runpy.run_path(target, run_name="__main__")
+        return Outcome(0, "ok")
+    except ProfileComplete:
+        return Outcome(0, "stopped", "stopped by roofscope after the profiled steps (--exit-after-profile)")
+    except SystemExit as e:
+        return Outcome(_exit_code(e), "exit", f"sys.exit({e.code!r})")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", file=sys.stderr)
+        return Outcome(128 + signal.SIGINT, "interrupted", "KeyboardInterrupt (SIGINT)")
+    except Terminated:
+        return Outcome(128 + signal.SIGTERM, "terminated", "SIGTERM")
+    except BaseException as e:  # the script's own error: shown as Python would, then reported
+        traceback.print_exception(type(e), e, _user_traceback(e.__traceback__))
+        return Outcome(1, "exception", "".join(traceback.format_exception_only(type(e), e)).strip())
+    finally:
+        if ours:
+            signal.signal(signal.SIGTERM, old_term)
+        sys.argv = saved_argv
+        sys.path[:] = saved_path

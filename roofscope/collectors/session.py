@@ -1,0 +1,298 @@
+"""A profiling session: torch.profiler + NVML + module labels from start to a written Run.
+
+``roofscope run`` and ``roofscope.profile()`` both drive one :class:`Session`:
+:meth:`Session.start`, step boundaries (explicit ``step()`` calls, else the first
+optimizer's ``step()``), then :meth:`Session.finish`, which stops every collector,
+analyzes the trace and writes the Run (trace, telemetry, metadata, summary, report).
+Only one session may be active per process: Kineto has one profiler.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OutputExistsError, RoofscopeError
+from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analyzers.analysis import Analysis
+    from ..analyzers.roofline import RooflineParams
+    from ..run import Run
+
+_lock = threading.Lock()
+_active: "Session | None" = None
+
+
+class ProfileComplete(SystemExit):
+    """Raised into the program at the step after profiling ends, with ``exit_after_profile``."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+@dataclass
+class SessionConfig:
+    out: Path | None = None
+    force: bool = False
+    name: str = "profile"
+    schedule: Schedule = field(default_factory=Schedule)
+    duration_s: float | None = None
+    delay_s: float = 0.0
+    nvml_hz: float = 50.0                    # 0 turns telemetry off
+    modules: bool = False
+    tokens_per_step: float | None = None
+    model_flops_per_step: float | None = None
+    exit_after_profile: bool = False
+    report: bool = True
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    device: str | None = None                # ceilings overrides, as for `roofscope analyze`
+    peak_tflops: float | None = None
+    peak_bandwidth_gbs: float | None = None
+    ceilings_file: str | None = None
+    params: "RooflineParams | None" = None
+
+    def __post_init__(self) -> None:
+        for label, v in (("tokens_per_step", self.tokens_per_step),
+                         ("model_flops_per_step", self.model_flops_per_step)):
+            if v is not None and not v > 0:
+                raise RoofscopeError(f"{label} must be positive, got {v}")
+        if self.nvml_hz < 0:
+            raise RoofscopeError(f"NVML sampling rate must be >= 0 Hz, got {self.nvml_hz:g}")
+
+
+@dataclass
+class SessionResult:
+    run: "Run | None"
+    analysis: "Analysis | None"
+    warnings: list[str]
+    error: str | None = None           # analysis failed (e.g. unknown GPU); the Run is still written
+
+
+def default_out(name: str, root: Path = Path("roofscope-out")) -> Path:
+    """``roofscope-out/<name>-<YYYYmmdd-HHMMSS>``, suffixed ``-2``, ``-3``... if taken."""
+    base = root / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+def active() -> "Session | None":
+    return _active
+
+
+def step() -> None:
+    """Mark a step boundary in the active session (a no-op when none is active)."""
+    s = _active
+    if s is not None:
+        s.step()
+
+
+class Session:
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.out = config.out if config.out is not None else default_out(config.name)
+        self.warnings: list[str] = []
+        self.step_source = "none"
+        self._optimizer: "weakref.ref[Any] | None" = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._collector: TorchCollector | None = None
+        self._sampler: Any = None
+        self._labels: Any = None
+        self._hook: Any = None
+        self._started_at = ""
+        self._t0 = 0.0
+        self._finished = False
+        self.inductor = ""
+        self.telemetry: Any = None
+
+    # -- start -------------------------------------------------------------------------------
+
+    def start(self) -> "Session":
+        global _active
+        if self.out.exists() and not self.config.force:
+            raise OutputExistsError(f"{self.out} already exists; pass --force to overwrite it")
+        with _lock:
+            if _active is not None:
+                raise RoofscopeError("a roofscope profile is already active in this process"
+                                     f" (writing {_active.out}); profiles cannot be nested or run concurrently")
+            _active = self
+        try:
+            self._start_collectors()
+        except BaseException:
+            self._stop_collectors()
+            _active = None
+            raise
+        return self
+
+    def _start_collectors(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._started_at = datetime.now().astimezone().isoformat(timespec="seconds")
+        self._t0 = time.perf_counter()
+        self.inductor = enable_inductor_metadata()
+        self._tmp = tempfile.TemporaryDirectory(prefix="roofscope-")
+        self._collector = TorchCollector(Path(self._tmp.name) / "trace.json", self.config.schedule,
+                                         self.config.duration_s, self.config.delay_s)
+        if self.config.nvml_hz > 0 and torch.cuda.is_available():
+            from .nvml import NvmlSampler
+
+            self._sampler = NvmlSampler(hz=self.config.nvml_hz)
+            self._sampler.start()
+        if self.config.modules:
+            from .modules import ModuleLabels
+
+            self._labels = ModuleLabels()
+            self._labels.install()
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._collector.start()
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """An explicit step boundary; from the first one on, optimizer steps are ignored."""
+        self.step_source = "explicit"
+        self._advance()
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.step_source == "explicit":
+            return
+        # Only the first optimizer seen counts: a GAN's two optimizers make one step.
+        if self._optimizer is None:
+            self._optimizer = weakref.ref(optimizer)
+        elif self._optimizer() is not optimizer:
+            return
+        self.step_source = "optimizer"
+        self._advance()
+
+    def _advance(self) -> None:
+        c = self._collector
+        if c is None or c.done:
+            return
+        c.step()
+        if c.done:
+            # Keep the rest of the program free of hooks and sampling.
+            self._stop_collectors()
+            if self.config.exit_after_profile:
+                raise ProfileComplete()
+
+    # -- finish ------------------------------------------------------------------------------
+
+    def _stop_collectors(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._labels is not None:
+            self._labels.remove()
+        if self._collector is not None:
+            self._collector.stop()
+        if self._sampler is not None and self._sampler.running:
+            self.telemetry = self._sampler.stop()
+
+    def finish(self, exit_status: dict[str, Any]) -> SessionResult:
+        """Stop everything, analyze, write the Run. Call once, whatever ended the program."""
+        global _active
+        if self._finished:
+            raise RoofscopeError("this profile has already finished")
+        self._finished = True
+        try:
+            self._stop_collectors()
+            wall_s = time.perf_counter() - self._t0
+            return self._write(exit_status, wall_s)
+        finally:
+            if self._tmp is not None:
+                self._tmp.cleanup()
+            with _lock:
+                _active = None
+
+    def _write(self, exit_status: dict[str, Any], wall_s: float) -> SessionResult:
+        from ..run import TELEMETRY_FILE, REPORT_FILE, new_meta, write_run
+        from .metadata import device_metadata
+
+        c = self._collector
+        assert c is not None
+        shortfall = c.shortfall()
+        if shortfall:
+            self.warnings.append(shortfall + self._step_hint())
+        if not c.trace_path.exists():
+            return SessionResult(run=None, analysis=None, warnings=self.warnings)
+        telemetry = self.telemetry
+        files: dict[str, bytes | str] = {}
+        if telemetry is not None:
+            import gzip
+
+            files[TELEMETRY_FILE] = gzip.compress(telemetry.to_json())
+        s = self.config.schedule
+        meta = new_meta(self.config.command, started=self._started_at, wall_s=round(wall_s, 3),
+                        exit_status=exit_status, device=device_metadata(),
+                        steps={"requested": ({"duration_s": self.config.duration_s, "delay_s": self.config.delay_s}
+                                             if c.windowed else {"wait": s.wait, "warmup": s.warmup,
+                                                                 "active": s.active}),
+                               "boundaries_seen": c.steps, "source": self.step_source},
+                        tokens_per_step=self.config.tokens_per_step,
+                        model_flops_per_step=self.config.model_flops_per_step,
+                        inductor_benchmark_kernel=self.inductor,
+                        modules={"enabled": self.config.modules,
+                                 "calls": self._labels.calls if self._labels is not None else 0},
+                        telemetry=({"file": TELEMETRY_FILE, "hz": self.config.nvml_hz,
+                                    "samples": len(telemetry.samples.get("t_unix_ns", [])),
+                                    "notes": telemetry.notes} if telemetry is not None
+                                   else {"file": None, "notes": [self._telemetry_off_reason()]}),
+                        warnings=self.warnings)
+        analysis, error, ceilings = self._analyze(c.trace_path, telemetry, meta)
+        summary = None
+        if analysis is not None:
+            summary = analysis.summary()
+            meta["steps"]["recorded"] = summary["steps"]
+            if self.config.report:
+                from ..reports.html import render_html
+
+                files[REPORT_FILE] = render_html(analysis)
+        run = write_run(self.out, meta=meta, trace=c.trace_path, ceilings=ceilings, summary=summary,
+                        files=files, force=self.config.force)
+        if analysis is not None:
+            analysis.trace.path = str(run.trace_path)
+        return SessionResult(run=run, analysis=analysis, warnings=self.warnings, error=error)
+
+    def _analyze(self, trace_path: Path, telemetry: Any, meta: dict[str, Any]):
+        from ..analyzers.analysis import analyze
+        from ..analyzers.trace import load_trace
+
+        cfg = self.config
+        trace = load_trace(trace_path)
+        ceilings = None
+        overridden = cfg.device or cfg.peak_tflops or cfg.peak_bandwidth_gbs or cfg.ceilings_file
+        if len(trace.kernels) == 0 and not overridden:
+            # CPU-only: the CPU's datasheet is unknown, so measure it here, where the run happened.
+            from ..microbench.cpu import measure_cpu
+
+            ceilings = measure_cpu()
+        try:
+            a = analyze(trace, device=cfg.device, peak_tflops=cfg.peak_tflops,
+                        peak_bandwidth_gbs=cfg.peak_bandwidth_gbs, ceilings_file=cfg.ceilings_file,
+                        ceilings=ceilings, params=cfg.params, telemetry=telemetry, run_meta=meta)
+        except RoofscopeError as e:
+            return None, str(e), ceilings
+        return a, None, ceilings
+
+    def _step_hint(self) -> str:
+        if self.config.duration_s is not None:
+            return ""
+        if self.step_source == "none":
+            return ("; no step boundary arrived (no optimizer.step(), roofscope.step() or prof.step()):"
+                    " call roofscope.step() once per iteration, or profile a time window with --duration SECONDS")
+        return "; lower --wait/--warmup/--active or run more steps"
+
+    def _telemetry_off_reason(self) -> str:
+        if self.config.nvml_hz == 0:
+            return "NVML telemetry turned off"
+        return "no CUDA device: no NVML telemetry"

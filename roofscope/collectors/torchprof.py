@@ -1,0 +1,179 @@
+"""The torch.profiler (Kineto) collector: a step schedule or a time window, exported to a file.
+
+Step mode follows ``torch.profiler.schedule(wait, warmup, active)``: ``wait`` steps run
+unprofiled (start-up, compilation), ``warmup`` steps run with the profiler started but
+discarded (its own start-up cost), ``active`` steps are recorded. Time-window mode
+(``duration_s``) is for scripts with no step boundary at all: a ``SIGALRM`` timer starts
+the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs the main
+thread; step boundaries that do arrive are still marked.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import RoofscopeError
+
+INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    wait: int = 1
+    warmup: int = 2
+    active: int = 3
+
+    def __post_init__(self) -> None:
+        if self.wait < 0 or self.warmup < 0 or self.active < 1:
+            raise RoofscopeError(f"invalid schedule wait={self.wait} warmup={self.warmup} active={self.active}:"
+                                 " wait and warmup must be >= 0 and active >= 1")
+
+    @property
+    def steps(self) -> int:
+        return self.wait + self.warmup + self.active
+
+
+def enable_inductor_metadata() -> str:
+    """Make Inductor record bytes/FLOPs per compiled kernel (``benchmark_kernel``); says how.
+
+    A user's own setting wins. The environment variable covers modules compiled later in
+    this process; an already imported config is set directly.
+    """
+    if os.environ.get(INDUCTOR_ENV) not in (None, ""):
+        return f"left as set by the user ({INDUCTOR_ENV}={os.environ[INDUCTOR_ENV]})"
+    os.environ[INDUCTOR_ENV] = "1"
+    cfg = sys.modules.get("torch._inductor.config")
+    if cfg is not None:
+        cfg.benchmark_kernel = True
+    return "enabled"
+
+
+class TorchCollector:
+    """Owns one ``torch.profiler.profile``; the trace lands in ``trace_path`` when recording ends."""
+
+    def __init__(self, trace_path: Path, schedule: Schedule | None = None,
+                 duration_s: float | None = None, delay_s: float = 0.0) -> None:
+        if duration_s is not None and duration_s <= 0:
+            raise RoofscopeError("--duration must be positive")
+        if delay_s < 0:
+            raise RoofscopeError("--delay must be >= 0")
+        self.trace_path = trace_path
+        self.schedule = schedule or Schedule()
+        self.duration_s = duration_s
+        self.delay_s = delay_s
+        self.steps = 0                 # step boundaries seen
+        self.trace_ready = False
+        self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
+        self._prof: Any = None
+        self._old_alarm: Any = None
+
+    @property
+    def windowed(self) -> bool:
+        return self.duration_s is not None
+
+    @property
+    def done(self) -> bool:
+        """Everything requested has been recorded: later steps need no profiling."""
+        return self.trace_ready
+
+    def _export(self, prof: Any) -> None:
+        prof.export_chrome_trace(str(self.trace_path))
+        self.trace_ready = True
+
+    def _new_profile(self, schedule: Any) -> Any:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            acts.append(ProfilerActivity.CUDA)
+        return profile(activities=acts, schedule=schedule, record_shapes=True, on_trace_ready=self._export)
+
+    def start(self) -> None:
+        from torch.profiler import schedule
+
+        if not self.windowed:
+            s = self.schedule
+            self._prof = self._new_profile(schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=1))
+            self._prof.start()
+            return
+        if threading.current_thread() is not threading.main_thread():
+            raise RoofscopeError("a time window (--duration) needs the main thread (it uses SIGALRM)")
+        from torch.profiler import ProfilerAction
+
+        # Always RECORD: a schedule (unlike none) makes prof.step() mark ProfilerStep#N.
+        self._prof = self._new_profile(lambda _: ProfilerAction.RECORD)
+        self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
+        self.window = "waiting"
+        if self.delay_s > 0:
+            signal.setitimer(signal.ITIMER_REAL, self.delay_s)
+        else:
+            self._on_alarm()
+
+    def _on_alarm(self, *_: Any) -> None:
+        # Runs in the main thread between bytecodes, so no op is half-recorded.
+        if self.window == "waiting":
+            self._prof.start()
+            self.window = "recording"
+            signal.setitimer(signal.ITIMER_REAL, self.duration_s)
+        elif self.window == "recording":
+            self._finish_window()
+
+    def _finish_window(self) -> None:
+        self.window = "done"
+        self._sync()
+        self._prof.stop()
+
+    def step(self) -> None:
+        if self._prof is None or self.done:
+            return
+        self.steps += 1
+        if not self.windowed or self.window == "recording":
+            self._prof.step()
+
+    @staticmethod
+    def _sync() -> None:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            try:
+                torch.cuda.synchronize()
+            except RuntimeError:  # a crashed CUDA context: keep whatever was recorded
+                pass
+
+    def stop(self) -> bool:
+        """Stop recording (keeping a partly recorded active phase); True when a trace was written."""
+        if self._prof is None:
+            return self.trace_ready
+        if self.windowed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old_alarm if self._old_alarm is not None else signal.SIG_DFL)
+            if self.window == "recording":
+                self._finish_window()
+        elif not self.trace_ready:
+            self._sync()
+            self._prof.stop()
+        self._prof = None
+        return self.trace_ready
+
+    def shortfall(self) -> str | None:
+        """Why the requested steps or window were not all recorded, or None."""
+        if self.windowed:
+            if self.window == "waiting":
+                return f"the program ended before the time window opened (--delay {self.delay_s:g} s)"
+            return None
+        s = self.schedule
+        if self.steps >= s.steps:
+            return None
+        got = (f"requested {s.wait} wait + {s.warmup} warmup + {s.active} active steps, but only "
+               f"{self.steps} step boundar{'y' if self.steps == 1 else 'ies'} arrived")
+        if self.steps < s.wait + s.warmup:
+            return got + "; nothing was recorded"
+        complete = self.steps - s.wait - s.warmup
+        return got + (f"; recorded {complete} complete active step{'' if complete == 1 else 's'}"
+                      " and the step that was running when profiling stopped")

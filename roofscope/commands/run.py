@@ -1,0 +1,74 @@
+"""`roofscope run [OPTIONS] SCRIPT [ARGS]...`: profile an unmodified script and write a Run."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import RoofscopeError
+
+
+@dataclass
+class RunOptions:
+    target: str
+    args: tuple[str, ...] = ()
+    module: bool = False
+    out: str | None = None
+    force: bool = False
+    wait: int = 1
+    warmup: int = 2
+    active: int = 3
+    duration: float | None = None
+    delay: float = 0.0
+    modules: bool = False
+    nvml_hz: float = 50.0
+    tokens_per_step: float | None = None
+    model_flops_per_step: float | None = None
+    exit_after_profile: bool = False
+    no_report: bool = False
+    device: str | None = None
+    peak_tflops: float | None = None
+    peak_bandwidth: float | None = None
+    ceilings: str | None = None
+    latency_floor_us: float | None = None
+    underutilized_below: float | None = None
+    top: int = 15
+    quiet: bool = False
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+def _name(opts: RunOptions) -> str:
+    return opts.target.rsplit(".", 1)[-1] if opts.module else Path(opts.target).stem
+
+
+def run(opts: RunOptions) -> int:
+    from ..analyzers.roofline import params_from
+    from ..collectors.script import check_target, run_target
+    from ..collectors.session import Session, SessionConfig
+    from ..collectors.torchprof import Schedule
+
+    check_target(opts.target, opts.module)
+    config = SessionConfig(
+        out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
+        schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
+        nvml_hz=opts.nvml_hz, modules=opts.modules, tokens_per_step=opts.tokens_per_step,
+        model_flops_per_step=opts.model_flops_per_step, exit_after_profile=opts.exit_after_profile,
+        report=not opts.no_report, command=opts.argv, device=opts.device, peak_tflops=opts.peak_tflops,
+        peak_bandwidth_gbs=opts.peak_bandwidth, ceilings_file=opts.ceilings,
+        params=params_from(opts.latency_floor_us, opts.underutilized_below))
+    session = Session(config).start()
+    outcome = run_target(opts.target, list(opts.args), module=opts.module)
+    sys.stdout.flush()
+    result = session.finish(outcome.as_dict())
+    from ..reports.console import render_session
+
+    text, problem = render_session(result, top=opts.top, quiet=opts.quiet)
+    sys.stdout.write(text)
+    for w in result.warnings:
+        print(f"roofscope: warning: {w}", file=sys.stderr)
+    if problem:
+        print(f"roofscope: error: {problem}", file=sys.stderr)
+    if outcome.code != 0:
+        print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
+        return outcome.code
+    return RoofscopeError.exit_code if problem else 0
