@@ -86,6 +86,8 @@ def _throttle(reasons: pd.Series) -> dict[str, float | None]:
 
 
 def _device_summary(dev: dict, rows: pd.DataFrame, steps: int | None) -> dict:
+    # Fields with one statistic are plain numbers (mem clock mean, temp max, util mean,
+    # memory max); those with several are dicts.
     rows = rows.sort_values("t_unix_ns", kind="stable")
     t_ns = rows["t_unix_ns"].to_numpy()
     sm = rows["sm_clock_mhz"]
@@ -102,15 +104,15 @@ def _device_summary(dev: dict, rows: pd.DataFrame, steps: int | None) -> dict:
         "sm_clock_mhz": {"mean": sm_mean, "min": _num(sm.min()), "max": _num(sm.max())},
         "max_sm_clock_mhz": max_sm,
         "sm_clock_ratio": sm_mean / max_sm if sm_mean is not None and max_sm else None,
-        "mem_clock_mhz": {"mean": _num(rows["mem_clock_mhz"].mean())},
+        "mem_clock_mhz": _num(rows["mem_clock_mhz"].mean()),
         "power_w": {"mean": _num(rows["power_w"].mean()), "max": _num(rows["power_w"].max())},
         "power_limit_w": _num(dev.get("power_limit_w")),
         "energy_j": energy_j,
         "energy_source": source,
         "energy_per_step_j": energy_j / steps if energy_j is not None and steps else None,
-        "temp_c": {"max": _num(rows["temp_c"].max())},
-        "gpu_util_pct": {"mean": _num(rows["gpu_util_pct"].mean())},
-        "mem_used_bytes": {"max": None if mem_used is None else int(mem_used)},
+        "temp_c": _num(rows["temp_c"].max()),
+        "gpu_util_pct": _num(rows["gpu_util_pct"].mean()),
+        "mem_used_bytes": None if mem_used is None else int(mem_used),
         "throttle": _throttle(rows["clock_event_reasons"]),
     }
 

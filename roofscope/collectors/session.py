@@ -129,6 +129,8 @@ class Session:
             self._start_collectors()
         except BaseException:
             self._stop_collectors()
+            if self._tmp is not None:
+                self._tmp.cleanup()
             _active = None
             raise
         return self
@@ -252,6 +254,10 @@ class Session:
         summary = None
         if analysis is not None:
             summary = analysis.summary()
+            # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
+            # datasheet ones come back from the trace's device name.
+            if analysis.ceilings.source != "datasheet":
+                ceilings = analysis.ceilings
             meta["steps"]["recorded"] = summary["steps"]
             if self.config.report:
                 from ..reports.html import render_html

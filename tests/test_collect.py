@@ -1,0 +1,238 @@
+"""`roofscope run` and `roofscope.profile()` on CPU: Runs written however the program ends.
+
+Subprocess tests cover what only a real process shows (signals, exit codes, tracebacks);
+in-process tests cover the rest faster. `--peak-*` flags skip the CPU ceiling measurement.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import roofscope
+from roofscope.cli import main
+from roofscope.errors import RoofscopeError
+
+PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+
+TRAIN = textwrap.dedent('''
+    import os, pathlib, sys, time
+    import torch
+    mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+    print("SEEN", repr(sys.argv), __file__, sys.path[0], __name__, flush=True)
+    model = torch.nn.Linear(16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    for i in range(int(os.environ.get("STEPS", "8"))):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        if mode == "raise" and i == 6:
+            raise ValueError("boom at step 6")
+        if mode == "exit" and i == 6:
+            sys.exit(3)
+        if mode == "wait" and i == 4:
+            pathlib.Path(sys.argv[2]).write_text("ready")
+            time.sleep(60)
+''')
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    p = tmp_path / "train.py"
+    p.write_text(TRAIN)
+    return p
+
+
+def _cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roofscope", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def _meta(run: Path) -> dict:
+    return json.loads((run / "run.json").read_text())
+
+
+# -- subprocess: how the script ends --------------------------------------------------------------
+
+def test_script_exception_writes_run_and_exits_1(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = _cli("run", "-o", str(out), *PEAKS, str(script), "raise")
+    assert res.returncode == 1, res.stderr
+    # The traceback is the script's own, as Python prints it: no roofscope or runpy frames.
+    assert "ValueError: boom at step 6" in res.stderr
+    tb = res.stderr.split("Traceback (most recent call last):")[1].split("ValueError")[0]
+    assert str(script) in tb and "roofscope" not in tb and "runpy" not in tb
+    meta = _meta(out)
+    assert meta["exit_status"]["reason"] == "exception"
+    assert meta["exit_status"]["code"] == 1
+    assert "ValueError: boom at step 6" in meta["exit_status"]["detail"]
+    # The schedule needs 1+2+3 = 6 boundaries; the step hook is removed once they have arrived,
+    # so the seventh optimizer step is not counted, and all three active steps are recorded.
+    assert meta["steps"]["boundaries_seen"] == 6
+    assert meta["steps"]["recorded"] == [3, 4, 5]
+    assert (out / "report.html").exists() and (out / "summary.json").exists()
+    assert f"run:    {out}" in res.stdout
+
+
+def test_sys_exit_code_is_preserved(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = _cli("run", "-o", str(out), *PEAKS, str(script), "exit")
+    assert res.returncode == 3, res.stderr
+    assert _meta(out)["exit_status"] == {"code": 3, "reason": "exit", "detail": "sys.exit(3)"}
+
+
+@pytest.mark.parametrize("sig, code, reason", [(signal.SIGINT, 130, "interrupted"),
+                                               (signal.SIGTERM, 143, "terminated")])
+def test_signal_mid_profile_writes_partial_run(script: Path, tmp_path: Path, sig: int, code: int,
+                                               reason: str) -> None:
+    out, ready = tmp_path / "run", tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, str(script),
+                             "wait", str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert ready.exists(), proc.communicate()[1]
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    meta = _meta(out)
+    assert meta["exit_status"]["reason"] == reason
+    # Five boundaries arrived (steps 0-4): steps 3 and 4 complete; step 5, cut short by the
+    # signal while the script slept, ran no ops.
+    assert meta["steps"]["boundaries_seen"] == 5
+    assert meta["steps"]["recorded"] == [3, 4]
+    assert "recorded 2 complete active steps" in stderr
+    assert (out / "report.html").exists()
+
+
+def test_module_target_and_python_dash_m(tmp_path: Path) -> None:
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(TRAIN)
+    out = tmp_path / "run"
+    res = _cli("run", "-o", str(out), *PEAKS, "-m", "mypkg.train", "ok", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    seen = next(line for line in res.stdout.splitlines() if line.startswith("SEEN"))
+    # runpy gives argv[0] the module's file and __name__ "__main__"; sys.path[0] is the cwd.
+    assert f"['{pkg / 'train.py'}', 'ok']" in seen and seen.endswith(f"{tmp_path} __main__")
+    assert _meta(out)["steps"]["recorded"] == [3, 4, 5]
+
+
+# -- in-process -----------------------------------------------------------------------------------
+
+def test_run_in_process_script_view_and_restored_state(script: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    argv, path = sys.argv[:], sys.path[:]
+    assert main(["run", "-o", str(out), *PEAKS, "--tokens-per-step", "8", str(script), "ok", "--lr", "3"]) == 0
+    printed = capsys.readouterr().out
+    # The script saw the argv, __file__, sys.path[0] and __name__ that `python train.py ok --lr 3` gives.
+    assert f"SEEN ['{script}', 'ok', '--lr', '3'] {script} {script.parent} __main__" in printed
+    assert sys.argv == argv and sys.path == path
+    meta = _meta(out)
+    assert meta["command"][:3] == ["roofscope", "run", "-o"]
+    assert meta["steps"]["source"] == "optimizer" and meta["exit_status"]["reason"] == "ok"
+    assert meta["tokens_per_step"] == 8
+    a = roofscope.analyze(out)
+    t = a.summary()["throughput"]
+    assert t["steps"] == 3 and t["tokens_per_s"] == pytest.approx(8 / t["step_time_s"])
+    assert "tokens/s" in printed and "report: " in printed
+
+
+def test_out_exists_refused_before_running(script: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep").write_text("mine")
+    assert main(["run", "-o", str(out), str(script), "raise"]) == 2
+    err = capsys.readouterr()
+    assert "already exists; pass --force" in err.err and "SEEN" not in err.out  # script never ran
+    assert (out / "keep").read_text() == "mine"
+
+
+def test_missing_script_and_module(tmp_path: Path, capsys) -> None:
+    assert main(["run", str(tmp_path / "nope.py")]) == 2
+    assert "nope.py: no such file" in capsys.readouterr().err
+    assert main(["run", "-m", "no_such_module_xyz"]) == 2
+    assert "no module named 'no_such_module_xyz'" in capsys.readouterr().err
+
+
+def test_no_steps_warns_and_duration_window_works(tmp_path: Path, capsys) -> None:
+    s = tmp_path / "infer.py"
+    s.write_text("import torch, time\nx = torch.randn(64, 64)\nt = time.time()\n"
+                 "while time.time() - t < 0.6:\n    x = torch.tanh(x @ x)\n")
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, str(s)]) == 2
+    err = capsys.readouterr().err
+    assert "no step boundary arrived" in err and "--duration" in err and not out.exists()
+    assert main(["run", "-o", str(out), *PEAKS, "--duration", "0.2", "--delay", "0.1", str(s)]) == 0
+    meta = _meta(out)
+    assert meta["steps"]["requested"] == {"duration_s": 0.2, "delay_s": 0.1}
+    a = roofscope.analyze(out)
+    names = set(a.kernels["name"].astype(str))
+    assert {"aten::mm", "aten::tanh"} <= names
+    # Only the window was recorded: a 0.2 s window holds far fewer ops than the 0.6 s loop ran.
+    span_s = (a.trace.ops["end_ns"].max() - a.trace.ops["ts_ns"].min()) / 1e9
+    assert 0.15 < span_s < 0.45
+
+
+def test_profile_context_manager(tmp_path: Path, capsys) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    x = torch.randn(16, 32)
+    with roofscope.profile(steps=2, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10, modules=True, quiet=True,
+                           tokens_per_step=16, model_flops_per_step=6 * 32 * 64 * 2 * 16) as prof:
+        with pytest.raises(RoofscopeError, match="not finished"):
+            prof.summary()
+        for _ in range(3):
+            model(x).sum().backward()
+            prof.step()
+    assert capsys.readouterr().out == ""  # quiet
+    assert prof.run_dir == tmp_path / "p"
+    a = prof.analysis
+    assert a.summary()["steps"] == [1, 2]
+    mods = a.by_module()
+    # Forward and backward GEMMs both land on the Linear that ran them.
+    assert {"Sequential.0", "Sequential.2"} <= set(mods.index)
+    mm = a.kernels[a.kernels["name"].astype(str).isin(["aten::mm", "aten::addmm"])]
+    assert (mm["module"] != "").all()
+    assert "Top" in prof.summary()
+    t = a.summary()["throughput"]
+    assert t["mfu"] == pytest.approx(t["model_flops_per_s"] / t["mfu_peak_flops"])
+
+
+def test_profile_writes_run_on_exception_and_refuses_nesting(tmp_path: Path) -> None:
+    x = torch.randn(8, 8)
+    with pytest.raises(KeyError):
+        with roofscope.profile(steps=1, wait=0, warmup=0, out=tmp_path / "p", peak_tflops=1,
+                               peak_bandwidth_gbs=10, quiet=True) as prof:
+            with pytest.raises(RoofscopeError, match="already active"):
+                with roofscope.profile(out=tmp_path / "q"):
+                    pass
+            x @ x
+            prof.step()
+            raise KeyError("user bug")
+    meta = _meta(tmp_path / "p")
+    assert meta["exit_status"]["reason"] == "exception" and "KeyError" in meta["exit_status"]["detail"]
+    assert not (tmp_path / "q").exists()
+    roofscope.step()  # no session: a no-op
+
+
+def test_python_dash_m_roofscope_run_help() -> None:
+    res = _cli("run", "--help")
+    assert res.returncode == 0 and "--duration" in res.stdout and "--modules" in res.stdout
+
+
+def test_env_var_for_inductor_metadata_is_set_for_the_script(tmp_path: Path) -> None:
+    s = tmp_path / "env.py"
+    s.write_text("import os\nprint('ENV', os.environ.get('TORCHINDUCTOR_BENCHMARK_KERNEL'))\n")
+    res = _cli("run", "-o", str(tmp_path / "r"), str(s), env={**os.environ, "TORCHINDUCTOR_BENCHMARK_KERNEL": ""})
+    assert "ENV 1" in res.stdout
+    assert res.returncode == 2 and "no trace was recorded" in res.stderr
