@@ -197,7 +197,9 @@ def test_cpu_only_trace_uses_innermost_costed_ops():
     assert {"aten::mm", "aten::addmm"} & set(k["name"].astype(str))
     # CPU work items get steps and regions too; backward ops run on autograd's thread
     assert set(k["step"]) == {2}
-    assert a.by_region().loc[["forward", "backward", "Optimizer.step#AdamW.step"], "calls"].tolist() == [14, 27, 108]
+    # An op doing most of its time itself (CPU flash-attention backward, addmm) is one work
+    # item with its helper copies/fills inside it, not split into those helpers.
+    assert a.by_region().loc[["forward", "backward", "Optimizer.step#AdamW.step"], "calls"].tolist() == [14, 25, 108]
 
 
 @pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
+from .linking import ancestor_where
 from .roofline import CLASSES, RooflineParams, aggregate, place
 from .trace import Trace, load_trace, regions_at, steps_at
 
@@ -156,7 +157,15 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
         live = cur[cur >= 0]
         has_costed_child[live] = True
         cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
-    sel = np.flatnonzero(costed & ~has_costed_child)
+    # ...unless most of its time is its own: CPU addmm computes the GEMM itself and only calls
+    # copy_ to broadcast the bias; the work item is addmm, not the copy.
+    dur = ops["dur_ns"].to_numpy(dtype=np.float64)
+    child_time = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=len(ops))
+    does_own_work = (dur - child_time) >= 0.5 * dur
+    chosen = costed & (~has_costed_child | does_own_work)
+    # Work items must not nest: drop any whose ancestor was chosen too.
+    above = ancestor_where(parent, np.where(chosen, parent, -1), chosen)
+    sel = np.flatnonzero(chosen & (above < 0))
     k = ops.iloc[sel][["name", "ts_ns", "dur_ns", "tid"]].copy()
     for col in ("flops", "bytes", "dtype", "tensor_core", "category", "cost_source"):
         k[col] = oc[col].to_numpy()[sel]

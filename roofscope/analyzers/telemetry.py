@@ -59,19 +59,35 @@ def _num(x: Any) -> float | None:
     return None if np.isnan(x) else x
 
 
-def _energy(t_ns: np.ndarray, energy_mj: np.ndarray, power_w: np.ndarray) -> tuple[float | None, str | None]:
-    """Joules over the samples, from the hardware counter when usable, else integrated power."""
-    if len(t_ns) >= 2 and not np.isnan(energy_mj[0]) and not np.isnan(energy_mj[-1]):
-        delta = energy_mj[-1] - energy_mj[0]
-        # A negative delta means the counter was reset (driver reload); integrate instead.
-        if delta >= 0:
-            return float(delta) / 1e3, "counter"
+def _trapezoid(t_ns: np.ndarray, power_w: np.ndarray) -> float | None:
     ok = ~np.isnan(power_w)
-    if ok.sum() >= 2:
-        t_s = (t_ns[ok] - t_ns[ok][0]) / 1e9
-        p = power_w[ok]
-        return float(np.sum((p[1:] + p[:-1]) * 0.5 * np.diff(t_s))), "power_integral"
-    return None, None
+    if ok.sum() < 2:
+        return None
+    t_s = (t_ns[ok] - t_ns[ok][0]) / 1e9
+    p = power_w[ok]
+    return float(np.sum((p[1:] + p[:-1]) * 0.5 * np.diff(t_s)))
+
+
+def _energy(t_ns: np.ndarray, energy_mj: np.ndarray, power_w: np.ndarray) -> tuple[float | None, str | None]:
+    """Joules over the samples, from the hardware counter when usable, else integrated power.
+
+    The sampler reads the counter only every ``ENERGY_INTERVAL_S``, so the window's first and
+    last samples may lack it: the counter then covers its first to last reading inside the
+    window and integrated power covers the two edges.
+    """
+    have = np.flatnonzero(~np.isnan(energy_mj))
+    # A counter that went backwards was reset (driver reload) and is not trusted.
+    if len(have) >= 2 and energy_mj[have[-1]] >= energy_mj[have[0]]:
+        a, b = have[0], have[-1]
+        joules = float(energy_mj[b] - energy_mj[a]) / 1e3
+        if a == 0 and b == len(t_ns) - 1:
+            return joules, "counter"
+        edges = [_trapezoid(t_ns[:a + 1], power_w[:a + 1]) if a else 0.0,
+                 _trapezoid(t_ns[b:], power_w[b:]) if b < len(t_ns) - 1 else 0.0]
+        if None not in edges:
+            return joules + sum(edges), "counter+power_integral"
+    joules = _trapezoid(t_ns, power_w)
+    return (joules, "power_integral") if joules is not None else (None, None)
 
 
 def _throttle(reasons: pd.Series) -> dict[str, float | None]:
