@@ -1,0 +1,56 @@
+"""A small MLP trained with AdamW on random regression data: the smallest workload to profile.
+
+    python examples/mlp.py [--steps 12] [--device cpu|cuda]
+    roofscope run examples/mlp.py --steps 12
+
+A plain training script with no roofscope calls: `roofscope run` finds the step boundaries
+from `torch.optim.Optimizer.step`.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def build_mlp(width: int = 512, layers: int = 4) -> nn.Sequential:
+    """`layers` Linear+GELU blocks of `width`, then a Linear to one output."""
+    blocks: list[nn.Module] = []
+    for _ in range(layers):
+        blocks += [nn.Linear(width, width), nn.GELU()]
+    return nn.Sequential(*blocks, nn.Linear(width, 1))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        ap.error("--steps must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    model = build_mlp(args.width, args.layers).to(args.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # One fixed batch: the point is a steady, repeatable step to profile, not learning.
+    x = torch.randn(args.batch, args.width, device=args.device)
+    y = torch.randn(args.batch, 1, device=args.device)
+    for _ in range(args.steps):
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    print(f"final loss: {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
