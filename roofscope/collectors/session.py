@@ -149,6 +149,7 @@ class Session:
             from .nvml import NvmlSampler
 
             self._sampler = NvmlSampler(hz=self.config.nvml_hz)
+            self._sampler.energy_every_pass = self._collector.recording_next or self._collector.windowed
             self._sampler.start()
         if self.config.modules:
             from .modules import ModuleLabels
@@ -181,6 +182,8 @@ class Session:
         if c is None or c.done:
             return
         c.step()
+        if self._sampler is not None and c.recording_next:
+            self._sampler.energy_every_pass = True
         if c.done:
             # Keep the rest of the program free of hooks and sampling.
             self._stop_collectors()

@@ -100,6 +100,8 @@ class TorchCollector:
         if not self.windowed:
             s = self.schedule
             self._prof = self._new_profile(schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=1))
+            if s.wait + s.warmup == 0:
+                self._sync()
             self._prof.start()
             return
         if threading.current_thread() is not threading.main_thread():
@@ -118,6 +120,7 @@ class TorchCollector:
     def _on_alarm(self, *_: Any) -> None:
         # Runs in the main thread between bytecodes, so no op is half-recorded.
         if self.window == "waiting":
+            self._sync()
             self._prof.start()
             self.window = "recording"
             signal.setitimer(signal.ITIMER_REAL, self.duration_s)
@@ -129,11 +132,26 @@ class TorchCollector:
         self._sync()
         self._prof.stop()
 
+    @property
+    def recording_next(self) -> bool:
+        """The next step is recorded (or recording has begun): time to sample energy closely."""
+        if self.windowed:
+            return self.window == "recording"
+        return self.steps + 1 >= self.schedule.wait + self.schedule.warmup
+
     def step(self) -> None:
         if self._prof is None or self.done:
             return
         self.steps += 1
-        if not self.windowed or self.window == "recording":
+        if not self.windowed:
+            s = self.schedule
+            # The GPU runs behind the CPU: drain it where recording starts and ends, or the first
+            # recorded step holds the previous step's kernels (without their launches) and the
+            # last one loses its tail.
+            if self.steps in (s.wait + s.warmup, s.steps):
+                self._sync()
+            self._prof.step()
+        elif self.window == "recording":
             self._prof.step()
 
     @staticmethod

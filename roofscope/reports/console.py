@@ -150,9 +150,12 @@ def _run_lines(s: dict) -> list[str]:
             parts.append(f"{d['energy_per_step_j']:.3g} J/step")
         if d.get("temp_c") is not None:
             parts.append(f"{d['temp_c']:.0f} °C max")
-        throttled = (d.get("throttle") or {}).get("throttled_share")
-        if throttled is not None:
-            parts.append(f"throttled {pct(throttled)} of samples")
+        # NVML's clock-event reasons, by share of samples: Hopper sets sw_power_cap often, even
+        # far below the power limit, so each reason is named rather than summed into "throttled".
+        events = [f"{name} {pct(share)}" for name, share in (d.get("throttle") or {}).items()
+                  if name not in ("throttled_share", "gpu_idle") and share]
+        if events:
+            parts.append("clock events: " + ", ".join(events))
         out.append(f"  gpu {d.get('cuda_index', d.get('nvml_index'))}     " + ", ".join(parts)
                    + f" [{d['samples']} NVML samples]")
     return out
