@@ -334,6 +334,11 @@ def test_summarize_energy_counter_and_window():
     tel = make_tel([100.0, 200.0, 300.0, 400.0], energy=[None, 1000, None, None], t_s=(0, 1, 2, 3))
     d = summarize(tel)["devices"][0]
     assert d["energy_j"] == pytest.approx(750.0) and d["energy_source"] == "power_integral"
+    # A counter that has not ticked over the window (1000 -> 1000 mJ) is not "0 J": integrate
+    # power instead, (100+200)/2 + (200+300)/2 = 400 J over 0-2 s.
+    tel = make_tel([100.0, 200.0, 300.0], energy=[1000, 1000, 1000])
+    d = summarize(tel)["devices"][0]
+    assert d["energy_j"] == pytest.approx(400.0) and d["energy_source"] == "power_integral"
     # An edge without power to integrate: the whole window falls back to integrating power.
     tel = make_tel([None, 200.0, 300.0, 400.0], energy=[None, 1000, 3000, None], t_s=(0, 1, 2, 3))
     d = summarize(tel)["devices"][0]

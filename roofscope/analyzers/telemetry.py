@@ -76,8 +76,10 @@ def _energy(t_ns: np.ndarray, energy_mj: np.ndarray, power_w: np.ndarray) -> tup
     window and integrated power covers the two edges.
     """
     have = np.flatnonzero(~np.isnan(energy_mj))
-    # A counter that went backwards was reset (driver reload) and is not trusted.
-    if len(have) >= 2 and energy_mj[have[-1]] >= energy_mj[have[0]]:
+    # A counter that went backwards was reset (driver reload) and is not trusted; one that
+    # did not move has not been updated yet (it ticks every few tens of ms on an H200: a 20 ms
+    # decode window read 0 J).
+    if len(have) >= 2 and energy_mj[have[-1]] > energy_mj[have[0]]:
         a, b = have[0], have[-1]
         joules = float(energy_mj[b] - energy_mj[a]) / 1e3
         if a == 0 and b == len(t_ns) - 1:
