@@ -20,6 +20,9 @@ MM = dict(dims=[[64, 64], [64, 64]], types=["float", "float"])
 
 def test_backward_kernels_inherit_the_forward_module(tmp_path: Path) -> None:
     b = TraceBuilder()
+    # An autograd-thread op first in the file: thread codes must still agree across tables
+    # (they were numbered per table once, and module labels then missed every op).
+    b.op("aten::empty", 1, 1, tid=200)
     # Forward on thread 100: fc1's mm inside its label (sequence number 7), a bare mm outside.
     b.annotation("nn.Module: Net", 0, 100)
     b.annotation("nn.Module: Net.fc1", 10, 40)

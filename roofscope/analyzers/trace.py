@@ -180,14 +180,18 @@ def _opt_int(values: list) -> pd.Series:
     return pd.Series(pd.array(values, dtype="Int64"))
 
 
-def _thread_codes(pids: list, tids: list) -> np.ndarray:
+def _thread_codes(pids: list, tids: list, registry: dict[tuple[str, str], int]) -> np.ndarray:
+    """Integer code per (pid, tid), shared through ``registry`` by every table of one trace,
+    so ops, runtime calls and annotations on one thread compare equal."""
     keys = pd.MultiIndex.from_arrays([pd.Series(pids, dtype=object).astype(str),
                                       pd.Series(tids, dtype=object).astype(str)])
-    codes, _ = pd.factorize(keys)
-    return codes.astype(np.int64)
+    codes, uniques = pd.factorize(keys)
+    remap = np.asarray([registry.setdefault(u, len(registry)) for u in uniques], dtype=np.int64)
+    return remap[codes] if len(codes) else codes.astype(np.int64)
 
 
-def _build_ops(evs: list[_Event], t0: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _build_ops(evs: list[_Event], t0: float,
+               threads: dict[tuple[str, str], int]) -> tuple[pd.DataFrame, pd.DataFrame]:
     sig_ids: dict[tuple, int] = {}
     sig_col = []
     for e in evs:
@@ -213,7 +217,7 @@ def _build_ops(evs: list[_Event], t0: float) -> tuple[pd.DataFrame, pd.DataFrame
         "kernel_flop": np.asarray([np.nan if e.args.kernel_flop is None else e.args.kernel_flop
                                    for e in evs], dtype=np.float64),
     })
-    ops["thread"] = _thread_codes(ops["pid"].tolist(), ops["tid"].tolist())
+    ops["thread"] = _thread_codes(ops["pid"].tolist(), ops["tid"].tolist(), threads)
     return ops, _signature_table(sig_ids)
 
 
@@ -232,7 +236,7 @@ def _signature_table(sig_ids: dict[tuple, int]) -> pd.DataFrame:
     }, index=pd.RangeIndex(len(rows), name="sig"))
 
 
-def _build_intervals(evs: list[_Event], t0: float) -> pd.DataFrame:
+def _build_intervals(evs: list[_Event], t0: float, threads: dict[tuple[str, str], int]) -> pd.DataFrame:
     ts = _to_ns([e.ts for e in evs], t0)
     dur = _dur_ns([e.dur for e in evs])
     df = pd.DataFrame({
@@ -245,7 +249,7 @@ def _build_intervals(evs: list[_Event], t0: float) -> pd.DataFrame:
         "correlation": _opt_int([e.args.correlation for e in evs]),
         "external_id": _opt_int([e.args.external_id for e in evs]),
     })
-    df["thread"] = _thread_codes(df["pid"].tolist(), df["tid"].tolist())
+    df["thread"] = _thread_codes(df["pid"].tolist(), df["tid"].tolist(), threads)
     return df
 
 
@@ -259,7 +263,7 @@ def _counter_flops(a: _Args) -> float:
 
 
 def _build_kernels(evs: list[_Event], t0: float) -> pd.DataFrame:
-    df = _build_intervals(evs, t0)
+    df = _build_intervals(evs, t0, {})  # GPU streams: their thread codes are dropped below
     df["name"] = pd.Categorical(df["name"])
     df["cat"] = pd.Categorical([_CAT_ALIASES.get(e.cat, e.cat) for e in evs])
     df["device"] = _opt_int([e.args.device if e.args.device is not None else
@@ -295,11 +299,12 @@ def load_trace(path: str | os.PathLike) -> Trace:
     if t0 is None:
         raise TraceError(f"{path_s}: no torch.profiler events (no cpu_op, kernel or runtime events);"
                          " is this a Kineto trace?")
-    ops, signatures = _build_ops(buckets["cpu_op"], t0)
-    runtime = _build_intervals(buckets["cuda_runtime"] + buckets["cuda_driver"], t0)
+    threads: dict[tuple[str, str], int] = {}
+    ops, signatures = _build_ops(buckets["cpu_op"], t0, threads)
+    runtime = _build_intervals(buckets["cuda_runtime"] + buckets["cuda_driver"], t0, threads)
     kernels = _build_kernels(buckets["kernel"] + buckets["gpu_memcpy"] + buckets["gpu_memset"]
                              + buckets["cuda_profiler_range"], t0)
-    annotations = _build_intervals(buckets["user_annotation"], t0).drop(columns=["correlation"])
+    annotations = _build_intervals(buckets["user_annotation"], t0, threads).drop(columns=["correlation"])
     meta = _meta_of(doc, path_s, t0)
     meta["gpu_annotations"] = len(buckets["gpu_user_annotation"])
     del doc, buckets
