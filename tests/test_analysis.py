@@ -213,10 +213,12 @@ def test_hta_a100_report():
     assert s["communication_time_s"] == pytest.approx(0.190345)
     assert s["kernel_time_s"] == pytest.approx(0.449763)
     u = s["unattributed"]
-    # most non-NCCL time comes from CUDA-graph replays and DDP internals launched outside any op
-    assert u["by_reason"]["no_launch_op"]["time_s"] == pytest.approx(0.179879)
-    assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 50
-    assert 0.70 < u["share"] < 0.80
+    # Most non-NCCL time is torch.compile'd kernels recorded without Inductor's metadata (105 ms,
+    # 135 kernels) and CUDA-graph replays / DDP internals launched outside any op (63 ms).
+    assert u["by_reason"]["no_launch_op"]["time_s"] == pytest.approx(0.063436)
+    assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 135
+    assert u["by_reason"]["compiled_no_metadata"]["time_s"] == pytest.approx(0.105115)
+    assert 0.65 < u["share"] < 0.75
     costed = a.kernels[a.kernels["unattributed"] == ""]
     assert np.isfinite(costed.loc[costed["category"] != "communication", "efficiency"]).all()
 
