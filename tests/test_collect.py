@@ -236,3 +236,15 @@ def test_env_var_for_inductor_metadata_is_set_for_the_script(tmp_path: Path) -> 
     res = _cli("run", "-o", str(tmp_path / "r"), str(s), env={**os.environ, "TORCHINDUCTOR_BENCHMARK_KERNEL": ""})
     assert "ENV 1" in res.stdout
     assert res.returncode == 2 and "no trace was recorded" in res.stderr
+
+
+def test_default_out_dir_and_exit_after_profile(script: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEPS", "1000")
+    assert main(["run", *PEAKS, "--exit-after-profile", str(script), "ok"]) == 0
+    runs = list((tmp_path / "roofscope-out").iterdir())
+    # roofscope-out/<script stem>-<YYYYmmdd-HHMMSS>
+    assert len(runs) == 1 and runs[0].name.startswith("train-") and len(runs[0].name) == len("train-") + 15
+    meta = _meta(runs[0])
+    # Stopped at the sixth boundary, not after 1000 steps.
+    assert meta["exit_status"]["reason"] == "stopped" and meta["steps"]["boundaries_seen"] == 6

@@ -68,3 +68,15 @@ def test_analyze_cli_on_the_run(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "Time by module" in out and "GPT.blocks.0.attn.qkv" in out
     assert "ktokens/s" in out and "MFU 0.1% of the bf16 peak" in out and "NVML samples" in out
+
+
+def test_telemetry_clock_matches_trace_clock(analysis) -> None:
+    from roofscope.analyzers.throughput import to_unix_ns
+
+    steps = analysis.steps()
+    start = to_unix_ns(analysis.trace, int(steps["ts_ns"].min()))
+    t = analysis.telemetry.frame()["t_unix_ns"]
+    # The sampler ran from session start to the end of recording: the recorded steps (Kineto's
+    # clock, via baseTimeNanoseconds) must fall inside the span of NVML timestamps (time.time_ns).
+    assert t.min() < start < t.max()
+    assert t.max() - start < 1e9
