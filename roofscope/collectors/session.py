@@ -200,7 +200,8 @@ class Session:
             self._labels.remove()
         if self._collector is not None:
             self._collector.stop()
-        if self._sampler is not None and self._sampler.running:
+        # Also when the sampler never ran (no NVML) or its thread stopped: its notes say why.
+        if self._sampler is not None and self.telemetry is None:
             self.telemetry = self._sampler.stop()
 
     def finish(self, exit_status: dict[str, Any]) -> SessionResult:

@@ -59,7 +59,12 @@ def run(opts: RunOptions) -> int:
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()
-    result = session.finish(outcome.as_dict())
+    try:
+        result = session.finish(outcome.as_dict())
+    except (RoofscopeError, OSError) as e:
+        # The script's own exit code still wins over ours.
+        print(f"roofscope: error: could not write the Run: {e}", file=sys.stderr)
+        return outcome.code or RoofscopeError.exit_code
     from ..reports.console import render_session
 
     text, problem = render_session(result, top=opts.top, quiet=opts.quiet)
