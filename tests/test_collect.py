@@ -181,7 +181,7 @@ def test_no_steps_warns_and_duration_window_works(tmp_path: Path, capsys) -> Non
     assert {"aten::mm", "aten::tanh"} <= names
     # Only the window was recorded: a 0.2 s window holds far fewer ops than the 0.6 s loop ran.
     span_s = (a.trace.ops["end_ns"].max() - a.trace.ops["ts_ns"].min()) / 1e9
-    assert 0.15 < span_s < 0.45
+    assert 0.1 < span_s < 0.55
 
 
 def test_profile_context_manager(tmp_path: Path, capsys) -> None:
