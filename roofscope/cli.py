@@ -108,6 +108,34 @@ def run_cmd(**kwargs: object) -> int:
     return run(RunOptions(argv=["roofscope", *argv], **kwargs))  # type: ignore[arg-type]
 
 
+@cli.command("microbench")
+@click.option("--device", default="cuda", show_default=True, metavar="cuda|cuda:N|cpu",
+              help="Device to measure.")
+@click.option("--quick", is_flag=True, help="Fewer, smaller repetitions (seconds instead of a minute).")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write the ceilings file here (for `--ceilings FILE`).")
+@click.option("-f", "--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--no-cache", is_flag=True, help="Do not save the result to the ceilings cache.")
+@click.option("--json", "json_out", is_flag=True, help="Print the ceilings file as JSON instead of the table.")
+def microbench_cmd(**kwargs: object) -> int:
+    """Measure this machine's ceilings (compute peaks, bandwidth, launch latency).
+
+    The result is cached per device, driver and torch version; later analyses of a trace
+    from the same device use it instead of the datasheet (ROOFSCOPE_NO_CACHE=1 turns that off).
+    """
+    from .commands.microbench import MicrobenchOptions, run
+
+    return run(MicrobenchOptions(**kwargs))  # type: ignore[arg-type]
+
+
+@cli.command("devices")
+def devices_cmd() -> int:
+    """List the datasheet devices and the ceilings cached by `roofscope microbench`."""
+    from .commands.devices import run
+
+    return run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: returns the exit code (0 ok, 1 finding such as a regression, 2 usage/input error)."""
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "normalize_dtype",
     "load_ceilings_file",
     "save_ceilings_file",
+    "ceilings_payload",
     "resolve_ceilings",
 ]
 
@@ -290,6 +292,15 @@ def save_ceilings_file(ceilings: Ceilings, path: str | os.PathLike[str], force: 
     half-written file that a later run would trust.
     """
     p = Path(path)
+    try:
+        text = json.dumps(ceilings_payload(ceilings), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as e:
+        raise DeviceError(f"cannot serialise ceilings for {ceilings.device!r}: {e}") from None
+    return atomic_write(p, text, force=force)
+
+
+def ceilings_payload(ceilings: Ceilings) -> dict[str, Any]:
+    """The schema-1 JSON object for ``ceilings`` (the measurement cache adds its key fields to it)."""
     payload: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "device": ceilings.device,
@@ -304,15 +315,11 @@ def save_ceilings_file(ceilings: Ceilings, path: str | os.PathLike[str], force: 
         payload["fp64_vector"] = float(ceilings.fp64_vector)
     if ceilings.notes:
         payload["notes"] = list(ceilings.notes)
-    try:
-        text = json.dumps(payload, indent=2, sort_keys=False, allow_nan=False) + "\n"
-    except (TypeError, ValueError) as e:
-        raise DeviceError(f"cannot serialise ceilings for {ceilings.device!r}: {e}") from None
-    return atomic_write(p, text, force=force)
+    return payload
 
 
 # ----------------------------------------------------------------------------
-# Resolution: file > --device > trace name; --peak-* flags on top
+# Resolution: file > --device > cached measurement > trace name; --peak-* flags on top
 # ----------------------------------------------------------------------------
 
 _EXAMPLE_KEYS = ("h100-sxm", "h200", "a100-sxm4-80gb", "l40s", "l4", "rtx-4090")
@@ -339,6 +346,48 @@ def _spec_key(name: str | None, memory_bytes: int | None = None) -> str | None:
     return spec.key if spec is not None else None
 
 
+def _torch_version() -> str | None:
+    # Without importing torch (slow, and absent on a laptop that only reads traces).
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:
+        return None
+
+
+def _cached(label: str, memory_bytes: int | None) -> Ceilings | None:
+    """Ceilings `roofscope microbench` cached for the trace's device, or None.
+
+    GPU traces match by device name (the name torch reports, as in the trace). A CPU
+    trace does not name its CPU, so it gets this machine's CPU measurement: right for
+    the usual case of analyzing where the run happened, and noted in the ceilings.
+    """
+    from .microbench import cache
+
+    if not cache.enabled():
+        return None
+    try:
+        if _is_cpu(label):
+            from .microbench.cpu import cpu_name
+
+            c = cache.lookup(cpu_name(), torch_version=_torch_version())
+            if c is not None:
+                c = replace(c, notes=(*c.notes, f"CPU-only trace: the trace does not name its CPU; "
+                                                f"using this machine's ({c.device})"))
+            return c
+        c = cache.lookup(label, torch_version=_torch_version())
+    except (OSError, RuntimeError):  # no home directory, unreadable cache folder: datasheet as before
+        return None
+    if c is not None:
+        # The trace's memory size picks the right datasheet row (A100 40 vs 80 GB) for reference.
+        c = replace(c, datasheet=match_device(label, memory_bytes) or c.datasheet)
+    return c
+
+
 def resolve_ceilings(
     device_name: str | None,
     *,
@@ -347,11 +396,14 @@ def resolve_ceilings(
     peak_tflops: float | None = None,
     peak_bandwidth_gbs: float | None = None,
     ceilings_file: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
 ) -> Ceilings:
     """Pick the ceilings for a run.
 
     Precedence for the base: ``ceilings_file`` > ``device`` (``--device``) >
-    ``device_name`` (from the trace, disambiguated by ``memory_bytes``).
+    ceilings cached by ``roofscope microbench`` for ``device_name`` (``use_cache``, and
+    ``ROOFSCOPE_NO_CACHE`` unset; see :func:`_cached`) > the datasheet of ``device_name``
+    (from the trace, disambiguated by ``memory_bytes``).
     ``peak_tflops`` (TFLOP/s, used as the roof for *every* precision and for
     CUDA-core work alike) and ``peak_bandwidth_gbs`` (GB/s) then replace the
     corresponding numbers and mark the result ``source="user"``. Without a base,
@@ -392,10 +444,15 @@ def resolve_ceilings(
             trace_key = _spec_key(label, memory_bytes) if label and not _is_cpu(label) else None
             if label and trace_key != spec.key:
                 notes.append(f"trace device {label!r} overridden by --device {device!r}")
-    elif label and not _is_cpu(label):
-        spec = match_device(label, memory_bytes)
-        if spec is not None:
-            base = Ceilings.from_spec(spec)
+    elif label:
+        cached = _cached(label, memory_bytes) if use_cache else None
+        if cached is not None:
+            base = cached
+            notes.extend(base.notes)
+        elif not _is_cpu(label):
+            spec = match_device(label, memory_bytes)
+            if spec is not None:
+                base = Ceilings.from_spec(spec)
 
     if base is None:
         if tflops is not None and gbs is not None:
@@ -410,7 +467,8 @@ def resolve_ceilings(
         if unknown_override:
             what = f"unknown --device {device!r}"
         elif _is_cpu(label):
-            what = "CPU-only trace: roofscope has no CPU datasheet"
+            what = ("CPU-only trace: roofscope has no CPU datasheet and no cached measurement of this CPU "
+                    "(`roofscope microbench --device cpu` makes one)")
         elif label:
             what = f"unknown device {label!r}: no datasheet ceilings"
         else:

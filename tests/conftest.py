@@ -18,3 +18,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_ceilings_cache(tmp_path_factory, monkeypatch):
+    """Each test gets an empty ceilings cache: measurements cached on the developer's machine
+    (or by an earlier test) must not replace the datasheet ceilings fixtures expect."""
+    monkeypatch.setenv("ROOFSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("roofscope-cache")))
+    monkeypatch.delenv("ROOFSCOPE_NO_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)

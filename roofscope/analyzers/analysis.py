@@ -185,11 +185,13 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
             ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
             params: RooflineParams | None = None, telemetry: Any = None,
-            run_meta: dict[str, Any] | None = None) -> Analysis:
+            run_meta: dict[str, Any] | None = None, use_cache: bool = True) -> Analysis:
     """Ingest, cost and classify a Kineto trace or a Run directory.
 
     Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
-    ``device`` override or the trace's own device name, completed by the peak flags.
+    ``device`` override, else ceilings cached by ``roofscope microbench`` for the trace's
+    device (``use_cache``; the summary's ceilings notes name the cache file), else the
+    trace's own device name's datasheet, completed by the peak flags.
     A Run directory also brings its metadata (tokens and model FLOPs per step) and
     NVML telemetry. Raises :class:`~roofscope.errors.DeviceError` for an unknown
     device without peaks.
@@ -216,7 +218,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
         name = trace.device_name if not cpu_only else "cpu"
         ceilings = resolve_ceilings(name, memory_bytes=trace.device_memory, device=device,
                                     peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
-                                    ceilings_file=ceilings_file)
+                                    ceilings_file=ceilings_file, use_cache=use_cache)
     sig_costs = signature_costs(trace.signatures)
     if cpu_only:
         kernels = _cpu_work(trace, sig_costs)

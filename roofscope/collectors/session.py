@@ -282,10 +282,23 @@ class Session:
         ceilings = None
         overridden = cfg.device or cfg.peak_tflops or cfg.peak_bandwidth_gbs or cfg.ceilings_file
         if len(trace.kernels) == 0 and not overridden:
-            # CPU-only: the CPU's datasheet is unknown, so measure it here, where the run happened.
-            from ..microbench.cpu import measure_cpu
+            # CPU-only: the CPU's datasheet is unknown, so use this machine's cached measurement
+            # (same torch and thread count, which set the CPU roofs), else measure it here and cache it.
+            import torch
 
-            ceilings = measure_cpu()
+            from ..microbench import cache
+            from ..microbench.cpu import cpu_name, measure_cpu
+
+            if cache.enabled():
+                ceilings = cache.lookup(cpu_name(), torch_version=torch.__version__,
+                                        threads=torch.get_num_threads(), exact=True)
+            if ceilings is None:
+                ceilings = measure_cpu()
+                if cache.enabled():
+                    try:
+                        cache.save(ceilings)
+                    except (RoofscopeError, OSError) as e:  # a read-only home must not fail the Run
+                        self.warnings.append(f"could not cache the CPU ceilings: {e}")
         try:
             a = analyze(trace, device=cfg.device, peak_tflops=cfg.peak_tflops,
                         peak_bandwidth_gbs=cfg.peak_bandwidth_gbs, ceilings_file=cfg.ceilings_file,

@@ -49,7 +49,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
 def _ceilings_line(a: "Analysis") -> str:
     c = a.ceilings
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
-    return f"{c.source}: {peaks}; memory {si(c.bandwidth, 'B/s')}"
+    # Cached measurements say where they came from: stale ones are otherwise invisible.
+    origin = next((n for n in c.notes if n.startswith("using ceilings measured on")), None)
+    return f"{c.source}: {peaks}; memory {si(c.bandwidth, 'B/s')}" + (f" ({origin})" if origin else "")
 
 
 def render_summary(a: "Analysis", top: int = 15) -> str:
