@@ -1,0 +1,148 @@
+"""Compute ceilings: cuBLAS matmuls per precision and Triton CUDA-core FMA kernels.
+
+Every benchmark searches a few shapes on random data (zeros run faster on Hopper
+tensor cores) and keeps the best median rate, counted as 2*M*N*K FLOPs.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator, Sequence
+
+from .timing import TARGET_S, Measurement, best, rate, time_cuda
+
+# Elementwise FMA kernel shape: iterations x unrolled steps x independent chains.
+_FMA_UNROLL = 8
+_FMA_CHAINS = 4
+_FMA_BLOCK = 512
+
+
+class Unsupported(Exception):
+    """The device or this torch build cannot run the benchmark (not a failure of it)."""
+
+
+@contextlib.contextmanager
+def tf32_mode(enabled: bool) -> Iterator[None]:
+    """Set every TF32 switch torch has and restore all three afterwards, even on error.
+
+    The flags are process-global: leaving TF32 on (or off) would silently change
+    the user's own matmuls after a measurement.
+    """
+    import torch
+
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _operands(precision: str, n: int, b_col_major: bool = False):
+    """Random ``a`` (n x n) and ``b`` for ``precision``, plus the matmul to run."""
+    import torch
+
+    if precision == "fp8":
+        if not hasattr(torch, "float8_e4m3fn") or torch.cuda.get_device_capability() < (8, 9):
+            raise Unsupported("fp8 needs compute capability 8.9+ and torch float8 types")
+        a = torch.randn(n, n, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn)
+        # _scaled_mm wants a row-major and b column-major.
+        b = torch.randn(n, n, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn).t()
+        one = torch.tensor(1.0, device="cuda")
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    if precision == "int8":
+        a = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
+        b = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
+        if b_col_major:
+            b = b.t()
+        return lambda: torch._int_mm(a, b)
+    dtype = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32,
+             "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    out = torch.empty(n, n, device="cuda", dtype=dtype)
+    return lambda: torch.mm(a, b, out=out)
+
+
+def matmul_bench(precision: str, sizes: Sequence[int], target_s: float = TARGET_S
+                 ) -> Callable[[], Measurement]:
+    """cuBLAS(Lt) n^3 matmul rate for ``precision``; fp32 runs with TF32 off, tf32 with it on."""
+
+    def run() -> Measurement:
+        layouts = (False, True) if precision == "int8" else (False,)
+        found = []
+        with tf32_mode(precision == "tf32"):
+            for n in sizes:
+                for col in layouts:
+                    fn = _operands(precision, n, col)
+                    s = time_cuda(fn, target_s=target_s)
+                    del fn
+                    config = f"{n}x{n}x{n}" + (", b col-major" if col else "")
+                    found.append(rate(2.0 * n ** 3, s, config))
+        return best(found)
+
+    return run
+
+
+_KERNELS: dict = {}
+
+
+def _fma_kernel():
+    """The Triton FMA kernel, compiled once per process (lazily: importing must not need triton)."""
+    if "fma" in _KERNELS:
+        return _KERNELS["fma"]
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fma(x_ptr, out_ptr, n_iter, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        # Multiplier just below 1 and a small addend keep the chains finite;
+        # four independent chains hide the FMA pipeline latency.
+        m = x * 0 + 0.999
+        c = x * 0 + 0.001
+        a0, a1, a2, a3 = x, x + 1, x + 2, x + 3
+        for _ in range(n_iter):
+            for _u in tl.static_range(UNROLL):
+                a0 = a0 * m + c
+                a1 = a1 * m + c
+                a2 = a2 * m + c
+                a3 = a3 * m + c
+        # Storing the sum keeps the compiler from deleting the chains.
+        tl.store(out_ptr + offs, a0 + a1 + a2 + a3)
+
+    _KERNELS["fma"] = fma
+    return fma
+
+
+def fma_bench(precision: str, iters: Sequence[int], target_s: float = TARGET_S
+              ) -> Callable[[], Measurement]:
+    """CUDA-core FMA rate (fp32 or fp64) of a Triton kernel that fills every SM."""
+
+    def run() -> Measurement:
+        import torch
+
+        dtype = {"fp32": torch.float32, "fp64": torch.float64}[precision]
+        kernel = _fma_kernel()
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        # Eight 512-element blocks per SM: enough resident warps to hide latency.
+        n = sms * 8 * _FMA_BLOCK
+        x = torch.rand(n, device="cuda", dtype=dtype)
+        out = torch.empty_like(x)
+        grid = (n // _FMA_BLOCK,)
+        found = []
+        for it in iters:
+            def fn(it: int = it) -> None:
+                kernel[grid](x, out, it, BLOCK=_FMA_BLOCK, UNROLL=_FMA_UNROLL, num_warps=4)
+
+            s = time_cuda(fn, target_s=target_s)
+            flops = 2.0 * n * it * _FMA_UNROLL * _FMA_CHAINS
+            found.append(rate(flops, s, f"triton, {n} elements x {it * _FMA_UNROLL * _FMA_CHAINS} fma"))
+        return best(found)
+
+    return run
