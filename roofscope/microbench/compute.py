@@ -68,17 +68,25 @@ def _operands(precision: str, n: int, b_col_major: bool = False):
     return lambda: torch.mm(a, b, out=out)
 
 
-def matmul_bench(precision: str, sizes: Sequence[int], target_s: float = TARGET_S
-                 ) -> Callable[[], Measurement]:
+# Idle time before each timed burst: the power cap that long GEMM streams hit (H200: 804 ->
+# 689 TFLOP/s within 0.5 s) relaxes, so each configuration starts at boost clock.
+COOL_S = 0.2
+
+
+def matmul_bench(precision: str, sizes: Sequence[int], target_s: float = TARGET_S,
+                 cool_s: float = COOL_S) -> Callable[[], Measurement]:
     """cuBLAS(Lt) n^3 matmul rate for ``precision``; fp32 runs with TF32 off, tf32 with it on."""
 
     def run() -> Measurement:
+        import time
+
         layouts = (False, True) if precision == "int8" else (False,)
         found = []
         with tf32_mode(precision == "tf32"):
             for n in sizes:
                 for col in layouts:
                     fn = _operands(precision, n, col)
+                    time.sleep(cool_s)
                     s = time_cuda(fn, target_s=target_s)
                     del fn
                     config = f"{n}x{n}x{n}" + (", b col-major" if col else "")

@@ -37,7 +37,7 @@ def plan(quick: bool) -> list[Benchmark]:
     # Tensor-core GEMMs at 8192^3 hit the H200's software power cap after ~0.1 s
     # (clocks 1980 -> 1515 MHz, bf16 804 -> 689 TFLOP/s; docs/microbench.md), so
     # matmuls are timed in short bursts: the ceiling is the unthrottled rate.
-    mt = min(t, 0.1)
+    mt = min(t, 0.05)
     big = (8192,) if quick else (4096, 8192, 16384)
     # fp64/fp32 are 15-20x slower than bf16: 16384^3 would take seconds per repetition.
     slow = (8192,) if quick else (4096, 8192)
