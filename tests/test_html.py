@@ -46,3 +46,26 @@ def test_report_is_self_contained(tmp_path):
     assert not re.search(r'<script[^>]+src=', html)
     assert not re.search(r'<link[^>]+href=', html)
     assert "Plotly" in html and len(html) > 1_000_000
+
+
+def test_measured_ceilings_keep_datasheet_roofs_dashed(tmp_path):
+    from dataclasses import replace
+
+    from roofscope.datasheets import spec_by_key
+    from roofscope.reports.html import report_data
+
+    b = TraceBuilder()
+    ext = b.op("aten::mm", 0, 100, [[1024, 1024], [1024, 1024]], ["c10::BFloat16"] * 2)
+    b.launch_kernel("gemm", 10, 200, 30, ext=ext)
+    path = b.write(tmp_path / "t.json")
+    h100 = spec_by_key("h100-sxm")
+    measured = replace(Ceilings.from_spec(h100), source="measured", peaks={"bf16": 800e12, "fp32": 51e12},
+                       bandwidth=3.0e12)
+    data = report_data(roofscope.analyze(path, ceilings=measured))
+    # Solid roofs from the measurement: bf16 ridge 800e12 / 3.0e12 = 266.7 FLOP/B.
+    assert {r["precision"]: round(r["ridge"], 1) for r in data["roofs"]} == {"bf16": 266.7, "fp32": 17.0}
+    # Dashed datasheet roofs for reference: 989.5e12 / 3.35e12 = 295.4 FLOP/B.
+    ds = {r["precision"]: r for r in data["datasheet_roofs"]}
+    assert ds["bf16"]["peak"] == 989.5e12 and round(ds["bf16"]["ridge"], 1) == 295.4
+    # Datasheet ceilings are not drawn twice.
+    assert report_data(roofscope.analyze(path))["datasheet_roofs"] == []

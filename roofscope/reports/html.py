@@ -46,12 +46,19 @@ def _points(a: "Analysis", agg: "pd.DataFrame") -> list[dict[str, Any]]:
     return pts
 
 
-def _roofs(a: "Analysis") -> list[dict[str, Any]]:
-    c = a.ceilings
+def _roofs(a: "Analysis", peaks: Any, bandwidth: float) -> list[dict[str, Any]]:
     used = set(a.kernels["roof_precision"].dropna().astype(str)) - {""}
     used |= {"fp32"}
-    return [{"precision": p, "peak": v, "ridge": v / c.bandwidth} for p, v in sorted(c.peaks.items())
-            if p in used and v and c.bandwidth]
+    return [{"precision": p, "peak": v, "ridge": v / bandwidth, "bandwidth": bandwidth}
+            for p, v in sorted(peaks.items()) if p in used and v and bandwidth]
+
+
+def _datasheet_roofs(a: "Analysis") -> list[dict[str, Any]]:
+    """The datasheet's roofs, drawn dashed beside measured or user ceilings for reference."""
+    spec = a.ceilings.datasheet
+    if a.ceilings.source == "datasheet" or spec is None:
+        return []
+    return _roofs(a, spec.peaks, spec.bandwidth)
 
 
 def report_data(a: "Analysis", top: int = 50) -> dict[str, Any]:
@@ -64,7 +71,8 @@ def report_data(a: "Analysis", top: int = 50) -> dict[str, Any]:
                       if not math.isnan(r["achieved_flops"]) else None,
                       "gbs": r["achieved_bw"] / 1e9 if not math.isnan(r["achieved_bw"]) else None,
                       "intensity": r["intensity"], "eff": r["efficiency"]})
-    return {"summary": s, "points": _points(a, agg), "roofs": _roofs(a), "bandwidth": a.ceilings.bandwidth,
+    return {"summary": s, "points": _points(a, agg), "roofs": _roofs(a, a.ceilings.peaks, a.ceilings.bandwidth),
+            "datasheet_roofs": _datasheet_roofs(a), "bandwidth": a.ceilings.bandwidth,
             "table": table, "colors": CLASS_COLORS}
 
 
