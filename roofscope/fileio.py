@@ -1,8 +1,11 @@
-"""Safe output files: never clobber without --force, never leave a half-written file."""
+"""Safe file I/O: never clobber without --force, never leave a half-written file, read
+(possibly gzipped) inputs with one-line errors."""
 from __future__ import annotations
 
+import gzip
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 from .errors import OutputExistsError, RoofscopeError
@@ -41,3 +44,23 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, force: bool = False
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def read_maybe_gzip(path: str | os.PathLike, error: type[RoofscopeError], directory_hint: str) -> bytes:
+    """A file's bytes, gunzipped when it starts with the gzip magic; any problem is ``error``
+    with a one-line message (``directory_hint`` says what the path should have been)."""
+    p = Path(path)
+    if not p.exists():
+        raise error(f"{p}: no such file")
+    if p.is_dir():
+        raise error(f"{p}: is a directory, {directory_hint}")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise error(f"{p}: cannot read: {e.strerror}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as e:
+            raise error(f"{p}: truncated or corrupt gzip ({e})") from None
+    return data

@@ -5,9 +5,7 @@ maximum clock the GPU ran while the roofline was measured, and ``throttle`` says
 """
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pandas as pd
 
 from ..collectors.nvml import CLOCK_EVENT_REASONS, Telemetry
 from ..errors import RoofscopeError
+from ..fileio import read_maybe_gzip
 
 # Reasons that lower clocks against the workload's will; idle and user-set application
 # clocks are states, not throttling.
@@ -32,19 +31,7 @@ class TelemetryError(RoofscopeError):
 def load(path: str | os.PathLike) -> Telemetry:
     """Read a file written from ``Telemetry.to_json()``, plain or gzip-compressed."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise TelemetryError(f"{p}: no such telemetry file") from None
-    except IsADirectoryError:
-        raise TelemetryError(f"{p} is a directory, expected a telemetry file") from None
-    except OSError as e:
-        raise TelemetryError(f"cannot read {p}: {e.strerror}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise TelemetryError(f"{p}: truncated or corrupt gzip ({e})") from None
+    data = read_maybe_gzip(p, TelemetryError, "expected a telemetry file")
     try:
         return Telemetry.from_json(data)
     except ValueError as e:

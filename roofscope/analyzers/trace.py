@@ -8,11 +8,8 @@ against json and orjson.
 """
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Union
 
 import msgspec
@@ -20,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from ..fileio import read_maybe_gzip
 from .linking import enclosing, interval_parents, take
 
 _NO_RAW = msgspec.Raw(b"")
@@ -134,21 +132,7 @@ class Trace:
 
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The trace file's JSON bytes, gunzipped when needed."""
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(f"{p}: no such file")
-    if p.is_dir():
-        raise TraceError(f"{p}: is a directory, neither a trace file nor a roofscope Run")
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise TraceError(f"{p}: cannot read: {e.strerror}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as e:
-            raise TraceError(f"{p}: truncated or corrupt gzip ({e})") from None
-    return data
+    return read_maybe_gzip(path, TraceError, "neither a trace file nor a roofscope Run")
 
 
 def _decode(path: str, data: bytes) -> _TraceFile:
