@@ -85,10 +85,6 @@ def default_out(name: str, root: Path = Path("roofscope-out")) -> Path:
     return out
 
 
-def active() -> "Session | None":
-    return _active
-
-
 def step() -> None:
     """Mark a step boundary in the active session (a no-op when none is active)."""
     s = _active

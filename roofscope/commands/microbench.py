@@ -46,8 +46,9 @@ def _spread(r: dict[str, Any], unit: str) -> str:
         return "-"
     if unit == "s":
         return "/".join(f"{v * 1e6:.3g}" for v in vals) + " us"
-    factor, prefix = next(((f, p) for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-                           if abs(vals[0]) >= f), (1.0, ""))
+    from ..reports.console import si_scale
+
+    factor, prefix = si_scale(vals[0])
     return "/".join(f"{v / factor:.3g}" for v in vals) + f" {prefix}{unit}"
 
 
