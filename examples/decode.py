@@ -1,6 +1,6 @@
 """Greedy autoregressive decoding with a KV cache, its phases marked for roofscope.
 
-    python examples/decode.py [--batch 1] [--prompt-len 128] [--new-tokens 64] [--device cpu|cuda] [--compile]
+    python examples/decode.py [--batch 1] [--prompt-len 128] [--new-tokens 64] [--device cpu|cuda] [--compile] [--cuda-graph]
     roofscope run examples/decode.py --batch 64
 
 Decodes with the GPT of examples/gpt.py at that script's default size for the device, randomly
@@ -37,18 +37,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="tokens generated, the first by the prefill; default 64 on CUDA, 16 on CPU")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="replay each decode step as one captured CUDA graph (CUDA only)")
     args = ap.parse_args(argv)
     cuda = torch.device(args.device).type == "cuda"
     if args.prompt_len is None:
         args.prompt_len = 128 if cuda else 16
     if args.new_tokens is None:
         args.new_tokens = 64 if cuda else 16
+    if args.cuda_graph and not cuda:
+        ap.error("--cuda-graph needs --device cuda")
     if args.new_tokens < 2 or args.prompt_len < 1 or args.batch < 1:
         ap.error("--new-tokens must be at least 2 (one decode step), --prompt-len and --batch at least 1")
     return args
 
 
-def generate(model: torch.nn.Module, prompt: torch.Tensor, cache: KVCache, new_tokens: int) -> tuple[float, list[float]]:
+class GraphedDecode:
+    """One decode step captured as a CUDA graph: the CPU launches one graph per token instead
+    of every kernel of every layer. Shapes are static: the token and its position live in
+    tensors, and attention covers the whole cache with unwritten positions masked."""
+
+    def __init__(self, model: torch.nn.Module, cache: KVCache, batch: int, device: str) -> None:
+        self.model, self.cache = model, cache
+        self.tok = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.pos = torch.zeros((), dtype=torch.long, device=device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # allocate cuBLAS workspaces before capture
+            self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.next = self._step()
+
+    def _step(self) -> torch.Tensor:
+        logits, _ = self.model(self.tok, cache=self.cache, pos=self.pos)
+        return logits[:, -1].argmax(-1, keepdim=True)
+
+    def __call__(self, tok: torch.Tensor, pos: int) -> torch.Tensor:
+        self.tok.copy_(tok)
+        self.pos.fill_(pos)
+        self.graph.replay()
+        return self.next
+
+
+def generate(model: torch.nn.Module, prompt: torch.Tensor, cache: KVCache, new_tokens: int,
+             graphed: GraphedDecode | None = None) -> tuple[float, list[float]]:
     """Greedy decoding of `new_tokens` tokens after `prompt`, one roofscope step per token.
 
     Returns the prefill's time and each decode step's, in seconds."""
@@ -65,8 +99,11 @@ def generate(model: torch.nn.Module, prompt: torch.Tensor, cache: KVCache, new_t
     for pos in range(prompt.shape[1], prompt.shape[1] + new_tokens - 1):
         t0 = time.perf_counter()
         with roofscope.region("decode"):
-            logits, _ = model(tok, cache=cache, pos=pos)
-            tok = logits[:, -1].argmax(-1, keepdim=True)
+            if graphed is not None:
+                tok = graphed(tok, pos)
+            else:
+                logits, _ = model(tok, cache=cache, pos=pos)
+                tok = logits[:, -1].argmax(-1, keepdim=True)
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
@@ -95,8 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     with torch.inference_mode(), sdpa_kernel(backends):
         # Warm-up: the first prefill and decode steps pay for CUDA and cuBLAS set-up (and, with
         # --compile, compilation); two decode steps, as the second compiles for a varying position.
-        generate(model, prompt, cache, 3)
-        prefill, times = generate(model, prompt, cache, args.new_tokens)
+        graphed = GraphedDecode(model, cache, args.batch, args.device) if args.cuda_graph else None
+        generate(model, prompt, cache, 3, graphed)
+        prefill, times = generate(model, prompt, cache, args.new_tokens, graphed)
     step = statistics.median(times)
     print(f"batch {args.batch}  prompt {args.prompt_len}  new tokens {args.new_tokens}  device {args.device}")
     print(f"prefill: {prefill * 1e3:.2f} ms")

@@ -76,6 +76,16 @@ class Attention(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         mask, causal = None, t > 1
+        if isinstance(pos, torch.Tensor):
+            # Static shapes for CUDA-graph capture (decode.py --cuda-graph): one token at a
+            # position held in a tensor, attending over the whole preallocated cache with the
+            # positions not yet written masked out.
+            cache.k[self.layer].index_copy_(2, pos.view(1), k)
+            cache.v[self.layer].index_copy_(2, pos.view(1), v)
+            k, v = cache.k[self.layer], cache.v[self.layer]
+            mask = (torch.arange(cache.max_len, device=x.device) <= pos).view(1, -1)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.proj(y.transpose(1, 2).reshape(b, t, d))
         if cache is not None:
             cache.k[self.layer][:, :, pos:pos + t] = k
             cache.v[self.layer][:, :, pos:pos + t] = v
@@ -128,15 +138,18 @@ class GPT(nn.Module):
             nn.init.zeros_(m.bias)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                cache: KVCache | None = None, pos: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+                cache: KVCache | None = None, pos: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits (batch, t, vocab) for tokens `idx` (batch, t), and the cross-entropy loss when
         `targets` is given. With a `cache`, `idx` sits at positions pos..pos+t-1: its keys and values
         are written into the cache and attention covers the cached prefix as well."""
         t = idx.shape[1]
         limit = cache.max_len if cache is not None else self.cfg.seq
-        if pos + t > limit:
+        if isinstance(pos, torch.Tensor):  # static decode step (see Attention.forward)
+            x = self.tok_emb(idx) + self.pos_emb(pos.view(1))
+        elif pos + t > limit:
             raise ValueError(f"positions up to {pos + t} exceed the context of {limit}")
-        x = self.tok_emb(idx) + self.pos_emb(torch.arange(pos, pos + t, device=idx.device))
+        else:
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(pos, pos + t, device=idx.device))
         for block in self.blocks:
             x = block(x, cache, pos)
         logits = self.head(self.ln_f(x))

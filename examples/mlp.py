@@ -1,10 +1,12 @@
 """A small MLP trained with AdamW on random regression data: the smallest workload to profile.
 
-    python examples/mlp.py [--steps 12] [--device cpu|cuda]
+    python examples/mlp.py [--steps 12] [--device cpu|cuda] [--tf32] [--extra-elementwise N]
     roofscope run examples/mlp.py --steps 12
 
 A plain training script with no roofscope calls: `roofscope run` finds the step boundaries
-from `torch.optim.Optimizer.step`.
+from `torch.optim.Optimizer.step`. `--extra-elementwise N` slows every step down on purpose
+with N extra elementwise multiplications by 1.0 of the (batch, width) input, the same result
+at a known extra cost: the regression the CI gate demo (docs/gate.md) must catch.
 """
 from __future__ import annotations
 
@@ -30,14 +32,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tf32", action="store_true",
+                    help="let fp32 matmuls use TF32 tensor cores (torch.set_float32_matmul_precision('high'))")
+    ap.add_argument("--extra-elementwise", type=int, default=0, metavar="N",
+                    help="deliberately add N elementwise ops per step (the regression of the CI gate demo)")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")
+    if args.extra_elementwise < 0:
+        ap.error("--extra-elementwise must be at least 0")
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.tf32:
+        torch.set_float32_matmul_precision("high")
     torch.manual_seed(0)
     model = build_mlp(args.width, args.layers).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -45,7 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.randn(args.batch, args.width, device=args.device)
     y = torch.randn(args.batch, 1, device=args.device)
     for _ in range(args.steps):
-        loss = F.mse_loss(model(x), y)
+        inp = x
+        for _ in range(args.extra_elementwise):
+            inp = inp * 1.0
+        loss = F.mse_loss(model(inp), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -143,7 +143,7 @@ def test_run_in_process_script_view_and_restored_state(script: Path, tmp_path: P
     assert meta["steps"]["source"] == "optimizer" and meta["exit_status"]["reason"] == "ok"
     assert meta["tokens_per_step"] == 8
     a = roofscope.analyze(out)
-    t = a.summary()["throughput"]
+    t = a.summary()["metrics"]
     assert t["steps"] == 3 and t["tokens_per_s"] == pytest.approx(8 / t["step_time_s"])
     assert "tokens/s" in printed and "report: " in printed
 
@@ -204,8 +204,9 @@ def test_profile_context_manager(tmp_path: Path, capsys) -> None:
     mm = a.kernels[a.kernels["name"].astype(str).isin(["aten::mm", "aten::addmm"])]
     assert (mm["module"] != "").all()
     assert "Top" in prof.summary()
-    t = a.summary()["throughput"]
-    assert t["mfu"] == pytest.approx(t["model_flops_per_s"] / t["mfu_peak_flops"])
+    t = a.summary()["metrics"]
+    assert t["mfu_source"] == "model_flops"
+    assert t["mfu"] == pytest.approx(t["model_flops_per_step"] / t["step_time_s"] / t["peak_flops"])
 
 
 def test_profile_writes_run_on_exception_and_refuses_nesting(tmp_path: Path) -> None:

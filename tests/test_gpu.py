@@ -72,7 +72,7 @@ def test_gpt_example_run_is_attributed_with_telemetry_and_modules(tmp_path):
     s = an.summary()
     # Done-when of the collectors issue: at least 90% of kernel time on ops with costs.
     assert s["unattributed"]["share"] <= 0.10, s["unattributed"]
-    assert s["steps"] == [3, 4, 5] and s["throughput"]["step_time_s"] > 0
+    assert s["steps"] == [3, 4, 5] and s["metrics"]["step_time_s"] > 0
     gpu = s["telemetry"]["devices"][0]
     # 50 Hz over three steps of ~0.1-0.3 s: a handful of samples at least, clocks in MHz.
     assert gpu["samples"] >= 5 and 500 < gpu["sm_clock_mhz"]["mean"] < 2500

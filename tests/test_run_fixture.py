@@ -35,10 +35,13 @@ def test_attribution_and_throughput(analysis) -> None:
     s = analysis.summary()
     assert s["steps"] == [3, 4, 5]
     assert s["unattributed"]["share"] < 0.01  # 2 µs of 1.6 ms: three tiny kernels without a formula
-    t = s["throughput"]
+    t = s["metrics"]
     # 512 tokens per step over the median ProfilerStep span; MFU against the bf16 roof (989.5 TFLOP/s).
     assert t["tokens_per_s"] == pytest.approx(512 / t["step_time_s"])
+    assert t["peak_roof"] == "bf16" and t["mfu_source"] == "model_flops"
     assert t["mfu"] == pytest.approx(8455716864 / t["step_time_s"] / 989.5e12)
+    # HFU counts the kernels' attributed FLOPs per step instead of the model's.
+    assert t["hfu"] == pytest.approx(s["total_flops"] / 3 / t["step_time_s"] / 989.5e12, rel=0.02)
     assert 5e-3 < t["step_time_s"] < 8e-3  # the example printed 6.35 ms median unprofiled
 
 
@@ -67,11 +70,11 @@ def test_analyze_cli_on_the_run(tmp_path, capsys) -> None:
     assert main(["analyze", str(run), "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "Time by module" in out and "GPT.blocks.0.attn.qkv" in out
-    assert "ktokens/s" in out and "MFU 0.1% of the bf16 peak" in out and "NVML samples" in out
+    assert "ktokens/s" in out and "MFU 0.1%, HFU" in out and "NVML samples" in out
 
 
 def test_telemetry_clock_matches_trace_clock(analysis) -> None:
-    from roofscope.analyzers.throughput import to_unix_ns
+    from roofscope.analyzers.metrics import to_unix_ns
 
     steps = analysis.steps()
     start = to_unix_ns(analysis.trace, int(steps["ts_ns"].min()))

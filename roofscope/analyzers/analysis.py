@@ -32,6 +32,9 @@ class Analysis:
     run_meta: dict[str, Any] | None = None     # run.json of the Run this came from, if any
     telemetry: Any = None                      # collectors.nvml.Telemetry, if the Run has some
     _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _timeline: Any = field(default=None, init=False, repr=False)
+    _diagnosis: Any = field(default=None, init=False, repr=False)
+    _metrics: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -64,9 +67,41 @@ class Analysis:
 
     def steps(self) -> pd.DataFrame:
         """One row per profiled step (``ProfilerStep#N``): start, end, duration."""
-        from .throughput import step_table
+        from .metrics import step_table
 
         return step_table(self.trace)
+
+    def timeline(self) -> Any:
+        """GPU busy/idle, idle gaps, syncs and copies per step (:class:`.timeline.Timeline`)."""
+        if self._timeline is None:
+            from .timeline import timeline
+
+            self._timeline = timeline(self.trace, self.kernels, self.steps(), self.ceilings.launch_latency_s)
+        return self._timeline
+
+    def step_samples(self) -> pd.DataFrame:
+        """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py)."""
+        from .metrics import step_samples
+
+        tl = self.timeline()
+        busy = tl.steps["busy_s"] if len(tl.steps) and "busy_s" in tl.steps else None
+        return step_samples(self, busy_s=busy)
+
+    def metrics(self) -> dict[str, Any]:
+        """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""
+        if self._metrics is None:
+            from .metrics import metrics
+
+            self._metrics = metrics(self, self.step_samples(), self.telemetry_summary())
+        return self._metrics
+
+    def diagnosis(self) -> Any:
+        """Ranked recommendations with evidence and estimated savings (:class:`.rules.Diagnosis`)."""
+        if self._diagnosis is None:
+            from .rules import diagnose
+
+            self._diagnosis = diagnose(self)
+        return self._diagnosis
 
     def unattributed(self) -> dict[str, Any]:
         """Share of non-communication kernel time without a cost, by reason."""
@@ -90,7 +125,7 @@ class Analysis:
             self._summary = self._compute_summary()
         return self._summary
 
-    def _compute_summary(self) -> dict[str, Any]:
+    def _base_summary(self) -> dict[str, Any]:
         k = self.kernels
         total = float(k["dur_s"].sum())
         by_class = k.groupby("cls")["dur_s"].sum()
@@ -121,22 +156,30 @@ class Analysis:
             **self._run_figures(),
         }
 
+    def _compute_summary(self) -> dict[str, Any]:
+        s = self._base_summary()
+        d = self.diagnosis()
+        s["findings"] = [f.to_dict() for f in d.findings]
+        s["diagnosis"] = d.to_dict()
+        return s
+
+    def telemetry_summary(self) -> dict[str, Any] | None:
+        """NVML telemetry summarized over the profiled steps, or None without telemetry."""
+        if self.telemetry is None:
+            return None
+        from .metrics import to_unix_ns
+        from .telemetry import summarize
+
+        steps = self.steps()
+        start = to_unix_ns(self.trace, int(steps["ts_ns"].min())) if len(steps) else None
+        end = to_unix_ns(self.trace, int(steps["end_ns"].max())) if len(steps) else None
+        return summarize(self.telemetry, start, end, steps=len(steps) or None)
+
     def _run_figures(self) -> dict[str, Any]:
-        """Throughput and telemetry over the profiled steps (the user's counts come from the Run)."""
-        from .throughput import step_table, throughput, to_unix_ns
-
+        """Step metrics, timeline, telemetry and diagnosis over the profiled steps."""
         meta = self.run_meta or {}
-        steps = step_table(self.trace)
-        out: dict[str, Any] = {"throughput": throughput(steps, self.kernels, self.ceilings,
-                                                        meta.get("tokens_per_step"),
-                                                        meta.get("model_flops_per_step")),
-                               "telemetry": None}
-        if self.telemetry is not None:
-            from .telemetry import summarize
-
-            start = to_unix_ns(self.trace, int(steps["ts_ns"].min())) if len(steps) else None
-            end = to_unix_ns(self.trace, int(steps["end_ns"].max())) if len(steps) else None
-            out["telemetry"] = summarize(self.telemetry, start, end, steps=len(steps) or None)
+        out: dict[str, Any] = {"metrics": self.metrics(), "telemetry": self.telemetry_summary(),
+                               "timeline": self.timeline().to_dict()}
         if meta:
             out["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
         return out

@@ -372,7 +372,7 @@ def steps_at(annotations: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     return step
 
 
-def _is_region(names: pd.Series) -> np.ndarray:
+def is_region(names: pd.Series) -> np.ndarray:
     # Step markers are steps, module labels are modules, and "## ... ##" annotations are
     # torch.compile's own bookkeeping.
     n = names.astype(str)
@@ -396,7 +396,7 @@ def regions_at(annotations: pd.DataFrame, thread: np.ndarray, start: np.ndarray,
     backward thread) fall back to any thread's region covering them.
     """
     region = np.full(len(start), "", dtype=object)
-    regions = annotations[_is_region(annotations["name"])] if len(annotations) else annotations
+    regions = annotations[is_region(annotations["name"])] if len(annotations) else annotations
     if not len(regions) or not valid.any():
         return region
     th, st, en = (regions[c].to_numpy() for c in ("thread", "ts_ns", "end_ns"))

@@ -92,6 +92,16 @@ def step() -> None:
         s.step()
 
 
+def optimizer_facts(optimizer: Any) -> dict[str, Any]:
+    """What the analysis needs to know of the training loop's optimizer: its parameter count
+    (MFU from tokens) and whether it runs fused, foreach or per-parameter (the optimizer rule)."""
+    tensors = [p for g in optimizer.param_groups for p in g["params"]]
+    d = getattr(optimizer, "defaults", {}) or {}
+    return {"class": type(optimizer).__name__, "tensors": len(tensors),
+            "params": int(sum(p.numel() for p in tensors)),
+            "fused": d.get("fused"), "foreach": d.get("foreach")}
+
+
 class Session:
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
@@ -109,6 +119,7 @@ class Session:
         self._finished = False
         self.inductor = ""
         self.telemetry: Any = None
+        self.optimizer: dict[str, Any] | None = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -163,12 +174,13 @@ class Session:
         self._advance()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.step_source == "explicit":
-            return
         # Only the first optimizer seen counts: a GAN's two optimizers make one step.
         if self._optimizer is None:
             self._optimizer = weakref.ref(optimizer)
+            self.optimizer = optimizer_facts(optimizer)
         elif self._optimizer() is not optimizer:
+            return
+        if self.step_source == "explicit":
             return
         self.step_source = "optimizer"
         self._advance()
@@ -242,7 +254,7 @@ class Session:
                                "boundaries_seen": c.steps, "source": self.step_source},
                         tokens_per_step=self.config.tokens_per_step,
                         model_flops_per_step=self.config.model_flops_per_step,
-                        inductor_benchmark_kernel=self.inductor,
+                        inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,
                         modules={"enabled": self.config.modules,
                                  "calls": self._labels.calls if self._labels is not None else 0},
                         telemetry=({"file": TELEMETRY_FILE, "hz": self.config.nvml_hz,

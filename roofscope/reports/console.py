@@ -107,6 +107,8 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
         out += ["  " + r for r in table(["module", "time ms", "share", "kernels", "class"], rows, "<>>><")]
         out.append("")
 
+    out += _finding_lines(s)
+
     u = s["unattributed"]
     out.append(f"Cost coverage: {pct(u['share'])} of non-communication time has no cost model")
     rows = [[r, ms(v["time_s"]), pct(v["share"]), f"{v['kernels']:,}"]
@@ -132,15 +134,17 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
 def _run_lines(s: dict) -> list[str]:
     """Step time, throughput and NVML telemetry lines, where the summary has them."""
     out = []
-    t = s.get("throughput") or {}
-    if t.get("step_time_s"):
-        line = f"  steps     {t['steps']} profiled, median {ms(t['step_time_s'])} ms/step"
-        extra = []
-        if t.get("tokens_per_s"):
-            extra.append(f"{si(t['tokens_per_s'], 'tokens/s')}")
-        if t.get("mfu") is not None:
-            extra.append(f"MFU {pct(t['mfu'])} of the {t['mfu_roof']} peak {si(t['mfu_peak_flops'], 'FLOP/s')}")
-        out.append(line + (f" ({', '.join(extra)})" if extra else ""))
+    m = s.get("metrics") or {}
+    if m.get("step_time_s"):
+        extra = [f"{si(m['tokens_per_s'], 'tokens/s')}"] if m.get("tokens_per_s") else []
+        if m.get("busy_fraction") is not None:
+            extra.append(f"GPU busy {pct(m['busy_fraction'])}")
+        out.append(f"  steps     {m['steps']} profiled, median {ms(m['step_time_s'])} ms/step"
+                   + (f" ({', '.join(extra)})" if extra else ""))
+    if m.get("peak_flops") and m.get("step_time_s"):
+        mfu = f"MFU {pct(m['mfu'])}" + (" (op-counted)" if m.get("mfu_source") == "op_counted" else "")
+        out.append(f"  util      {mfu}, HFU {pct(m['hfu'])}, MBU {pct(m['mbu'])}; "
+                   f"{si(m['achieved_flops_per_s'], 'FLOP/s')} vs the {m['peak_roof']} peak {si(m['peak_flops'], 'FLOP/s')}")
     tel = s.get("telemetry") or {}
     for d in tel.get("devices", []):
         if not d.get("samples"):
@@ -166,6 +170,24 @@ def _run_lines(s: dict) -> list[str]:
             parts.append("clock events: " + ", ".join(events))
         out.append(f"  gpu {d.get('cuda_index', d.get('nvml_index'))}     " + ", ".join(parts)
                    + f" [{d['samples']} NVML samples]")
+    return out
+
+
+def _finding_lines(s: dict, top: int = 5) -> list[str]:
+    """The top recommendations, each with its saving, evidence and fix, wrapped to 80 columns."""
+    import textwrap
+
+    findings = s.get("findings") or []
+    if not findings:
+        return []
+    out = [f"Recommendations (estimated saving per step; savings overlap){'' if len(findings) <= top else f', top {top} of {len(findings)}'}"]
+    for f in findings[:top]:
+        out.append(f"  {f['rank']}. {f['title']}: -{f['saving_s'] * 1e3:.3f} ms ({pct(f['saving_pct'])}),"
+                   f" {f['confidence']} confidence")
+        out += textwrap.wrap(f['summary'], 78, initial_indent="     ", subsequent_indent="     ")
+        snippet = f["fix"]["snippet"].splitlines()[0] if f["fix"]["snippet"] else f["fix"]["text"]
+        out += textwrap.wrap("fix: " + snippet, 78, initial_indent="     ", subsequent_indent="       ")
+    out.append("")
     return out
 
 

@@ -1,0 +1,172 @@
+"""Step metrics: step time, achieved FLOP/s, HFU, MFU, MBU, tokens/s, energy, throttling.
+
+Steps are the ``ProfilerStep#N`` spans torch.profiler records around each step; the
+headline figures use the median step (robust to one slow step) and per-step samples
+are kept for statistics (the CI gate). With *peak* the roof of the precision that did
+most of the counted FLOPs (``peak_roof`` names it) and *bandwidth* the memory ceiling:
+
+* HFU = counted FLOPs per step / (step time × peak): the hardware's view, counting
+  every FLOP the kernels did, recomputation included;
+* MFU = model FLOPs per step / (step time × peak), the model FLOPs being, in order:
+  the user's ``model_flops_per_step`` (``mfu_source = "model_flops"``); else
+  6 · parameters · tokens for training (an optimizer was seen) or 2 · parameters ·
+  tokens for inference, with the parameter count taken from the optimizer
+  (``"params_tokens"``); else the counted FLOPs, so MFU = HFU (``"op_counted"``);
+* MBU = compulsory bytes per step / (step time × bandwidth).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ..devices import Ceilings
+from .trace import Trace, is_region
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .analysis import Analysis
+
+_STEP = "ProfilerStep#"
+
+
+def step_table(trace: Trace) -> pd.DataFrame:
+    """One row per profiled step: ``step``, ``ts_ns``, ``end_ns``, ``dur_s`` (trace clock)."""
+    a = trace.annotations
+    s = a[a["name"].astype(str).str.startswith(_STEP)] if len(a) else a
+    if not len(s):
+        return pd.DataFrame({"step": pd.Series([], dtype=np.int64), "ts_ns": pd.Series([], dtype=np.int64),
+                             "end_ns": pd.Series([], dtype=np.int64), "dur_s": pd.Series([], dtype=float)})
+    t = pd.DataFrame({"step": s["name"].astype(str).str.slice(len(_STEP)).astype(np.int64).to_numpy(),
+                      "ts_ns": s["ts_ns"].to_numpy(), "end_ns": s["end_ns"].to_numpy()})
+    # Kineto can write a step's span twice (CPU and GPU views); keep the longest.
+    t = t.sort_values(["step", "end_ns"]).drop_duplicates("step", keep="last")
+    t["dur_s"] = (t["end_ns"] - t["ts_ns"]) / 1e9
+    return t.reset_index(drop=True)
+
+
+def to_unix_ns(trace: Trace, t_ns: int) -> int | None:
+    """A trace-clock time (ns from the first event) as Unix ns, or None when the trace lacks a base."""
+    base = trace.meta.get("baseTimeNanoseconds")
+    t0_us = trace.meta.get("t0_us")
+    if base is None or t0_us is None:
+        return None
+    return int(base) + int(round(float(t0_us) * 1000)) + int(t_ns)
+
+
+def dominant_roof(kernels: pd.DataFrame, ceilings: Ceilings) -> tuple[str | None, float | None]:
+    """The roof key and FLOP/s of the (dtype, unit) that did the most FLOPs."""
+    k = kernels[kernels["flops"].fillna(0) > 0]
+    if not len(k):
+        return None, None
+    if "roof_precision" in k:  # placed kernels: TF32 detection already chose the roof
+        by = k.groupby(k["roof_precision"].astype(str))["flops"].sum()
+        key = str(by.idxmax())
+        if key and ceilings.peaks.get(key):
+            return key, ceilings.peaks[key]
+    by = k.groupby([k["dtype"].astype(str), k["tensor_core"].astype(bool)])["flops"].sum()
+    dtype, tc = by.idxmax()
+    return ceilings.roof_key(dtype, tc), ceilings.roof(dtype, tc)
+
+
+def region_times(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
+    """Seconds each region (record_function annotation) covers in each step: index step,
+    one column per region name. Nested spans of the same name count once (union)."""
+    a = trace.annotations
+    if not len(a) or not len(steps):
+        return pd.DataFrame(index=pd.Index(steps["step"].to_numpy(), name="step"))
+    r = a[is_region(a["name"])]
+    cols: dict[str, np.ndarray] = {}
+    st, en = steps["ts_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    for name, g in r.groupby(r["name"].astype(str), sort=True):
+        # Union of the region's spans (recursion or several threads must not double-count).
+        g = g.sort_values("ts_ns")
+        s0, e0 = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()
+        new = np.r_[True, s0[1:] > np.maximum.accumulate(e0)[:-1]]
+        us, ue = s0[new], np.maximum.reduceat(e0, np.flatnonzero(new))
+        # Overlap of every union interval with every step window (few steps: dense is fine).
+        ov = np.clip(np.minimum(ue[None, :], en[:, None]) - np.maximum(us[None, :], st[:, None]), 0, None)
+        cols[name] = ov.sum(axis=1) / 1e9
+    return pd.DataFrame(cols, index=pd.Index(steps["step"].to_numpy(), name="step"))
+
+
+def model_flops(meta: dict[str, Any]) -> tuple[float | None, str | None]:
+    """Model FLOPs per step and where they came from (see the module docstring)."""
+    if meta.get("model_flops_per_step"):
+        return float(meta["model_flops_per_step"]), "model_flops"
+    opt = meta.get("optimizer") or {}
+    params, tokens = opt.get("params"), meta.get("tokens_per_step")
+    if params and tokens:
+        # An optimizer stepping means training: forward 2N + backward 4N FLOPs per token.
+        return 6.0 * float(params) * float(tokens), "params_tokens"
+    return None, None
+
+
+def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
+                 busy_s: pd.Series | None = None) -> pd.DataFrame:
+    """One row per profiled step (index ``step``): step_time_s, flops, bytes, hfu, mfu, mbu,
+    busy_s, idle_fraction and ``region:<name>`` seconds; the samples statistics should use."""
+    steps = a.steps() if steps is None else steps
+    idx = pd.Index(steps["step"].to_numpy(), name="step")
+    k = a.kernels[a.kernels["step"] >= 0]
+    out = pd.DataFrame({"step_time_s": steps["dur_s"].to_numpy()}, index=idx)
+    out["flops"] = k.groupby("step")["flops"].sum().reindex(idx).fillna(0.0)
+    out["bytes"] = k.groupby("step")["bytes"].sum().reindex(idx).fillna(0.0)
+    _, peak = dominant_roof(a.kernels, a.ceilings)
+    mflops, source = model_flops(a.run_meta or {})
+    dur = out["step_time_s"].where(out["step_time_s"] > 0)
+    out["hfu"] = out["flops"] / (dur * peak) if peak else np.nan
+    out["mfu"] = (mflops / (dur * peak) if mflops else out["hfu"]) if peak else np.nan
+    out["mbu"] = out["bytes"] / (dur * a.ceilings.bandwidth) if a.ceilings.bandwidth else np.nan
+    out["busy_s"] = busy_s.reindex(idx) if busy_s is not None else np.nan
+    out["idle_fraction"] = 1.0 - out["busy_s"] / dur
+    regions = region_times(a.trace, steps)
+    for name in regions.columns:
+        out[f"region:{name}"] = regions[name].reindex(idx)
+    return out
+
+
+def _median(s: pd.Series) -> float | None:
+    s = s.dropna()
+    return float(s.median()) if len(s) else None
+
+
+def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | None) -> dict[str, Any]:
+    """Headline step metrics (medians over the profiled steps); None where unknown."""
+    meta = a.run_meta or {}
+    key, peak = dominant_roof(a.kernels, a.ceilings)
+    mflops, source = model_flops(meta)
+    tokens = meta.get("tokens_per_step")
+    n = int(len(samples))
+    out: dict[str, Any] = dict.fromkeys((
+        "step_time_s", "step_time_mean_s", "step_time_min_s", "step_time_max_s", "flops_per_step",
+        "bytes_per_step", "achieved_flops_per_s", "hfu", "mfu", "mbu", "tokens_per_s", "busy_fraction",
+        "idle_fraction", "energy_per_step_j", "energy_per_token_j", "throttled_fraction"))
+    out.update(steps=n, peak_roof=key, peak_flops=peak, bandwidth=a.ceilings.bandwidth,
+               model_flops_per_step=mflops, mfu_source=(source or "op_counted") if peak else None,
+               tokens_per_step=tokens, regions={})
+    if not n:
+        return out
+    t = samples["step_time_s"]
+    step = float(t.median())
+    out.update(step_time_s=step, step_time_mean_s=float(t.mean()), step_time_min_s=float(t.min()),
+               step_time_max_s=float(t.max()), flops_per_step=float(samples["flops"].mean()),
+               bytes_per_step=float(samples["bytes"].mean()))
+    if step > 0:
+        out["achieved_flops_per_s"] = out["flops_per_step"] / step
+        out["hfu"] = out["achieved_flops_per_s"] / peak if peak else None
+        out["mfu"] = ((mflops / step) / peak if mflops else out["hfu"]) if peak else None
+        out["mbu"] = out["bytes_per_step"] / step / a.ceilings.bandwidth if a.ceilings.bandwidth else None
+        out["tokens_per_s"] = tokens / step if tokens else None
+    out["idle_fraction"] = _median(samples["idle_fraction"])
+    out["busy_fraction"] = None if out["idle_fraction"] is None else 1.0 - out["idle_fraction"]
+    out["regions"] = {c.split(":", 1)[1]: _median(samples[c]) for c in samples.columns if c.startswith("region:")}
+    devices = (telemetry or {}).get("devices") or []
+    energy = [d.get("energy_per_step_j") for d in devices]
+    if devices and all(e is not None for e in energy):
+        out["energy_per_step_j"] = float(sum(energy))
+        out["energy_per_token_j"] = out["energy_per_step_j"] / tokens if tokens else None
+    shares = [(d.get("throttle") or {}).get("throttled_share") for d in devices]
+    if any(s is not None for s in shares):
+        out["throttled_fraction"] = float(max(s for s in shares if s is not None))
+    return out

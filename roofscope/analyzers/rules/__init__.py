@@ -1,0 +1,14 @@
+"""Diagnosis rules (see base.py for the engine and docs/diagnosis.md for each rule)."""
+from __future__ import annotations
+
+from .base import Context, Diagnosis, Finding, Rule, diagnose
+from .fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
+from .hardware import SmallGrid, Throttling, Underutilized
+from .overhead import CudaGraphs, HostCopies, HostSyncs
+from .precision import Alignment, Tf32, WeightBoundGemm
+
+RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), ElementwiseFusion(), UnfusedAttention(),
+                     UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(), SmallGrid(),
+                     Underutilized()]
+
+__all__ = ["RULES", "Context", "Diagnosis", "Finding", "Rule", "diagnose"]

@@ -1,0 +1,147 @@
+"""Rules for memory traffic that fusion removes: elementwise chains, unfused attention,
+per-parameter optimizers."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..linking import take
+from .base import Context, Finding, Rule, top_kernels
+from .shapes import first_numel, gemm_table, op_dims
+
+FUSIBLE = ("elementwise", "reduction", "normalization", "softmax", "copy")
+# Inductor's kernels are already the product of fusion.
+_FUSED_NAME = r"^triton_|fused"
+
+
+def chains(k: pd.DataFrame) -> pd.Series:
+    """Chain id of each kernel in a run of >= 2 consecutive fusible memory/latency-bound
+    kernels on one stream (-1 elsewhere); ``k`` in any order, ids follow stream then time."""
+    order = k.index
+    k = k.sort_values(["stream", "ts_ns"], kind="stable")
+    fusible = (k["category"].isin(FUSIBLE) & k["cls"].isin(("memory", "latency"))
+               & ~k["name"].astype(str).str.contains(_FUSED_NAME, regex=True)).to_numpy()
+    stream = k["stream"].fillna(-1).to_numpy()
+    prev_ok = np.r_[False, fusible[:-1] & (stream[1:] == stream[:-1])]
+    cid = np.where(fusible, np.cumsum(fusible & ~prev_ok), -1)
+    size = np.bincount(np.maximum(cid, 0))[np.maximum(cid, 0)]
+    return pd.Series(np.where((cid >= 0) & (size >= 2), cid, -1), index=k.index).reindex(order)
+
+
+class ElementwiseFusion(Rule):
+    """Consecutive memory-bound elementwise/normalization kernels write and re-read intermediates."""
+
+    name = "fusion"
+    binding = "memory"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        k = ctx.kernels[ctx.kernels["timed"]] if "timed" in ctx.kernels else ctx.kernels
+        cid = chains(k)
+        c = k.assign(chain=cid)[cid >= 0]
+        if not len(c):
+            return []
+        bw = ctx.analysis.ceilings.bandwidth
+        g = c.groupby("chain")
+        per = pd.DataFrame({"n": g.size(), "time_s": g["dur_s"].sum(), "bytes": g["bytes"].sum(),
+                            "max_bytes": g["bytes"].max(), "min_s": g["dur_s"].min()})
+        # One fused kernel reads the chain's inputs and writes its output once: about the
+        # traffic of its largest member. The rest were intermediates written and re-read.
+        fused_s = np.maximum(per["max_bytes"].fillna(0) / bw, per["min_s"])
+        per["saving_s"] = np.maximum(0.0, per["time_s"] - fused_s)
+        saving = float(per["saving_s"].sum()) / ctx.steps
+        avoided = float((per["bytes"] - per["max_bytes"]).sum()) / ctx.steps
+        ops = c.groupby("chain")["op_name"].agg(lambda s: " -> ".join(dict.fromkeys(map(str, s))))
+        top = per.sort_values("saving_s", ascending=False).head(3).index
+        example = "; ".join(ops[i] for i in top)
+        return [Finding(
+            self.name, "Fuse memory-bound elementwise chains (torch.compile)", self.binding, saving, "medium",
+            f"{len(per) / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} kernels,"
+            f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step, {avoided / 1e6:.1f} MB/step of intermediates"
+            f" (e.g. {example})",
+            "Compile the model so Inductor fuses each chain into one kernel that reads inputs and writes"
+            " outputs once; saving = the intermediate traffic at the measured bandwidth.",
+            "model = torch.compile(model)",
+            top_kernels(c, ctx.steps),
+            {"chains_per_step": len(per) / ctx.steps, "kernels_per_step": len(c) / ctx.steps,
+             "chain_time_s": float(c["dur_s"].sum()) / ctx.steps, "intermediate_bytes": avoided,
+             "bandwidth": bw})]
+
+
+class UnfusedAttention(Rule):
+    """matmul -> softmax -> matmul with S x S scores in memory, where SDPA would not write them."""
+
+    name = "sdpa"
+    binding = "memory"
+    min_share = 0.02
+
+    def match(self, ctx: Context) -> list[Finding]:
+        trace, k = ctx.analysis.trace, ctx.kernels
+        sm = k[k["category"] == "softmax"]
+        if not len(sm):
+            return []
+        dims = op_dims(trace, sm["cost_op"].to_numpy())
+        scores = {first_numel(d) for d in dims if isinstance(d, list) and d and isinstance(d[0], list)
+                  and len(d[0]) >= 3 and d[0][-1] >= 64}
+        g = gemm_table(trace, k)
+        produced = set((g["m"] * g["n"]).tolist()) if len(g) else set()
+        scores = {s for s in scores if s in produced}  # a GEMM wrote the scores: attention
+        if not scores:
+            return []
+        nongemm = k[~k["category"].isin(("gemm", "attention"))]
+        numel = np.array([first_numel(d) or -1 for d in op_dims(trace, nongemm["cost_op"].to_numpy())])
+        sxs = nongemm[np.isin(numel, list(scores))]
+        saving = float(sxs["dur_s"].sum()) / ctx.steps
+        return [Finding(
+            self.name, "Unfused attention: use scaled_dot_product_attention", self.binding, saving, "medium",
+            f"{len(sxs) / ctx.steps:.0f} kernels/step on S x S score tensors ({max(scores):,} elements),"
+            f" {saving * 1e3:.3f} ms/step (softmax, masking, scaling, dropout)",
+            "Flash/memory-efficient SDPA never writes the S x S scores; the matmuls' FLOPs remain,"
+            " the kernels on the scores go away.",
+            "y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
+            top_kernels(sxs, ctx.steps), {"score_elements": max(scores), "sxs_kernels_per_step": len(sxs) / ctx.steps})]
+
+
+class UnfusedOptimizer(Rule):
+    """Hundreds of per-parameter kernels in the optimizer step instead of a few foreach/fused ones."""
+
+    name = "fused_optimizer"
+    binding = "optimizer"
+    MIN_KERNELS = 50
+
+    def match(self, ctx: Context) -> list[Finding]:
+        a = ctx.analysis
+        ann = a.trace.annotations
+        spans = ann[ann["name"].astype(str).str.startswith("Optimizer.step#")].sort_values("ts_ns")
+        if not len(spans):
+            return []
+        k = ctx.kernels
+        rt = a.trace.runtime
+        t = take(rt["ts_ns"].to_numpy(), k["launch"].to_numpy(), -1)
+        i = np.searchsorted(spans["ts_ns"].to_numpy(), t, side="right") - 1
+        inside = (t >= 0) & (i >= 0) & (t <= spans["end_ns"].to_numpy()[np.maximum(i, 0)])
+        opt = k[inside]
+        multi = opt["name"].astype(str).str.contains(r"multi_tensor_apply|fused_adam|FusedAdam|_fused_",
+                                                     case=False, regex=True)
+        per_step = len(opt) / ctx.steps
+        if per_step < self.MIN_KERNELS or multi.mean() > 0.5:
+            return []
+        gaps = a.timeline().gaps
+        s0, s1 = spans["ts_ns"].to_numpy(), spans["end_ns"].to_numpy()
+        j = np.searchsorted(s0, gaps["start_ns"].to_numpy(), side="right") - 1 if len(gaps) else np.array([], int)
+        in_span = (j >= 0) & (gaps["start_ns"].to_numpy() < s1[np.maximum(j, 0)]) if len(gaps) else j >= 0
+        idle = float(gaps["dur_s"].to_numpy()[in_span].sum()) / ctx.steps if len(gaps) else 0.0
+        # A fused optimizer streams the same state once: its traffic at the measured bandwidth.
+        fused_s = float(opt["bytes"].sum()) / ctx.steps / a.ceilings.bandwidth
+        kernel_s = float(opt["dur_s"].sum()) / ctx.steps
+        saving = idle + max(0.0, kernel_s - fused_s)
+        facts = (a.run_meta or {}).get("optimizer") or {}
+        what = f"{facts['class']} over {facts['tensors']} tensors" if facts.get("class") else "the optimizer"
+        return [Finding(
+            self.name, "Per-parameter optimizer: use fused=True / foreach=True", "host", saving, "medium",
+            f"{what}: {per_step:.0f} kernels/step in optimizer.step(), {kernel_s * 1e3:.3f} ms of kernels"
+            f" and {idle * 1e3:.3f} ms GPU idle inside it",
+            "A fused (one kernel per group) or foreach (multi-tensor) optimizer launches a handful of kernels"
+            " instead of several per parameter.",
+            "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
+            top_kernels(opt, ctx.steps),
+            {"kernels_per_step": per_step, "idle_s": idle, "kernel_s": kernel_s, "fused_estimate_s": fused_s})]

@@ -1,0 +1,104 @@
+"""Rules on how kernels use the hardware: clocks (throttling), grid size, efficiency."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Context, Finding, Rule, top_kernels
+
+# Kernels shorter than this are launch-dominated whatever their grid.
+_MIN_GRID_KERNEL_S = 20e-6
+# What a tuned kernel reaches of its roofline floor (the under-utilized rule's target).
+TARGET_EFFICIENCY = 0.5
+# Mean SM clock at or above this share of its maximum is not worth a finding.
+CLOCK_RATIO_OK = 0.95
+
+
+class Throttling(Rule):
+    """NVML saw the SM clock held below its maximum (power cap, thermal, hardware slowdown)."""
+
+    name = "throttling"
+    binding = "clock"
+
+    def precondition(self, ctx: Context) -> str | None:
+        return None if ctx.analysis.telemetry is not None else "no NVML telemetry in this run"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        devices = (ctx.analysis.telemetry_summary() or {}).get("devices") or []
+        worst = min(devices, key=lambda d: d.get("sm_clock_ratio") or 1.0, default=None)
+        if worst is None:
+            return []
+        ratio = worst.get("sm_clock_ratio") or 1.0
+        shares = {r: v for r, v in (worst.get("throttle") or {}).items() if v and r not in ("gpu_idle", "throttled_share")}
+        throttled = (worst.get("throttle") or {}).get("throttled_share") or 0.0
+        # Hopper raises sw_power_cap even far below the limit; only a lower clock costs time.
+        if ratio >= CLOCK_RATIO_OK:
+            return []
+        # Compute-bound time stretches with the clock; memory-bound time mostly does not.
+        saving = ctx.terms["compute"] * (1 - ratio)
+        reasons = ", ".join(f"{r} {v:.0%}" for r, v in sorted(shares.items(), key=lambda kv: -kv[1])) or "none reported"
+        return [Finding(
+            self.name, "GPU clocks throttled during the run", self.binding, saving, "low",
+            f"SM clock at {ratio:.0%} of max on average; throttled in {throttled:.0%} of samples ({reasons})",
+            "Check cooling, power limit and clock settings (nvidia-smi -q -d PERFORMANCE,POWER); compare"
+            " with the microbenchmark ceilings measured on the same machine.",
+            "nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE",
+            [], {"sm_clock_ratio": ratio, "throttled_share": throttled, **shares})]
+
+
+class SmallGrid(Rule):
+    """Long kernels launching fewer blocks than the GPU has SMs leave SMs idle."""
+
+    name = "small_grid"
+    binding = "occupancy"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        props = (ctx.analysis.trace.meta.get("deviceProperties") or [{}])[0]
+        sms = props.get("numSms")
+        k = ctx.kernels
+        k = k[(k["cat"] == "kernel") & (k["dur_s"] >= _MIN_GRID_KERNEL_S) & ~k["cls"].isin(("communication", "latency"))]
+        if not sms or not len(k) or "grid" not in k:
+            return []
+        blocks = np.array([np.prod(g) if isinstance(g, list) and g else np.nan for g in k["grid"]], dtype=float)
+        frac = blocks / sms
+        small = k[frac < 0.5]
+        f = frac[frac < 0.5]
+        if not len(small) or small["dur_s"].sum() / ctx.steps < 0.05 * ctx.step_s:
+            return []
+        # Spread over all SMs the same work could run up to SMs/blocks times faster.
+        saving = float((small["dur_s"].to_numpy() * (1 - f)).sum()) / ctx.steps
+        return [Finding(
+            self.name, "Kernels with fewer blocks than SMs", self.binding, saving, "low",
+            f"{len(small) / ctx.steps:.0f} kernels/step of >= 20 us use < half of the {sms} SMs"
+            f" (median {np.median(f * sms):.0f} blocks), {small['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
+            "Give these kernels more parallel work: a larger batch, split-K GEMMs, or torch.compile"
+            " (max-autotune) to pick other tilings; confirm occupancy with Nsight Compute.",
+            'model = torch.compile(model, mode="max-autotune")',
+            top_kernels(small, ctx.steps), {"sms": sms, "median_blocks": float(np.median(f * sms))})]
+
+
+class Underutilized(Rule):
+    """Heavy kernels far below their roofline: the analytic model cannot say why; counters can."""
+
+    name = "underutilized"
+    binding = "underutilized"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        k = ctx.kernels[ctx.kernels["cls"] == "underutilized"]
+        if not len(k):
+            return []
+        per = k.groupby(k["name"].astype(str)).agg(time_s=("dur_s", "sum"), floor_s=("floor_s", "sum"))
+        heavy = per[per["time_s"] / ctx.steps >= 0.03 * ctx.step_s]
+        if not len(heavy):
+            return []
+        saving = float(np.maximum(0.0, heavy["time_s"] - heavy["floor_s"] / TARGET_EFFICIENCY).sum()) / ctx.steps
+        names = set(heavy.index)
+        sel = k[k["name"].astype(str).isin(names)]
+        first = heavy["time_s"].idxmax()
+        return [Finding(
+            self.name, "Under-utilized heavy kernels: inspect with Nsight Compute", self.binding, saving, "low",
+            f"{len(heavy)} kernels below {ctx.analysis.params.underutilized_below:.0%} of their roofline floor,"
+            f" {heavy['time_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
+            "These kernels neither hit a roof nor are too small to; measure them with hardware counters"
+            " (occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",
+            f'ncu --kernel-name regex:"{first[:40]}" --launch-count 3 --set full python train.py',
+            top_kernels(sel, ctx.steps), {"kernels": len(heavy)})]

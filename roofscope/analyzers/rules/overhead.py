@@ -1,0 +1,105 @@
+"""Rules for time the GPU spends waiting on the host: launches, synchronizations, copies."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Context, Finding, Rule, top_kernels
+
+# A CUDA graph replays the step with one launch; what remains of the launch cost.
+GRAPH_LAUNCH_S = 10e-6
+# Pinned host memory copies at about twice the rate of pageable memory (staged through
+# a pinned bounce buffer by the driver); docs/diagnosis.md.
+PAGEABLE_SLOWDOWN = 2.0
+
+
+class CudaGraphs(Rule):
+    """Many short kernels and a GPU starved between them: the step is launch/host-bound."""
+
+    name = "cuda_graphs"
+    binding = "host"
+    min_share = 0.10
+
+    def precondition(self, ctx: Context) -> str | None:
+        rt = ctx.analysis.trace.runtime
+        if len(rt) and rt["name"].astype(str).isin(("cudaGraphLaunch", "cuGraphLaunch")).any():
+            return "the step already replays CUDA graphs"
+        return None
+
+    def match(self, ctx: Context) -> list[Finding]:
+        k = ctx.kernels[ctx.kernels["cat"] == "kernel"]
+        per_step = len(k) / ctx.steps
+        median_us = float(np.median(k["dur_s"])) * 1e6 if len(k) else 0.0
+        idle = ctx.terms["host"]
+        saving = max(0.0, idle - GRAPH_LAUNCH_S)
+        # Short kernels are the signature of launch-bound work; long ones mean the host is slow
+        # for other reasons (data loading, Python), which graphs do not remove.
+        short = median_us < 20
+        conf = "high" if short and ctx.share("host") >= 0.3 else "medium" if short else "low"
+        return [Finding(
+            self.name, "Launch-bound: capture the step in a CUDA graph", self.binding, saving, conf,
+            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches;"
+            f" {per_step:.0f} kernels/step, median {median_us:.1f} us",
+            "Replay the step as a CUDA graph so the CPU launches it once: torch.compile with"
+            " mode=\"reduce-overhead\" (also fuses), or torch.cuda.graphs for static shapes. Saving ~ the"
+            " host-bound idle time.",
+            'model = torch.compile(model, mode="reduce-overhead")\n'
+            "# or: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(static_input)",
+            top_kernels(k, ctx.steps),
+            {"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
+             "host_idle_share": ctx.share("host")})]
+
+
+class HostSyncs(Rule):
+    """Host-device synchronizations inside the step drain the GPU's queue."""
+
+    name = "host_syncs"
+    binding = "sync"
+    min_share = 0.02
+
+    def match(self, ctx: Context) -> list[Finding]:
+        tl = ctx.analysis.timeline()
+        syncs = tl.syncs
+        if not len(syncs):
+            return []
+        syncs = syncs[syncs["step"] >= 0] if (syncs["step"] >= 0).any() else syncs
+        callers = (syncs.groupby(["kind", "caller"]).size() / ctx.steps).sort_values(ascending=False)
+        where = ", ".join(f"{n:g}x {kind} in {caller or '(top level)'}" for (kind, caller), n in callers.head(4).items())
+        bubble = ctx.terms["sync"]
+        return [Finding(
+            self.name, "Host-device syncs inside the step", self.binding, bubble, "medium",
+            f"{len(syncs) / ctx.steps:g} syncs/step ({where}); GPU idle {bubble * 1e3:.3f} ms/step after them",
+            "Keep values on the GPU: drop .item()/.cpu()/print of tensors in the step, log every N steps,"
+            " use non_blocking copies and torch.cuda.Event instead of synchronize().",
+            "loss_sum += loss.detach()          # instead of loss.item() every step\n"
+            "if step % 100 == 0: print(loss_sum.item() / 100)",
+            [], {"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble})]
+
+
+class HostCopies(Rule):
+    """Host-to-device copies from pageable memory or not overlapped with compute."""
+
+    name = "h2d_copies"
+    binding = "copy"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        copies = ctx.analysis.timeline().overall.get("copies", {}).get("HtoD")
+        if not copies or not copies.get("count"):
+            return []
+        n = ctx.steps
+        pageable = copies.get("pageable_time_s", 0.0) / n
+        exposed = copies.get("exposed_time_s", 0.0) / n
+        # Pinning halves pageable copies; overlapping hides what is still exposed after that.
+        saving = pageable * (1 - 1 / PAGEABLE_SLOWDOWN) + max(0.0, exposed - pageable * (1 - 1 / PAGEABLE_SLOWDOWN))
+        if saving < 0.01 * ctx.step_s:
+            return []
+        k = ctx.kernels[(ctx.kernels["category"] == "memcpy")
+                        & ctx.kernels["name"].astype(str).str.contains("HtoD")]
+        return [Finding(
+            self.name, "Host-to-device copies: pin memory and overlap them", "copy", saving,
+            "medium" if pageable > 0 else "low",
+            f"H2D {copies['time_s'] / n * 1e3:.3f} ms/step, {pageable * 1e3:.3f} ms from pageable memory,"
+            f" {exposed * 1e3:.3f} ms not overlapped with kernels",
+            "Load batches into pinned memory and copy them asynchronously, ahead of use.",
+            "loader = DataLoader(ds, batch_size=B, pin_memory=True, num_workers=4)\n"
+            "x = x.to('cuda', non_blocking=True)",
+            top_kernels(k, n), {"h2d_s": copies["time_s"] / n, "pageable_s": pageable, "exposed_s": exposed})]
