@@ -43,6 +43,9 @@ def _ceiling_options(fn):
               help="Write the summary and aggregate tables as JSON.")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write one CSV row per kernel with all roofline columns.")
+@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write a markdown summary (GitHub job summary, PR comment); '-' prints it instead of "
+                   "the terminal summary.")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernels listed in the terminal summary.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
@@ -57,12 +60,37 @@ def analyze_cmd(**kwargs: object) -> int:
 @click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
 @click.option("-o", "--output", "html_out", type=click.Path(dir_okay=False, path_type=str),
               default="roofscope-report.html", show_default=True, help="HTML file to write.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
+@click.option("--cdn", is_flag=True,
+              help="Load plotly.js from a CDN (pinned by hash) instead of inlining it: ~1.2 MB smaller, "
+                   "but the charts need the network.")
 @_ceiling_options
 def report_cmd(**kwargs: object) -> int:
     """Write a self-contained HTML report (roofline, classes, top kernels) for a Kineto TRACE."""
     from .commands.analyze import AnalyzeOptions, run
 
     return run(AnalyzeOptions(quiet=True, **kwargs))  # type: ignore[arg-type]
+
+
+@cli.command("diff")
+@click.argument("run_a", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("run_b", type=click.Path(dir_okay=True, path_type=str))
+@_ceiling_options
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the comparison as JSON.")
+@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the comparison as markdown (e.g. for a pull request).")
+@click.option("--applied", metavar="RULE",
+              help="Rule id of A's finding that B applied [default: the one whose kernels lost most time].")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Kernel changes listed.")
+@click.option("-q", "--quiet", is_flag=True, help="No terminal view.")
+def diff_cmd(**kwargs: object) -> int:
+    """Compare RUN_B against RUN_A (Run directories or Kineto traces): metrics, kernels per step, and
+    whether A's predicted saving materialized in B."""
+    from .commands.diff import DiffOptions, run
+
+    return run(DiffOptions(**kwargs))  # type: ignore[arg-type]
 
 
 @cli.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -134,6 +162,45 @@ def devices_cmd() -> int:
     from .commands.devices import run
 
     return run()
+
+
+@cli.command("gate")
+@click.argument("run", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("baseline_out", required=False, metavar="[BASELINE_OUT]")
+@click.option("--write-baseline", is_flag=True, help="Write RUN's baseline to BASELINE_OUT instead of checking.")
+@click.option("--baseline", type=click.Path(dir_okay=True, path_type=str),
+              help="Baseline file (or a Run directory) to compare RUN against.")
+@click.option("--max-regression", multiple=True, metavar="KEY=LIMIT,...",
+              help="Regression limits, e.g. mfu=5%,step_time=2ms,idle_fraction=3pp,region:decode=10%,mbu=off "
+                   "[defaults: 5%; idle_fraction 5pp; regions 10%].")
+@click.option("--min-mfu", type=float, help="Fail when the median MFU is below this fraction (0.35 = 35%).")
+@click.option("--min-hfu", type=float, help="Fail when the median HFU is below this fraction.")
+@click.option("--min-mbu", type=float, help="Fail when the median MBU is below this fraction.")
+@click.option("--max-step-time-ms", type=float, help="Fail when the median step time exceeds this many ms.")
+@click.option("--max-idle-fraction", type=float, help="Fail when the median GPU idle fraction exceeds this.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the rank test on per-step samples.")
+@click.option("--junit", "junit_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write JUnit XML (one testcase per check).")
+@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the verdict as markdown.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str), help="Write the verdict as JSON.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Kernels listed as evidence on failure.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite existing output files.")
+@click.option("-q", "--quiet", is_flag=True, help="No terminal verdict table.")
+def gate_cmd(**kwargs: object) -> int:
+    """Fail (exit 1) when RUN regressed against a baseline or breaks an absolute bound.
+
+    RUN is a Run directory or a trace. A check fails when its limit is exceeded and a
+    one-sided Mann-Whitney test on the per-step samples finds the shift clear at --alpha.
+    Exit codes: 0 pass, 1 regression, 2 usage or input error. With GITHUB_ACTIONS=true,
+    failures are also printed as ::error annotations and the verdict appended to
+    $GITHUB_STEP_SUMMARY. `roofscope gate --write-baseline RUN BASELINE.json` writes a baseline.
+    """
+    from .commands.gate import GateOptions, run
+
+    return run(GateOptions(**kwargs))  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,6 +35,7 @@ class Analysis:
     _timeline: Any = field(default=None, init=False, repr=False)
     _diagnosis: Any = field(default=None, init=False, repr=False)
     _metrics: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _steps: pd.DataFrame | None = field(default=None, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -66,10 +67,13 @@ class Analysis:
         return aggregate(k.assign(module=at_depth(k["module"], depth).replace("", "(no module)")), "module")
 
     def steps(self) -> pd.DataFrame:
-        """One row per profiled step (``ProfilerStep#N``): start, end, duration."""
-        from .metrics import step_table
+        """One row per profiled step (``ProfilerStep#N``): start, end, duration, measured on the
+        GPU when the step launched GPU work (see :func:`.metrics.step_table`)."""
+        if self._steps is None:
+            from .metrics import step_table
 
-        return step_table(self.trace)
+            self._steps = step_table(self.trace, None if self.cpu_only else self.kernels)
+        return self._steps
 
     def timeline(self) -> Any:
         """GPU busy/idle, idle gaps, syncs and copies per step (:class:`.timeline.Timeline`)."""

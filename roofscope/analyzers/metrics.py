@@ -30,19 +30,46 @@ if TYPE_CHECKING:  # pragma: no cover
 _STEP = "ProfilerStep#"
 
 
-def step_table(trace: Trace) -> pd.DataFrame:
-    """One row per profiled step: ``step``, ``ts_ns``, ``end_ns``, ``dur_s`` (trace clock)."""
+def step_table(trace: Trace, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per profiled step: ``step``, ``ts_ns``, ``end_ns``, ``dur_s`` (trace clock),
+    and the CPU span ``cpu_ts_ns``/``cpu_end_ns``/``cpu_dur_s``.
+
+    With ``kernels`` (rows with ``step``, ``ts_ns``, ``end_ns``), a step that launched GPU
+    work is measured on the GPU: from its first activity's start to the next step's first
+    activity (the last step: to the later of its last activity's end and its CPU span's
+    end). The CPU only enqueues work: when the GPU is the bottleneck, the CPU's
+    ``ProfilerStep`` spans measure launch time, not the step; when the host is, both agree.
+    """
     a = trace.annotations
     s = a[a["name"].astype(str).str.startswith(_STEP)] if len(a) else a
     if not len(s):
-        return pd.DataFrame({"step": pd.Series([], dtype=np.int64), "ts_ns": pd.Series([], dtype=np.int64),
-                             "end_ns": pd.Series([], dtype=np.int64), "dur_s": pd.Series([], dtype=float)})
+        cols = ("ts_ns", "end_ns", "cpu_ts_ns", "cpu_end_ns")
+        return pd.DataFrame({"step": pd.Series([], dtype=np.int64),
+                             **{c: pd.Series([], dtype=np.int64) for c in cols},
+                             "dur_s": pd.Series([], dtype=float), "cpu_dur_s": pd.Series([], dtype=float)})
     t = pd.DataFrame({"step": s["name"].astype(str).str.slice(len(_STEP)).astype(np.int64).to_numpy(),
-                      "ts_ns": s["ts_ns"].to_numpy(), "end_ns": s["end_ns"].to_numpy()})
+                      "cpu_ts_ns": s["ts_ns"].to_numpy(), "cpu_end_ns": s["end_ns"].to_numpy()})
     # Kineto can write a step's span twice (CPU and GPU views); keep the longest.
-    t = t.sort_values(["step", "end_ns"]).drop_duplicates("step", keep="last")
-    t["dur_s"] = (t["end_ns"] - t["ts_ns"]) / 1e9
-    return t.reset_index(drop=True)
+    t = t.sort_values(["step", "cpu_end_ns"]).drop_duplicates("step", keep="last").reset_index(drop=True)
+    t["cpu_dur_s"] = (t["cpu_end_ns"] - t["cpu_ts_ns"]) / 1e9
+    ts, end = t["cpu_ts_ns"].to_numpy().copy(), t["cpu_end_ns"].to_numpy().copy()
+    if kernels is not None and len(kernels):
+        k = kernels[kernels["step"] >= 0]
+        if "timed" in k:
+            k = k[k["timed"].astype(bool)]
+        g = k.groupby("step")
+        first = g["ts_ns"].min().reindex(t["step"]).to_numpy(dtype=float)
+        last = g["end_ns"].max().reindex(t["step"]).to_numpy(dtype=float)
+        has = ~np.isnan(first)
+        consecutive = np.r_[t["step"].to_numpy()[1:] == t["step"].to_numpy()[:-1] + 1, False]
+        nxt = np.r_[first[1:], np.nan]
+        gpu_end = np.where(consecutive & ~np.isnan(nxt), nxt, np.fmax(last, end))
+        ts = np.where(has, first, ts).astype(np.int64)
+        end = np.where(has, gpu_end, end).astype(np.int64)
+    t.insert(1, "ts_ns", ts)
+    t.insert(2, "end_ns", end)
+    t.insert(3, "dur_s", (end - ts) / 1e9)
+    return t
 
 
 def to_unix_ns(trace: Trace, t_ns: int) -> int | None:
@@ -69,15 +96,18 @@ def dominant_roof(kernels: pd.DataFrame, ceilings: Ceilings) -> tuple[str | None
     return ceilings.roof_key(dtype, tc), ceilings.roof(dtype, tc)
 
 
-def region_times(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
-    """Seconds each region (record_function annotation) covers in each step: index step,
-    one column per region name. Nested spans of the same name count once (union)."""
+def region_times(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Seconds of each region (record_function annotation) in each step: index step, one
+    column per region name. A region's time is the longer of its CPU time (union of its spans
+    inside the step's CPU span) and the GPU extent of the kernels it launched in the step:
+    the GPU runs behind the CPU, so either can be the one that takes longer."""
     a = trace.annotations
+    idx = pd.Index(steps["step"].to_numpy(), name="step")
     if not len(a) or not len(steps):
-        return pd.DataFrame(index=pd.Index(steps["step"].to_numpy(), name="step"))
+        return pd.DataFrame(index=idx)
     r = a[is_region(a["name"])]
     cols: dict[str, np.ndarray] = {}
-    st, en = steps["ts_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    st, en = steps["cpu_ts_ns"].to_numpy(), steps["cpu_end_ns"].to_numpy()
     for name, g in r.groupby(r["name"].astype(str), sort=True):
         # Union of the region's spans (recursion or several threads must not double-count).
         g = g.sort_values("ts_ns")
@@ -87,7 +117,13 @@ def region_times(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
         # Overlap of every union interval with every step window (few steps: dense is fine).
         ov = np.clip(np.minimum(ue[None, :], en[:, None]) - np.maximum(us[None, :], st[:, None]), 0, None)
         cols[name] = ov.sum(axis=1) / 1e9
-    return pd.DataFrame(cols, index=pd.Index(steps["step"].to_numpy(), name="step"))
+    out = pd.DataFrame(cols, index=idx)
+    if kernels is not None and len(kernels) and len(out.columns):
+        k = kernels[(kernels["step"] >= 0) & kernels["region"].isin(out.columns)]
+        g = k.groupby(["step", "region"])
+        extent = ((g["end_ns"].max() - g["ts_ns"].min()) / 1e9).unstack("region")
+        out = np.fmax(out, extent.reindex(index=idx, columns=out.columns))
+    return out
 
 
 def model_flops(meta: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -120,7 +156,7 @@ def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
     out["mbu"] = out["bytes"] / (dur * a.ceilings.bandwidth) if a.ceilings.bandwidth else np.nan
     out["busy_s"] = busy_s.reindex(idx) if busy_s is not None else np.nan
     out["idle_fraction"] = 1.0 - out["busy_s"] / dur
-    regions = region_times(a.trace, steps)
+    regions = region_times(a.trace, steps, None if a.cpu_only else a.kernels)
     for name in regions.columns:
         out[f"region:{name}"] = regions[name].reindex(idx)
     return out
@@ -160,7 +196,9 @@ def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | No
         out["tokens_per_s"] = tokens / step if tokens else None
     out["idle_fraction"] = _median(samples["idle_fraction"])
     out["busy_fraction"] = None if out["idle_fraction"] is None else 1.0 - out["idle_fraction"]
-    out["regions"] = {c.split(":", 1)[1]: _median(samples[c]) for c in samples.columns if c.startswith("region:")}
+    # A region's median over the steps it ran in: prefill happens in one step of many.
+    out["regions"] = {c.split(":", 1)[1]: _median(samples[c].where(samples[c] > 0))
+                      for c in samples.columns if c.startswith("region:")}
     devices = (telemetry or {}).get("devices") or []
     energy = [d.get("energy_per_step_j") for d in devices]
     if devices and all(e is not None for e in energy):

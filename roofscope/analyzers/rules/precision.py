@@ -13,6 +13,8 @@ _ELT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8":
 ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "int8": 16}
 # Reference efficiency when the profile has no aligned GEMM of the same dtype to compare with.
 ASSUMED_EFFICIENCY = 0.5
+# Weights must be at least this share of a memory-bound GEMM's bytes for it to be weight-bound.
+WEIGHT_SHARE = 0.5
 
 
 def _floor(flops: np.ndarray, nbytes: np.ndarray, peak: float, bw: float) -> np.ndarray:
@@ -118,6 +120,12 @@ class WeightBoundGemm(Rule):
         weight = g["n"].to_numpy() * g["kk"].to_numpy() * elt
         share = np.clip(weight / np.where(g["bytes"].to_numpy() > 0, g["bytes"].to_numpy(), np.nan), 0, 1)
         share = np.nan_to_num(share, nan=1.0)
+        # Weight-bound means the weights are most of the traffic (few rows); a GEMM that is
+        # memory-bound for a small K moves activations instead, and quantizing weights saves little.
+        keep = share >= WEIGHT_SHARE
+        if not keep.any():
+            return []
+        g, elt, share = g[keep], elt[keep], share[keep]
         t = g["dur_s"].to_numpy()
         # Memory-bound time scales with bytes: int8 weights halve 16-bit weight bytes, int4 quarter them.
         int8 = float((t * share * np.clip(1 - 1 / elt, 0, None)).sum()) / ctx.steps

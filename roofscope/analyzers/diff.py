@@ -1,0 +1,253 @@
+"""Compare two analyses of the same workload (A before a change, B after): headline metrics,
+kernels per step matched by name, and whether A's predicted saving showed up in B.
+
+Kernel times are per profiled step (total time / number of profiled steps), so runs
+recorded with different step counts compare. A kernel is *unchanged* when its time per
+step moved by at most 3 % or 2 µs, whichever is larger.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RoofscopeError
+from ..reports.export import json_safe
+from .roofline import aggregate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .analysis import Analysis
+
+UNCHANGED_REL = 0.03
+UNCHANGED_ABS_S = 2e-6
+STATUSES = ("slower", "appeared", "faster", "disappeared", "unchanged")
+CHANGE_COLUMNS = ["name", "category", "calls_a", "calls_b", "time_a_s", "time_b_s", "delta_s",
+                  "cls_a", "cls_b", "status"]
+# (summary["metrics"] key, label, unit, whether a larger value is better)
+METRICS: tuple[tuple[str, str, str, bool], ...] = (
+    ("step_time_s", "step time", "s", False),
+    ("hfu", "HFU", "", True),
+    ("mfu", "MFU", "", True),
+    ("mbu", "MBU", "", True),
+    ("busy_fraction", "GPU busy", "", True),
+    ("idle_fraction", "GPU idle", "", False),
+    ("tokens_per_s", "tokens/s", "tokens/s", True),
+    ("energy_per_step_j", "energy/step", "J", False),
+)
+# Measured saving as a share of the predicted one: at least this much for each verdict.
+VERDICTS = ((0.5, "materialized"), (0.2, "partly"))
+
+
+@dataclass
+class MetricChange:
+    key: str
+    label: str
+    unit: str
+    a: float | None
+    b: float | None
+    delta: float | None          # b - a
+    rel: float | None            # delta / a
+    better: bool | None          # None when unchanged or unknown
+
+
+@dataclass
+class Prediction:
+    verdict: str                 # materialized | partly | not materialized | no prediction | no measurement
+    why: str                     # which finding was taken and why, or why there is no verdict
+    rule: str | None = None
+    title: str | None = None
+    predicted_s: float | None = None
+    measured_s: float | None = None   # median step A - median step B
+    ratio: float | None = None        # measured / predicted
+    evidence_time_a_s: float | None = None   # per step, the finding's evidence kernels
+    evidence_time_b_s: float | None = None
+
+
+@dataclass
+class Diff:
+    a: str
+    b: str
+    device_a: str | None
+    device_b: str | None
+    steps_a: int
+    steps_b: int
+    metrics: list[MetricChange]
+    kernels: pd.DataFrame        # kernel_changes(a, b)
+    by_status: pd.DataFrame      # index status: kernels, time_a_s, time_b_s, delta_s
+    by_category: pd.DataFrame    # index category: time_a_s, time_b_s, delta_s
+    by_class: pd.DataFrame       # index cls: time_a_s, time_b_s, delta_s
+    prediction: Prediction
+    warnings: list[str] = field(default_factory=list)
+
+    def class_changes(self) -> pd.DataFrame:
+        """Kernels present in both runs whose class differs."""
+        k = self.kernels
+        both = k["status"].isin(["faster", "slower", "unchanged"])
+        return k[both & (k["cls_a"] != k["cls_b"])]
+
+    def to_dict(self) -> dict[str, Any]:
+        def records(df: pd.DataFrame, key: str) -> list[dict[str, Any]]:
+            return df.rename_axis(key).reset_index().to_dict("records")
+
+        return json_safe({
+            "a": self.a, "b": self.b, "device_a": self.device_a, "device_b": self.device_b,
+            "steps_a": self.steps_a, "steps_b": self.steps_b, "warnings": self.warnings,
+            "metrics": [asdict(m) for m in self.metrics],
+            "kernels": self.kernels.to_dict("records"),
+            "class_changes": self.class_changes()["name"].tolist(),
+            "by_status": records(self.by_status, "status"),
+            "by_category": records(self.by_category, "category"),
+            "by_class": records(self.by_class, "cls"),
+            "prediction": asdict(self.prediction),
+        })
+
+
+def profiled_steps(a: "Analysis") -> int:
+    """Profiled steps of a run; a trace without step markers counts as one step."""
+    return max(len(a.steps()), 1)
+
+
+def _step_kernels(a: "Analysis") -> pd.DataFrame:
+    """The kernels of the profiled steps (all of them when the trace has no step markers)."""
+    k = a.kernels
+    return k[k["step"] >= 0] if len(a.steps()) else k
+
+
+def per_step_kernels(a: "Analysis") -> pd.DataFrame:
+    """One row per kernel name: ``calls`` and ``time_s`` per profiled step, ``cls`` (the class
+    holding most of its time) and ``category``. This is what :func:`compare_kernels` matches."""
+    k = _step_kernels(a)
+    n = profiled_steps(a)
+    if not len(k):
+        return pd.DataFrame({"calls": pd.Series([], dtype=float), "time_s": pd.Series([], dtype=float),
+                             "cls": pd.Series([], dtype=object), "category": pd.Series([], dtype=object)},
+                            index=pd.Index([], name="name", dtype=object))
+    agg = aggregate(k, "name")
+    return pd.DataFrame({"calls": agg["calls"] / n, "time_s": agg["time_s"].fillna(0.0) / n, "cls": agg["cls"],
+                         "category": k.groupby("name", sort=False)["category"].first().reindex(agg.index)})
+
+
+def compare_kernels(table_a: pd.DataFrame, table_b: pd.DataFrame) -> pd.DataFrame:
+    """Match two :func:`per_step_kernels` tables by name (columns ``CHANGE_COLUMNS``, sorted by
+    |delta_s| descending). Absent kernels have 0 calls and time and an empty class."""
+    j = table_a.add_suffix("_a").join(table_b.add_suffix("_b"), how="outer")
+    in_a = j["time_s_a"].notna().to_numpy()
+    in_b = j["time_s_b"].notna().to_numpy()
+    ta = j["time_s_a"].fillna(0.0).to_numpy(dtype=np.float64)
+    tb = j["time_s_b"].fillna(0.0).to_numpy(dtype=np.float64)
+    delta = tb - ta
+    small = np.abs(delta) <= np.maximum(UNCHANGED_REL * ta, UNCHANGED_ABS_S)
+    status = np.select([~in_b, ~in_a, small, delta < 0], ["disappeared", "appeared", "unchanged", "faster"],
+                       "slower")
+    out = pd.DataFrame({
+        "name": j.index.astype(str),
+        "category": j["category_a"].fillna(j["category_b"]).to_numpy(),
+        "calls_a": j["calls_a"].fillna(0.0).to_numpy(), "calls_b": j["calls_b"].fillna(0.0).to_numpy(),
+        "time_a_s": ta, "time_b_s": tb, "delta_s": delta,
+        "cls_a": j["cls_a"].fillna("").to_numpy(), "cls_b": j["cls_b"].fillna("").to_numpy(),
+        "status": status.astype(object),
+    })
+    order = np.lexsort((out["name"].to_numpy(), -np.abs(delta)))
+    return out.iloc[order].reset_index(drop=True)
+
+
+def kernel_changes(a: "Analysis", b: "Analysis") -> pd.DataFrame:
+    """Kernels of B against A per profiled step: name, category, calls_a, calls_b, time_a_s,
+    time_b_s, delta_s, cls_a, cls_b, status (faster, slower, appeared, disappeared, unchanged)."""
+    return compare_kernels(per_step_kernels(a), per_step_kernels(b))
+
+
+def _totals(a: "Analysis", b: "Analysis", by: str) -> pd.DataFrame:
+    ta = _step_kernels(a).groupby(by)["dur_s"].sum() / profiled_steps(a)
+    tb = _step_kernels(b).groupby(by)["dur_s"].sum() / profiled_steps(b)
+    out = pd.DataFrame({"time_a_s": ta, "time_b_s": tb}).fillna(0.0)
+    out["delta_s"] = out["time_b_s"] - out["time_a_s"]
+    return out.sort_values("delta_s", key=np.abs, ascending=False)
+
+
+def _by_status(changes: pd.DataFrame) -> pd.DataFrame:
+    g = changes.groupby("status")
+    out = pd.DataFrame({"kernels": g.size(), "time_a_s": g["time_a_s"].sum(), "time_b_s": g["time_b_s"].sum(),
+                        "delta_s": g["delta_s"].sum()})
+    return out.reindex(list(STATUSES)).fillna(0).astype({"kernels": int})
+
+
+def _metric_changes(ma: dict[str, Any], mb: dict[str, Any]) -> list[MetricChange]:
+    out = []
+    for key, label, unit, higher_better in METRICS:
+        va, vb = ma.get(key), mb.get(key)
+        delta = vb - va if va is not None and vb is not None else None
+        rel = delta / va if delta is not None and va else None
+        better = None if not delta else (delta > 0) == higher_better
+        out.append(MetricChange(key, label, unit, va, vb, delta, rel, better))
+    return out
+
+
+def _evidence_names(finding: dict[str, Any]) -> list[str]:
+    # A kernel named twice must not count twice.
+    return list(dict.fromkeys(str(k["name"]) for k in (finding.get("evidence") or {}).get("kernels") or []))
+
+
+def predict(findings: list[dict[str, Any]], changes: pd.DataFrame, step_a: float | None, step_b: float | None,
+            applied: str | None = None) -> Prediction:
+    """Check A's predicted saving against B: the finding named ``applied``, else the one whose
+    evidence kernels lost the largest share of their time per step in B."""
+    measured = step_a - step_b if step_a is not None and step_b is not None else None
+    if not findings:
+        return Prediction("no prediction", "A has no findings to check", measured_s=measured)
+    times = changes.set_index("name")[["time_a_s", "time_b_s"]]
+    evidence = [times.reindex(_evidence_names(f)).fillna(0.0).sum() for f in findings]
+    if applied is not None:
+        idx = next((i for i, f in enumerate(findings) if f.get("rule") == applied), None)
+        if idx is None:
+            rules = ", ".join(str(f.get("rule")) for f in findings)
+            raise RoofscopeError(f"--applied {applied}: A has no finding with that rule (its findings: {rules})")
+        why = f"given with --applied {applied}"
+    else:
+        lost = np.array([(e["time_a_s"] - e["time_b_s"]) / e["time_a_s"] if e["time_a_s"] > 0 else -np.inf
+                         for e in evidence])
+        if np.isfinite(lost).any():
+            idx = int(np.argmax(lost))    # ties: the higher-ranked finding, listed first
+            why = (f"its evidence kernels lost the largest share of their time in B "
+                   f"({lost[idx]:.0%}, of {len(findings)} findings)")
+        else:
+            idx = 0
+            why = "top-ranked finding (no finding names evidence kernels that ran in A)"
+    f = findings[idx]
+    predicted = f.get("saving_s")
+    p = Prediction("no measurement", why, rule=f.get("rule"), title=f.get("title"), predicted_s=predicted,
+                   measured_s=measured, evidence_time_a_s=float(evidence[idx]["time_a_s"]),
+                   evidence_time_b_s=float(evidence[idx]["time_b_s"]))
+    if not predicted or predicted <= 0:
+        p.verdict = "no prediction"
+        p.why += "; it predicts no saving"
+    elif measured is None:
+        p.why += "; a run has no profiled steps, so the step-time saving is unknown"
+    else:
+        p.ratio = measured / predicted
+        p.verdict = next((v for floor, v in VERDICTS if p.ratio >= floor), "not materialized")
+    return p
+
+
+def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
+         findings: list[dict[str, Any]] | None = None) -> Diff:
+    """Compare run B against run A (see the module docstring); ``findings`` defaults to A's own."""
+    sa, sb = a.summary(), b.summary()
+    ma, mb = sa["metrics"], sb["metrics"]
+    changes = kernel_changes(a, b)
+    if findings is None:
+        findings = sa.get("findings") or []
+    warnings = []
+    if sa["device"] != sb["device"]:
+        warnings.append(f"the runs are from different devices: A {sa['device']}, B {sb['device']}")
+    for label, an in (("A", a), ("B", b)):
+        if not len(an.steps()):
+            warnings.append(f"{label} has no profiled steps: its kernel times are totals over the whole trace")
+    return Diff(a=str(a.trace.path), b=str(b.trace.path), device_a=sa["device"], device_b=sb["device"],
+                steps_a=len(a.steps()), steps_b=len(b.steps()), metrics=_metric_changes(ma, mb),
+                kernels=changes, by_status=_by_status(changes), by_category=_totals(a, b, "category"),
+                by_class=_totals(a, b, "cls"),
+                prediction=predict(findings, changes, ma.get("step_time_s"), mb.get("step_time_s"), applied),
+                warnings=warnings)
