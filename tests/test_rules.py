@@ -228,3 +228,22 @@ def test_hta_a100_trace_diagnosis() -> None:
     assert d.terms["idle_other"] / d.step_s > 0.5
     rules = [f.rule for f in d.findings]
     assert rules[0] == "host_syncs" and "cuda_graphs" not in rules
+
+
+def test_activation_bound_gemm_is_not_weight_bound(tmp_path) -> None:
+    s = Step()
+    # M = 65536, K = 64, N = 256 bf16: 2.1 GFLOP over 2 x (4.2M + 16k + 16.8M) = 42 MB, 51 FLOP/B:
+    # memory-bound, but the weights are 32 kB of it: quantizing them saves nothing.
+    for _ in range(10):
+        _gemm(s, BF16, 65536, 256, 64, 50.0)
+    a = roofscope.analyze(s.write(tmp_path), ceilings=TOY)
+    assert set(a.kernels["cls"]) == {"memory"}
+    assert "weight_bound_gemm" not in _findings(a)
+
+
+def test_ncu_filter_names_the_kernel_function() -> None:
+    from roofscope.analyzers.rules.hardware import kernel_function
+
+    name = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float)"
+    assert kernel_function(name) == "vectorized_layer_norm_kernel"
+    assert kernel_function("triton_poi_fused_add_0") == "triton_poi_fused_add_0"

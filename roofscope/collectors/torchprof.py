@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..analyzers.trace import DRAIN_LABEL
 from ..errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
@@ -159,10 +160,12 @@ class TorchCollector:
         import torch
 
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            try:
-                torch.cuda.synchronize()
-            except RuntimeError:  # a crashed CUDA context: keep whatever was recorded
-                pass
+            # Labelled so the analysis can tell roofscope's own sync from the workload's.
+            with torch.profiler.record_function(DRAIN_LABEL):
+                try:
+                    torch.cuda.synchronize()
+                except RuntimeError:  # a crashed CUDA context: keep whatever was recorded
+                    pass
 
     def stop(self) -> bool:
         """Stop recording (keeping a partly recorded active phase); True when a trace was written."""

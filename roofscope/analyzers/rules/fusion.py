@@ -51,12 +51,13 @@ class ElementwiseFusion(Rule):
         saving = float(per["saving_s"].sum()) / ctx.steps
         avoided = float((per["bytes"] - per["max_bytes"]).sum()) / ctx.steps
         ops = c.groupby("chain")["op_name"].agg(lambda s: " -> ".join(dict.fromkeys(map(str, s))))
-        top = per.sort_values("saving_s", ascending=False).head(3).index
-        example = "; ".join(ops[i] for i in top)
+        # The same chain repeats per layer: name the patterns saving most, with their counts.
+        patterns = per.assign(ops=ops).groupby("ops")["saving_s"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+        example = "; ".join(f"{o} (x{n / ctx.steps:g})" for o, n in patterns["size"].head(2).items())
         return [Finding(
             self.name, "Fuse memory-bound elementwise chains (torch.compile)", self.binding, saving, "medium",
             f"{len(per) / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} kernels,"
-            f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step, {avoided / 1e6:.1f} MB/step of intermediates"
+            f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step, {avoided / 1e9:.3g} GB/step of intermediates"
             f" (e.g. {example})",
             "Compile the model so Inductor fuses each chain into one kernel that reads inputs and writes"
             " outputs once; saving = the intermediate traffic at the measured bandwidth.",

@@ -1,6 +1,8 @@
 """Rules on how kernels use the hardware: clocks (throttling), grid size, efficiency."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .base import Context, Finding, Rule, top_kernels
@@ -11,6 +13,15 @@ _MIN_GRID_KERNEL_S = 20e-6
 TARGET_EFFICIENCY = 0.5
 # Mean SM clock at or above this share of its maximum is not worth a finding.
 CLOCK_RATIO_OK = 0.95
+
+
+def kernel_function(name: str) -> str:
+    """The function's own name in a kernel's C++ signature (what ncu --kernel-name matches):
+    'void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>(...)' ->
+    'vectorized_layer_norm_kernel'."""
+    head = re.sub(r"^void\s+", "", name.replace("(anonymous namespace)::", ""))
+    head = head.split("(", 1)[0] if not head.startswith("(") else head
+    return head.split("<", 1)[0].rsplit("::", 1)[-1].strip() or name
 
 
 class Throttling(Rule):
@@ -93,12 +104,12 @@ class Underutilized(Rule):
         saving = float(np.maximum(0.0, heavy["time_s"] - heavy["floor_s"] / TARGET_EFFICIENCY).sum()) / ctx.steps
         names = set(heavy.index)
         sel = k[k["name"].astype(str).isin(names)]
-        first = heavy["time_s"].idxmax()
+        first = re.escape(kernel_function(heavy["time_s"].idxmax()))
         return [Finding(
             self.name, "Under-utilized heavy kernels: inspect with Nsight Compute", self.binding, saving, "low",
             f"{len(heavy)} kernels below {ctx.analysis.params.underutilized_below:.0%} of their roofline floor,"
             f" {heavy['time_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
             "These kernels neither hit a roof nor are too small to; measure them with hardware counters"
             " (occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",
-            f'ncu --kernel-name regex:"{first[:40]}" --launch-count 3 --set full python train.py',
+            f'ncu --kernel-name regex:"{first}" --launch-count 3 --set full python train.py',
             top_kernels(sel, ctx.steps), {"kernels": len(heavy)})]
