@@ -2,6 +2,7 @@
 recommendation, apply it, re-profile, and compare the predicted saving with the measured one.
 
     python benchmarks/validate_rules.py OUTDIR [--only NAME ...]
+    python benchmarks/validate_rules.py OUTDIR --runs DIR    # re-analyze Runs recorded before
 
 Each workload is a pair of `roofscope run` invocations (before, after the fix); the table
 printed at the end is what docs/validation.md quotes. OUTDIR gets results.json (the before
@@ -31,7 +32,9 @@ WORKLOADS = {
 }
 
 
-def profile(out: Path, name: str, args: list[str]) -> tuple[Path, float]:
+def profile(out: Path, name: str, args: list[str], runs: Path | None) -> tuple[Path, float]:
+    if runs is not None:
+        return runs / name, float("nan")
     run_dir = Path("/tmp/roofscope-validate") / name
     t0 = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
@@ -48,6 +51,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--runs", type=Path, help="analyze the Runs already in this directory instead of profiling")
     opts = ap.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -55,8 +59,8 @@ def main() -> int:
     for name, (expected, before, after, fix) in WORKLOADS.items():
         if opts.only and name not in opts.only:
             continue
-        a_dir, wall_a = profile(opts.out, name + "_before", before)
-        b_dir, wall_b = profile(opts.out, name + "_after", after)
+        a_dir, wall_a = profile(opts.out, name + "_before", before, opts.runs)
+        b_dir, wall_b = profile(opts.out, name + "_after", after, opts.runs)
         a, b = roofscope.analyze(a_dir), roofscope.analyze(b_dir)
         sa, sb = a.summary(), b.summary()
         top = sa["findings"][0] if sa["findings"] else None
