@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import roofscope
+from roofscope.analyzers.metrics import step_table
 from roofscope.analyzers.timeline import BUCKET_LABELS, Timeline, timeline
 from roofscope.devices import Ceilings
 
@@ -47,8 +48,10 @@ def _runtime(b: TraceBuilder, name: str, ts: float, dur: float, tid: int = TID) 
 
 
 def _timeline(b: TraceBuilder, tmp_path: Path, latency: float | None = None) -> Timeline:
-    a = roofscope.analyze(b.write(tmp_path / "t.json"), ceilings=TOY)
-    return timeline(a.trace, a.kernels, a.steps(), latency)
+    a = roofscope.analyze(b.write(tmp_path / f"t{latency}.json"), ceilings=TOY)
+    # The windows are the ProfilerStep spans as the comments draw them (Analysis.steps() measures
+    # steps on the GPU instead, from one step's first activity to the next's).
+    return timeline(a.trace, a.kernels, step_table(a.trace), latency)
 
 
 def _gaps(tl: Timeline) -> list[tuple]:
@@ -85,7 +88,7 @@ def test_host_bound_step(tmp_path):
     assert o["busy_fraction"] == pytest.approx(0.15)
     assert o["launch_latency_source"] == "assumed 5 us"
     # a measured launch latency of 4 us: 3 x 4 = 12 us
-    measured = _timeline(b, tmp_path / "..", latency=4e-6)
+    measured = _timeline(b, tmp_path, latency=4e-6)
     assert measured.steps.loc[1, "launch_overhead_s"] == pytest.approx(12 * US)
     assert measured.overall["launch_latency_source"] == "measured"
 
@@ -309,17 +312,19 @@ def _invariants(tl: Timeline) -> None:
 
 def test_h200_gpt_run():
     a = roofscope.analyze(DATA / "h200_gpt_run")
-    tl = timeline(a.trace, a.kernels, a.steps(), a.ceilings.launch_latency_s)
-    _invariants(tl)
-    assert tl.steps.index.tolist() == [3, 4, 5]
-    # Every step launches the same work: 142 kernels + 4 memsets.
-    assert tl.steps["kernels"].tolist() == [146, 146, 146]
-    # A 2-layer d_model=256 GPT on an H200 is launch-bound: 0.52 ms of kernels in a 6.3 ms step
-    # (measured busy fraction 0.083), the rest is the GPU waiting for Python to launch the next
-    # kernel (host idle 0.897 of the wall time).
+    # Any step windows keep the invariants: the ProfilerStep spans, and Analysis.steps()'s own.
+    tl = timeline(a.trace, a.kernels, step_table(a.trace), a.ceilings.launch_latency_s)
+    for t in (tl, timeline(a.trace, a.kernels, a.steps(), a.ceilings.launch_latency_s)):
+        _invariants(t)
+        assert t.steps.index.tolist() == [3, 4, 5]
+        # Every step launches the same work: 142 kernels + 4 memsets.
+        assert t.steps["kernels"].tolist() == [146, 146, 146]
+        # A 2-layer d_model=256 GPT on an H200 is launch-bound: 0.52 ms of kernels in a 6.3 ms step
+        # (measured busy fraction 0.083 over the ProfilerStep spans, 0.086 over the GPU-measured
+        # steps); the rest is the GPU waiting for Python to launch the next kernel (host idle 0.90).
+        assert 0.05 < t.overall["busy_fraction"] < 0.15
+        assert t.overall["host_idle_fraction"] > 0.8
     o = tl.overall
-    assert 0.05 < o["busy_fraction"] < 0.15
-    assert o["host_idle_fraction"] > 0.8
     # median kernel about 2.8 us: most are tiny
     assert o["distribution"]["p50_us"] < 5 and o["distribution"]["buckets"]["<5us"]["count"] > 300
     # Fused AdamW: one multi_tensor_apply kernel per step for all parameters; the longest gaps are the
@@ -328,7 +333,9 @@ def test_h200_gpt_run():
     assert fused.sum() == 3
     top = tl.to_dict()["gaps"]["top"]
     assert all(g["kind"] == "host" and g["dur_us"] > 300 for g in top)
-    # One cudaDeviceSynchronize at the start of each step, plus one at the end of the last.
+    # examples/gpt.py times each iteration with torch.cuda.synchronize() after optimizer.step(), where
+    # the ProfilerStep boundary is: each span opens with the previous iteration's sync and the last
+    # also holds its own (4 inside the spans; a 5th falls after them).
     assert o["syncs"]["by_kind"]["device_sync"] == 4
     assert o["copies"]["memset"]["count"] == 12
     assert o["comm_overlap_share"] is None
@@ -337,7 +344,7 @@ def test_h200_gpt_run():
 @pytest.mark.skipif(not HTA.exists(), reason="external HTA trace not present")
 def test_hta_a100_nccl_trace():
     a = roofscope.analyze(HTA)
-    tl = timeline(a.trace, a.kernels, a.steps(), None)
+    tl = timeline(a.trace, a.kernels, step_table(a.trace), None)
     _invariants(tl)
     o = tl.overall
     assert tl.steps.index.tolist() == [550, 551, 552, 553, 554]
@@ -351,3 +358,29 @@ def test_hta_a100_nccl_trace():
     assert o["syncs"]["by_kind"]["stream_sync"] == 45
     assert o["copies"]["HtoD"]["pageable_count"] == 45
     assert 0.3 < o["busy_fraction"] < 0.4
+
+
+@pytest.mark.skipif(not (HTA.parent / "hta_a100_alexnet_cupti_counters.json.gz").exists(),
+                    reason="external HTA trace not present")
+def test_counter_ranges_are_not_timed():
+    # 77 cuda_profiler_range events and no kernel events: replayed counter ranges have no real time.
+    a = roofscope.analyze(HTA.parent / "hta_a100_alexnet_cupti_counters.json.gz")
+    assert len(a.kernels) == 77
+    tl = timeline(a.trace, a.kernels, a.steps(), None)
+    assert tl.steps.empty and tl.overall["distribution"]["count"] == 0
+
+
+def test_roofscopes_own_drain_is_not_a_workload_sync(tmp_path):
+    # The profiler drains the GPU where recording ends: a cudaDeviceSynchronize inside the
+    # "roofscope: drain GPU" annotation (70-90). The workload's own one at 40-45 still counts.
+    from roofscope.analyzers.trace import DRAIN_LABEL
+
+    b = TraceBuilder()
+    b.annotation("ProfilerStep#1", 0, 100)
+    _gpu(b, "elementwise_kernel", 15, 5, launch_ts=10)
+    _runtime(b, "cudaDeviceSynchronize", 40, 5)
+    b.annotation(DRAIN_LABEL, 70, 20)
+    _runtime(b, "cudaDeviceSynchronize", 72, 10)
+    tl = _timeline(b, tmp_path)
+    assert tl.syncs["ts_ns"].tolist() == [40_000]
+    assert tl.steps.loc[1, "sync_count"] == 1

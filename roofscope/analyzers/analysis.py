@@ -87,9 +87,7 @@ class Analysis:
         """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py)."""
         from .metrics import step_samples
 
-        tl = self.timeline()
-        busy = tl.steps["busy_s"] if len(tl.steps) and "busy_s" in tl.steps else None
-        return step_samples(self, busy_s=busy)
+        return step_samples(self, busy=self.timeline().steps)
 
     def metrics(self) -> dict[str, Any]:
         """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""

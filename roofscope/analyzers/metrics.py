@@ -139,9 +139,10 @@ def model_flops(meta: dict[str, Any]) -> tuple[float | None, str | None]:
 
 
 def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
-                 busy_s: pd.Series | None = None) -> pd.DataFrame:
+                 busy: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per profiled step (index ``step``): step_time_s, flops, bytes, hfu, mfu, mbu,
-    busy_s, idle_fraction and ``region:<name>`` seconds; the samples statistics should use."""
+    busy_s, idle_fraction (from the timeline's ``busy`` table) and ``region:<name>`` seconds;
+    the samples statistics should use."""
     steps = a.steps() if steps is None else steps
     idx = pd.Index(steps["step"].to_numpy(), name="step")
     k = a.kernels[a.kernels["step"] >= 0]
@@ -154,8 +155,12 @@ def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
     out["hfu"] = out["flops"] / (dur * peak) if peak else np.nan
     out["mfu"] = (mflops / (dur * peak) if mflops else out["hfu"]) if peak else np.nan
     out["mbu"] = out["bytes"] / (dur * a.ceilings.bandwidth) if a.ceilings.bandwidth else np.nan
-    out["busy_s"] = busy_s.reindex(idx) if busy_s is not None else np.nan
-    out["idle_fraction"] = 1.0 - out["busy_s"] / dur
+    # The timeline's busy and wall are summed over GPUs: their ratio is the device average.
+    if busy is not None and len(busy):
+        out["busy_s"] = busy["busy_s"].reindex(idx)
+        out["idle_fraction"] = 1.0 - busy["busy_s"].reindex(idx) / busy["wall_s"].reindex(idx)
+    else:
+        out["busy_s"] = out["idle_fraction"] = np.nan
     regions = region_times(a.trace, steps, None if a.cpu_only else a.kernels)
     for name in regions.columns:
         out[f"region:{name}"] = regions[name].reindex(idx)

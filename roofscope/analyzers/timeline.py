@@ -4,7 +4,8 @@ host-device synchronizations, copies by direction and the kernel-duration distri
 Definitions (all times on the trace clock; GPU activity = ``kernel``, ``gpu_memcpy`` and
 ``gpu_memset`` rows; CUPTI counter ranges are not timed and are left out):
 
-* **Window**: a step's ``ProfilerStep#N`` span ``[ts, end]``. Without steps, one pseudo-step
+* **Window**: a step's ``[ts_ns, end_ns]`` from the step table passed in (``ProfilerStep#N``
+  spans, or ``Analysis.steps()``, which measures them on the GPU). Without steps, one pseudo-step
   ``-1`` from the first activity's start to the last one's end. Activities are clipped to it.
 * **busy**: length of the union of all activity intervals of a device, over all its streams,
   inside the window (overlapping streams count once); **idle** = wall - busy.
@@ -32,8 +33,9 @@ Definitions (all times on the trace clock; GPU activity = ``kernel``, ``gpu_memc
   belong to it. ``cudaStreamWaitEvent`` is a device-side wait, not a host sync.
 * **Copies by direction** (``HtoD``, ``DtoH``, ``DtoD``, ``PtoP``, ``HtoH``, ``memset``, ``other``,
   from Kineto's names such as ``Memcpy HtoD (Pageable -> Device)``), over copies starting in a
-  window: count, time, bytes, pageable count and time, and **exposed** time: copy time during which
-  no kernel of the same device runs (kernels of the copy's own stream cannot run beside it).
+  window: count, time, bytes (``Analysis.kernels.bytes``: a DtoD copy counts its size twice, read
+  and written), pageable count and time, and **exposed** time: copy time during which no kernel of
+  the same device runs (kernels of the copy's own stream cannot run beside it).
 * **Kernel durations** (``kernel`` rows starting in a window): percentiles and buckets;
   **launch overhead** per step = kernels in the step x launch latency (measured by
   ``roofscope microbench`` when known, else an assumed 5 us).
@@ -52,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from .linking import ancestor_where, take
-from .trace import GPU_CATS, Trace
+from .trace import DRAIN_LABEL, GPU_CATS, Trace
 
 QUEUED_GAP_NS = 10_000
 AFTER_SYNC_NS = 50_000
@@ -179,6 +181,12 @@ def _in_window(t: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray
     return np.where(ok, i, -1)
 
 
+def _by_window(t: np.ndarray, weights: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
+    """Sum of ``weights`` of the events at times ``t`` per window."""
+    w = _in_window(t, w_ts, w_end)
+    return np.bincount(w[w >= 0], weights=np.asarray(weights, dtype=np.float64)[w >= 0], minlength=len(w_ts))
+
+
 # ---------------------------------------------------------------------------------------------
 # Per device
 
@@ -214,16 +222,15 @@ def _device_steps(act: _Activities, sel: np.ndarray, w_ts: np.ndarray, w_end: np
     comm = act.comm[src]
     busy_nc, _ = busy_of(~comm)
     comm_s, _ = busy_of(comm)
-    starts = _in_window(act.ts[sel], w_ts, w_end)
     wall = (w_end - w_ts) / 1e9
     cols = {
         "wall_s": wall, "busy_s": busy, "idle_s": wall - busy,
-        "kernels": np.bincount(starts[starts >= 0], minlength=n_w).astype(np.int64),
+        "kernels": _by_window(act.ts[sel], np.ones(len(sel)), w_ts, w_end).astype(np.int64),
         "memcpy_s": np.bincount(win, weights=clipped * act.memcpy[src], minlength=n_w) / 1e9,
         "memset_s": np.bincount(win, weights=clipped * act.memset[src], minlength=n_w) / 1e9,
         "comm_s": comm_s, "comm_exposed_s": busy - busy_nc,
     }
-    gaps = _gaps(act, src[seg_first] if len(seg_first) else seg_first, seg_w, seg_s, seg_e, w_ts, w_end)
+    gaps = _gaps(act, src[seg_first], seg_w, seg_s, seg_e, w_ts, w_end)
     dur = (gaps["end_ns"] - gaps["start_ns"]) / 1e9
     for kind in GAP_KINDS:
         cols[f"idle_{kind}_s"] = np.bincount(gaps["win"], weights=dur * (gaps["kind"] == kind), minlength=n_w)
@@ -241,8 +248,8 @@ def _gaps(act: _Activities, opener: np.ndarray, seg_w: np.ndarray, seg_s: np.nda
     kind = np.where(launch_end == _NO_LAUNCH, "other",
                     np.where(launch_end > g_start, "host",
                              np.where(g_end - g_start < QUEUED_GAP_NS, "queued", "other"))).astype(object)
-    head = np.flatnonzero(np.r_[True, seg_w[1:] != seg_w[:-1]]) if len(seg_w) else seg_w
-    tail = np.append(head[1:] - 1, len(seg_w) - 1) if len(seg_w) else seg_w
+    head = np.flatnonzero(np.diff(seg_w, prepend=-1) != 0)   # first and last segment of each window
+    tail = np.flatnonzero(np.diff(seg_w, append=len(w_ts)) != 0)
     empty = np.setdiff1d(np.arange(len(w_ts)), seg_w)
     none = np.full(len(tail) + len(empty), -1, dtype=np.int64)
     win = np.concatenate((seg_w[inner + 1], seg_w[head], seg_w[tail], empty))
@@ -265,10 +272,10 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
            w_end: np.ndarray, step_ids: np.ndarray) -> pd.DataFrame:
     """Host-device synchronizations inside the windows (see the module docstring)."""
     ops, rt = trace.ops, trace.runtime
-    parent = ops["parent"].to_numpy() if len(ops) else np.zeros(0, dtype=np.int64)
+    parent = ops["parent"].to_numpy()
     op_kind = _lookup(ops["name"], lambda n: "item" if n in ITEM_OPS else "copy" if n in COPY_OPS else "")
     is_item, is_copy = op_kind == "item", op_kind == "copy"
-    rt_op = rt["op"].to_numpy() if len(rt) else np.zeros(0, dtype=np.int64)
+    rt_op = rt["op"].to_numpy()
 
     def outermost(start: np.ndarray, mask: np.ndarray) -> np.ndarray:
         found = ancestor_where(parent, start, mask)
@@ -295,7 +302,8 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
     counted[rows[ancestor_where(parent, take(parent, rows, -1), counted) >= 0]] = False
     op_rows = np.flatnonzero(counted)
     covered = ancestor_where(parent, rt_op, counted) >= 0
-    rt_rows = np.flatnonzero(np.isin(rt_role, SYNC_KINDS) & ~covered)
+    rt_rows = np.flatnonzero((rt_role != "") & (rt_role != "launch") & ~covered
+                             & ~_in_drain(trace.annotations, rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()))
 
     sync_op = np.concatenate((op_rows, rt_op[rt_rows])).astype(np.int64)
     ts = np.concatenate((ops["ts_ns"].to_numpy()[op_rows], rt["ts_ns"].to_numpy()[rt_rows])).astype(np.int64)
@@ -303,16 +311,27 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
     # The caller is the op that asked for the value: above every item/to/copy_ wrapper.
     caller = ancestor_where(parent, np.concatenate((take(parent, op_rows, -1), rt_op[rt_rows])).astype(np.int64),
                             op_kind == "")
-    inside = _in_window(ts, w_ts, w_end) >= 0
-    win = _in_window(ts[inside], w_ts, w_end)
-    op_names = _names_at(ops["name"], sync_op[inside])
+    win = _in_window(ts, w_ts, w_end)
+    inside = win >= 0
     return pd.DataFrame({
-        "step": step_ids[win],
+        "step": step_ids[win[inside]],
         "kind": np.concatenate((kind[op_rows], rt_role[rt_rows]))[inside],
         "name": np.concatenate((_names_at(ops["name"], op_rows), _names_at(rt["name"], rt_rows)))[inside],
         "ts_ns": ts[inside], "end_ns": end[inside], "dur_s": (end - ts)[inside] / 1e9,
-        "op": sync_op[inside], "op_name": op_names, "caller": _names_at(ops["name"], caller[inside]),
+        "op": sync_op[inside], "op_name": _names_at(ops["name"], sync_op[inside]),
+        "caller": _names_at(ops["name"], caller[inside]),
     }, columns=list(_SYNC_COLUMNS)).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def _in_drain(annotations: pd.DataFrame, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Calls inside roofscope's own drain of the GPU where recording starts and ends: the
+    profiler's sync, not the workload's."""
+    d = annotations[annotations["name"].astype(str) == DRAIN_LABEL].sort_values("ts_ns") if len(annotations) \
+        else annotations
+    if not len(d):
+        return np.zeros(len(ts), dtype=bool)
+    i = np.searchsorted(d["ts_ns"].to_numpy(), ts, side="right") - 1
+    return (i >= 0) & (end <= d["end_ns"].to_numpy()[np.maximum(i, 0)])
 
 
 def _lookup(names: pd.Series, fn: Callable[[str], str]) -> np.ndarray:
@@ -394,7 +413,7 @@ def _distribution(dur_ns: np.ndarray, n_steps: int) -> dict[str, Any]:
 def _activities(trace: Trace, kernels: pd.DataFrame, pos: np.ndarray) -> _Activities:
     cat = kernels["cat"].iloc[pos]
     ts = kernels["ts_ns"].to_numpy(dtype=np.int64)[pos]
-    rt_end = trace.runtime["end_ns"].to_numpy(dtype=np.int64) if len(trace.runtime) else np.zeros(0, np.int64)
+    rt_end = trace.runtime["end_ns"].to_numpy(dtype=np.int64)
     return _Activities(
         pos=pos, ts=ts, end=ts + kernels["dur_ns"].to_numpy(dtype=np.int64)[pos],
         device=kernels["device"].fillna(-1).to_numpy(dtype=np.int64)[pos],
@@ -448,25 +467,24 @@ def timeline(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame,
     table.insert(0, "ts_ns", w_ts)
 
     rt = trace.runtime
-    rt_role = _lookup(rt["name"], _runtime_role) if len(rt) else np.zeros(0, dtype=object)
+    rt_role = _lookup(rt["name"], _runtime_role)
     syncs = _syncs(trace, kernels, act, rt_role, w_ts, w_end, step_ids)
     gaps = _gap_frame(pd.concat(gap_parts, ignore_index=True), syncs, kernels, act)
 
-    launches = np.flatnonzero(rt_role == "launch")
-    rw = _in_window(rt["ts_ns"].to_numpy()[launches], w_ts, w_end) if len(rt) else launches
-    table["launch_api_s"] = np.bincount(rw[rw >= 0], weights=rt["dur_ns"].to_numpy()[launches][rw >= 0],
-                                        minlength=len(w_ts)) / 1e9 if len(rt) else 0.0
-    sw = _in_window(syncs["ts_ns"].to_numpy(dtype=np.int64), w_ts, w_end)
-    table["sync_count"] = np.bincount(sw, minlength=len(w_ts)).astype(np.int64)
-    table["sync_s"] = np.bincount(sw, weights=syncs["dur_s"].to_numpy(dtype=np.float64), minlength=len(w_ts))
-    scope = _in_window(act.ts, w_ts, w_end)
+    launch = rt_role == "launch"
+    table["launch_api_s"] = _by_window(rt["ts_ns"].to_numpy()[launch], rt["dur_ns"].to_numpy()[launch] / 1e9,
+                                       w_ts, w_end)
+    sync_ts = syncs["ts_ns"].to_numpy(dtype=np.int64)
+    table["sync_count"] = _by_window(sync_ts, np.ones(len(syncs)), w_ts, w_end).astype(np.int64)
+    table["sync_s"] = _by_window(sync_ts, syncs["dur_s"].to_numpy(dtype=np.float64), w_ts, w_end)
     latency = launch_latency_s if launch_latency_s is not None else ASSUMED_LAUNCH_LATENCY_S
-    table["launch_overhead_s"] = np.bincount(scope[(scope >= 0) & act.kernel], minlength=len(w_ts)) * latency
+    table["launch_overhead_s"] = _by_window(act.ts, act.kernel * latency, w_ts, w_end)
 
     device_totals = ({d: _fractions(t[list(_DEVICE_COLS)].sum()) for d, t in per_device.items()}
                      if len(per_device) > 1 else {})
-    k_dur = (act.end - act.ts)[(scope >= 0) & act.kernel]
-    overall = _overall(table, syncs, k_dur, _copies(kernels, act, scope >= 0), launch_latency_s, device_totals)
+    scope = _in_window(act.ts, w_ts, w_end) >= 0
+    k_dur = (act.end - act.ts)[scope & act.kernel]
+    overall = _overall(table, syncs, k_dur, _copies(kernels, act, scope), launch_latency_s, device_totals)
     return Timeline(table, gaps, syncs, overall)
 
 
@@ -505,12 +523,14 @@ def _overall(table: pd.DataFrame, syncs: pd.DataFrame, k_dur: np.ndarray,
     totals = table[cols].sum() if n else pd.Series(0.0, index=cols)
     comm, exposed = float(totals["comm_s"]), float(totals["comm_exposed_s"])
     by_kind = syncs["kind"].value_counts() if len(syncs) else pd.Series(dtype=np.int64)
+    total = {**_fractions(totals[list(_DEVICE_COLS)]),
+             "launch_api_s": float(totals["launch_api_s"]), "sync_count": int(totals["sync_count"]),
+             "sync_s": float(totals["sync_s"]), "launch_overhead_s": float(totals["launch_overhead_s"])}
     out: dict[str, Any] = {
         "steps": n,
-        "total": {**_fractions(totals[list(_DEVICE_COLS)]),
-                  **{c: float(totals[c]) for c in cols if c not in _DEVICE_COLS}},
+        "total": total,
         "mean": {c: float(table[c].mean()) if n else 0.0 for c in cols},
-        "busy_fraction": 0.0, "idle_fraction": 0.0, "host_idle_fraction": 0.0,
+        **{f: total[f] for f in ("busy_fraction", "idle_fraction", "host_idle_fraction")},
         "comm_overlap_share": (comm - exposed) / comm if comm > 0 else None,
         "distribution": _distribution(k_dur, n),
         "copies": copies,
@@ -519,8 +539,6 @@ def _overall(table: pd.DataFrame, syncs: pd.DataFrame, k_dur: np.ndarray,
         "launch_latency_s": launch_latency_s if launch_latency_s is not None else ASSUMED_LAUNCH_LATENCY_S,
         "launch_latency_source": "measured" if launch_latency_s is not None else "assumed 5 us",
     }
-    for f in ("busy_fraction", "idle_fraction", "host_idle_fraction"):
-        out[f] = out["total"][f]
     if per_device:
         out["per_device"] = per_device
     return out
