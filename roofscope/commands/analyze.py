@@ -19,6 +19,9 @@ class AnalyzeOptions:
     json_out: str | None = None
     csv_out: str | None = None
     html_out: str | None = None
+    markdown_out: str | None = None     # "-" prints the markdown instead of the terminal summary
+    cdn: bool = False
+    open_browser: bool = False
     top: int = 15
     force: bool = False
     latency_floor_us: float | None = None
@@ -32,18 +35,28 @@ def run(opts: AnalyzeOptions) -> int:
     from ..reports.console import render_summary
     from ..reports.export import kernels_csv, to_json
     from ..reports.html import render_html
+    from ..reports.markdown import render_markdown
 
+    to_stdout = opts.markdown_out == "-"
     # Refuse to clobber before spending time on the analysis.
     outputs = [(path, render) for path, render in
-               ((opts.json_out, to_json), (opts.csv_out, kernels_csv), (opts.html_out, render_html)) if path]
+               ((opts.json_out, to_json), (opts.csv_out, kernels_csv),
+                (opts.html_out, lambda a: render_html(a, cdn=opts.cdn)),
+                (None if to_stdout else opts.markdown_out, render_markdown)) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
     params = params_from(opts.latency_floor_us, opts.underutilized_below)
     a = analyze(opts.trace, device=opts.device, peak_tflops=opts.peak_tflops,
                 peak_bandwidth_gbs=opts.peak_bandwidth, ceilings_file=opts.ceilings, params=params)
-    if not opts.quiet:
+    if to_stdout:
+        sys.stdout.write(render_markdown(a))
+    elif not opts.quiet:
         sys.stdout.write(render_summary(a, top=opts.top))
     for path, render in outputs:
         atomic_write(path, render(a), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)
+    if opts.open_browser and opts.html_out:
+        import webbrowser
+
+        webbrowser.open(Path(opts.html_out).resolve().as_uri())
     return 0
