@@ -141,25 +141,19 @@ def render_terminal(d: "Diff", top: int = 15) -> str:
     return "\n".join(out) + "\n"
 
 
-def _md_table(headers: list[str], rows: list[list[str]], align: str) -> list[str]:
-    def cells(values: list[str]) -> str:
-        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
-
-    rule = "|" + "|".join("---:" if a == ">" else "---" for a in align) + "|"
-    return [cells(headers), rule] + [cells(r) for r in rows]
-
-
 def render_markdown(d: "Diff", top: int = 15) -> str:
     """The diff as GitHub-flavoured markdown (full kernel names, every table)."""
-    out = ["## roofscope diff", "", f"A: `{d.a}` ({d.device_a}, {d.steps_a} steps)  ",
-           f"B: `{d.b}` ({d.device_b}, {d.steps_b} steps)", ""]
-    out += [f"> **warning:** {w}" for w in d.warnings] + ([""] if d.warnings else [])
+    from .markdown import md_code, md_table as _md_table, md_text
+
+    out = ["## roofscope diff", "", f"A: {md_code(d.a)} ({md_text(d.device_a)}, {d.steps_a} steps)  ",
+           f"B: {md_code(d.b)} ({md_text(d.device_b)}, {d.steps_b} steps)", ""]
+    out += [f"> **warning:** {md_text(w)}" for w in d.warnings] + ([""] if d.warnings else [])
     out += ["### Metrics", ""] + _md_table(["metric", "A", "B", "change", ""], _metric_rows(d), "<>>><") + [""]
     changed = d.kernels[d.kernels["status"] != "unchanged"].head(top)
     out += ["### Kernel time per step by status (µs)", ""]
     out += _md_table(["status", "kernels", "A", "B", "Δ"], _status_rows(d), "<>>>>") + [""]
     out += [f"### Top {len(changed)} kernel changes (per step)", ""]
-    rows = [[r.status, f"`{r.name}`", _calls(r.calls_a, r.calls_b), _us(r.time_a_s), _us(r.time_b_s),
+    rows = [[r.status, md_code(r.name), _calls(r.calls_a, r.calls_b), _us(r.time_a_s), _us(r.time_b_s),
              _dus(r.delta_s), r.cls_a or "-", r.cls_b or "-"] for r in changed.itertuples()]
     out += _md_table(["status", "kernel", "calls A/B", "A µs", "B µs", "Δ µs", "class A", "class B"], rows,
                      "<<>>>><<") + [""]
@@ -167,10 +161,10 @@ def render_markdown(d: "Diff", top: int = 15) -> str:
     if len(cc):
         out += ["### Class changes", ""]
         out += _md_table(["kernel", "class A", "class B", "A µs", "B µs"],
-                         [[f"`{r.name}`", r.cls_a, r.cls_b, _us(r.time_a_s), _us(r.time_b_s)]
+                         [[md_code(r.name), r.cls_a, r.cls_b, _us(r.time_a_s), _us(r.time_b_s)]
                           for r in cc.head(top).itertuples()], "<<<>>") + [""]
     for title, t in (("class", d.by_class), ("category", d.by_category)):
         out += [f"### Time per step by {title} (µs)", ""]
         out += _md_table([title, "A", "B", "Δ"], _totals_rows(t), "<>>>") + [""]
-    out += ["### Prediction check", ""] + [f"- **{label}**: {text}" for label, text in _prediction_items(d.prediction)]
+    out += ["### Prediction check", ""] + [f"- **{label}**: {md_text(text)}" for label, text in _prediction_items(d.prediction)]
     return "\n".join(out) + "\n"
