@@ -123,3 +123,22 @@ def test_regions_on_gpu_kernels(tmp_path):
     assert set(k.loc[k["category"] == "gemm", "region"]) == {"prefill"}
     assert set(k.loc[k["op_name"] == "aten::clamp_min", "region"]) | set(
         k.loc[k["op_name"] == "aten::relu", "region"]) == {"decode"}
+
+
+def test_diagnosis_of_launch_bound_decode_and_fp32_training(tmp_path):
+    """The top recommendation on the validation workloads (docs/validation.md#diagnosis)."""
+    out, res = _roofscope_run(tmp_path / "decode", "--active", "6", "examples/decode.py", "--batch", "1",
+                              "--new-tokens", "24")
+    s = roofscope.analyze(out).summary()
+    top = s["findings"][0]
+    # 162 kernels of ~3 us in a ~4.5 ms step: the GPU waits on launches 85% of the time.
+    assert top["rule"] == "cuda_graphs" and top["saving_pct"] > 0.5, s["findings"]
+    assert "Recommendations" in res.stdout and "CUDA graph" in res.stdout
+    out, _ = _roofscope_run(tmp_path / "mlp", "examples/mlp.py", "--steps", "8", "--width", "4096",
+                            "--batch", "8192")
+    s = roofscope.analyze(out).summary()
+    # fp32 GEMMs at the fp32 roof: TF32's roof is ~8x higher on Hopper.
+    assert s["findings"][0]["rule"] == "tf32" and s["findings"][0]["saving_pct"] > 0.6, s["findings"]
+    assert s["metrics"]["peak_roof"] == "fp32" and s["diagnosis"]["binding"]["compute"] > 0.8
+    # The roofscope drain at the end of recording is not a workload sync.
+    assert "host_syncs" not in {f["rule"] for f in s["findings"]}

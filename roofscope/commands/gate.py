@@ -1,0 +1,93 @@
+"""`roofscope gate RUN --baseline B.json [limits]` and `roofscope gate --write-baseline RUN B.json`.
+
+Exit codes: 0 pass, 1 regression, 2 usage or input error (raised as RoofscopeError)."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+from ..errors import RoofscopeError
+from ..fileio import atomic_write, check_writable
+from ..gate.stats import ALPHA
+
+
+class GateUsageError(RoofscopeError):
+    """Options of `roofscope gate` that do not go together."""
+
+
+@dataclass
+class GateOptions:
+    run: str
+    baseline_out: str | None = None
+    write_baseline: bool = False
+    baseline: str | None = None
+    min_mfu: float | None = None
+    min_hfu: float | None = None
+    min_mbu: float | None = None
+    max_step_time_ms: float | None = None
+    max_idle_fraction: float | None = None
+    max_regression: tuple[str, ...] = ()
+    alpha: float = ALPHA
+    junit_out: str | None = None
+    markdown_out: str | None = None
+    json_out: str | None = None
+    top: int = 10
+    force: bool = False
+    quiet: bool = False
+
+    def check_options(self) -> list[str]:
+        given = (("--baseline", self.baseline), ("--min-mfu", self.min_mfu), ("--min-hfu", self.min_hfu),
+                 ("--min-mbu", self.min_mbu), ("--max-step-time-ms", self.max_step_time_ms),
+                 ("--max-idle-fraction", self.max_idle_fraction), ("--max-regression", self.max_regression or None),
+                 ("--junit", self.junit_out), ("--markdown", self.markdown_out), ("--json", self.json_out))
+        return [name for name, value in given if value is not None]
+
+
+def _write_baseline(opts: GateOptions) -> int:
+    from ..gate import KERNELS_KEPT, write_baseline
+
+    if not opts.baseline_out:
+        raise GateUsageError("--write-baseline needs the file to write:"
+                             " roofscope gate --write-baseline RUN BASELINE.json")
+    if opts.check_options():
+        raise GateUsageError(f"--write-baseline only writes the baseline; {', '.join(opts.check_options())}"
+                             " belong to a check run")
+    snap = write_baseline(opts.run, opts.baseline_out, force=opts.force)
+    medians = ", ".join(f"{name} {snap.median(name):.4g}" for name in ("step_time", "mfu", "mbu")
+                        if snap.median(name) is not None)
+    print(f"wrote baseline {opts.baseline_out}: {snap.device}, {len(snap.steps)} steps, {len(snap.samples)} metrics"
+          f" ({medians}), {min(KERNELS_KEPT, snap.kernels_total)} of {snap.kernels_total} kernels",
+          file=sys.stderr)
+    return 0
+
+
+def run(opts: GateOptions) -> int:
+    from ..gate import check
+    from ..gate.render import markdown
+    from ..reports.github import annotations, append_step_summary, in_actions
+    from ..reports.junit import junit_xml
+
+    if opts.write_baseline:
+        return _write_baseline(opts)
+    if opts.baseline_out:
+        raise GateUsageError(f"unexpected argument {opts.baseline_out!r}: compare with --baseline FILE, or write"
+                             " one with --write-baseline RUN FILE")
+    outputs = [(path, render) for path, render in
+               ((opts.junit_out, junit_xml), (opts.markdown_out, markdown),
+                (opts.json_out, lambda r: json.dumps(r.to_dict(), indent=1, allow_nan=False) + "\n")) if path]
+    for path, _ in outputs:
+        check_writable(path, opts.force)
+    result = check(opts.run, opts.baseline, min_mfu=opts.min_mfu, min_hfu=opts.min_hfu, min_mbu=opts.min_mbu,
+                   max_step_time_ms=opts.max_step_time_ms, max_idle_fraction=opts.max_idle_fraction,
+                   max_regression=opts.max_regression, alpha=opts.alpha, top_kernels=opts.top)
+    if not opts.quiet:
+        sys.stdout.write(result.report())
+    if in_actions():
+        for line in annotations(result):
+            print(line)
+        append_step_summary(markdown(result))
+    for path, render in outputs:
+        atomic_write(path, render(result), force=opts.force)
+        print(f"wrote {path}", file=sys.stderr)
+    return result.exit_code

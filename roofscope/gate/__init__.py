@@ -1,0 +1,76 @@
+"""The CI regression gate: check a run against absolute bounds and a committed baseline.
+
+From pytest::
+
+    from roofscope.gate import check
+
+    def test_no_efficiency_regression():
+        result = check("runs/bench", "benchmarks/baseline.json", max_regression="mfu=5%,step_time=5%")
+        assert result.passed, result.report()
+
+``run`` is a Run directory, a trace or an Analysis; ``baseline`` a baseline file (see
+:func:`write_baseline`), a Run directory, a trace or an Analysis. Limits, statistics and
+exit codes: docs/gate.md.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from ..errors import RoofscopeError
+from .evaluate import Check, check_bound, kernel_evidence, regression_checks, warnings_for
+from .result import TOP_KERNELS, GateResult
+from .snapshot import KERNELS_KEPT, Snapshot, load_baseline, snapshot_of
+from .stats import ALPHA
+from .thresholds import Limit, bounds, parse_limits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analyzers.analysis import Analysis
+
+__all__ = ["ALPHA", "KERNELS_KEPT", "Check", "GateResult", "Limit", "Snapshot", "check", "load_baseline",
+           "write_baseline"]
+
+
+class NothingToCheckError(RoofscopeError):
+    """Neither a baseline nor an absolute bound was given."""
+
+
+def check(run: "str | os.PathLike | Analysis | Snapshot",
+          baseline: "str | os.PathLike | Analysis | Snapshot | None" = None, *,
+          min_mfu: float | None = None, min_hfu: float | None = None, min_mbu: float | None = None,
+          max_step_time_ms: float | None = None, max_idle_fraction: float | None = None,
+          max_regression: str | Iterable[str] | Mapping[str, str | Limit | None] | None = None,
+          alpha: float = ALPHA, top_kernels: int = TOP_KERNELS) -> GateResult:
+    """Check ``run`` against the absolute bounds given and, with a ``baseline``, against every
+    metric's regression limit (``max_regression`` updates the defaults: ``"mfu=3%,region:*=off"``).
+
+    Raises a :class:`~roofscope.errors.RoofscopeError` (exit code 2) for bad limits, unreadable
+    inputs, a run without profiled steps, or nothing to check.
+    """
+    if not 0 < alpha < 1:
+        raise RoofscopeError(f"alpha {alpha:g}: expected a probability between 0 and 1")
+    limits = parse_limits(max_regression)
+    absolute = bounds(min_mfu=min_mfu, min_hfu=min_hfu, min_mbu=min_mbu, max_step_time_ms=max_step_time_ms,
+                      max_idle_fraction=max_idle_fraction)
+    if baseline is None and not absolute:
+        raise NothingToCheckError("nothing to check: give a baseline or an absolute bound such as --min-mfu")
+    base = snapshot_of(baseline, baseline=True) if baseline is not None else None
+    cur = snapshot_of(run)
+    checks: list[Check] = regression_checks(cur, base, limits, alpha) if base is not None else []
+    checks += [check_bound(b, cur) for b in absolute]
+    # A baseline file is named by its path; the run it was written from is inside it.
+    base_name = os.fspath(baseline) if isinstance(baseline, (str, os.PathLike)) else base.source if base else None
+    return GateResult(run=cur.source, baseline=base_name, checks=checks,
+                      alpha=alpha, warnings=warnings_for(cur, base),
+                      kernels=kernel_evidence(cur, base) if base is not None else None, top_kernels=top_kernels)
+
+
+def write_baseline(run: "str | os.PathLike | Analysis | Snapshot", path: str | os.PathLike, *,
+                   force: bool = False, kernels_kept: int = KERNELS_KEPT) -> Snapshot:
+    """Write ``run``'s snapshot as a baseline file (never over an existing file without ``force``)."""
+    from ..fileio import atomic_write, check_writable
+
+    check_writable(path, force)
+    snap = snapshot_of(run)
+    atomic_write(path, snap.to_json(kernels_kept), force=force)
+    return snap

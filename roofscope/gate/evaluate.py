@@ -1,0 +1,190 @@
+"""The verdict: every limit and bound checked, warnings, and the kernels behind a regression.
+
+A regression check fails only when both hold:
+
+1. the run's median is worse than the baseline's median by more than the limit, and
+2. the one-sided Mann-Whitney test on the per-step samples says the run is worse at
+   ``alpha`` (gate/stats.py).
+
+When the samples are too few for any outcome to reach ``alpha`` (fewer than 3 steps a side
+at 0.05), the test cannot speak: the limit alone decides and the check says so, as a
+gate that could never fail would be worse than a noisy one. Absolute bounds compare the
+run's median with the bound (a sign test on 3-10 steps cannot reach 0.05 either).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .snapshot import Snapshot
+from .stats import ALPHA, mann_whitney
+from .thresholds import REGION_PREFIX, Bound, Limit, Metric, limit_for, metric
+
+THROTTLE_WARN = 0.05     # share of telemetry samples with a throttle reason set
+MIN_REGION_SHARE = 0.01  # of the baseline's median step: shorter regions are not gated by default
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+
+@dataclass
+class Check:
+    """One limit or bound on one metric (a JUnit testcase)."""
+
+    metric: Metric
+    kind: str                    # "regression" (against the baseline) or "bound" (absolute)
+    limit: str                   # 5%, 2pp, 1.5ms, ">= 35.00%"
+    status: str                  # pass | fail | skip
+    relative: bool = True        # the limit is a share of the baseline (else points or time)
+    run: float | None = None     # the run's median
+    base: float | None = None    # the baseline's median (regression) or the bound
+    change: float | None = None  # relative change of the median, run vs baseline
+    worse_by: float | None = None  # how much worse, in the limit's terms (share, points, seconds)
+    p_value: float | None = None
+    n_run: int = 0
+    n_base: int = 0
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.metric.name if self.kind == "regression" else f"{self.metric.name} {self.limit}"
+
+    def delta_text(self) -> str:
+        """The change as the limit measures it: +6.1%, +2.0pp, +1.250 ms."""
+        if self.kind != "regression" or self.change is None or self.worse_by is None:
+            return "-"
+        if self.relative:
+            return f"{100 * self.change:+.1f}%" if math.isfinite(self.change) else "new"
+        delta = -self.worse_by if self.metric.higher_is_better else self.worse_by
+        return f"{1e3 * delta:+.3f} ms" if self.metric.is_time else f"{100 * delta:+.1f}pp"
+
+    def message(self) -> str:
+        """One line: what moved, by how much, against which limit, how sure."""
+        m = self.metric
+        if self.status == SKIP:
+            return f"{m.label}: not checked ({self.note})"
+        if self.kind == "bound":
+            side = "below" if m.higher_is_better else "above"
+            state = f"{side} the bound" if self.status == FAIL else "within the bound"
+            return f"{m.label} {m.format(self.run)} is {state} {self.limit} (median of {self.n_run} steps)"
+        moved = "fell" if (self.run or 0) < (self.base or 0) else "rose"
+        head = (f"{m.label} {moved} {self.delta_text().lstrip('+-')} vs baseline"
+                f" ({m.format(self.base)} -> {m.format(self.run)}; limit {self.limit}")
+        stat = f"Mann-Whitney p={self.p_value:.3g}, {self.n_run} vs {self.n_base} steps" \
+            if self.p_value is not None else f"{self.n_run} vs {self.n_base} steps"
+        return f"{head}; {stat})" + (f": {self.note}" if self.note else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "metric": self.metric.name, "label": self.metric.label, "kind": self.kind,
+                "unit": self.metric.unit, "higher_is_better": self.metric.higher_is_better, "limit": self.limit,
+                "status": self.status, "run": self.run, "base": self.base, "change": self.change,
+                "worse_by": self.worse_by, "p_value": self.p_value, "n_run": self.n_run, "n_base": self.n_base,
+                "note": self.note, "message": self.message()}
+
+
+def _values(s: Snapshot, name: str) -> np.ndarray:
+    v = s.samples.get(name)
+    return v[~np.isnan(v)] if v is not None else np.empty(0)
+
+
+def check_regression(m: Metric, limit: Limit, run: Snapshot, base: Snapshot, alpha: float = ALPHA) -> Check:
+    r, b = _values(run, m.name), _values(base, m.name)
+    c = Check(m, "regression", limit.text, SKIP, limit.relative, n_run=len(r), n_base=len(b))
+    if not len(b) or not len(r):
+        c.note = "no samples in the " + ("baseline" if not len(b) else "run")
+        return c
+    c.run, c.base = float(np.median(r)), float(np.median(b))
+    c.change = (c.run - c.base) / abs(c.base) if c.base else (0.0 if c.run == c.base else math.inf)
+    c.worse_by, exceeded = limit.exceeded_by(c.base, c.run, m)
+    # Orient so that larger is worse: the test asks whether the run's samples sit above the baseline's.
+    sign = -1.0 if m.higher_is_better else 1.0
+    test = mann_whitney(sign * r, sign * b)
+    c.p_value = test.p_value
+    if not test.attainable(alpha):
+        c.status = FAIL if exceeded else PASS
+        c.note = (f"too few distinct steps for the rank test (best possible p={test.min_p:.3g} > alpha {alpha:g}):"
+                  " the limit alone decided")
+    elif exceeded and test.clear(alpha):
+        c.status = FAIL
+    elif exceeded:
+        c.status = PASS
+        c.note = f"past the limit but within noise (p={test.p_value:.3g} > alpha {alpha:g})"
+    else:
+        c.status = PASS
+    return c
+
+
+def check_bound(bound: Bound, run: Snapshot) -> Check:
+    r = _values(run, bound.metric.name)
+    c = Check(bound.metric, "bound", bound.text, SKIP, False, base=bound.value, n_run=len(r))
+    if not len(r):
+        c.note = "not measured in the run"
+        return c
+    c.run = float(np.median(r))
+    c.worse_by = (bound.value - c.run) if bound.metric.higher_is_better else (c.run - bound.value)
+    c.status = FAIL if bound.violated(c.run) else PASS
+    return c
+
+
+def regression_checks(run: Snapshot, base: Snapshot, limits: Mapping[str, Limit | None],
+                      alpha: float = ALPHA) -> list[Check]:
+    """One check per metric of the baseline that has a limit; metrics only the run has are new.
+    Regions under :data:`MIN_REGION_SHARE` of the baseline step are left out of ``region:*``:
+    a 10 us region (torch's own zero_grad annotation) moves by 10 % with the scheduler."""
+    out = []
+    step = base.median("step_time")
+    for name in base.samples:
+        m = metric(name)
+        limit = limit_for(m, limits)
+        if limit is None:
+            continue
+        median, n_base = base.median(name), len(_values(base, name))
+        if (name not in limits and m.name.startswith(REGION_PREFIX) and step and median is not None
+                and median < MIN_REGION_SHARE * step):
+            out.append(Check(m, "regression", limit.text, SKIP, limit.relative, base=median, n_base=n_base,
+                             note=f"under {MIN_REGION_SHARE:.0%} of the step; give it its own limit to gate it"))
+            continue
+        if name not in run.samples:
+            out.append(Check(m, "regression", limit.text, SKIP, limit.relative, base=median, n_base=n_base,
+                             note="not measured in the run"))
+            continue
+        out.append(check_regression(m, limit, run, base, alpha))
+    return out
+
+
+def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
+    """Reasons to distrust a comparison that do not fail the gate: different device, software or
+    ceilings, and throttling."""
+    out = []
+    for who, s in (("run", run), ("baseline", base)):
+        frac = (s.metrics.get("throttled_fraction") if s is not None else None) or 0.0
+        if frac > THROTTLE_WARN:
+            why = f" ({', '.join(s.throttle_reasons)})" if s.throttle_reasons else ""
+            out.append(f"the {who} throttled in {frac:.0%} of telemetry samples{why}: its clocks were lowered")
+    if base is None:
+        return out
+    if base.device and run.device and base.device != run.device:
+        out.append(f"different devices: baseline {base.device}, run {run.device}")
+    for key, b in base.environment.items():
+        r = run.environment.get(key)
+        if b and r and b != r:
+            out.append(f"different {key} versions: baseline {b}, run {r}")
+    for key, what in (("peak_flops", "MFU/HFU"), ("bandwidth", "MBU")):
+        b, r = base.ceilings.get(key), run.ceilings.get(key)
+        if b and r and not math.isclose(b, r, rel_tol=1e-6):
+            out.append(f"{what} use different ceilings: baseline {b:.4g}, run {r:.4g} ({key})")
+    return out
+
+
+def kernel_evidence(run: Snapshot, base: Snapshot) -> pd.DataFrame:
+    """The diff's kernel comparison (baseline = A, run = B), per step. When the baseline kept only
+    its largest kernels, a run kernel below that cutoff may have been there unseen: not 'appeared'."""
+    from ..analyzers.diff import compare_kernels
+
+    changes = compare_kernels(base.kernels, run.kernels)
+    cutoff = base.kernel_cutoff_s
+    if cutoff is not None:
+        changes = changes[~((changes["status"] == "appeared") & (changes["time_b_s"] < cutoff))]
+    return changes.reset_index(drop=True)

@@ -1,0 +1,181 @@
+"""What the gate keeps of one run, and the baseline file that stores it.
+
+A :class:`Snapshot` holds a run's device, software versions, ceilings, throttling, the
+per-step samples of every gate metric and the per-step kernel table of the diff
+(``analyzers.diff.per_step_kernels``). The run being gated and its baseline are both
+snapshots, so they compare field by field, and a baseline needs no trace to explain
+a regression kernel by kernel.
+
+The baseline file is JSON (``format: roofscope-gate-baseline``, ``version`` 1), indented to
+be read and reviewed in a pull request: headline metrics, per-metric samples and medians,
+and the top :data:`KERNELS_KEPT` kernels by time per step.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .. import __version__
+from ..errors import RoofscopeError
+from .thresholds import metric, metrics_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analyzers.analysis import Analysis
+
+FORMAT = "roofscope-gate-baseline"
+VERSION = 1
+KERNELS_KEPT = 200
+ENVIRONMENT_KEYS = ("roofscope", "torch", "cuda", "python")
+KERNEL_COLUMNS = ("calls", "time_s", "cls", "category")
+_NUMBER_LIST = re.compile(r"\[\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\s*(?:-?[0-9][0-9.eE+-]*|null))*)\s*\]")
+
+
+class GateInputError(RoofscopeError):
+    """A run the gate cannot use, or a baseline file it cannot read."""
+
+
+@dataclass
+class Snapshot:
+    """One run as the gate sees it (see the module docstring); a baseline file holds one."""
+
+    source: str
+    device: str | None
+    environment: dict[str, str | None]
+    ceilings: dict[str, Any]                 # source, device, peak_roof, peak_flops, bandwidth
+    steps: list[int]
+    samples: dict[str, np.ndarray]           # metric name -> one value per step (NaN unknown)
+    metrics: dict[str, Any]                  # summary["metrics"]: the headline figures
+    throttle_reasons: list[str]              # telemetry throttle reasons seen while profiling
+    kernels: pd.DataFrame                    # per_step_kernels(): index name; calls, time_s, cls, category
+    kernels_total: int                       # distinct kernels in the run (kernels may keep fewer)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def median(self, name: str) -> float | None:
+        v = self.samples.get(name)
+        v = v[~np.isnan(v)] if v is not None else None
+        return float(np.median(v)) if v is not None and len(v) else None
+
+    @property
+    def kernel_cutoff_s(self) -> float | None:
+        """Time per step of the smallest kernel kept, when kernels were dropped; smaller ones are unknown."""
+        if len(self.kernels) >= self.kernels_total or not len(self.kernels):
+            return None
+        return float(self.kernels["time_s"].min())
+
+    @classmethod
+    def from_analysis(cls, a: "Analysis", source: str | os.PathLike | None = None) -> "Snapshot":
+        from ..analyzers.diff import per_step_kernels
+        from ..analyzers.telemetry import THROTTLE_REASONS
+
+        samples = a.step_samples()
+        where = str(source if source is not None else a.trace.path)
+        if not len(samples):
+            raise GateInputError(f"{where}: no profiled steps (ProfilerStep#N spans); the gate compares per-step"
+                                 " samples: profile with `roofscope run` or a torch.profiler schedule")
+        s = a.summary()
+        m = s["metrics"]
+        env = (a.run_meta or {}).get("environment") or {}
+        devices = (s.get("telemetry") or {}).get("devices") or []
+        reasons = sorted({r for d in devices for r, share in (d.get("throttle") or {}).items()
+                          if r in THROTTLE_REASONS and share})
+        kernels = per_step_kernels(a).sort_values("time_s", ascending=False, kind="stable")
+        return cls(source=where, device=s.get("device"),
+                   environment={k: env.get(k) for k in ENVIRONMENT_KEYS},
+                   ceilings={"source": a.ceilings.source, "device": a.ceilings.device,
+                             "peak_roof": m.get("peak_roof"), "peak_flops": m.get("peak_flops"),
+                             "bandwidth": m.get("bandwidth")},
+                   steps=[int(i) for i in samples.index],
+                   samples={mt.name: samples[mt.column].to_numpy(dtype=np.float64)
+                            for mt in metrics_for(samples.columns)},
+                   metrics=dict(m), throttle_reasons=reasons,
+                   kernels=kernels[list(KERNEL_COLUMNS)], kernels_total=int(len(kernels)))
+
+    def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
+        from ..reports.export import json_safe
+
+        k = self.kernels.head(kernels_kept)
+        metrics = {}
+        for name, values in self.samples.items():
+            mt = metric(name)
+            metrics[name] = {"label": mt.label, "unit": mt.unit, "higher_is_better": mt.higher_is_better,
+                             "median": self.median(name), "samples": [float(v) for v in values]}
+        return json_safe({
+            "format": FORMAT, "version": VERSION, "roofscope_version": __version__, "created": self.created,
+            "source": self.source, "device": self.device, "environment": self.environment,
+            "ceilings": self.ceilings, "steps": self.steps, "throttle_reasons": self.throttle_reasons,
+            "metrics": metrics, "summary_metrics": self.metrics,
+            "kernels": {"kept": int(len(k)), "total": self.kernels_total,
+                        "rows": k.rename_axis("name").reset_index().to_dict("records")},
+        })
+
+    def to_json(self, kernels_kept: int = KERNELS_KEPT) -> str:
+        text = json.dumps(self.to_dict(kernels_kept), indent=1, allow_nan=False)
+        # Lists of plain numbers (samples, steps) on one line each: a reviewer reads them across.
+        return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "baseline") -> "Snapshot":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise GateInputError(f"{where}: not a roofscope gate baseline (write one with"
+                                 " `roofscope gate --write-baseline RUN BASELINE.json`)")
+        version = d.get("version")
+        if not isinstance(version, int) or version > VERSION:
+            raise GateInputError(f"{where}: baseline version {version!r} is newer than this roofscope reads"
+                                 f" ({VERSION}); upgrade roofscope or rewrite the baseline")
+        try:
+            samples = {str(name): np.array([math.nan if v is None else float(v) for v in entry["samples"]])
+                       for name, entry in d["metrics"].items()}
+            for name in samples:
+                metric(name)
+            rows = d["kernels"]["rows"]
+            kernels = pd.DataFrame.from_records(rows, columns=["name", *KERNEL_COLUMNS]).set_index("name")
+            return cls(source=str(d.get("source")), device=d.get("device"),
+                       environment={k: (d.get("environment") or {}).get(k) for k in ENVIRONMENT_KEYS},
+                       ceilings=dict(d.get("ceilings") or {}), steps=[int(s) for s in d.get("steps", [])],
+                       samples=samples, metrics=dict(d.get("summary_metrics") or {}),
+                       throttle_reasons=list(d.get("throttle_reasons") or []), kernels=kernels,
+                       kernels_total=int(d["kernels"].get("total", len(rows))), created=str(d.get("created")))
+        except (KeyError, TypeError, ValueError, RoofscopeError) as e:
+            raise GateInputError(f"{where}: malformed baseline ({type(e).__name__}: {e})") from None
+
+
+def _read_json(p: Path) -> Any:
+    if not p.is_file():
+        raise GateInputError(f"{p}: no such baseline file" if not p.exists() else f"{p}: not a file")
+    try:
+        return json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise GateInputError(f"{p}: not readable as JSON ({e})") from None
+
+
+def load_baseline(path: str | os.PathLike) -> Snapshot:
+    """Read a baseline file written by :func:`roofscope.gate.write_baseline`."""
+    p = Path(path)
+    return Snapshot.from_dict(_read_json(p), where=str(p))
+
+
+def snapshot_of(source: "str | os.PathLike | Snapshot | Analysis", *, baseline: bool = False) -> Snapshot:
+    """A snapshot of ``source``: a Snapshot, an Analysis, a Run directory or a trace, or (with
+    ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
+    from ..analyzers.analysis import Analysis, analyze
+    from ..run import is_run_dir
+
+    if isinstance(source, Snapshot):
+        return source
+    if isinstance(source, Analysis):
+        return Snapshot.from_analysis(source)
+    p = Path(source)
+    if baseline and not is_run_dir(p) and p.suffix != ".gz":
+        d = _read_json(p)
+        if not (isinstance(d, dict) and "traceEvents" in d):
+            return Snapshot.from_dict(d, where=str(p))
+    return Snapshot.from_analysis(analyze(p), source=p)

@@ -1,0 +1,188 @@
+"""The gate's metrics and the limits set on them.
+
+Metrics are columns of ``Analysis.step_samples()``: step time, MFU, HFU, MBU, GPU idle
+fraction, and the seconds each region covers per step. A *regression limit* bounds how
+much worse the run's median may be than the baseline's:
+
+* ``5%``: relative to the baseline (MFU 0.40 -> 0.38 is 5 % worse; step time 10 -> 10.5 ms too);
+* ``2pp``: percentage points, for fractions (idle 0.03 -> 0.05 is 2 pp worse);
+* ``1.5ms`` / ``200us`` / ``0.01s``: absolute time, for step and region times;
+* ``off``: not checked.
+
+``--max-regression`` takes ``KEY=LIMIT`` pairs separated by commas, where KEY is a metric
+name, ``region:NAME`` or ``region:*`` (every region without its own limit). Keys not given
+keep :data:`DEFAULT_LIMITS`. An *absolute bound* (``--min-mfu 0.35``, ``--max-step-time-ms
+120``) needs no baseline.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from ..errors import RoofscopeError
+
+REGION_PREFIX = "region:"
+ALL_REGIONS = "region:*"
+
+
+class ThresholdError(RoofscopeError):
+    """A limit or bound that does not parse or does not fit its metric."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str                 # as written in limits: step_time, mfu, region:decode
+    column: str               # its column in Analysis.step_samples()
+    higher_is_better: bool
+    unit: str                 # "s" (times) or "fraction"
+    label: str
+
+    @property
+    def is_time(self) -> bool:
+        return self.unit == "s"
+
+    def format(self, value: float | None) -> str:
+        if value is None or math.isnan(value):
+            return "-"
+        return f"{value * 1e3:,.3f} ms" if self.is_time else f"{100 * value:.2f}%"
+
+
+CORE_METRICS: tuple[Metric, ...] = (
+    Metric("step_time", "step_time_s", False, "s", "step time"),
+    Metric("mfu", "mfu", True, "fraction", "MFU"),
+    Metric("hfu", "hfu", True, "fraction", "HFU"),
+    Metric("mbu", "mbu", True, "fraction", "MBU"),
+    Metric("idle_fraction", "idle_fraction", False, "fraction", "GPU idle"),
+)
+_CORE = {m.name: m for m in CORE_METRICS}
+
+
+def metric(name: str) -> Metric:
+    """The metric named ``name`` (``region:NAME`` for a region); :class:`ThresholdError` if unknown."""
+    if name in _CORE:
+        return _CORE[name]
+    if name.startswith(REGION_PREFIX) and len(name) > len(REGION_PREFIX):
+        region = name[len(REGION_PREFIX):]
+        return Metric(name, name, False, "s", f"region {region}")
+    raise ThresholdError(f"unknown metric {name!r}; known: {', '.join(_CORE)}, region:NAME, region:*")
+
+
+def metrics_for(columns: Iterable[str]) -> list[Metric]:
+    """The gate's metrics among step-sample ``columns``: the core ones, then regions by name."""
+    cols = list(columns)
+    regions = sorted(c for c in cols if c.startswith(REGION_PREFIX))
+    return [m for m in CORE_METRICS if m.column in cols] + [metric(c) for c in regions]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """How much worse than the baseline a metric may get."""
+
+    value: float      # a share of the baseline when relative, else seconds or a fraction
+    relative: bool
+    text: str         # normalized spelling: 5%, 2pp, 1.5ms
+
+    def exceeded_by(self, base: float, run: float, m: Metric) -> tuple[float, bool]:
+        """(how much worse the run is, in this limit's terms; whether that is past the limit)."""
+        worse = (base - run) if m.higher_is_better else (run - base)
+        if self.relative:
+            worse = worse / abs(base) if base else (math.inf if worse > 0 else 0.0)
+        return worse, worse > self.value
+
+
+DEFAULT_LIMITS: dict[str, Limit] = {
+    "step_time": Limit(0.05, True, "5%"),
+    "mfu": Limit(0.05, True, "5%"),
+    "hfu": Limit(0.05, True, "5%"),
+    "mbu": Limit(0.05, True, "5%"),
+    # Idle is often a few percent of the step: relative changes of it are mostly noise.
+    "idle_fraction": Limit(0.05, False, "5pp"),
+    # Regions are shorter than steps, so relatively noisier.
+    ALL_REGIONS: Limit(0.10, True, "10%"),
+}
+
+_LIMIT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|pp|ms|us|µs|s)\s*$")
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
+
+
+def parse_limit(key: str, text: str) -> Limit | None:
+    """One ``LIMIT`` for metric ``key`` (``None`` for ``off``)."""
+    m_ = metric(key)  # region:* parses as a region: a time
+    if text.strip().lower() == "off":
+        return None
+    match = _LIMIT.match(text)
+    if not match:
+        raise ThresholdError(f"--max-regression {key}={text}: expected a number with %, pp, ms, us or s, or off")
+    number, unit = float(match.group(1)), match.group(2)
+    if unit == "%":
+        return Limit(number / 100.0, True, f"{number:g}%")
+    if unit == "pp":
+        if m_.is_time:
+            raise ThresholdError(f"--max-regression {key}={text}: pp (percentage points) is for fractions;"
+                                 f" use % or a time such as 2ms")
+        return Limit(number / 100.0, False, f"{number:g}pp")
+    if not m_.is_time:
+        raise ThresholdError(f"--max-regression {key}={text}: {key} is a fraction; use % or pp")
+    return Limit(number * _TIME_UNITS[unit], False, f"{number:g}{'us' if unit == 'µs' else unit}")
+
+
+def parse_limits(spec: str | Iterable[str] | Mapping[str, str | Limit | None] | None) -> dict[str, Limit | None]:
+    """:data:`DEFAULT_LIMITS` updated by ``spec``: ``"mfu=5%,region:decode=10%"``, several such
+    strings, or a mapping of keys to limit strings, :class:`Limit` objects or None (off)."""
+    limits: dict[str, Limit | None] = dict(DEFAULT_LIMITS)
+    if spec is None:
+        return limits
+    if isinstance(spec, Mapping):
+        for key, value in spec.items():
+            metric(key)
+            limits[key] = value if value is None or isinstance(value, Limit) else parse_limit(key, str(value))
+        return limits
+    for text in [spec] if isinstance(spec, str) else spec:
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise ThresholdError(f"--max-regression {item!r}: expected KEY=LIMIT such as mfu=5% or step_time=2ms")
+            limits[key.strip()] = parse_limit(key.strip(), value)
+    return limits
+
+
+def limit_for(m: Metric, limits: Mapping[str, Limit | None]) -> Limit | None:
+    if m.name in limits:
+        return limits[m.name]
+    return limits.get(ALL_REGIONS) if m.name.startswith(REGION_PREFIX) else None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An absolute bound on the run's median: a floor for higher-is-better metrics, else a ceiling."""
+
+    metric: Metric
+    value: float
+
+    @property
+    def text(self) -> str:
+        return f"{'>=' if self.metric.higher_is_better else '<='} {self.metric.format(self.value)}"
+
+    def violated(self, run: float) -> bool:
+        return run < self.value if self.metric.higher_is_better else run > self.value
+
+
+def bounds(min_mfu: float | None = None, min_hfu: float | None = None, min_mbu: float | None = None,
+           max_step_time_ms: float | None = None, max_idle_fraction: float | None = None) -> list[Bound]:
+    """The absolute bounds given; fractions must lie in [0, 1] and times be positive."""
+    out = []
+    for name, value, option in (("mfu", min_mfu, "--min-mfu"), ("hfu", min_hfu, "--min-hfu"),
+                                ("mbu", min_mbu, "--min-mbu"), ("idle_fraction", max_idle_fraction,
+                                                                "--max-idle-fraction")):
+        if value is None:
+            continue
+        if not 0.0 <= value <= 1.0:
+            raise ThresholdError(f"{option} {value:g}: expected a fraction between 0 and 1 (0.35 for 35%)")
+        out.append(Bound(_CORE[name], float(value)))
+    if max_step_time_ms is not None:
+        if not max_step_time_ms > 0:
+            raise ThresholdError(f"--max-step-time-ms {max_step_time_ms:g}: expected a positive time")
+        out.append(Bound(_CORE["step_time"], max_step_time_ms / 1e3))
+    return out
