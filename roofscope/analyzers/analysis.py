@@ -36,6 +36,7 @@ class Analysis:
     _diagnosis: Any = field(default=None, init=False, repr=False)
     _metrics: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _steps: pd.DataFrame | None = field(default=None, init=False, repr=False)
+    _telemetry_summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -166,16 +167,19 @@ class Analysis:
         return s
 
     def telemetry_summary(self) -> dict[str, Any] | None:
-        """NVML telemetry summarized over the profiled steps, or None without telemetry."""
+        """NVML telemetry summarized over the profiled steps, or None without telemetry
+        (computed once: metrics, rules and the summary all read it)."""
         if self.telemetry is None:
             return None
-        from .metrics import to_unix_ns
-        from .telemetry import summarize
+        if self._telemetry_summary is None:
+            from .metrics import to_unix_ns
+            from .telemetry import summarize
 
-        steps = self.steps()
-        start = to_unix_ns(self.trace, int(steps["ts_ns"].min())) if len(steps) else None
-        end = to_unix_ns(self.trace, int(steps["end_ns"].max())) if len(steps) else None
-        return summarize(self.telemetry, start, end, steps=len(steps) or None)
+            steps = self.steps()
+            start = to_unix_ns(self.trace, int(steps["ts_ns"].min())) if len(steps) else None
+            end = to_unix_ns(self.trace, int(steps["end_ns"].max())) if len(steps) else None
+            self._telemetry_summary = summarize(self.telemetry, start, end, steps=len(steps) or None)
+        return self._telemetry_summary
 
     def _run_figures(self) -> dict[str, Any]:
         """Step metrics, timeline, telemetry and diagnosis over the profiled steps."""

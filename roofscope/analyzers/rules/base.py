@@ -17,6 +17,7 @@ additive.
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -77,7 +78,7 @@ class Context:
         return self.terms.get(term, 0.0) / self.step_s if self.step_s > 0 else 0.0
 
 
-class Rule:
+class Rule(abc.ABC):
     """A diagnosis rule. Subclasses set the class attributes and implement :meth:`match`;
     :meth:`precondition` may add checks beyond the binding term's share."""
 
@@ -89,8 +90,9 @@ class Rule:
         """None when the rule may apply, else why not (reported as skipped)."""
         return None
 
+    @abc.abstractmethod
     def match(self, ctx: Context) -> list[Finding]:
-        raise NotImplementedError
+        """The findings of this rule on ``ctx`` (empty when nothing matches)."""
 
 
 def top_kernels(k: pd.DataFrame, steps: int, n: int = 5) -> list[dict[str, Any]]:

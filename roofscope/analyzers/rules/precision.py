@@ -3,7 +3,6 @@ weight-bound (small-batch) GEMMs."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .base import Context, Finding, Rule, top_kernels
 from .shapes import gemm_table
@@ -66,7 +65,6 @@ class Alignment(Rule):
     min_share = 0.02
 
     def match(self, ctx: Context) -> list[Finding]:
-        c = ctx.analysis.ceilings
         g = gemm_table(ctx.analysis.trace, ctx.kernels)
         g = g[g["dtype"].isin(tuple(ALIGN)) & ~g["cls"].isin(("latency", "unknown"))]
         if not len(g):
@@ -76,7 +74,6 @@ class Alignment(Rule):
         mis, ok = g[bad], g[~bad]
         if not len(mis):
             return []
-        found = []
         saving = 0.0
         ref_used = {}
         for dtype, m in mis.groupby("dtype"):
@@ -91,7 +88,7 @@ class Alignment(Rule):
         shapes = (mis.assign(shape=mis["m"].astype(str) + "x" + mis["n"].astype(str) + "x" + mis["kk"].astype(str))
                   .groupby("shape")["dur_s"].sum().sort_values(ascending=False).head(3))
         measured = all(len(ok[ok["dtype"] == d]) for d in ref_used)
-        found.append(Finding(
+        return [Finding(
             self.name, "Pad GEMM dimensions to tensor-core multiples", self.binding, saving,
             "medium" if measured else "low",
             f"{len(mis) / ctx.steps:.0f} misaligned GEMM kernels/step (MxNxK {', '.join(shapes.index)}),"
@@ -101,8 +98,7 @@ class Alignment(Rule):
             "Pad vocabulary/hidden/head sizes to multiples of 8 for 16-bit (16 for 8-bit) types, e.g. a"
             " vocabulary of 50257 -> 50304.",
             "vocab = (vocab + 63) // 64 * 64   # pad, and ignore the extra logits",
-            top_kernels(mis, ctx.steps), {"reference_efficiency": ref_used}))
-        return found
+            top_kernels(mis, ctx.steps), {"reference_efficiency": ref_used})]
 
 
 class WeightBoundGemm(Rule):
