@@ -1,0 +1,123 @@
+"""The inner runner of the counters pass: the user's script with ncu's range on the recorded steps.
+
+    python -m roofscope.collectors.ncu_target --wait W --warmup U --active A [-m] TARGET [ARGS...]
+
+ncu runs this with ``--profile-from-start off``, so it profiles only the kernels between
+``cudaProfilerStart`` and ``cudaProfilerStop``. Those are called at the step boundaries
+where the Kineto collector (torchprof.py) starts and ends recording, after the same
+``torch.cuda.synchronize()``, so ncu sees the kernels of the same steps the trace holds.
+Steps come from ``roofscope.step()`` or the first optimizer's ``step()``, by the rules of
+session.py. No torch.profiler here: Kineto and ncu both need CUPTI, and under ncu Kineto
+records no GPU activity at all.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import weakref
+from typing import Any
+
+from .torchprof import Schedule
+
+
+class CounterRange:
+    """Counts step boundaries and opens ncu's range over the active steps."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.start_at = schedule.wait + schedule.warmup
+        self.stop_at = schedule.steps
+        self.steps = 0
+        self.source = "none"
+        self.recording = False
+        self._optimizer: "weakref.ref[Any] | None" = None
+
+    def begin(self) -> None:
+        if self.start_at == 0:
+            self._start()
+
+    def step(self) -> None:
+        """An explicit ``roofscope.step()``; from the first one on, optimizer steps are ignored."""
+        self.source = "explicit"
+        self._advance()
+
+    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._optimizer is None:
+            self._optimizer = weakref.ref(optimizer)
+        elif self._optimizer() is not optimizer:
+            return
+        if self.source == "explicit":
+            return
+        self.source = "optimizer"
+        self._advance()
+
+    def _advance(self) -> None:
+        if self.steps >= self.stop_at:
+            return
+        self.steps += 1
+        if self.steps == self.start_at:
+            self._start()
+        if self.steps == self.stop_at:
+            self.end()
+
+    def _start(self) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return  # nothing to profile; ncu then reports that no kernels were profiled
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        self.recording = True
+
+    def end(self) -> None:
+        """Close the range (also when the script ends inside the active steps)."""
+        if not self.recording:
+            return
+        import torch
+
+        self.recording = False
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError:  # a crashed CUDA context: ncu keeps what it profiled
+            pass
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from . import session
+    from .script import ScriptError, check_target, run_target
+    from .torchprof import enable_inductor_metadata
+
+    ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.ncu_target",
+                                 description="Run TARGET with ncu's range on the steps roofscope records.")
+    ap.add_argument("--wait", type=int, required=True)
+    ap.add_argument("--warmup", type=int, required=True)
+    ap.add_argument("--active", type=int, required=True)
+    ap.add_argument("-m", dest="module", action="store_true", help="TARGET is a module (python -m)")
+    ap.add_argument("target")
+    ap.add_argument("args", nargs=argparse.REMAINDER)
+    ns = ap.parse_args(argv)
+    try:
+        check_target(ns.target, ns.module)
+    except ScriptError as e:
+        print(f"roofscope: error: {e}", file=sys.stderr)
+        return e.exit_code
+    rng = CounterRange(Schedule(ns.wait, ns.warmup, ns.active))
+    # Same Inductor config as the Kineto pass, so torch.compile emits the same kernels.
+    enable_inductor_metadata()
+    session.step_listeners.append(rng.step)
+    hook = register_optimizer_step_post_hook(rng.on_optimizer_step)
+    try:
+        rng.begin()
+        outcome = run_target(ns.target, ns.args, module=ns.module)
+    finally:
+        hook.remove()
+        session.step_listeners.remove(rng.step)
+        rng.end()
+    sys.stdout.flush()
+    return outcome.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""`roofscope counters RUN`: add hardware counters to a Run (and `roofscope run --counters ncu`).
+
+The counters pass re-runs the Run's recorded command under ncu over the same steps
+(collectors/ncu.py), or takes a CSV the user exported from ncu (``--from-csv``), joins
+the launches to the trace's kernels (roofscope/counters.py), stores them in the Run and
+re-renders its summary.json and report.html.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OutputExistsError, RoofscopeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from ..collectors.ncu import Target
+    from ..run import Run
+
+
+@dataclass
+class CountersOptions:
+    run: str
+    sample: int | None = None
+    from_csv: str | None = None
+    force: bool = False
+    quiet: bool = False
+
+
+def recorded_target(meta: dict[str, Any]) -> "Target":
+    """Script, arguments, ``-m`` and wait/warmup/active of a Run written by ``roofscope run``."""
+    from ..cli import run_cmd
+    from ..collectors.ncu import Target
+    from ..collectors.torchprof import Schedule
+
+    command = list(meta.get("command") or [])
+    if command[1:2] != ["run"]:
+        raise RoofscopeError(f"this Run was not recorded by `roofscope run` (its command: {' '.join(command)!r}),"
+                             " so it cannot be re-run under ncu; export a CSV with ncu and pass --from-csv FILE")
+    requested = (meta.get("steps") or {}).get("requested") or {}
+    if not all(isinstance(requested.get(k), int) for k in ("wait", "warmup", "active")):
+        raise RoofscopeError("counters need step boundaries, and this Run profiled a time window (--duration);"
+                             " record a Run over steps (roofscope.step() or an optimizer) instead")
+    # roofscope run's own parser reads the recorded options, whatever options it has gained since.
+    params = run_cmd.make_context("run", command[2:], resilient_parsing=True).params
+    if not params.get("target"):
+        raise RoofscopeError(f"no script in the Run's recorded command {' '.join(command)!r}")
+    return Target(target=params["target"], args=tuple(params.get("args") or ()), module=bool(params.get("module")),
+                  schedule=Schedule(requested["wait"], requested["warmup"], requested["active"]))
+
+
+def run(opts: CountersOptions) -> int:
+    if opts.from_csv and opts.sample is not None:
+        raise RoofscopeError("--sample applies to ncu's own pass, not to --from-csv")
+    return counters_pass(opts.run, sample=opts.sample, from_csv=opts.from_csv, force=opts.force, quiet=opts.quiet)
+
+
+def counters_pass(run_dir: str | Path, *, sample: int | None = None, from_csv: str | None = None,
+                  force: bool = False, quiet: bool = False) -> int:
+    """Collect (or read) counters, join, store, re-render; 0 on success."""
+    from ..collectors.ncu import check_metrics, collect
+    from ..collectors.ncu_csv import METRICS, parse_ncu_csv
+    from ..counters import COUNTERS_FILE
+    from ..run import load
+
+    r = load(run_dir)
+    # Before the (long) pass; save() checks again.
+    if not force and ("counters" in r.meta or (r.path / COUNTERS_FILE).exists()):
+        raise OutputExistsError(f"{r.path} already has counters ({COUNTERS_FILE}); pass --force to replace them")
+    meta: dict[str, Any] = {"tool": "ncu", "ncu_version": None, "metrics": list(METRICS), "sample": sample}
+    if from_csv:
+        table = parse_ncu_csv(_read_text(from_csv))
+        warnings = check_metrics(table)
+        meta.update(source=str(Path(from_csv).resolve()), command=None)
+        return _store(r, table, meta, warnings, None, force, quiet)
+    target = recorded_target(r.meta)
+    with tempfile.TemporaryDirectory(prefix="roofscope-ncu-") as tmp:
+        res = collect(target, cwd=r.meta.get("cwd") or ".", workdir=Path(tmp), sample=sample)
+        meta.update(source="ncu", ncu_version=res.version, command=res.command)
+        return _store(r, res.table, meta, res.warnings, res.report, force, quiet)
+
+
+def _read_text(path: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise RoofscopeError(f"{p}: no such file" if not p.exists() else f"{p}: not a file")
+    try:
+        return p.read_text(errors="replace")
+    except OSError as e:
+        raise RoofscopeError(f"{p}: cannot read: {e.strerror}") from None
+
+
+def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list[str], report: Path | None,
+           force: bool, quiet: bool) -> int:
+    from ..analyzers.trace import load_trace
+    from ..counters import COUNTERS_REPORT, join, save
+
+    joined, stats = join(table, load_trace(r.trace_path))
+    if stats.unmatched_ncu or stats.name_mismatches:
+        warnings.append(f"{stats.unmatched_ncu} of {stats.ncu_kernels} profiled launches matched no trace kernel"
+                        f" and {stats.name_mismatches} matched one of another name: the two passes launched"
+                        " different kernels (data-dependent control flow, autotuning?)")
+    meta.update(join=asdict(stats), na_metrics=list(table.attrs.get("na_metrics", [])), warnings=warnings)
+    path = save(r.path, joined, meta, report=report, force=force)
+    warnings += rerender(r.path)
+    if not quiet:
+        sample = meta.get("sample")
+        print(f"counters: {stats.ncu_kernels} kernel launches profiled, {stats.matched} matched to the trace's "
+              f"{stats.trace_kernels} kernels ({stats.name_mismatches} name mismatches)")
+        print(f"sample:   {f'first {sample} launches of the recorded steps' if sample else 'all launches'}")
+        print(f"wrote:    {path}")
+        if report is not None:
+            print(f"report:   {r.path / COUNTERS_REPORT} (open it in Nsight Compute)")
+    for w in warnings:
+        print(f"roofscope: warning: {w}", file=sys.stderr)
+    return 0
+
+
+def rerender(run_dir: Path) -> list[str]:
+    """Rewrite the Run's summary.json (and report.html, if it has one) from a fresh analysis."""
+    from ..fileio import atomic_write
+    from ..reports.export import json_safe
+    from ..run import REPORT_FILE, SUMMARY_FILE, load
+
+    try:
+        analysis = load(run_dir).analyze()
+    except RoofscopeError as e:
+        return [f"could not re-analyze the Run, so its summary and report predate the counters: {e}"]
+    atomic_write(run_dir / SUMMARY_FILE, json.dumps(json_safe(analysis.summary()), indent=1, allow_nan=False),
+                 force=True)
+    if (run_dir / REPORT_FILE).exists():
+        from ..reports.html import render_html
+
+        atomic_write(run_dir / REPORT_FILE, render_html(analysis), force=True)
+    return []
+
+
+def check_before_run(kind: str | None, duration: float | None, sample: int | None) -> None:
+    """``roofscope run --counters KIND``: fail before the script starts when the pass cannot work."""
+    if sample is not None and kind != "ncu":
+        raise RoofscopeError("--counters-sample needs --counters ncu")
+    if kind == "cupti":
+        from ..collectors.cupti_probe import require_cupti_counters
+
+        require_cupti_counters()
+        return
+    if duration is not None:
+        raise RoofscopeError("--counters ncu needs step boundaries to re-run the same steps under ncu;"
+                             " it cannot follow a time window (--duration)")
+    from ..collectors.ncu import find_ncu
+
+    find_ncu()
+
+
+def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool) -> int:
+    """``roofscope run --counters ncu``: the counters pass on the Run just written; its exit code."""
+    if r is None:
+        return 0
+    if script_code != 0:
+        print(f"roofscope: warning: the script exited with code {script_code}: skipping the counters pass"
+              f" (run `roofscope counters {r.path}` once it succeeds)", file=sys.stderr)
+        return 0
+    try:
+        return counters_pass(r.path, sample=sample, quiet=quiet)
+    except RoofscopeError as e:
+        print(f"roofscope: error: counters pass: {e} (the Run {r.path} was written without counters)",
+              file=sys.stderr)
+        return e.exit_code

@@ -1,0 +1,364 @@
+"""Counters in a Run: joining ncu launches to trace kernels, storing them, and the
+`roofscope counters` / `roofscope run --counters ncu` paths (CPU: fixtures and a fake ncu)."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from roofscope import counters
+from roofscope.analyzers.trace import load_trace
+from roofscope.cli import main
+from roofscope.collectors import ncu, ncu_target, session
+from roofscope.collectors.ncu_csv import parse_ncu_csv
+from roofscope.collectors.torchprof import Schedule
+from roofscope.commands.counters import recorded_target
+from roofscope.errors import OutputExistsError, RoofscopeError
+from roofscope.run import new_meta, write_run
+
+DATA = Path(__file__).parent / "data" / "ncu"
+KINETO = DATA / "h200_probe_kineto.json.gz"
+# Correlation ids of the trace's 14 kernels in launch order (memsets excluded): step 2, then step 3.
+TRACE_CORR = [187, 200, 211, 229, 259, 273, 334, 355, 368, 379, 397, 427, 441, 502]
+COMMAND = ["roofscope", "run", "-o", "runs/probe", "--force", "--wait", "1", "--warmup", "1", "--active", "2",
+           "--counters", "ncu", "probe_ncu.py", "range"]
+
+
+def _ncu(name: str) -> pd.DataFrame:
+    return parse_ncu_csv((DATA / f"h200_probe_{name}.csv").read_text())
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_trace(KINETO)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    meta = new_meta(COMMAND, cwd=str(tmp_path), steps={"requested": {"wait": 1, "warmup": 1, "active": 2}})
+    write_run(tmp_path / "run", meta=meta, trace=KINETO, files={"report.html": "old report"})
+    return tmp_path / "run"
+
+
+# -- join -----------------------------------------------------------------------------------------
+
+def test_normalized_names_agree_across_demanglers():
+    names = pd.Series([
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>>(int)",
+        "void at::vectorized_elementwise_kernel<4, at::CUDAFunctorOnSelf_add<float>, std::array<char *, 2>>(int)",
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float)",
+        "void at::<unnamed>::vectorized_layer_norm_kernel<float, float, 0>(int, T2)",
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
+    ])
+    assert counters.normalize_names(names).tolist() == [
+        "vectorized_elementwise_kernel", "vectorized_elementwise_kernel",
+        "vectorized_layer_norm_kernel", "vectorized_layer_norm_kernel",
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"]
+
+
+def test_join_long_csv_to_kineto_trace(trace):
+    joined, stats = counters.join(_ncu("long"), trace)
+    assert stats == counters.JoinStats(ncu_kernels=14, trace_kernels=14, matched=14, unmatched_ncu=0,
+                                       unmatched_trace=0, name_mismatches=0)
+    assert joined["correlation"].tolist() == TRACE_CORR
+    # Launch 7 (the step-3 bf16 GEMM) is the trace's nvjet kernel of correlation 355.
+    k = trace.kernels.set_index("correlation")
+    assert k.loc[355, "name"] == joined.loc[7, "name"] == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+    assert k.loc[355, "step"] == 3
+
+
+def test_join_launch_count_prefix(trace):
+    joined, stats = counters.join(_ncu("count3"), trace)
+    assert (stats.ncu_kernels, stats.matched, stats.unmatched_trace, stats.name_mismatches) == (3, 3, 11, 0)
+    assert joined["correlation"].tolist() == TRACE_CORR[:3]
+
+
+def test_extra_missing_and_renamed_launches_do_not_shift_the_rest(trace):
+    base = _ncu("long")
+    extra = base.iloc[[2]].assign(name="triton_poi_fused_add_0")
+    # An extra launch after launch 2, and the step-3 layer norm (launch 11) missing.
+    edited = pd.concat([base.iloc[:3], extra, base.iloc[3:11], base.iloc[12:]], ignore_index=True)
+    joined, stats = counters.join(edited, trace)
+    assert (stats.ncu_kernels, stats.matched, stats.unmatched_ncu, stats.unmatched_trace) == (14, 13, 1, 1)
+    assert joined.loc[3, "correlation"] == -1
+    expected = TRACE_CORR[:3] + [-1] + TRACE_CORR[3:11] + TRACE_CORR[12:]
+    assert joined["correlation"].tolist() == expected
+    # A name neither side reconciles, at the same position: still paired, and counted.
+    renamed = base.copy()
+    renamed.loc[5, "name"] = "renamed_softmax_kernel"
+    joined, stats = counters.join(renamed, trace)
+    assert (stats.matched, stats.name_mismatches) == (14, 1)
+    assert joined["correlation"].tolist() == TRACE_CORR
+
+
+# -- storage --------------------------------------------------------------------------------------
+
+def test_save_load_round_trip_and_force(run_dir, trace):
+    joined, stats = counters.join(_ncu("raw"), trace)
+    meta = {"tool": "ncu", "ncu_version": "2025.3.1.0", "metrics": ["x"], "sample": None,
+            "join": {"matched": stats.matched}, "command": ["ncu"]}
+    counters.save(run_dir, joined, meta)
+    c = counters.load(run_dir)
+    assert list(c.table.columns) == list(joined.columns)
+    assert c.table["correlation"].tolist() == TRACE_CORR
+    assert c.table.loc[7, "tensor_flops_bf16"] == 2 * 4096**3
+    assert c.table["flops_fp32"].isna().all()             # null in JSON, NaN again
+    assert c.table.loc[0, "grid"] == [2, 66, 1]
+    assert c.meta["ncu_version"] == "2025.3.1.0" and c.meta["version"] == 1
+    doc = json.loads(gzip.decompress((run_dir / counters.COUNTERS_FILE).read_bytes()))
+    assert doc["columns"]["time_ns"][0] == 177_408
+    entry = json.loads((run_dir / "run.json").read_text())["counters"]
+    assert (entry["file"], entry["kernels"], entry["matched"], entry["command"]) == ("counters.json.gz", 14, 14,
+                                                                                    ["ncu"])
+    with pytest.raises(OutputExistsError, match="--force"):
+        counters.save(run_dir, joined, meta)
+    counters.save(run_dir, joined.head(3), meta, force=True)
+    assert len(counters.load(run_dir).table) == 3
+    assert counters.load(run_dir.parent) is None
+
+
+# -- roofscope counters RUN --from-csv ---------------------------------------------------------------
+
+def test_counters_from_csv_in_process(run_dir, capsys):
+    assert main(["counters", str(run_dir), "--from-csv", str(DATA / "h200_probe_long.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "14 kernel launches profiled, 14 matched to the trace's 14 kernels (0 name mismatches)" in out
+    c = counters.load(run_dir)
+    assert c.table["correlation"].tolist() == TRACE_CORR
+    assert c.table.loc[8, "flops_fp32"] == 2_099_249_152
+    assert c.meta["join"]["matched"] == 14 and c.meta["source"].endswith("h200_probe_long.csv")
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["counters"]["kernels"] == 14 and meta["counters"]["sample"] is None
+    # summary.json and report.html re-rendered from the Run.
+    assert json.loads((run_dir / "summary.json").read_text())["kernels"] > 0
+    assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
+    # Not again without --force; --sample makes no sense with a CSV.
+    assert main(["counters", str(run_dir), "--from-csv", str(DATA / "h200_probe_long.csv")]) == 2
+    assert "already has counters" in capsys.readouterr().err
+    assert main(["counters", str(run_dir), "--from-csv", str(DATA / "h200_probe_count3.csv"), "--force"]) == 0
+    assert len(counters.load(run_dir).table) == 3
+    assert main(["counters", str(run_dir), "--from-csv", "x.csv", "--sample", "3", "--force"]) == 2
+    assert "--sample applies to ncu" in capsys.readouterr().err
+
+
+def test_counters_from_csv_subprocess(run_dir):
+    res = subprocess.run([sys.executable, "-m", "roofscope", "counters", str(run_dir), "--from-csv",
+                          str(DATA / "h200_probe_raw.csv")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "14 matched" in res.stdout
+    assert counters.load(run_dir).table["correlation"].tolist() == TRACE_CORR
+    bad = subprocess.run([sys.executable, "-m", "roofscope", "counters", str(run_dir), "--force", "--from-csv",
+                          str(DATA / "ncu_messages.txt")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "no Nsight Compute CSV header" in bad.stderr
+
+
+# -- the ncu pass, with a fake ncu -----------------------------------------------------------------
+
+FAKE = '''#!{python}
+import json, pathlib, sys
+argv = sys.argv[1:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+if argv == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler")
+    print("Version 2025.3.1.0 (build 36398880) (public-release)")
+    sys.exit(0)
+mode = {mode!r}
+if mode == "perm":
+    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
+          "Counters on the target device 0.")
+    sys.exit(1)
+if mode == "fail":
+    print("Traceback: boom")
+    print("==ERROR== The application returned an error code (3).")
+    sys.exit(3)
+if mode == "none":
+    print("==WARNING== No kernels were profiled.")
+    sys.exit(0)
+if "--import" in argv:
+    print(pathlib.Path({csv!r}).read_text())
+    sys.exit(0)
+pathlib.Path(argv[argv.index("-o") + 1] + ".ncu-rep").write_bytes(b"NCU report")
+print("==PROF== Connected to process 1")
+print("the script's own output")
+print("==PROF== Disconnected from process 1")
+'''
+
+
+def _fake_ncu(tmp_path: Path, monkeypatch, mode: str, csv: str = "h200_probe_count3.csv") -> Path:
+    log = tmp_path / "ncu-calls.jsonl"
+    exe = tmp_path / "fake-ncu"
+    exe.write_text(FAKE.format(python=sys.executable, log=str(log), mode=mode, csv=str(DATA / csv)))
+    exe.chmod(0o755)
+    monkeypatch.setenv(ncu.NCU_ENV, str(exe))
+    return log
+
+
+def test_ncu_pass_command_line_report_and_version(run_dir, tmp_path, monkeypatch, capsys):
+    log = _fake_ncu(tmp_path, monkeypatch, "ok")
+    assert main(["counters", str(run_dir), "--sample", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "the script's own output" in out                     # streamed through
+    assert "3 kernel launches profiled, 3 matched" in out and "counters.ncu-rep" in out
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls[0] == ["--version"]
+    prof = calls[1]
+    assert prof[:6] == ["--profile-from-start", "off", "--clock-control", "none", "--metrics",
+                        ",".join(ncu.METRICS)]
+    assert prof[6:8] == ["--launch-count", "3"]
+    assert prof[8] == "-o" and Path(prof[9]).name == "counters" and prof[10] == "--force-overwrite"
+    # The recorded script and schedule (wait 1, warmup 1, active 2), through the inner runner.
+    assert prof[11:] == [sys.executable, "-m", "roofscope.collectors.ncu_target", "--wait", "1", "--warmup", "1",
+                         "--active", "2", "probe_ncu.py", "range"]
+    assert calls[2][0] == "--import" and calls[2][2:] == ["--csv", "--page", "raw", "--print-units", "base"]
+    assert (run_dir / counters.COUNTERS_REPORT).read_bytes() == b"NCU report"
+    entry = json.loads((run_dir / "run.json").read_text())["counters"]
+    assert (entry["ncu_version"], entry["sample"], entry["kernels"]) == ("2025.3.1.0 (build 36398880) "
+                                                                         "(public-release)", 3, 3)
+    assert entry["command"][0] == str(tmp_path / "fake-ncu")
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("perm", "options nvidia NVreg_RestrictProfilingToAdminUsers=0` in a file in /etc/modprobe.d/ and reboot; "
+             "see https://developer.nvidia.com/ERR_NVGPUCTRPERM"),
+    ("fail", "the script failed under ncu with exit code 3"),
+    ("none", "ncu profiled no kernels: the script reached no step boundary of the profiled range (it starts "
+             "after 2 steps"),
+])
+def test_ncu_failures_are_one_line_errors(run_dir, tmp_path, monkeypatch, capsys, mode, message):
+    _fake_ncu(tmp_path, monkeypatch, mode)
+    assert main(["counters", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (run_dir / counters.COUNTERS_FILE).exists()
+
+
+def test_ncu_missing(run_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(ncu.NCU_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(ncu, "DEFAULT_NCU", str(tmp_path / "no-ncu"))
+    assert main(["counters", str(run_dir)]) == 2
+    assert "Nsight Compute (ncu) not found" in capsys.readouterr().err
+    monkeypatch.setenv(ncu.NCU_ENV, str(tmp_path / "nowhere" / "ncu"))
+    with pytest.raises(ncu.NcuError, match="ROOFSCOPE_NCU=.*nowhere/ncu is not an executable"):
+        ncu.find_ncu()
+
+
+def test_check_output_on_real_ncu_messages():
+    lines = (DATA / "ncu_messages.txt").read_text().splitlines()
+    s = Schedule(1, 2, 3)
+    with pytest.raises(ncu.NcuError, match=r"ncu profiled no kernels.*starts after 3 steps"):
+        ncu.check_output(lines[:2], 0, s)
+    with pytest.raises(ncu.NcuError, match="the script failed under ncu with exit code 3;"):
+        ncu.check_output(lines[:3], 3, s)
+    with pytest.raises(ncu.NcuError, match="ncu failed with exit code 1: '/nonexistent' does not exist"):
+        ncu.check_output(lines[3:4], 1, s)
+    ncu.check_output(["==PROF== Connected to process 1", "==PROF== Disconnected from process 1"], 0, s)
+
+
+def test_na_of_an_essential_metric_is_an_error():
+    df = _ncu("badmetric")
+    assert ncu.check_metrics(df) == ["ncu reported n/a for not__a_metric.sum: not supported on this GPU or ncu "
+                                     "version; those columns are empty"]
+    df.attrs["na_metrics"] = ["dram__bytes_read.sum", "sm__ops_path_tensor_src_fp8.sum"]
+    with pytest.raises(ncu.NcuError, match="n/a for dram__bytes_read.sum, sm__ops_path_tensor_src_fp8.sum"):
+        ncu.check_metrics(df)
+
+
+def test_recorded_target():
+    meta = new_meta(["roofscope", "run", "-o", "out", "--force", "--counters", "ncu", "--counters-sample", "9",
+                     "--wait", "2", "-m", "pkg.train", "--lr", "3e-4", "-m", "x"],
+                    steps={"requested": {"wait": 2, "warmup": 0, "active": 5}})
+    t = recorded_target(meta)
+    assert t == ncu.Target("pkg.train", ("--lr", "3e-4", "-m", "x"), True, Schedule(2, 0, 5))
+    window = dict(meta, steps={"requested": {"duration_s": 5.0, "delay_s": 0.0}})
+    with pytest.raises(RoofscopeError, match="time window"):
+        recorded_target(window)
+    with pytest.raises(RoofscopeError, match="not recorded by `roofscope run`"):
+        recorded_target(dict(meta, command=["train.py", "--lr", "3"]))
+
+
+# -- the inner runner -------------------------------------------------------------------------------
+
+def test_counter_range_opens_on_the_recorded_steps(tmp_path, monkeypatch):
+    events: list[tuple[str, int]] = []
+
+    def start(self):
+        events.append(("start", self.steps))
+        self.recording = True
+
+    def end(self):
+        if self.recording:
+            events.append(("stop", self.steps))
+            self.recording = False
+
+    monkeypatch.setattr(ncu_target.CounterRange, "_start", start)
+    monkeypatch.setattr(ncu_target.CounterRange, "end", end)
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch, roofscope
+        m = torch.nn.Linear(2, 2)
+        a, b = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(m.parameters(), lr=0.1)
+        for i in range(int(sys.argv[1])):
+            a.step(); b.step()      # only the first optimizer counts
+            if sys.argv[2] == "explicit":
+                roofscope.step()    # and explicit steps win over it
+        sys.exit(int(sys.argv[3]))
+    """))
+    # wait 1 + warmup 1: the range opens at boundary 2 and closes at 2 + 2 = 4 (torchprof.py's syncs).
+    assert ncu_target.main(["--wait", "1", "--warmup", "1", "--active", "2", str(script), "6", "opt", "0"]) == 0
+    assert events == [("start", 2), ("stop", 4)]
+    events.clear()
+    assert ncu_target.main(["--wait", "0", "--warmup", "0", "--active", "3", str(script), "6", "explicit", "0"]) == 0
+    assert events == [("start", 0), ("stop", 3)]
+    events.clear()
+    # The script ends inside the active steps with code 5: the range closes at exit, the code is kept.
+    assert ncu_target.main(["--wait", "1", "--warmup", "0", "--active", "4", str(script), "3", "opt", "5"]) == 5
+    assert events == [("start", 1), ("stop", 3)]
+    assert session.step_listeners == []
+    assert os.environ["TORCHINDUCTOR_BENCHMARK_KERNEL"]
+
+
+# -- roofscope run --counters ncu -----------------------------------------------------------------
+
+TRAIN = textwrap.dedent("""
+    import sys, torch
+    m = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(5):
+        m(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    sys.exit(int(sys.argv[1]))
+""")
+PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+
+
+def test_run_with_counters(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    log = _fake_ncu(tmp_path, monkeypatch, "ok")
+    base = ["run", *PEAKS, "--wait", "1", "--warmup", "1", "--active", "2", "-q"]
+    # A time window cannot be re-run over the same steps: refused before the script runs.
+    assert main([*base, "-o", str(tmp_path / "w"), "--duration", "1", "--counters", "ncu", str(script), "0"]) == 2
+    assert "cannot follow a time window" in capsys.readouterr().err and not (tmp_path / "w").exists()
+    # A failing script: the Run is written, the pass skipped, the script's code kept.
+    assert main([*base, "-o", str(tmp_path / "f"), "--counters", "ncu", str(script), "3"]) == 3
+    assert "skipping the counters pass" in capsys.readouterr().err
+    assert not (tmp_path / "f" / counters.COUNTERS_FILE).exists() and not log.exists()
+    # Success: the pass runs the recorded command (a CPU trace has no kernels to match: 3 unmatched).
+    out = tmp_path / "ok"
+    assert main([*base, "-o", str(out), "--counters", "ncu", "--counters-sample", "3", str(script), "0"]) == 0
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls[1][-4:] == ["--active", "2", str(script), "0"]
+    assert calls[1][calls[1].index("--launch-count") + 1] == "3"
+    entry = json.loads((out / "run.json").read_text())["counters"]
+    assert (entry["kernels"], entry["matched"], entry["sample"]) == (3, 0, 3)
+    assert "3 of 3 profiled launches matched no trace kernel" in capsys.readouterr().err
