@@ -21,6 +21,7 @@ from roofscope.analyzers.roofline import aggregate
 from roofscope.reports.console import shorten
 from roofscope.reports.html import render_html
 
+from .test_counters_analysis import probe_run  # noqa: F401  (fixture)
 from .test_html import EVIL, H200_RUN, HTA, _evil_analysis
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -264,3 +265,20 @@ def test_hta_report(browser, tmp_path):
     assert _drawn(a.by_kernel()) == 37 and page.markers() == 37
     assert page.page.locator("#telemetry").count() == 0
     page.close()
+
+def test_report_in_a_browser_shows_l2_points_and_tensor_cores(probe_run, browser, tmp_path):
+    from roofscope.reports.html import render_html
+
+    path = tmp_path / "report.html"
+    path.write_text(render_html(roofscope.analyze(probe_run)))
+    page = Page(browser, path, block_network=True)
+    assert page.errors == [] and page.requests == [path.as_uri()]
+    # 7 kernel groups with FLOPs and bytes: 7 filled (DRAM) markers and 7 hollow (L2) ones.
+    assert page.markers(meta="groups") == 7 and page.markers(meta="l2") == 7
+    headers = page.page.eval_on_selector_all("#kernels-table th", "ths => ths.map((t) => t.textContent)")
+    assert "tensor cores" in headers
+    cells = page.page.eval_on_selector_all("#kernels-table tbody tr",
+                                           "rows => rows.map((r) => Array.from(r.cells).map((c) => c.textContent))")
+    col = headers.index("tensor cores")
+    # 8 groups (the memsets too): the bf16 GEMM and the SDPA used tensor cores, the fp32 GEMM did not.
+    assert sorted(r[col] for r in cells) == ["", "", "", "", "", "NO", "yes", "yes"]

@@ -227,7 +227,7 @@ def test_hta_a100_trace_diagnosis() -> None:
     # (graph-launched work, other ranks), and the named causes are the syncs and H2D copies.
     assert d.terms["idle_other"] / d.step_s > 0.5
     rules = [f.rule for f in d.findings]
-    assert rules[0] == "host_syncs" and "cuda_graphs" not in rules
+    assert rules[:2] == ["exposed_communication", "host_syncs"] and "cuda_graphs" not in rules
 
 
 def test_activation_bound_gemm_is_not_weight_bound(tmp_path) -> None:

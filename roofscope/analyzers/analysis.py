@@ -31,6 +31,7 @@ class Analysis:
     cpu_only: bool = False
     run_meta: dict[str, Any] | None = None     # run.json of the Run this came from, if any
     telemetry: Any = None                      # collectors.nvml.Telemetry, if the Run has some
+    counters_meta: dict[str, Any] | None = None  # roofscope.counters.Counters.meta, if the Run has counters
     _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _timeline: Any = field(default=None, init=False, repr=False)
     _diagnosis: Any = field(default=None, init=False, repr=False)
@@ -156,8 +157,16 @@ class Analysis:
             "unattributed": self.unattributed(),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
+            **self._counters_figures(),
             **self._run_figures(),
         }
+
+    def _counters_figures(self) -> dict[str, Any]:
+        if "m_flops" not in self.kernels:
+            return {}
+        from .counters import counters_summary
+
+        return {"counters": counters_summary(self.kernels, self.counters_meta)}
 
     def _compute_summary(self) -> dict[str, Any]:
         s = self._base_summary()
@@ -249,8 +258,12 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     from .costmodel import signature_costs
     from .modules import module_column
 
+    counters = None
     if not isinstance(source, Trace) and is_run_dir(source):
         run = load(source)
+        from ..counters import load as load_counters
+
+        counters = load_counters(run.path)
         # Ceilings measured where the Run was collected beat the datasheet, not the user's choice.
         if ceilings_file is None and device is None and run.ceilings_path is not None:
             ceilings_file = run.ceilings_path
@@ -275,5 +288,10 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
         kernels = attribute(trace, sig_costs)
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     kernels = place(kernels, ceilings, params)
+    if counters is not None and not cpu_only:
+        from .counters import apply_counters
+
+        kernels = place(apply_counters(kernels, counters.table), ceilings, params)
     return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only,
-                    run_meta=run_meta, telemetry=telemetry)
+                    run_meta=run_meta, telemetry=telemetry,
+                    counters_meta=counters.meta if counters is not None else None)

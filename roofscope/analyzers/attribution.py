@@ -90,8 +90,10 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
 
     _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
 
-    # Hardware counters, where the trace has them, beat any formula for FLOPs.
+    # Hardware counters, where the trace has them, beat any formula for FLOPs; the formula's
+    # value stays visible beside them.
     counted = ~np.isnan(k["counter_flops"].to_numpy()) if "counter_flops" in k else np.zeros(n, bool)
+    flops_analytic = flops.copy()
     flops[counted] = k["counter_flops"].to_numpy()[counted]
 
     # Device-to-device copies read and write every byte; host transfers and memsets touch HBM once.
@@ -112,6 +114,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["cost_source"] = np.where(is_copy & ~np.isnan(copy_bytes), "activity",
                                 np.where(counted, "counters", from_op("cost_source", "none")))
     k["flops"] = flops
+    k["flops_analytic"] = np.where(is_copy, 0.0, flops_analytic)
     k["bytes"] = nbytes
     k["cost_op"] = cost_op
     names = ops["name"].astype(str).to_numpy(dtype=object)

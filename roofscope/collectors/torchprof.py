@@ -58,7 +58,7 @@ class TorchCollector:
     """Owns one ``torch.profiler.profile``; the trace lands in ``trace_path`` when recording ends."""
 
     def __init__(self, trace_path: Path, schedule: Schedule | None = None,
-                 duration_s: float | None = None, delay_s: float = 0.0) -> None:
+                 duration_s: float | None = None, delay_s: float = 0.0, experimental_config: Any = None) -> None:
         if duration_s is not None and duration_s <= 0:
             raise RoofscopeError("--duration must be positive")
         if delay_s < 0:
@@ -67,6 +67,8 @@ class TorchCollector:
         self.schedule = schedule or Schedule()
         self.duration_s = duration_s
         self.delay_s = delay_s
+        # torch._C._profiler._ExperimentalConfig (CUPTI counters; see cupti_probe.py), or None.
+        self.experimental_config = experimental_config
         self.steps = 0                 # step boundaries seen
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
@@ -93,7 +95,8 @@ class TorchCollector:
         acts = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
-        return profile(activities=acts, schedule=schedule, record_shapes=True, on_trace_ready=self._export)
+        return profile(activities=acts, schedule=schedule, record_shapes=True, on_trace_ready=self._export,
+                       experimental_config=self.experimental_config)
 
     def start(self) -> None:
         from torch.profiler import schedule

@@ -30,6 +30,16 @@ class AnalyzeOptions:
 
 
 def run(opts: AnalyzeOptions) -> int:
+    from ..analyzers.ranks import is_job_dir
+
+    if is_job_dir(opts.trace):  # the ranks of a distributed job: the cross-rank summary
+        from .merge import MergeOptions, run as merge
+
+        return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, force=opts.force, quiet=opts.quiet,
+                                  device=opts.device, peak_tflops=opts.peak_tflops,
+                                  peak_bandwidth=opts.peak_bandwidth, ceilings=opts.ceilings,
+                                  latency_floor_us=opts.latency_floor_us,
+                                  underutilized_below=opts.underutilized_below))
     from ..analyzers.analysis import analyze
     from ..analyzers.roofline import params_from
     from ..reports.console import render_summary

@@ -80,6 +80,8 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
     out += _run_lines(s)
+    if s.get("counters"):
+        out.append(_counters_line(s["counters"]))
     if s["untimed_kernels"]:
         out.append(f"  note      {s['untimed_kernels']:,} GPU activities are CUPTI counter ranges recorded in "
                    f"counter-replay mode: {si(s['counter_flops'], 'FLOP')} measured by hardware counters, "
@@ -129,6 +131,15 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out += ["  " + r for r in table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth",
                                      "FLOP/B", "kernel", "op"], rows, ">>><>>>><<")]
     return "\n".join(out) + "\n"
+
+
+def _counters_line(c: dict) -> str:
+    """Coverage and agreement of the measured counters (analyzers/counters.py)."""
+    tool = "ncu" + (f" {c['ncu_version']}" if c.get("ncu_version") else "")
+    unused = c["tensor_cores_unused"]
+    return (f"  counters  {tool}: {c['kernels']:,} of {c['kernels_total']:,} kernels ({pct(c['time_share'])} of kernel time);"
+            f" class as analytic on {pct(c['class_agreement'])} of it; tensor cores unused on"
+            f" {ms(unused['time_s'])} ms of matmul time ({unused['kernels']:,} kernels)")
 
 
 def _run_lines(s: dict) -> list[str]:

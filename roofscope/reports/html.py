@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
+from ..analyzers.counters import l2_bandwidth
 from ..analyzers.roofline import CLASSES
 from .charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
 from .console import pct, shorten, si
@@ -239,6 +240,18 @@ def _mode(a: "Analysis", mode: str, key: pd.Series, labels: dict[str, np.ndarray
     return payload, shown < min(MAX_MARKERS, len(uniques))
 
 
+def _counter_sums(k: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Measured L2 bytes, and kernel time of matmuls with and without tensor-core FLOPs, when
+    the Run has hardware counters (analyzers/counters.py)."""
+    if "m_l2_bytes" not in k:
+        return {}
+    dur = k["dur_ns"].to_numpy(dtype=np.float64)
+    tc = k["tc_used"]
+    return {"l2_bytes": k["m_l2_bytes"].to_numpy(dtype=np.float64),
+            "tc_ns": np.where(tc.eq(True).fillna(False).to_numpy(dtype=bool), dur, np.nan),
+            "notc_ns": np.where(tc.eq(False).fillna(False).to_numpy(dtype=bool), dur, np.nan)}
+
+
 def _rows(k: pd.DataFrame) -> tuple[_Rows, list[str]]:
     step_idx, steps = pd.factorize(k["step"].to_numpy(dtype=np.int64), sort=True)
     region, regions = pd.factorize(k["region"].astype(str), sort=True)
@@ -250,7 +263,7 @@ def _rows(k: pd.DataFrame) -> tuple[_Rows, list[str]]:
                  dur=dur, longest_first=np.argsort(-dur, kind="stable"), sums={
                      "time_ns": np.where(np.isnan(dur_s), np.nan, k["dur_ns"].to_numpy(dtype=np.float64)),
                      "flops": k["flops"].to_numpy(dtype=np.float64), "bytes": k["bytes"].to_numpy(dtype=np.float64),
-                     "floor_ns": k["floor_s"].to_numpy(dtype=np.float64) * 1e9})
+                     "floor_ns": k["floor_s"].to_numpy(dtype=np.float64) * 1e9, **_counter_sums(k)})
     return rows, [str(r) for r in regions]
 
 
@@ -282,6 +295,7 @@ def report_data(a: "Analysis") -> dict[str, Any]:
             "category_colors": CATEGORY_COLORS, "cpu_only": a.cpu_only,
             "roofs": _roofs(a, a.ceilings.peaks, a.ceilings.bandwidth), "datasheet_roofs": _datasheet_roofs(a),
             "ceilings_source": a.ceilings.source, "bandwidth": a.ceilings.bandwidth,
+            "counters": "m_l2_bytes" in a.kernels, "l2_bandwidth": l2_bandwidth(a.ceilings),
             "per_step": per_step(a), "timeline": step_timeline(a), "telemetry": telemetry_series(a)}
 
 

@@ -49,6 +49,8 @@
     const calls = new Float64Array(n), time = new Float64Array(n), flops = new Float64Array(n);
     const bytes = new Float64Array(n), floor = new Float64Array(n), clsT = new Float64Array(n * nc);
     const hasT = new Uint8Array(n), hasF = new Uint8Array(n), hasB = new Uint8Array(n), hasFl = new Uint8Array(n);
+    // Hardware counters: measured L2 bytes, matmul time with and without tensor-core FLOPs.
+    const l2 = new Float64Array(n), hasL2 = new Uint8Array(n), tc = new Float64Array(n), notc = new Float64Array(n);
     const firstCls = new Int32Array(n).fill(-1);
     let total = 0;
     for (let i = 0; i < c.g.length; i++) {
@@ -61,6 +63,11 @@
       if (c.flops[i] !== null) { flops[k] += c.flops[i]; hasF[k] = 1; }
       if (c.bytes[i] !== null) { bytes[k] += c.bytes[i]; hasB[k] = 1; }
       if (c.floor_ns[i] !== null) { floor[k] += c.floor_ns[i]; hasFl[k] = 1; }
+      if (data.counters) {
+        if (c.l2_bytes[i] !== null) { l2[k] += c.l2_bytes[i]; hasL2[k] = 1; }
+        if (c.tc_ns[i] !== null) tc[k] += c.tc_ns[i];
+        if (c.notc_ns[i] !== null) notc[k] += c.notc_ns[i];
+      }
     }
     const rows = [];
     for (let k = 0; k < n; k++) {
@@ -72,6 +79,8 @@
         k: k, calls: calls[k], time: t, mean: t !== null ? t / calls[k] : null, flops: f, bytes: b,
         intensity: f !== null && b ? f / b : null, achieved: f !== null && t ? f / t : null,
         bw: b !== null && t ? b / t : null, eff: hasFl[k] && t ? floor[k] / 1e9 / t : null,
+        l2: hasL2[k] ? l2[k] : null, l2intensity: f !== null && hasL2[k] && l2[k] ? f / l2[k] : null,
+        tc: tc[k] && notc[k] ? "partly" : tc[k] ? "yes" : notc[k] ? "NO" : "",
         cls: CLASSES[cls], share: t !== null && total > 0 ? time[k] / total : null}));
     }
     rows.sort((a, b) => ((b.time ?? -1) - (a.time ?? -1)) || ((b.flops ?? -1) - (a.flops ?? -1)));
@@ -108,7 +117,11 @@
     if (p.shapes) lines.push("shapes " + esc(p.shapes) + (p.dtype ? " (" + esc(p.dtype) + ")" : ""));
     lines.push(p.calls.toLocaleString("en-US") + " calls · total " + (p.time * 1e3).toFixed(3) + " ms (" + pct(p.share) +
                ") · mean " + g(p.mean * 1e6) + " µs");
-    lines.push(si(p.flops, "FLOP") + ", " + si(p.bytes, "B") + " · " + g(p.intensity) + " FLOP/B");
+    lines.push(si(p.flops, "FLOP") + ", " + si(p.bytes, "B") + " · " + g(p.intensity) + " FLOP/B" +
+               (data.counters ? " (DRAM)" : ""));
+    if (p.l2intensity !== null && p.l2intensity !== undefined) {
+      lines.push("L2: " + si(p.l2, "B") + " · " + g(p.l2intensity) + " FLOP/B" + (p.tc ? " · tensor cores " + p.tc : ""));
+    }
     lines.push(si(p.achieved, "FLOP/s") + ", " + si(p.bw, "B/s") + " · efficiency " + pct(p.eff) + " · " + esc(p.cls));
     return lines.join("<br>");
   }
@@ -116,7 +129,8 @@
   function rooflinePlot(rows) {
     const pts = rows.filter((r) => !r.other && r.flops > 0 && r.bytes > 0 && r.time > 0);
     const roofs = data.roofs.map((r) => [r, false]).concat(data.datasheet_roofs.map((r) => [r, true]));
-    const xs = pts.map((p) => p.intensity).concat(roofs.map(([r]) => r.ridge));
+    const l2pts = data.counters ? pts.filter((p) => p.l2intensity > 0) : [];
+    const xs = pts.map((p) => p.intensity).concat(roofs.map(([r]) => r.ridge), l2pts.map((p) => p.l2intensity));
     const lo = xs.length ? Math.min(...xs) / 4 : 1e-2, hi = xs.length ? Math.max(...xs) * 4 : 1e4;
     const peaks = roofs.map(([r]) => r.peak), ys = pts.map((p) => p.achieved);
     const yhi = Math.max(...peaks, ...ys, 1) * 2;
@@ -137,7 +151,22 @@
                                         " FLOP/B, " + si(r.peak, "FLOP/s")),
                    hovertemplate: "%{hovertext}<extra></extra>"});
     }
+    if (data.l2_bandwidth && roofs.length) {
+      const top = Math.max(...peaks), x = [lo, top / data.l2_bandwidth, hi];
+      traces.push({type: "scatter", mode: "lines", name: "L2 bandwidth", meta: "roof", x: x,
+                   y: x.map((v) => Math.min(top, v * data.l2_bandwidth)), line: {width: 1.2, dash: "dot", color: "#495057"},
+                   hovertemplate: "L2 " + si(data.l2_bandwidth, "B/s") + ": %{y:.3s}FLOP/s at %{x:.3g} FLOP/B<extra></extra>"});
+    }
     const maxT = Math.max(...pts.map((p) => p.time), 1e-15);
+    const size = (p) => Math.max(5, 52 * Math.sqrt(p.time / maxT));
+    if (l2pts.length) {
+      // The same groups at their L2 intensity (FLOPs / measured L2 bytes): hollow markers.
+      traces.push({type: "scatter", mode: "markers", name: "L2 intensity", meta: "l2", x: l2pts.map((p) => p.l2intensity),
+                   y: l2pts.map((p) => p.achieved), customdata: l2pts.map((p) => p.k),
+                   marker: {symbol: "circle-open", line: {width: 1.5}, size: l2pts.map(size),
+                            color: l2pts.map((p) => data.colors[p.cls] || "#495057")},
+                   hovertext: l2pts.map(hoverText), hovertemplate: "%{hovertext}<extra></extra>"});
+    }
     for (const cls of CLASSES) {
       const ps = pts.filter((p) => p.cls === cls);
       if (!ps.length) continue;
@@ -145,7 +174,7 @@
                    x: ps.map((p) => p.intensity), y: ps.map((p) => p.achieved), customdata: ps.map((p) => p.k),
                    // Area proportional to time (diameter to its square root), 5 px at least to stay visible.
                    marker: {color: data.colors[cls] || "#495057", opacity: 0.78, line: {width: 1, color: "#fff"},
-                            size: ps.map((p) => Math.max(5, 52 * Math.sqrt(p.time / maxT)))},
+                            size: ps.map(size)},
                    hovertext: ps.map(hoverText), hovertemplate: "%{hovertext}<extra></extra>"});
     }
     const layout = {
@@ -260,6 +289,8 @@
   const LONGEST = "of the group's longest call";
   const kernelCols = [kernelName, Object.assign(txt("op", "op"), {hint: LONGEST})];
   if (data.modes.module) kernelCols.push(Object.assign(txt("module", "module"), {hint: LONGEST}));
+  if (data.counters) kernelCols.push(Object.assign(txt("tc", "tensor cores"),
+                                                   {hint: "matmul time with tensor-core FLOPs (hardware counters)"}));
   const tables = [makeTable("kernels", "kernel", kernelCols.concat(NUMBERS)),
                   makeTable("ops", "op", [txt("name", "op", "name"), txt("kshort", "longest kernel")].concat(NUMBERS))];
   document.querySelectorAll("a.kernel-link").forEach((a) => a.addEventListener("click", () => tables[0].search(a.dataset.filter)));

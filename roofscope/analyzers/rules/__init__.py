@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .base import Context, Diagnosis, Finding, Rule, diagnose
+from .communication import ExposedCommunication
 from .fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
 from .hardware import SmallGrid, Throttling, Underutilized
 from .overhead import CudaGraphs, HostCopies, HostSyncs
@@ -9,6 +10,6 @@ from .precision import Alignment, Tf32, WeightBoundGemm
 
 RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), ElementwiseFusion(), UnfusedAttention(),
                      UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(), SmallGrid(),
-                     Underutilized()]
+                     Underutilized(), ExposedCommunication()]
 
 __all__ = ["RULES", "Context", "Diagnosis", "Finding", "Rule", "diagnose"]

@@ -1,0 +1,200 @@
+"""NCCL collectives of one rank: type, algorithm, protocol, message size and bandwidths.
+
+Kernel names come in two namings: NCCL < 2.19 ``ncclKernel_AllReduce_RING_LL_Sum_float(...)``
+and NCCL >= 2.19 ``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` (also the bare
+``ncclDevKernel_SendRecv(...)``). The kernel says which NCCL primitive ran, which is not
+always the collective asked for: an all-to-all runs as ``SendRecv``. The collective
+therefore comes, first match wins, from the ``record_param_comms`` op's ``Collective name``
+argument (PyTorch >= 2.1), the enclosing ``c10d::`` op (``c10d::allreduce_``), the
+``nccl:<collective>`` annotation PyTorch records around it, and last the kernel name.
+
+Message size, first match wins: ``In msg nelems`` / ``Out msg nelems`` x ``dtype`` of
+``record_param_comms`` (PyTorch >= 2.1); the largest tensor input of the ``c10d::`` op (the
+full buffer: the output of an all-gather, the input of a reduce-scatter); the largest tensor
+input of ``record_param_comms``. Bandwidths follow nccl-tests: algbw = size / time; busbw =
+algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all,
+x 1 for broadcast, reduce and send/recv, with n the group size (``Group size``, else the
+trace's world size).
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Union
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from .formulas.dtypes import parse_dtype
+from .linking import ancestor_where, take
+from .trace import read_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .analysis import Analysis
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "other")
+ALGORITHMS = ("NVLS_TREE", "NVLS", "COLLNET_DIRECT", "COLLNET_CHAIN", "COLLNET", "TREE", "RING", "PAT")
+PROTOCOLS = ("LL128", "LL", "SIMPLE")
+_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_ALGO = re.compile(r"_(" + "|".join(ALGORITHMS) + r")(?=_|\(|$)")
+_PROTO = re.compile(r"_(" + "|".join(PROTOCOLS) + r")(?=_|\(|$)")
+_ALIASES = {"allreduce": "allreduce", "allgather": "allgather", "allgatherbase": "allgather",
+            "allgatherintocoalesced": "allgather", "allgathercoalesced": "allgather",
+            "reducescatter": "reduce_scatter", "reducescatterbase": "reduce_scatter",
+            "reducescattertensorcoalesced": "reduce_scatter", "alltoall": "alltoall", "alltoallbase": "alltoall",
+            "alltoallv": "alltoall", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv",
+            "send": "sendrecv", "recv": "sendrecv", "recvanysource": "sendrecv", "allreducecoalesced": "allreduce"}
+# c10::ScalarType names as record_param_comms writes its dtype argument.
+_SCALAR_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+                 "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1,
+                 "Float8_e5m2fnuz": 1, "ComplexFloat": 8, "ComplexDouble": 16}
+_BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+               "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n}
+TABLE_COLUMNS = ("collective", "count", "time_s", "bytes", "sized", "sized_time_s", "algorithms", "group",
+                 "algbw", "busbw")
+
+
+def canonical(name: str) -> str:
+    """``c10d::_allgather_base_``, ``nccl:all_reduce``, ``AllReduce``, ``all_gather`` -> a :data:`COLLECTIVES` key
+    ("" when the name is no collective)."""
+    key = re.sub(r"^(c10d::|nccl:)", "", name).replace("_", "").lower()
+    return _ALIASES.get(key, "")
+
+
+def parse_kernel(name: str) -> tuple[str, str, str]:
+    """NCCL kernel name -> (collective, algorithm, protocol); "" for what the name does not say."""
+    m = _KERNEL.search(name)
+    if not m:
+        return "", "", ""
+    algo, proto = _ALGO.search(name), _PROTO.search(name)
+    return canonical(m.group(1)) or "other", algo.group(1) if algo else "", proto.group(1) if proto else ""
+
+
+def bus_factor(collective: str, n: int | None) -> float | None:
+    """busbw / algbw for ``collective`` over ``n`` ranks (nccl-tests' convention); None without n."""
+    if not n or n < 1:
+        return None
+    f = _BUS_FACTOR.get(collective)
+    return f(n) if f else 1.0
+
+
+class _CommArgs(msgspec.Struct, frozen=True, gc=False):
+    external_id: Union[int, None] = msgspec.field(name="External id", default=None)
+    collective: Union[str, None] = msgspec.field(name="Collective name", default=None)
+    in_nelems: Union[int, None] = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Union[int, None] = msgspec.field(name="Out msg nelems", default=None)
+    dtype: Union[str, None] = None
+    group_size: Union[int, None] = msgspec.field(name="Group size", default=None)
+
+
+class _CommEvent(msgspec.Struct, gc=False):
+    name: str = ""
+    cat: Union[str, None] = None
+    args: Union[_CommArgs, None] = None
+
+
+class _CommFile(msgspec.Struct):
+    traceEvents: Union[list[_CommEvent], None] = None
+
+
+def comm_args(path: str) -> pd.DataFrame:
+    """``record_param_comms`` arguments by External id (empty when the trace has none: older
+    PyTorch records only shapes). A second, narrow decode of the file: the trace reader keeps
+    no collective arguments, and traces without them skip it after a substring test."""
+    cols = ("collective", "in_nelems", "out_nelems", "dtype", "group_size")
+    empty = pd.DataFrame({c: [] for c in cols}, index=pd.Index([], name="external_id"))
+    try:
+        data = read_bytes(path)
+    except Exception:  # an in-memory or vanished trace: sizes fall back to shapes
+        return empty
+    if b'"In msg nelems"' not in data:
+        return empty
+    doc = msgspec.json.decode(data, type=_CommFile)
+    rows = [e.args for e in doc.traceEvents or () if e.name == "record_param_comms" and e.args is not None
+            and e.args.external_id is not None]
+    if not rows:
+        return empty
+    return pd.DataFrame({"collective": [r.collective or "" for r in rows],
+                         "in_nelems": [r.in_nelems for r in rows], "out_nelems": [r.out_nelems for r in rows],
+                         "dtype": [r.dtype or "" for r in rows], "group_size": [r.group_size for r in rows]},
+                        index=pd.Index([r.external_id for r in rows], name="external_id"))
+
+
+def _tensor_bytes(a: "Analysis") -> np.ndarray:
+    """Largest tensor input of each op signature, in bytes (NaN without shapes)."""
+    sigs = a.trace.signatures
+
+    def largest(dims: object, types: object) -> float:
+        best = np.nan
+        for d, t in zip(dims or (), types or ()):
+            dt = parse_dtype(t) if isinstance(t, str) else None
+            if dt is not None and isinstance(d, list) and all(isinstance(x, int) for x in d):
+                size = float(np.prod(d, dtype=np.float64)) * dt.itemsize
+                best = size if not best >= size else best
+        return best
+
+    return np.array([largest(d, t) for d, t in zip(sigs["input_dims"], sigs["input_types"])] + [np.nan])
+
+
+def kernel_collectives(a: "Analysis", args: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per NCCL kernel of the profiled steps: ``collective``, ``algorithm``, ``protocol``,
+    ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
+    k = a.kernels
+    in_steps = k["step"] >= 0
+    k = k[(k["category"] == "communication") & (k["cat"] == "kernel") & (in_steps if in_steps.any() else True)]
+    codes, names = pd.factorize(k["name"].astype(str))
+    parsed = np.array([parse_kernel(n) for n in names] + [("", "", "")], dtype=object).reshape(-1, 3)
+    by_name = parsed[np.where(codes >= 0, codes, len(names))]
+    ops = a.trace.ops
+    op_names = ops["name"].astype(str)
+    parent = ops["parent"].to_numpy()
+    op = k["op"].to_numpy(dtype=np.int64)
+    rpc = ancestor_where(parent, op, (op_names == "record_param_comms").to_numpy())
+    c10d = ancestor_where(parent, op, op_names.str.startswith("c10d::").to_numpy())
+    names_arr = op_names.to_numpy(dtype=object)
+    from_c10d = np.array([canonical(n) for n in take(names_arr, c10d, "")], dtype=object)
+    from_region = np.array([canonical(r) if r.startswith("nccl:") else "" for r in k["region"].astype(str)],
+                           dtype=object)
+    sizes = _tensor_bytes(a)
+    sig = ops["sig"].to_numpy()
+    size = np.where(c10d >= 0, sizes[take(sig, c10d, -1)], np.nan)
+    size = np.where(np.isnan(size) & (rpc >= 0), sizes[take(sig, rpc, -1)], size)
+    from_args = np.full(len(k), "", dtype=object)
+    group = np.zeros(len(k), dtype=np.int64)
+    args = comm_args(a.trace.path) if args is None else args
+    if len(args) and len(k):
+        ext = take(ops["external_id"].fillna(-1).to_numpy(np.int64), rpc, -1)
+        args = args[~args.index.duplicated()]
+        at = args.index.get_indexer(ext)
+        hit = at >= 0
+        r = args.iloc[at[hit]]
+        from_args[hit] = [canonical(c) for c in r["collective"]]
+        item = r["dtype"].map(_SCALAR_BYTES).to_numpy(dtype=np.float64)
+        nel = np.fmax(r["in_nelems"].to_numpy(dtype=np.float64), r["out_nelems"].to_numpy(dtype=np.float64))
+        size[hit] = np.where(np.isnan(nel * item), size[hit], nel * item)
+        group[hit] = r["group_size"].fillna(0).to_numpy(dtype=np.int64)
+    coll = from_args
+    for fallback in (from_c10d, from_region, by_name[:, 0]):
+        coll = np.where(coll == "", fallback, coll)
+    return pd.DataFrame({"collective": np.where(coll == "", "other", coll), "algorithm": by_name[:, 1],
+                         "protocol": by_name[:, 2], "step": k["step"].to_numpy(), "dur_s": k["dur_s"].to_numpy(),
+                         "bytes": size, "group": group})
+
+
+def collective_table(kc: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
+    """Per collective type: count, time, bytes, algorithms seen, group size, algbw and busbw
+    (bandwidths over the kernels whose size is known)."""
+    if not len(kc):
+        return pd.DataFrame({c: [] for c in TABLE_COLUMNS})
+    kc = kc.assign(group=kc["group"].where(kc["group"] > 0, world_size or 0),
+                   sized_dur=kc["dur_s"].where(kc["bytes"].notna(), 0.0),
+                   how=(kc["algorithm"] + "_" + kc["protocol"]).str.strip("_"))
+    g = kc.groupby("collective", sort=False)
+    t = pd.DataFrame({"count": g.size(), "time_s": g["dur_s"].sum(), "bytes": g["bytes"].sum(min_count=1),
+                      "sized": g["bytes"].count(), "sized_time_s": g["sized_dur"].sum(),
+                      "algorithms": g["how"].agg(lambda s: ",".join(sorted(set(s) - {""}))),
+                      "group": g["group"].max()}).reset_index()
+    t["algbw"] = (t["bytes"] / t["sized_time_s"].where(t["sized_time_s"] > 0)).astype(float)
+    factor = [bus_factor(c, int(n)) for c, n in zip(t["collective"], t["group"])]
+    t["busbw"] = t["algbw"] * np.array([np.nan if f is None else f for f in factor], dtype=np.float64)
+    return t.sort_values("time_s", ascending=False, ignore_index=True)[list(TABLE_COLUMNS)]

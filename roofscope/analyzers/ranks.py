@@ -1,0 +1,248 @@
+"""The ranks of a distributed job: which inputs are which rank, and a compact analysis of each,
+computed in parallel processes.
+
+A source is a Run directory, a Kineto trace file, or a job directory (``rank-NNNN/`` Run
+subdirectories, as ``roofscope run`` writes under torchrun, or a ``job.json`` that
+``roofscope merge`` wrote) that expands to its parts. A part's rank is its Run's
+``distributed.rank``, else its trace's ``distributedInfo.rank``, else its position among
+the sources.
+
+Each worker runs the normal :func:`~.analysis.analyze` and returns a :class:`RankResult`:
+per-step figures, per-step time of the top kernels, collectives, findings and the roofline
+aggregated by kernel name; kilobytes instead of the million-row kernel frame.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RoofscopeError
+from ..run import META_FILE, REPORT_FILE, is_run_dir
+
+JOB_FILE = "job.json"
+RANK_DIR = re.compile(r"^rank-(\d+)$")
+TOP_KERNELS = 40        # kernels per rank whose per-step time is kept (straggler evidence)
+ROOFLINE_ROWS = 300     # kernel aggregates per rank for the per-rank roofline
+_HEAD_BYTES = 1 << 16   # Kineto writes distributedInfo before the events: the head holds it
+_DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
+STEP_COLUMNS = ("step_s", "busy_s", "comm_s", "comm_exposed_s", "self_s", "idle_host_s", "idle_queued_s",
+                "idle_other_s", "idle_edge_s", "mfu", "hfu")
+
+
+class PartsError(RoofscopeError):
+    """The sources do not make up one job (not a Run or trace, duplicate ranks)."""
+
+
+@dataclass
+class Part:
+    """One rank's input: a Run directory or a trace file."""
+
+    path: Path
+    rank: int | None
+    world_size: int | None = None
+    node: str | None = None
+    is_run: bool = False
+
+    def report(self) -> Path | None:
+        p = self.path / REPORT_FILE
+        return p if self.is_run and p.is_file() else None
+
+
+@dataclass
+class RankResult:
+    """What a worker returns for one rank (see the module docstring)."""
+
+    rank: int
+    path: str
+    node: str | None
+    device: str
+    world_size: int | None
+    summary: dict[str, Any]          # metrics, communication and timeline figures (no tables)
+    steps: pd.DataFrame              # index step; STEP_COLUMNS
+    kernel_steps: pd.DataFrame       # step, name, time_s: the top kernels' time per step
+    collectives: pd.DataFrame        # collectives.collective_table
+    findings: list[dict[str, Any]]
+    roofline: pd.DataFrame           # by kernel name: calls, time_s, flops, bytes, intensity, achieved_flops, cls
+    ceilings: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources -> parts
+
+
+def _peek_dist(path: Path) -> dict[str, Any] | None:
+    """The trace's distributedInfo, read from the file's first 64 KiB (gzip or not)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_HEAD_BYTES)
+        if raw[:2] == b"\x1f\x8b":
+            raw = zlib.decompressobj(wbits=31).decompress(raw, _HEAD_BYTES)
+    except (OSError, zlib.error):
+        return None
+    m = _DIST_INFO.search(raw)
+    try:
+        return json.loads(m.group(1)) if m else None
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _part(path: Path) -> Part:
+    if is_run_dir(path):
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+        except (OSError, ValueError) as e:
+            raise PartsError(f"{path / META_FILE}: unreadable ({e})") from None
+        dist = meta.get("distributed") or {}
+        node = dist.get("node") or (meta.get("environment") or {}).get("hostname")
+        part = Part(path, _int(dist.get("rank")), _int(dist.get("world_size")), node, is_run=True)
+        if part.rank is None:
+            info = _peek_dist(path / "trace.json.gz") or {}
+            part.rank, part.world_size = _int(info.get("rank")), part.world_size or _int(info.get("world_size"))
+        return part
+    if path.is_file():
+        info = _peek_dist(path) or {}
+        return Part(path, _int(info.get("rank")), _int(info.get("world_size")))
+    raise PartsError(f"{path}: not a Run directory, a trace file or a job directory (rank-NNNN/ Runs or {JOB_FILE})")
+
+
+def is_job_dir(path: str | os.PathLike) -> bool:
+    """A directory holding rank-NNNN/ Runs or a job.json (and not itself a Run)."""
+    p = Path(path)
+    return p.is_dir() and not is_run_dir(p) and ((p / JOB_FILE).is_file() or bool(_rank_dirs(p)))
+
+
+def _rank_dirs(p: Path) -> list[Path]:
+    return sorted(d for d in p.iterdir() if RANK_DIR.match(d.name) and is_run_dir(d)) if p.is_dir() else []
+
+
+def _expand(path: Path) -> list[Path]:
+    if not path.exists():
+        raise PartsError(f"{path}: no such file or directory")
+    if not is_job_dir(path):
+        return [path]
+    ranks = _rank_dirs(path)
+    if ranks:
+        return ranks
+    try:
+        job = json.loads((path / JOB_FILE).read_text())
+        return [(path / p["path"]).resolve() if not Path(p["path"]).is_absolute() else Path(p["path"])
+                for p in job["parts"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PartsError(f"{path / JOB_FILE}: not a roofscope job file ({e})") from None
+
+
+def resolve_parts(sources: list[str]) -> tuple[list[Part], int, list[str]]:
+    """The parts of ``sources`` sorted by rank, the world size and warnings (missing ranks).
+    Raises :class:`PartsError` for a source that is none of the accepted kinds or for two
+    parts claiming one rank."""
+    if not sources:
+        raise PartsError("no sources given")
+    parts = [_part(p) for s in sources for p in _expand(Path(s))]
+    claimed = [p.rank for p in parts if p.rank is not None]
+    free = iter(r for r in range(len(parts) + len(claimed)) if r not in set(claimed))
+    for p in parts:
+        if p.rank is None:
+            p.rank = next(free)
+    seen: dict[int, Path] = {}
+    for p in parts:
+        if p.rank in seen:
+            raise PartsError(f"rank {p.rank} appears twice: {seen[p.rank]} and {p.path}")
+        seen[p.rank] = p.path  # type: ignore[index]
+    parts.sort(key=lambda p: p.rank)  # type: ignore[arg-type, return-value]
+    world = max([p.world_size or 0 for p in parts] + [parts[-1].rank + 1])  # type: ignore[operator]
+    missing = sorted(set(range(world)) - set(seen))
+    warnings = []
+    if missing:
+        shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
+        warnings.append(f"{len(missing)} of {world} ranks missing: {shown}; figures cover the ranks given")
+    return parts, world, warnings
+
+
+# ---------------------------------------------------------------------------------------------
+# One rank
+
+
+def _step_frame(a: Any) -> pd.DataFrame:
+    steps = a.steps().set_index("step")
+    tl = a.timeline().steps
+    samples = a.step_samples()
+    out = pd.DataFrame({"step_s": steps["dur_s"]}, index=steps.index.rename("step"))
+    for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"):
+        out[c] = tl[c].reindex(out.index).astype(float) if c in tl else np.nan
+    # Time on the rank's own work: what the step would take were no collective waited for.
+    out["self_s"] = out["step_s"] - out["comm_exposed_s"].fillna(0.0)
+    out["mfu"] = samples["mfu"].reindex(out.index).astype(float)
+    out["hfu"] = samples["hfu"].reindex(out.index).astype(float)
+    return out[list(STEP_COLUMNS)]
+
+
+def _kernel_steps(k: pd.DataFrame) -> pd.DataFrame:
+    """Per-step time of the rank's top non-communication kernels (long format)."""
+    k = k[(k["step"] >= 0) & (k["category"] != "communication") & k["dur_s"].notna()]
+    if not len(k):
+        return pd.DataFrame({"step": pd.Series([], dtype=np.int64), "name": [], "time_s": []})
+    names = k["name"].astype(str)
+    top = k.groupby(names, sort=False)["dur_s"].sum().nlargest(TOP_KERNELS).index
+    sel = names.isin(top)
+    return (k[sel].groupby([k.loc[sel, "step"], names[sel]], sort=False)["dur_s"].sum()
+            .rename("time_s").rename_axis(["step", "name"]).reset_index())
+
+
+def _roofline(a: Any) -> pd.DataFrame:
+    by = a.by_kernel()
+    by = by[by["cls"] != "communication"].head(ROOFLINE_ROWS)
+    cols = ["calls", "time_s", "flops", "bytes", "intensity", "achieved_flops", "cls"]
+    return by[cols].rename_axis("name").reset_index()
+
+
+def analyze_part(part: Part, options: dict[str, Any]) -> RankResult:
+    """Analyze one part (in a worker process or in-process); ``options`` are analyze()'s keyword arguments."""
+    from .analysis import analyze
+    from .collectives import collective_table, kernel_collectives
+
+    a = analyze(part.path, **options)
+    s = a.summary()
+    dist = s.get("distributed") or {}
+    world = part.world_size or _int(dist.get("world_size"))
+    steps = _step_frame(a)
+    tl = s.get("timeline") or {}
+    summary = {"metrics": s.get("metrics"), "kernel_time_s": s["kernel_time_s"],
+               "communication_time_s": s["communication_time_s"], "trace": s["trace"],
+               "comm_overlap_share": (tl.get("overall") or {}).get("comm_overlap_share"),
+               "diagnosis": {k: v for k, v in (s.get("diagnosis") or {}).items() if k != "skipped"}}
+    return RankResult(rank=int(part.rank or 0), path=str(part.path), node=part.node, device=str(s["device"]),
+                      world_size=world, summary=summary, steps=steps, kernel_steps=_kernel_steps(a.kernels),
+                      collectives=collective_table(kernel_collectives(a), world), findings=s.get("findings") or [],
+                      roofline=_roofline(a), ceilings=s["ceilings"])
+
+
+def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None = None) -> list[RankResult]:
+    """Analyze ``parts`` in ``jobs`` processes (default: one per CPU; 1 runs in this process).
+
+    Workers come from a ``forkserver`` context preloaded with the analysis modules and torch:
+    each worker is a fork of a server that imported them once, so it starts in milliseconds
+    (``spawn`` pays the ~2 s of imports per worker), and unlike plain ``fork`` it is safe when
+    the caller holds CUDA or threads (rank 0 merging right after its own profile).
+    """
+    jobs = min(jobs or os.cpu_count() or 1, len(parts))
+    if jobs <= 1:
+        return [analyze_part(p, options) for p in parts]
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["roofscope.analyzers.analysis", "roofscope.analyzers.costmodel", "torch"])
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        return list(pool.map(analyze_part, parts, [options] * len(parts)))
