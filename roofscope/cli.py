@@ -117,10 +117,18 @@ def diff_cmd(**kwargs: object) -> int:
 @click.option("--exit-after-profile", is_flag=True,
               help="End the script (exit code 0) as soon as the profiled steps are recorded.")
 @click.option("--no-report", is_flag=True, help="Do not render report.html.")
+@click.option("--counters", type=click.Choice(["ncu", "cupti"]),
+              help="Also measure hardware counters of the recorded steps: `ncu` re-runs the script under "
+                   "Nsight Compute after the Run is written (docs/counters.md).")
+@click.option("--counters-sample", type=click.IntRange(min=1), metavar="N",
+              help="With --counters ncu: profile only the first N kernel launches (bounds the replay cost).")
 @_ceiling_options
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernels listed in the terminal summary.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option("--merge-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
+              help="Under torchrun/srun: how long rank 0 waits for the other ranks' parts before merging them "
+                   "(0: do not wait; print the `roofscope merge` command).")
 @click.argument("target")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(**kwargs: object) -> int:
@@ -134,6 +142,22 @@ def run_cmd(**kwargs: object) -> int:
 
     argv = (click.get_current_context().obj or {}).get("argv") or sys.argv[1:]
     return run(RunOptions(argv=["roofscope", *argv], **kwargs))  # type: ignore[arg-type]
+
+
+@cli.command("counters")
+@click.argument("run", type=click.Path(file_okay=False, path_type=str))
+@click.option("--sample", type=click.IntRange(min=1), metavar="N",
+              help="Profile only the first N kernel launches of the recorded steps (ncu --launch-count N).")
+@click.option("--from-csv", type=click.Path(dir_okay=False, path_type=str),
+              help="Join this ncu CSV export (long or raw page) instead of running ncu.")
+@click.option("-f", "--force", is_flag=True, help="Replace the Run's existing counters.")
+@click.option("-q", "--quiet", is_flag=True, help="No join summary.")
+def counters_cmd(**kwargs: object) -> int:
+    """Add hardware counters (Nsight Compute) to RUN: re-run its script under ncu over the same
+    steps, join the measured kernels to the trace's, and re-render the Run's summary and report."""
+    from .commands.counters import CountersOptions, run
+
+    return run(CountersOptions(**kwargs))  # type: ignore[arg-type]
 
 
 @cli.command("microbench")
@@ -201,6 +225,30 @@ def gate_cmd(**kwargs: object) -> int:
     from .commands.gate import GateOptions, run
 
     return run(GateOptions(**kwargs))  # type: ignore[arg-type]
+
+
+@cli.command("merge")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str),
+                metavar="RUN_OR_TRACE...")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=str),
+              help="Directory for job.json, summary.json and report.html [default: the job directory, when it is"
+                   " the only source].")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write the cross-rank summary as JSON here.")
+@click.option("--baseline", type=click.Path(dir_okay=True, path_type=str),
+              help="Single-GPU Run or trace of the same step, for the scaling tax.")
+@click.option("--jobs", type=click.IntRange(min=1), help="Worker processes [default: one per CPU].")
+@_ceiling_options
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+def merge_cmd(**kwargs: object) -> int:
+    """One report for the ranks of a distributed job: RUN_OR_TRACE... are per-rank Run directories,
+    Kineto traces, or job directories (rank-NNNN/ Runs). Per-rank step time and MFU, stragglers,
+    NCCL collectives and exposed communication, recommendations."""
+    from .commands.merge import MergeOptions, default_out, run
+
+    kwargs["sources"] = list(kwargs["sources"])  # type: ignore[call-overload]
+    kwargs["out"] = kwargs["out"] or default_out(kwargs["sources"])  # type: ignore[arg-type]
+    return run(MergeOptions(**kwargs))  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -124,3 +124,16 @@ def test_merge_subprocess(tmp_path):
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"job.json", "summary.json", "report.html"}
     parts = json.loads((tmp_path / "out" / "job.json").read_text())["parts"]
     assert [p["path"] for p in parts] == [str(p.resolve()) for p in paths]   # outside DIR: absolute
+
+
+def test_stale_part_of_an_earlier_larger_job_is_left_out(tmp_path):
+    from roofscope.analyzers.ranks import resolve_parts
+
+    job = tmp_path / "job"
+    traces = straggler_job(tmp_path)
+    # This job: 2 ranks (job id "new"); left behind by an earlier 3-rank job: rank-0002 (job id "old").
+    for r, (jid, world) in enumerate([("new", 2), ("new", 2), ("old", 3)]):
+        meta = new_meta(["train.py"], distributed={"rank": r, "world_size": world, "job_id": jid})
+        write_run(job / f"rank-{r:04d}", meta=meta, trace=traces[r])
+    parts, world, warnings = resolve_parts([str(job)])
+    assert [p.rank for p in parts] == [0, 1] and world == 2 and warnings == []

@@ -124,8 +124,23 @@ def is_job_dir(path: str | os.PathLike) -> bool:
     return p.is_dir() and not is_run_dir(p) and ((p / JOB_FILE).is_file() or bool(_rank_dirs(p)))
 
 
+def _job_of(run_dir: Path) -> tuple[Any, Any]:
+    try:
+        d = json.loads((run_dir / META_FILE).read_text()).get("distributed") or {}
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    return d.get("job_id"), d.get("world_size")
+
+
 def _rank_dirs(p: Path) -> list[Path]:
-    return sorted(d for d in p.iterdir() if RANK_DIR.match(d.name) and is_run_dir(d)) if p.is_dir() else []
+    """The job's rank-* Runs. A --force rerun with fewer ranks leaves the earlier job's higher
+    ranks behind: only parts of the job rank 0 belongs to (else of the most parts) count."""
+    dirs = sorted(d for d in p.iterdir() if RANK_DIR.match(d.name) and is_run_dir(d)) if p.is_dir() else []
+    jobs = [_job_of(d) for d in dirs]
+    if len(set(jobs)) <= 1:
+        return dirs
+    keep = jobs[0] if jobs[0][0] is not None else max(set(jobs), key=jobs.count)
+    return [d for d, j in zip(dirs, jobs) if j == keep]
 
 
 def _expand(path: Path) -> list[Path]:

@@ -27,9 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class Profile:
     """The object ``roofscope.profile()`` returns; a context manager, used once."""
 
-    def __init__(self, config: SessionConfig, quiet: bool) -> None:
+    def __init__(self, config: SessionConfig, quiet: bool, merge_timeout_s: float = 300.0) -> None:
         self._session = Session(config)
         self._quiet = quiet
+        self._merge_timeout_s = merge_timeout_s
         self._used = False
         self.result: SessionResult | None = None
 
@@ -55,9 +56,16 @@ class Profile:
                 raise
             print(f"roofscope: error: {e}", file=sys.stderr)  # the user's exception matters more
             return False
-        text, problem = render_session(self.result, quiet=self._quiet)
-        if not self._quiet:
-            sys.stdout.write(text)
+        part = self._session.part
+        if part is None:
+            text, problem = render_session(self.result, quiet=self._quiet)
+            if not self._quiet:
+                sys.stdout.write(text)
+        else:
+            from .distributed import conclude
+
+            problem = conclude(part, self.result, exit_code=status["code"], merge_timeout_s=self._merge_timeout_s,
+                               quiet=self._quiet)
         for w in self.result.warnings:
             print(f"roofscope: warning: {w}", file=sys.stderr)
         if problem:
@@ -104,14 +112,19 @@ def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path |
             model_flops_per_step: float | None = None, modules: bool = False, nvml_hz: float = 50.0,
             report: bool = True, quiet: bool = False, name: str | None = None, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
-            ceilings: str | None = None) -> Profile:
+            ceilings: str | None = None, merge_timeout: float = 300.0) -> Profile:
     """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones.
 
     Step boundaries: ``prof.step()`` / ``roofscope.step()`` when called, else each
     ``step()`` of the first optimizer. ``out`` defaults to
     ``roofscope-out/<name>-<timestamp>``. ``tokens_per_step`` and ``model_flops_per_step``
     give tokens/s and MFU. ``modules`` labels kernels with their ``nn.Module``.
+    Under torchrun (or srun, or an initialized ``torch.distributed``) each rank writes
+    ``out/rank-NNNN`` and rank 0 merges them after waiting up to ``merge_timeout`` seconds
+    for the others (0: it prints the ``roofscope merge`` command instead).
     """
+    if merge_timeout < 0:
+        raise RoofscopeError(f"merge_timeout must be >= 0 seconds, got {merge_timeout:g}")
     if name is None:
         main = sys.modules.get("__main__")
         main_file = getattr(main, "__file__", None)
@@ -121,4 +134,4 @@ def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path |
                            tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step,
                            report=report, device=device, peak_tflops=peak_tflops,
                            peak_bandwidth_gbs=peak_bandwidth_gbs, ceilings_file=ceilings)
-    return Profile(config, quiet)
+    return Profile(config, quiet, merge_timeout)

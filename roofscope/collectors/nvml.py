@@ -177,6 +177,19 @@ def visible_nvml_indices(nvml_count: int, env: Mapping[str, str] | None = None,
     return indices, notes
 
 
+def rank_devices(visible: list[int], mapped: bool, cuda_device: int) -> tuple[list[int], list[str]]:
+    """The NVML index of the GPU one rank computes on (CUDA ordinal ``cuda_device``, usually its
+    LOCAL_RANK), and notes; every visible GPU, with a note, when that GPU cannot be told."""
+    if not mapped:
+        return visible, [f"CUDA device {cuda_device} cannot be mapped to an NVML index: sampling every GPU"]
+    if 0 <= cuda_device < len(visible):
+        return [visible[cuda_device]], []
+    if len(visible) == 1:
+        # Launchers that bind one GPU per rank (srun --gpus-per-task=1) leave each rank ordinal 0.
+        return visible, []
+    return visible, [f"CUDA device {cuda_device} is not among the {len(visible)} visible GPUs: sampling every GPU"]
+
+
 _Probe = tuple[str, tuple[str, ...], Callable[[Any], tuple], int]
 
 
@@ -208,7 +221,8 @@ def _text(value: Any) -> str:
 class NvmlSampler:
     """Samples every selected GPU each ``1/hz`` seconds from a daemon thread."""
 
-    def __init__(self, hz: float = 50.0, devices: Sequence[int] | None = None) -> None:
+    def __init__(self, hz: float = 50.0, devices: Sequence[int] | None = None,
+                 cuda_device: int | None = None) -> None:
         if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not math.isfinite(hz) or hz <= 0:
             raise ValueError(f"sampling rate must be a positive number of Hz, got {hz!r}")
         self.hz = float(hz)
@@ -216,6 +230,7 @@ class NvmlSampler:
         # ENERGY_INTERVAL_S, or on every pass once the caller sets this for the profiled window.
         self.energy_every_pass = False
         self._requested = None if devices is None else [int(d) for d in devices]
+        self._cuda_device = cuda_device    # one rank's GPU as a CUDA ordinal (collectors/distributed.py)
         self._reset()
 
     def _reset(self) -> None:
@@ -278,6 +293,9 @@ class NvmlSampler:
         visible, parse_notes, mapped = _parse_visible(count, None, uuids)
         notes.extend(parse_notes)
         wanted = visible if self._requested is None else self._requested
+        if self._cuda_device is not None:
+            wanted, rank_notes = rank_devices(visible, mapped, self._cuda_device)
+            notes.extend(rank_notes)
         for i in wanted:
             if i not in handles:
                 if not 0 <= i < count:

@@ -16,9 +16,10 @@ import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import OutputExistsError, RoofscopeError
+from .distributed import job_part
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,11 +86,17 @@ def default_out(name: str, root: Path = Path("roofscope-out")) -> Path:
     return out
 
 
+# Called by every step() too: the counters pass (ncu_target.py) counts steps without a Session.
+step_listeners: list[Callable[[], None]] = []
+
+
 def step() -> None:
     """Mark a step boundary in the active session (a no-op when none is active)."""
     s = _active
     if s is not None:
         s.step()
+    for listener in step_listeners:
+        listener()
 
 
 def optimizer_facts(optimizer: Any) -> dict[str, Any]:
@@ -105,7 +112,10 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
 class Session:
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
-        self.out = config.out if config.out is not None else default_out(config.name)
+        # One rank of several writes its part into the job directory (collectors/distributed.py).
+        self.part = job_part(config.out, config.name)
+        self.out = (self.part.path if self.part is not None
+                    else config.out if config.out is not None else default_out(config.name))
         self.warnings: list[str] = []
         self.step_source = "none"
         self._optimizer: "weakref.ref[Any] | None" = None
@@ -125,6 +135,8 @@ class Session:
 
     def start(self) -> "Session":
         global _active
+        if self.part is not None:
+            self.part.prepare(self.config.force)
         if self.out.exists() and not self.config.force:
             raise OutputExistsError(f"{self.out} already exists; pass --force to overwrite it")
         with _lock:
@@ -155,7 +167,8 @@ class Session:
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
             from .nvml import NvmlSampler
 
-            self._sampler = NvmlSampler(hz=self.config.nvml_hz)
+            self._sampler = NvmlSampler(hz=self.config.nvml_hz,
+                                        cuda_device=self.part.cuda_device() if self.part is not None else None)
             self._sampler.energy_every_pass = self._collector.recording_next or self._collector.windowed
             self._sampler.start()
         if self.config.modules:
@@ -206,6 +219,8 @@ class Session:
             self._hook = None
         if self._labels is not None:
             self._labels.remove()
+        if self.part is not None:
+            self.part.info.observe_backend()
         if self._collector is not None:
             self._collector.stop()
         # Also when the sampler never ran (no NVML) or its thread stopped: its notes say why.
@@ -262,6 +277,8 @@ class Session:
                                     "notes": telemetry.notes} if telemetry is not None
                                    else {"file": None, "notes": [self._telemetry_off_reason()]}),
                         warnings=self.warnings)
+        if self.part is not None:
+            meta["distributed"] = self.part.meta()
         analysis, error, ceilings = self._analyze(c.trace_path, telemetry, meta)
         summary = None
         if analysis is not None:

@@ -26,6 +26,8 @@ class RunOptions:
     model_flops_per_step: float | None = None
     exit_after_profile: bool = False
     no_report: bool = False
+    counters: str | None = None              # "ncu" or "cupti"
+    counters_sample: int | None = None
     device: str | None = None
     peak_tflops: float | None = None
     peak_bandwidth: float | None = None
@@ -34,6 +36,7 @@ class RunOptions:
     underutilized_below: float | None = None
     top: int = 15
     quiet: bool = False
+    merge_timeout: float = 300.0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
@@ -48,6 +51,10 @@ def run(opts: RunOptions) -> int:
     from ..collectors.torchprof import Schedule
 
     check_target(opts.target, opts.module)
+    if opts.counters is not None or opts.counters_sample is not None:
+        from .counters import check_before_run
+
+        check_before_run(opts.counters, opts.duration, opts.counters_sample)
     config = SessionConfig(
         out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
         schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
@@ -65,14 +72,26 @@ def run(opts: RunOptions) -> int:
         # The script's own exit code still wins over ours.
         print(f"roofscope: error: could not write the Run: {e}", file=sys.stderr)
         return outcome.code or RoofscopeError.exit_code
-    from ..reports.console import render_session
+    if session.part is None:
+        from ..reports.console import render_session
 
-    text, problem = render_session(result, top=opts.top, quiet=opts.quiet)
-    sys.stdout.write(text)
+        text, problem = render_session(result, top=opts.top, quiet=opts.quiet)
+        sys.stdout.write(text)
+    else:
+        from ..collectors.distributed import conclude
+
+        problem = conclude(session.part, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout,
+                           quiet=opts.quiet)
     for w in result.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)
     if problem:
         print(f"roofscope: error: {problem}", file=sys.stderr)
+    if opts.counters == "ncu":
+        from .counters import after_run
+
+        counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet)
+        if counters_code:
+            return counters_code
     if outcome.code != 0:
         print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
         return outcome.code
