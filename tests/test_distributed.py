@@ -437,3 +437,26 @@ def test_torchrun_two_ranks_gloo_end_to_end(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2
     assert (out / "report.html").stat().st_size > 10_000
+
+
+@pytest.mark.gpu
+def test_torchrun_two_gpus_nccl_flags_the_delayed_rank(tmp_path: Path) -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    out = tmp_path / "job"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(_free_port()), "-m", "roofscope", "run", "-o", str(out), "--wait", "3", "--warmup", "2",
+           "--active", "8", str(REPO / "examples" / "ddp.py"), "--steps", "16", "--delay-rank", "1",
+           "--delay-ms", "20"]
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=400)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in (0, 1):
+        assert _meta(out / f"rank-000{r}")["distributed"]["backend"] == "nccl"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    # Rank 1 sleeps 20 ms per step before backward; rank 0's all-reduce waits for it.
+    assert [s["rank"] for s in summary["stragglers"]] == [1]
+    per_rank = {p["rank"]: p for p in summary["per_rank"]}
+    assert per_rank[0]["comm_exposed_s"] > per_rank[1]["comm_exposed_s"] + 0.010
