@@ -232,3 +232,25 @@ def test_exposed_communication_rule_single_rank(tmp_path):
     b.launch_kernel("sm90_xmma_gemm", 12, 100, 800)
     d = analyze(b.write(tmp_path / "nocomm.json")).diagnosis()
     assert any(s["rule"] == "exposed_communication" and s["reason"].startswith("not binding") for s in d.skipped)
+
+
+def test_straggler_evidence_names_only_kernels_that_explain_the_excess():
+    from types import SimpleNamespace
+
+    from roofscope.analyzers.straggler import _evidence
+
+    def rank(r, gemm_ms, add_ms, host_ms):
+        # Two steps; per-step times are what _evidence compares (sum over steps / 2).
+        ks = pd.DataFrame({"name": ["gemm", "gemm", "add", "add"],
+                           "time_s": [gemm_ms / 1e3] * 2 + [add_ms / 1e3] * 2})
+        return SimpleNamespace(rank=r, kernel_steps=ks, steps=pd.DataFrame({"idle_host_s": [host_ms / 1e3] * 2}))
+
+    # Rank 1 is slow because its host sleeps 14 ms per step; its kernels differ by microseconds of
+    # jitter (gemm +0.02 ms), which is 0.3% of a 7 ms excess: under the 5% bar, so no kernel is named.
+    results = [rank(0, 10.0, 1.0, 0.1), rank(1, 10.02, 1.0, 14.1), rank(2, 10.0, 1.0, 0.1)]
+    kernels, host = _evidence(results, 1, 0.007)
+    assert kernels == [] and host == pytest.approx(0.014)
+    # A gemm 5 ms slower explains 5 ms of a 5 ms excess: named, with its ms per step.
+    results[1] = rank(1, 15.0, 1.0, 0.1)
+    kernels, host = _evidence(results, 1, 0.005)
+    assert [(k["name"], round(k["excess_ms"], 6)) for k in kernels] == [("gemm", 5.0)] and host == 0.0

@@ -23,6 +23,7 @@ from .rules.base import Finding
 from .rules.communication import exposed_comm_finding
 
 POSITIVE_SHARE = 0.8      # share of steps a straggler must be slower in
+EVIDENCE_SHARE = 0.05     # share of the excess a kernel must explain to be named as evidence
 NOISE_STEP_SHARE = 0.02   # noise floor: 2% of the median step time
 NOISE_MADS = 3.0          # ... or 3 median absolute deviations of the other ranks' self time
 EVIDENCE_KERNELS = 5
@@ -115,13 +116,15 @@ def detect(self_time: pd.DataFrame, step_s: float) -> tuple[list[tuple[int, floa
     return found, noise_max
 
 
-def _evidence(results: list[RankResult], rank: int) -> tuple[list[dict[str, Any]], float]:
-    """Kernels slower on ``rank`` than the other ranks' median (ms per step), and its extra host idle."""
+def _evidence(results: list[RankResult], rank: int, excess_s: float) -> tuple[list[dict[str, Any]], float]:
+    """Kernels slower on ``rank`` than the other ranks' median (ms per step), and its extra host idle.
+    A kernel counts only when it explains a visible part of the excess: on a rank slowed by its host,
+    every kernel differs from its peers by microseconds of jitter, which is no evidence."""
     per = {r.rank: r.kernel_steps.groupby("name")["time_s"].sum() / max(1, len(r.steps)) for r in results}
     mine = per[rank]
     others = pd.DataFrame({r: v for r, v in per.items() if r != rank}).reindex(mine.index)
     diff = (mine - others.fillna(0.0).median(axis=1)).sort_values(ascending=False)
-    diff = diff[diff > 0].head(EVIDENCE_KERNELS)
+    diff = diff[diff > EVIDENCE_SHARE * excess_s].head(EVIDENCE_KERNELS)
     kernels = [{"name": str(n), "excess_ms": float(d) * 1e3, "rank_ms": float(mine[n]) * 1e3,
                 "median_ms": float(mine[n] - d) * 1e3} for n, d in diff.items()]
     host = {r.rank: float(r.steps["idle_host_s"].median()) for r in results if len(r.steps)}
@@ -193,7 +196,7 @@ def combine(results: list[RankResult], world_size: int, baseline_step_s: float |
     self_time, step_time = _pivot(results, "self_s"), _pivot(results, "step_s")
     step_s = float(np.nanmedian(ranks["step_s"])) if len(ranks) else float("nan")
     found, noise = detect(self_time, step_s)
-    stragglers = [Straggler(r, ex, pos, *_evidence(results, r)) for r, ex, pos in found]
+    stragglers = [Straggler(r, ex, pos, *_evidence(results, r, ex)) for r, ex, pos in found]
     colls = _collectives(results)
     findings = [_straggler_finding(s, step_s) for s in stragglers]
     if len(ranks):
