@@ -282,3 +282,29 @@ def test_report_in_a_browser_shows_l2_points_and_tensor_cores(probe_run, browser
     col = headers.index("tensor cores")
     # 8 groups (the memsets too): the bf16 GEMM and the SDPA used tensor cores, the fp32 GEMM did not.
     assert sorted(r[col] for r in cells) == ["", "", "", "", "", "NO", "yes", "yes"]
+
+
+def test_job_report_draws_every_rank_offline(browser, tmp_path):
+    from roofscope.cli import main
+
+    from .test_merge import torchrun_layout
+
+    job = torchrun_layout(tmp_path)
+    assert main(["merge", str(job), "--jobs", "1", "-q"]) == 0
+    page = Page(browser, job / "report.html", block_network=True)
+    assert page.errors == [] and page.requests == [(job / "report.html").as_uri()]
+    traces = page.page.evaluate("""() => Object.fromEntries(["steps-plot", "split-plot", "roofline-plot"].map(
+        (id) => [id, document.getElementById(id).data.map((t) => t.name)]))""")
+    # 3 ranks: a step line and an own-work line each; 4 stacked parts; one marker trace per rank.
+    assert traces["steps-plot"] == [f"rank {r} {w}" for r in range(3) for w in ("step", "own work")]
+    assert len(traces["split-plot"]) == 4
+    assert [t for t in traces["roofline-plot"] if t.startswith("rank")] == ["rank 0", "rank 1", "rank 2"]
+    # Rank 2 does 5 ms/step more own work (22 vs 17 ms, tests/test_ranks.py): its dashed line is above.
+    own = page.page.evaluate("() => document.getElementById('steps-plot').data.filter((t, i) => i % 2).map((t) => t.y)")
+    assert all(abs(y2 - y0 - 5.0) < 1e-6 for y0, y2 in zip(own[0], own[2]))
+    page.page.select_option("#rank-select", "1")
+    shown = page.page.evaluate("() => document.getElementById('roofline-plot').data.map((t) => t.name)")
+    assert [t for t in shown if t.startswith("rank")] == ["rank 1"]
+    # Each rank's own report is linked relatively, so the job directory can move.
+    assert page.page.get_attribute("a[href='rank-0001/report.html']", "href") == "rank-0001/report.html"
+    page.close()

@@ -57,6 +57,8 @@ def page_data(job: "Job") -> dict[str, Any]:
     st = job.step_time
     return {"steps": [int(s) for s in st.index],
             "step_ms": {str(r): _col(st[r].to_numpy(dtype=np.float64) * 1e3, 4) for r in st.columns},
+            "self_ms": {str(r): _col(job.self_time[r].reindex(st.index).to_numpy(dtype=np.float64) * 1e3, 4)
+                        for r in job.self_time.columns},
             "stragglers": [s.rank for s in job.stragglers], "split": _split(job), "split_colors": SPLIT_COLORS,
             "roofline": _roofline(job), "class_colors": CLASS_COLORS}
 
