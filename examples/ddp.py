@@ -23,12 +23,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-
-def build_model(hidden: int, layers: int) -> nn.Sequential:
-    blocks: list[nn.Module] = []
-    for _ in range(layers):
-        blocks += [nn.Linear(hidden, hidden), nn.GELU()]
-    return nn.Sequential(*blocks, nn.Linear(hidden, 1))
+# The model is mlp.py's Linear+GELU stack; this script's folder is sys.path[0] however it is
+# launched (python, torchrun, roofscope run), as for any script importing a sibling module.
+from mlp import build_mlp
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             dist.init_process_group("gloo")
     torch.manual_seed(0)  # the same initial weights on every rank, as DDP expects
-    model: nn.Module = build_model(args.hidden, args.layers).to(device)
+    model: nn.Module = build_mlp(args.hidden, args.layers).to(device)
     if distributed:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                         bucket_cap_mb=args.bucket_cap_mb)

@@ -12,21 +12,26 @@ run.json gets a ``counters`` entry (file, tool, ncu_version, kernels, matched, s
 
 The join: ncu numbers launches in the order the process issued them, which is the order
 of the trace's runtime launch events, so both sides are aligned in that order; the kernel
-name (normalized, since ncu and Kineto demangle differently) checks the alignment, and a
-sequence alignment keeps a few extra or missing launches from shifting all the rest.
+name (normalized, since ncu and Kineto demangle differently) checks the alignment. Where
+names stop agreeing, the alignment skips the fewest launches on either side after which
+the next few agree again, so a few extra or missing launches do not shift all the rest.
+It stays on the diagonal it is on: training steps repeat the same launches, so a global
+alignment (longest common block first, as difflib does) happily pairs step 2's kernels
+with step 3's.
 """
 from __future__ import annotations
 
-import difflib
 import gzip
 import json
 import os
 import re
 import shutil
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -68,9 +73,12 @@ class Counters:
 def normalize_names(names: pd.Series) -> pd.Series:
     """``void at::native::vectorized_elementwise_kernel<4, ...>(...)`` and ncu's
     ``void at::vectorized_elementwise_kernel<4, ...>(...)`` -> ``vectorized_elementwise_kernel``."""
-    s = names.astype(str).str.removeprefix("void ").str.replace(_ANON, "", regex=True)
+    # A run launches a few hundred distinct kernels many times over: normalize each name once.
+    codes, uniques = pd.factorize(names.astype(str))
+    s = pd.Series(uniques, dtype=object).str.removeprefix("void ").str.replace(_ANON, "", regex=True)
     s = s.str.split(_CUT, n=1, regex=True).str[0]
-    return s.str.rsplit("::", n=1).str[-1].str.strip()
+    short = s.str.rsplit("::", n=1).str[-1].str.strip().to_numpy(dtype=object)
+    return pd.Series(short[codes], index=names.index, dtype=object)
 
 
 def trace_kernels(trace: "Trace") -> pd.DataFrame:
@@ -88,22 +96,10 @@ def trace_kernels(trace: "Trace") -> pd.DataFrame:
 def join(ncu: pd.DataFrame, trace: "Trace") -> tuple[pd.DataFrame, JoinStats]:
     """``ncu`` (parse_ncu_csv's frame) plus the ``correlation`` of the trace kernel each launch matched."""
     tk = trace_kernels(trace)
-    a = normalize_names(ncu["name"]).tolist()
-    b = normalize_names(tk["name"]).tolist()
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    pairs_a: list[np.ndarray] = []
-    pairs_b: list[np.ndarray] = []
-    mismatches = 0
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        # Equal runs match by name; a replaced run of the same length on both sides is the same
-        # launches under names the normalization did not reconcile: paired, and counted.
-        if op == "equal" or (op == "replace" and i2 - i1 == j2 - j1):
-            pairs_a.append(np.arange(i1, i2))
-            pairs_b.append(np.arange(j1, j2))
-            if op == "replace":
-                mismatches += i2 - i1
-    ia = np.concatenate(pairs_a) if pairs_a else np.empty(0, np.int64)
-    ib = np.concatenate(pairs_b) if pairs_b else np.empty(0, np.int64)
+    names = pd.concat([normalize_names(ncu["name"]), normalize_names(tk["name"])], ignore_index=True)
+    codes = pd.factorize(names)[0]
+    a, b = codes[:len(ncu)], codes[len(ncu):]
+    ia, ib, mismatches = align(a, b)
     corr = np.full(len(ncu), -1, np.int64)
     corr[ia] = tk["correlation"].to_numpy()[ib]
     out = ncu.reset_index(drop=True).copy()
@@ -113,18 +109,106 @@ def join(ncu: pd.DataFrame, trace: "Trace") -> tuple[pd.DataFrame, JoinStats]:
     return out, stats
 
 
+def check_join(stats: JoinStats) -> list[str]:
+    """Warnings about a join; a :class:`CountersError` when it is not worth storing, because
+    fewer than half of the profiled launches met a trace kernel of their own name (positional
+    pairs of other names would put one kernel's counters on another)."""
+    by_name = stats.matched - stats.name_mismatches
+    if stats.ncu_kernels and 2 * by_name < stats.ncu_kernels:
+        if stats.trace_kernels == 0:
+            raise CountersError("the Run's trace has no GPU kernels in its recorded steps to join counters to")
+        raise CountersError(f"only {by_name} of the {stats.ncu_kernels} profiled launches match a kernel of the "
+                            f"Run's recorded steps ({stats.trace_kernels} kernels) by name: the counters are not of "
+                            "these steps; profile the Run's own command over the same steps (docs/counters.md), "
+                            "with ncu's default demangled kernel names")
+    if stats.unmatched_ncu or stats.name_mismatches:
+        return [f"{stats.unmatched_ncu} of {stats.ncu_kernels} profiled launches matched no trace kernel and "
+                f"{stats.name_mismatches} matched one of another name: the two passes launched different kernels "
+                "(data-dependent control flow, autotuning?)"]
+    return []
+
+
+def align(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Pair positions of two name-code sequences in order: ``(ia, ib, name_mismatches)``.
+
+    Runs of equal names are paired with one vectorized comparison each; Python only runs at
+    the places where names disagree. There the fewest launches are skipped (on either side)
+    after which :data:`_RESYNC_RUN` names agree again; a skip of the same length on both
+    sides is the same launches under names the normalization did not reconcile: paired,
+    and counted as name mismatches. Where nothing agrees again within the largest window,
+    the rest stays unmatched.
+    """
+    na, nb = len(a), len(b)
+    pa: list[np.ndarray] = []
+    pb: list[np.ndarray] = []
+    mismatches = 0
+    i = j = 0
+    while i < na and j < nb:
+        run = _equal_run(a, b, i, j)
+        if run:
+            pa.append(np.arange(i, i + run))
+            pb.append(np.arange(j, j + run))
+            i, j = i + run, j + run
+            continue
+        skip = _resync(a, b, i, j)
+        if skip is None:
+            break
+        di, dj = skip
+        if di == dj:
+            pa.append(np.arange(i, i + di))
+            pb.append(np.arange(j, j + dj))
+            mismatches += di
+        i, j = i + di, j + dj
+    empty = np.empty(0, np.int64)
+    return (np.concatenate(pa) if pa else empty), (np.concatenate(pb) if pb else empty), mismatches
+
+
+# Names that must agree after a skip before the alignment trusts it, and the windows (launches
+# skipped on each side, at most) tried in turn: most disagreements are one or two launches.
+_RESYNC_RUN = 8
+_RESYNC_WINDOWS = (16, 128, 1024)
+
+
+def _equal_run(a: np.ndarray, b: np.ndarray, i: int, j: int) -> int:
+    """How many names agree from ``a[i]`` and ``b[j]`` on (compared in growing chunks, so a
+    disagreement early in a long sequence costs little)."""
+    n = min(len(a) - i, len(b) - j)
+    done, chunk = 0, 4096
+    while done < n:
+        m = min(chunk, n - done)
+        differ = np.flatnonzero(a[i + done:i + done + m] != b[j + done:j + done + m])
+        if len(differ):
+            return done + int(differ[0])
+        done, chunk = done + m, chunk * 2
+    return n
+
+
+def _windows(x: np.ndarray, start: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``x[start + d + t]`` for d < width, t < _RESYNC_RUN, and whether each lies inside ``x``."""
+    idx = start + np.arange(width)[:, None] + np.arange(_RESYNC_RUN)[None, :]
+    inside = idx < len(x)
+    return np.where(inside, x[np.minimum(idx, len(x) - 1)], -1), inside
+
+
+def _resync(a: np.ndarray, b: np.ndarray, i: int, j: int) -> tuple[int, int] | None:
+    """The cheapest skip ``(di, dj)`` after which the names agree again, or None."""
+    for w in _RESYNC_WINDOWS:
+        xa, ina = _windows(a, i, min(w, len(a) - i))
+        xb, inb = _windows(b, j, min(w, len(b) - j))
+        # A run cut short by the end of either sequence agrees as far as it goes.
+        agree = ((xa[:, None, :] == xb[None, :, :]) | ~ina[:, None, :] | ~inb[None, :, :]).all(axis=2)
+        di, dj = np.nonzero(agree)
+        if len(di):
+            best = np.lexsort((np.abs(di - dj), di + dj))[0]
+            # A cheaper skip could only lie outside this window when this one costs more than it.
+            if di[best] + dj[best] <= w or w == _RESYNC_WINDOWS[-1]:
+                return int(di[best]), int(dj[best])
+    return None
+
+
 def _columns(table: pd.DataFrame) -> dict[str, list[Any]]:
-    cols: dict[str, list[Any]] = {}
-    for name in table.columns:
-        col = table[name]
-        if pd.api.types.is_float_dtype(col):
-            v = col.to_numpy(dtype=float)
-            cols[name] = [None if np.isnan(x) else x for x in v.tolist()]
-        elif pd.api.types.is_integer_dtype(col):
-            cols[name] = col.to_numpy(np.int64).tolist()
-        else:
-            cols[name] = [list(x) if isinstance(x, (list, tuple, np.ndarray)) else x for x in col]
-    return cols
+    # Plain lists per column; msgspec writes NaN (a metric ncu did not report) as null.
+    return {name: table[name].to_numpy().tolist() for name in table.columns}
 
 
 def save(run_dir: str | os.PathLike, table: pd.DataFrame, meta: dict[str, Any], *,
@@ -141,10 +225,13 @@ def save(run_dir: str | os.PathLike, table: pd.DataFrame, meta: dict[str, Any], 
     if (path.exists() or "counters" in run.meta) and not force:
         raise OutputExistsError(f"{path} already exists; pass --force to replace the Run's counters")
     doc = {"version": VERSION, **meta, "columns": _columns(table)}
-    atomic_write(path, gzip.compress(json.dumps(doc, allow_nan=False).encode(), compresslevel=6), force=True)
+    atomic_write(path, gzip.compress(msgspec.json.encode(doc), compresslevel=6), force=True)
     rep = run.path / COUNTERS_REPORT
     if report is not None:
-        shutil.move(str(report), rep)
+        # From a temporary directory, often on another file system: copy beside, then rename.
+        partial = rep.with_name(f".{rep.name}.tmp")
+        shutil.move(str(report), partial)
+        os.replace(partial, rep)
     else:
         rep.unlink(missing_ok=True)  # it would belong to the counters just replaced
     join_stats = meta.get("join", {})
@@ -162,13 +249,16 @@ def load(run_dir: str | os.PathLike) -> Counters | None:
     if not path.exists():
         return None
     try:
-        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc = msgspec.json.decode(gzip.decompress(path.read_bytes()))
         columns = doc.pop("columns")
-    except (OSError, ValueError, KeyError, EOFError) as e:
+        if not isinstance(doc.get("version"), int) or doc["version"] > VERSION:
+            raise CountersError(f"{path}: counters version {doc.get('version')!r} is not one this roofscope reads")
+        table = pd.DataFrame(columns)
+        missing = {"correlation", "time_ns", "dram_read_bytes", "dram_write_bytes", "l2_bytes"} - set(table.columns)
+    except (OSError, ValueError, KeyError, TypeError, EOFError, AttributeError, zlib.error) as e:
         raise CountersError(f"{path}: unreadable counters ({e})") from None
-    if not isinstance(doc.get("version"), int) or doc["version"] > VERSION:
-        raise CountersError(f"{path}: counters version {doc.get('version')!r} is not one this roofscope reads")
-    table = pd.DataFrame(columns)
+    if missing:
+        raise CountersError(f"{path}: counters without column(s) {', '.join(sorted(missing))}")
     for name in table.columns:
         if name not in ("name", "block", "grid", "launch", "correlation"):
             table[name] = pd.to_numeric(table[name], errors="coerce").astype(float)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -96,6 +99,115 @@ def test_extra_missing_and_renamed_launches_do_not_shift_the_rest(trace):
     joined, stats = counters.join(renamed, trace)
     assert (stats.matched, stats.name_mismatches) == (14, 1)
     assert joined["correlation"].tolist() == TRACE_CORR
+
+
+def test_periodic_steps_stay_aligned_after_a_missing_launch():
+    # Six steps of the same 5 kernels; ncu lacks launch 7 (step 1's third kernel). A global
+    # alignment (difflib) pairs ncu's 7..28 with the trace's 3..24: same names, a step early.
+    b = np.tile(np.arange(5), 6)
+    a = np.delete(b, 7)
+    ia, ib, mismatches = counters.align(a, b)
+    assert ia.tolist() == list(range(29))
+    assert ib.tolist() == list(range(7)) + list(range(8, 30))
+    assert mismatches == 0
+    # Two launches renamed in place (a 2-long skip on both sides) are paired and counted;
+    # an extra launch at the very start is skipped, the rest paired from there.
+    renamed = b.copy()
+    renamed[[12, 13]] = 99
+    assert counters.align(renamed, b)[0].tolist() == list(range(30)) and counters.align(renamed, b)[2] == 2
+    ia, ib, _ = counters.align(np.concatenate([[77], b]), b)
+    assert ia.tolist() == list(range(1, 31)) and ib.tolist() == list(range(30))
+    # Nothing in common: nothing paired.
+    assert len(counters.align(np.full(10, 5), np.arange(5))[0]) == 0
+
+
+def _periodic_trace(n: int, names: list[str]):
+    """A trace-like object (what join reads) of ``n`` kernels repeating ``names`` step after step."""
+    from types import SimpleNamespace
+
+    k = pd.DataFrame({"name": np.resize(np.array(names, dtype=object), n), "cat": "kernel", "step": 1,
+                      "launch": np.arange(n), "ts_ns": np.arange(n) * 1000, "correlation": np.arange(n) + 100})
+    return SimpleNamespace(kernels=k, runtime=pd.DataFrame({"ts_ns": np.arange(n) * 1000 - 5}))
+
+
+def test_join_of_100k_kernels_is_fast_and_complete():
+    # The probe's 7 kernel names under ncu's spelling, 100,000 launches; ncu lacks 3 of them.
+    names = _ncu("long")["name"].iloc[:7].tolist()
+    trace = _periodic_trace(100_000, [n.replace("at::", "at::native::", 1) for n in names])
+    ncu_side = pd.DataFrame({"name": np.resize(np.array(names, dtype=object), 100_000)})
+    ncu_side = ncu_side.drop(index=[10, 50_000, 99_990]).reset_index(drop=True)
+    t0 = time.perf_counter()
+    joined, stats = counters.join(ncu_side, trace)
+    elapsed = time.perf_counter() - t0
+    assert (stats.matched, stats.unmatched_trace, stats.name_mismatches) == (99_997, 3, 0)
+    # Launch 10 of ncu is the trace's launch 11 (correlation 111), launch 50,000 the trace's 50,002.
+    assert joined.loc[10, "correlation"] == 111 and joined.loc[50_000, "correlation"] == 50_102
+    assert elapsed < 5, f"join of 100k kernels took {elapsed:.1f} s"   # 0.1 s on 2 cores; difflib took 30 s
+
+
+def test_check_join_refuses_counters_of_other_kernels():
+    good = counters.JoinStats(14, 14, 14, 0, 0, 0)
+    assert counters.check_join(good) == []
+    assert counters.check_join(counters.JoinStats(14, 14, 13, 1, 1, 2)) == [
+        "1 of 14 profiled launches matched no trace kernel and 2 matched one of another name: the two passes "
+        "launched different kernels (data-dependent control flow, autotuning?)"]
+    # 14 launches, 7 paired by name: half is enough; 6 is not.
+    assert counters.check_join(counters.JoinStats(14, 20, 7, 7, 13, 0))
+    with pytest.raises(counters.CountersError, match="only 6 of the 14 profiled launches match"):
+        counters.check_join(counters.JoinStats(14, 20, 10, 4, 10, 4))
+    with pytest.raises(counters.CountersError, match="trace has no GPU kernels"):
+        counters.check_join(counters.JoinStats(3, 0, 0, 3, 0, 0))
+
+
+def test_csv_of_another_workload_is_refused(tmp_path, capsys):
+    # The GPT Run's 426 kernels against the probe's 14 launches: one name in common at most.
+    meta = new_meta(COMMAND, steps={"requested": {"wait": 1, "warmup": 1, "active": 2}})
+    write_run(tmp_path / "gpt", meta=meta, trace=Path(__file__).parent / "data" / "h200_gpt_run" / "trace.json.gz")
+    assert main(["counters", str(tmp_path / "gpt"), "--from-csv", str(DATA / "h200_probe_long.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "of the 14 profiled launches match a kernel of the Run's recorded steps (426 kernels)" in err
+    assert not (tmp_path / "gpt" / counters.COUNTERS_FILE).exists()
+    assert "counters" not in json.loads((tmp_path / "gpt" / "run.json").read_text())
+
+
+@pytest.mark.parametrize("content, message", [
+    (lambda long, raw: long[:3000], "ends inside a row (5 of 15 fields): the file is truncated"),
+    (lambda long, raw: "\n".join(long.splitlines()[:30]), "the last launch (ID 1) has 6 of the 19 metrics"),
+    (lambda long, raw: "\n".join(raw.splitlines()[:6]), "has a header but no kernel launches"),
+    (lambda long, raw: '"ID","Kernel Name"\n"0","k"', "header has no 'Block Size', 'Grid Size' column"),
+    (lambda long, raw: raw.replace('"0","', '"zero","', 1), "malformed Nsight Compute CSV"),
+    (lambda long, raw: "", "no Nsight Compute CSV header"),
+])
+def test_bad_csv_is_a_one_line_error(run_dir, tmp_path, capsys, content, message):
+    csv = tmp_path / "export.csv"
+    csv.write_text(content((DATA / "h200_probe_long.csv").read_text(), (DATA / "h200_probe_raw.csv").read_text()))
+    assert main(["counters", str(run_dir), "--from-csv", str(csv)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert main(["counters", str(run_dir), "--from-csv", str(tmp_path / "missing.csv")]) == 2
+    assert "missing.csv: no such file" in capsys.readouterr().err
+
+
+def test_gzipped_csv_is_read(run_dir, tmp_path):
+    csv = tmp_path / "export.csv.gz"
+    csv.write_bytes(gzip.compress((DATA / "h200_probe_long.csv").read_bytes()))
+    assert main(["counters", str(run_dir), "--from-csv", str(csv), "-q"]) == 0
+    assert counters.load(run_dir).table["correlation"].tolist() == TRACE_CORR
+
+
+@pytest.mark.parametrize("doc, message", [
+    (b"not json", "unreadable counters"),
+    (b'{"version": 1}', "unreadable counters"),
+    (b'{"version": 1, "columns": {"a": [1], "b": [1, 2]}}', "unreadable counters"),
+    (b'{"version": 9, "columns": {}}', "counters version 9 is not one this roofscope reads"),
+    (b'{"version": 1, "columns": {"correlation": [1]}}', "counters without column(s) dram_read_bytes"),
+])
+def test_corrupt_counters_file_is_a_one_line_error(run_dir, capsys, doc, message):
+    (run_dir / counters.COUNTERS_FILE).write_bytes(gzip.compress(doc))
+    with pytest.raises(counters.CountersError, match=re.escape(message)):
+        counters.load(run_dir)
+    assert main(["analyze", str(run_dir)]) == 2
+    assert message in capsys.readouterr().err
 
 
 # -- storage --------------------------------------------------------------------------------------
@@ -284,6 +396,11 @@ def test_recorded_target():
         recorded_target(window)
     with pytest.raises(RoofscopeError, match="not recorded by `roofscope run`"):
         recorded_target(dict(meta, command=["train.py", "--lr", "3"]))
+    with pytest.raises(RoofscopeError, match=r"its command: ''\)"):
+        recorded_target(dict(meta, command="roofscope run x.py"))   # a hand-edited run.json
+    for steps in (None, {"requested": None}, {"requested": {"wait": 1}}):
+        with pytest.raises(RoofscopeError, match="records no step schedule"):
+            recorded_target(dict(meta, steps=steps))
 
 
 # -- the inner runner -------------------------------------------------------------------------------
@@ -353,12 +470,15 @@ def test_run_with_counters(tmp_path, monkeypatch, capsys):
     assert main([*base, "-o", str(tmp_path / "f"), "--counters", "ncu", str(script), "3"]) == 3
     assert "skipping the counters pass" in capsys.readouterr().err
     assert not (tmp_path / "f" / counters.COUNTERS_FILE).exists() and not log.exists()
-    # Success: the pass runs the recorded command (a CPU trace has no kernels to match: 3 unmatched).
+    # The pass runs the recorded command; a CPU trace has no GPU kernels for the 3 launches, so the
+    # join refuses to store them: the Run stays, without counters, and the exit code says so.
     out = tmp_path / "ok"
-    assert main([*base, "-o", str(out), "--counters", "ncu", "--counters-sample", "3", str(script), "0"]) == 0
+    assert main([*base, "-o", str(out), "--counters", "ncu", "--counters-sample", "3", str(script), "0"]) == 2
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert calls[1][-4:] == ["--active", "2", str(script), "0"]
     assert calls[1][calls[1].index("--launch-count") + 1] == "3"
-    entry = json.loads((out / "run.json").read_text())["counters"]
-    assert (entry["kernels"], entry["matched"], entry["sample"]) == (3, 0, 3)
-    assert "3 of 3 profiled launches matched no trace kernel" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert ("counters pass: the Run's trace has no GPU kernels in its recorded steps to join counters to (the Run "
+            f"{out} was written without counters)") in err
+    assert (out / "run.json").exists() and not (out / counters.COUNTERS_FILE).exists()
+    assert "counters" not in json.loads((out / "run.json").read_text())

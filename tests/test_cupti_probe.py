@@ -114,3 +114,32 @@ def test_real_probe_on_this_gpu():
         with pytest.raises(CuptiCountersError,
                            match=re.escape(f"torch {torch.__version__} with CUDA {torch.version.cuda} records no")):
             require_cupti_counters()
+
+
+def test_run_counters_cupti_records_with_the_config_when_the_probe_passes(tmp_path, monkeypatch, capsys):
+    from roofscope.cli import main
+    from roofscope.collectors import torchprof
+
+    seen: list = []
+    init = torchprof.TorchCollector.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("experimental_config"))
+        init(self, *args, **kwargs)
+
+    cfg = cupti_probe.experimental_config()
+    monkeypatch.setattr(torchprof.TorchCollector, "__init__", spy)
+    monkeypatch.setattr(cupti_probe, "require_cupti_counters", lambda: None)
+    monkeypatch.setattr(cupti_probe, "experimental_config", lambda: cfg)
+    script = tmp_path / "s.py"
+    script.write_text("import torch, roofscope\nfor _ in range(4):\n    torch.ones(8, 8) @ torch.ones(8, 8)\n"
+                      "    roofscope.step()\n")
+    assert main(["run", "--counters", "cupti", "--wait", "0", "--warmup", "1", "--active", "1", "--nvml-hz", "0",
+                 "--no-report", "-q", "-o", str(tmp_path / "run"), "--peak-tflops", "1",
+                 "--peak-bandwidth", "10", str(script)]) == 0
+    assert seen == [cfg]
+    # Where the probe finds the path dead, the run is refused before the script starts.
+    monkeypatch.setattr(cupti_probe, "require_cupti_counters",
+                        lambda: (_ for _ in ()).throw(CuptiCountersError("records no counter events")))
+    assert main(["run", "--counters", "cupti", "-o", str(tmp_path / "run2"), str(script)]) == 2
+    assert "records no counter events" in capsys.readouterr().err and not (tmp_path / "run2").exists()

@@ -23,7 +23,7 @@ import torch
 import roofscope
 from roofscope.cli import main
 from roofscope.collectors.distributed import (
-    DistributedError, JobPart, RankInfo, default_job_out, job_id, job_part, launcher_start, part_dir, rank_info,
+    DistributedError, JobPart, RankInfo, default_job_out, job_id, job_part, part_dir, rank_info,
 )
 from roofscope.collectors.nvml import NvmlSampler, rank_devices
 from roofscope.errors import OutputExistsError, RoofscopeError

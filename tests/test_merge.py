@@ -64,14 +64,51 @@ def test_analyze_job_dir_prints_job_summary(tmp_path, capsys):
 def test_merge_errors(tmp_path, capsys):
     paths = straggler_job(tmp_path)
     assert main(["merge", str(paths[0]), str(paths[0])]) == 2
-    assert "rank 0 appears twice" in capsys.readouterr().err
+    assert "rank0.json.gz is given twice" in capsys.readouterr().err
     (tmp_path / "notes.txt").write_text("hello")
     assert main(["merge", str(tmp_path / "notes.txt"), "-o", str(tmp_path / "o")]) == 2
     assert "notes.txt: not valid JSON" in capsys.readouterr().err
     # The same error raised in a worker process reaches the command line as one line too.
-    assert main(["merge", str(tmp_path / "notes.txt"), str(tmp_path / "notes.txt"), "--jobs", "2"]) == 2
-    assert capsys.readouterr().err.count("notes.txt: not valid JSON") == 1
+    (tmp_path / "more.txt").write_text("hello")
+    assert main(["merge", str(tmp_path / "notes.txt"), str(tmp_path / "more.txt"), "--jobs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.fullmatch(r"roofscope: error: .*(notes|more)\.txt: not valid JSON.*\n", err)
     assert not (tmp_path / "o").exists()
+    # A truncated gzip trace among good ones.
+    (tmp_path / "cut.json.gz").write_bytes(paths[1].read_bytes()[:200])
+    assert main(["merge", str(paths[0]), str(tmp_path / "cut.json.gz"), "--jobs", "2", "-q"]) == 2
+    assert "cut.json.gz: truncated or corrupt gzip" in capsys.readouterr().err
+    # Sources that hold nothing, and a baseline that is no Run or trace.
+    (tmp_path / "empty").mkdir()
+    assert main(["merge", str(tmp_path / "empty")]) == 2
+    assert "empty: not a Run directory, a trace file or a job directory" in capsys.readouterr().err
+    assert main(["merge", *map(str, paths), "--baseline", str(tmp_path / "empty"), "-q", "--jobs", "1"]) == 2
+    assert "empty: is a directory, neither a trace file nor a roofscope Run" in capsys.readouterr().err
+    assert main(["merge", str(paths[0]), "--jobs", "0"]) == 2
+    assert "0 is not in the range x>=1" in capsys.readouterr().err
+
+
+def test_merge_never_writes_over_its_inputs(tmp_path, capsys):
+    job = torchrun_layout(tmp_path)
+    part = job / "rank-0000"
+    before = {p.name: p.read_bytes() for p in part.iterdir()}
+    # Into a rank's Run (its own summary.json and report.html), even with --force: refused.
+    assert main(["merge", str(job), "-o", str(part), "--force", "-q", "--jobs", "1"]) == 2
+    assert f"{part} is a Run directory" in capsys.readouterr().err
+    # --json onto a part's trace or into a part, or onto the baseline: refused.
+    traces = [tmp_path / f"rank{r}.json.gz" for r in range(3)]   # torchrun_layout's traces
+    assert main(["merge", *map(str, traces), "--json", str(traces[1]), "--force", "-q"]) == 2
+    assert "rank1.json.gz would replace an input of this merge" in capsys.readouterr().err
+    assert main(["merge", str(job), "--json", str(part / "summary.json"), "--force", "-q"]) == 2
+    assert "would replace an input" in capsys.readouterr().err
+    assert main(["merge", str(traces[0]), str(traces[2]), "--baseline", str(traces[1]), "--json", str(traces[1]),
+                 "--force", "-q"]) == 2
+    assert "would replace an input" in capsys.readouterr().err
+    # --json onto one of the files -o writes: refused before anything is written.
+    assert main(["merge", str(job), "--json", str(job / "summary.json"), "-q"]) == 2
+    assert "--json names one of the files written into the -o directory" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in part.iterdir()} == before
+    assert traces[1].stat().st_size > 0 and not (job / "summary.json").exists()
 
 
 def test_merge_baseline_scaling_tax(tmp_path, capsys):

@@ -104,6 +104,8 @@ def test_scaled_units_are_converted_to_bytes_and_ns():
         _long_row(0, name, "lts__t_bytes.sum", "Gbyte", "0.25"),                # 250,000,000 bytes
         _long_row(1, "other, kernel", "gpu__time_duration.sum", "msecond", "1.25"),  # 1,250,000 ns
         _long_row(1, "other, kernel", "dram__bytes_read.sum", "byte", "n/a"),
+        _long_row(1, "other, kernel", "dram__bytes_write.sum", "byte", "1,024"),
+        _long_row(1, "other, kernel", "lts__t_bytes.sum", "byte", "4,096"),
     ])
     df = parse_ncu_csv(text)
     assert df["name"].tolist() == [name, "other, kernel"]
@@ -112,6 +114,7 @@ def test_scaled_units_are_converted_to_bytes_and_ns():
     assert df.loc[0, "dram_write_bytes"] == 2_048_000
     assert df.loc[0, "l2_bytes"] == 250_000_000
     assert math.isnan(df.loc[1, "dram_read_bytes"])
+    assert (df.loc[1, "dram_write_bytes"], df.loc[1, "l2_bytes"]) == (1_024, 4_096)
     assert df.attrs["na_metrics"] == ["dram__bytes_read.sum"]
 
 

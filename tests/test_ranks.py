@@ -114,6 +114,10 @@ def test_straggler_flagged_with_kernel_evidence(tmp_path):
     # Pure communication = the least-waiting rank's 3 ms (12% of 25 ms): above 3%, half hideable.
     exposed = next(f for f in job.findings if f.rule == "exposed_communication")
     assert exposed.saving_s == pytest.approx(0.0015, abs=1e-6)
+    # Overlap on that same rank: its 3 ms all-reduce runs alone, 0% overlapped (not 1 - 3/8 against the
+    # median rank's 8 ms, which includes waiting for rank 2).
+    assert exposed.figures["comm_s"] == pytest.approx(0.003, abs=1e-6)
+    assert exposed.figures["overlap_share"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_noise_only_not_flagged(tmp_path):
@@ -154,21 +158,51 @@ def test_collectives_and_comm_args(tmp_path):
     assert t2["algorithms"] == "RING_LL"
 
 
+def test_comm_args_ignore_other_events_arguments(tmp_path):
+    from roofscope.analyzers.collectives import comm_args
+
+    b = rank_trace(0, 2, [10_000] * 2, [10_000] * 2, comm_args=True)
+    b.op("aten::foo", 10, 5, dtype=7, **{"Group size": "all"})   # another op's arguments of other types
+    args = comm_args(str(b.write(tmp_path / "r0.json")))
+    # Both record_param_comms calls: 1 Mi elements of Float in a group of 2; the odd op is no row.
+    assert len(args) == 2 and args["in_nelems"].tolist() == [NELEMS] * 2
+    assert args["dtype"].tolist() == ["Float"] * 2 and args["group_size"].tolist() == [2, 2]
+
+
 def test_scaling_tax_arithmetic():
-    ranks = pd.DataFrame({"step_s": [0.025, 0.025, 0.025], "comm_exposed_s": [0.008, 0.008, 0.003]})
+    ranks = pd.DataFrame({"steps": [5, 5, 5], "step_s": [0.025, 0.025, 0.025], "comm_exposed_s": [0.008, 0.008, 0.003]})
     t = scaling_tax(0.015, ranks)
-    # tax 25 - 15 = 10 ms: exposed comm 3 ms (least-waiting rank), straggler wait median(5, 5, 0) = 5 ms, other 2 ms.
+    # tax 25 - 15 = 10 ms: exposed comm 3 ms (least-waiting rank), straggler wait 8 - 3 = 5 ms (the rank
+    # that waits most), other 2 ms.
     assert t["tax_s"] == pytest.approx(0.010)
     assert t["exposed_comm_s"] == pytest.approx(0.003)
     assert t["straggler_wait_s"] == pytest.approx(0.005)
     assert t["other_s"] == pytest.approx(0.002)
     assert t["efficiency"] == pytest.approx(0.6)
+    # A fourth rank without steps (NaN figures) is not "the rank that waits least" (0 ms): same split.
+    t4 = scaling_tax(0.015, pd.concat([ranks, pd.DataFrame({"steps": [0], "step_s": [np.nan],
+                                                             "comm_exposed_s": [np.nan]})], ignore_index=True))
+    assert (t4["exposed_comm_s"], t4["straggler_wait_s"]) == (pytest.approx(0.003), pytest.approx(0.005))
+    # The 2xH200 delayed run: rank 0 waits 13.93 ms exposed, rank 1 0.13 ms; baseline 9.98, job 25.32 ms.
+    # Tax 15.34 = 0.13 (communication) + 13.80 (rank 0 waiting for rank 1) + 1.41 (the rest; DDP
+    # without the delay paid 0.98 ms over the baseline).
+    t2 = scaling_tax(0.00998, pd.DataFrame({"steps": [10, 10], "step_s": [0.02534, 0.02530],
+                                            "comm_exposed_s": [0.01393, 0.00013]}))
+    assert t2["straggler_wait_s"] == pytest.approx(0.0138)
+    assert t2["other_s"] == pytest.approx(0.02532 - 0.00998 - 0.00013 - 0.0138)
 
 
 def test_parts_errors_and_gaps(tmp_path):
     paths = straggler_job(tmp_path)
-    with pytest.raises(PartsError, match="rank 0 appears twice"):
+    with pytest.raises(PartsError, match="rank0.json.gz is given twice"):
         resolve_parts([str(paths[0]), str(paths[0])])
+    shutil.copy(paths[0], tmp_path / "copy.json.gz")        # another file, the same distributedInfo.rank
+    with pytest.raises(PartsError, match="rank 0 appears twice"):
+        resolve_parts([str(paths[0]), str(tmp_path / "copy.json.gz")])
+    (tmp_path / "gathered").mkdir()
+    (tmp_path / "gathered" / "job.json").write_text('{"parts": []}')
+    with pytest.raises(PartsError, match="no parts to merge"):
+        resolve_parts([str(tmp_path / "gathered")])
     (tmp_path / "empty").mkdir()
     with pytest.raises(PartsError, match="not a Run directory"):
         resolve_parts([str(tmp_path / "empty")])
@@ -186,6 +220,48 @@ def test_rank_from_order_without_distributed_info(tmp_path):
     shutil.copy(a, tmp_path / "b.json")
     parts, world, _ = resolve_parts([str(tmp_path / "b.json"), str(a)])
     assert [(p.rank, p.path.name) for p in parts] == [(0, "b.json"), (1, "a.json")] and world == 2
+    # The same file under two spellings is one part named twice, not ranks 0 and 1.
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(PartsError, match=r"is given twice \(also as "):
+        resolve_parts([str(a), str(tmp_path / "sub" / ".." / "a.json")])
+
+
+def test_rank_without_steps_does_not_hide_the_straggler(tmp_path):
+    # A 4th rank whose trace has no ProfilerStep spans: before, its all-NaN column emptied the
+    # steps every rank recorded (no straggler test at all) and its NaN exposed time counted as
+    # 0 ms, the "least waiting" rank (no exposed-communication finding).
+    b = rank_trace(3, 4, [10_000] * 5, [15_000] * 5)
+    b.events = [e for e in b.events if not str(e.get("name", "")).startswith("ProfilerStep")]
+    paths = [str(p) for p in straggler_job(tmp_path)] + [str(b.write(tmp_path / "nosteps.json"))]
+    parts, world, _ = resolve_parts(paths)
+    job = combine(analyze_parts(parts, {}, jobs=1), world)
+    assert job.ranks["steps"].tolist() == [5, 5, 5, 0]
+    # The same figures as the 3-rank job: rank 2 +5 ms over the median 17 ms, noise 2% of 25 ms.
+    assert [(s.rank, round(s.excess_s, 6)) for s in job.stragglers] == [(2, 0.005)]
+    assert job.noise_s == pytest.approx(0.0005) and job.step_s == pytest.approx(0.025, abs=1e-6)
+    exposed = next(f for f in job.findings if f.rule == "exposed_communication")
+    assert exposed.figures["exposed_comm_s"] == pytest.approx(0.003, abs=1e-6)   # rank 2's, not rank 3's NaN
+    assert job.warnings == ["rank 3: no profiled step; left out of the straggler test and the job's medians"]
+
+
+def test_detect_edge_cases():
+    ms = 1e-3
+    # One rank, or no step common to every rank that has steps: no test (noise NaN).
+    assert detect(pd.DataFrame({0: [10 * ms, 10 * ms]}), 0.025)[0] == []
+    apart = pd.DataFrame({0: [10 * ms, np.nan], 1: [np.nan, 20 * ms]}, index=[1, 2])
+    found, noise = detect(apart, 0.025)
+    assert found == [] and np.isnan(noise)
+    # Different step sets: only steps 2..4 are common; rank 1 is +2 ms there (its 50 ms step 5 is ignored).
+    st = pd.DataFrame({0: [10, 10, 10, 10, np.nan], 1: [np.nan, 12, 12, 12, 50], 2: [10, 10, 10, 10, 10]},
+                      index=[1, 2, 3, 4, 5]) * ms
+    found, noise = detect(st, 0.025)
+    # noise = max(2% of 25 ms = 0.5 ms, 3 x MAD 0) = 0.5 ms; excess = 12 - median(10, 12, 10) = 2 ms in 3 of 3 steps.
+    assert found == [(1, pytest.approx(0.002), 1.0)] and noise == pytest.approx(0.0005)
+    # A NaN self time in one step drops that step for all ranks, not the rank.
+    st.loc[3, 2] = np.nan
+    assert detect(st, 0.025)[0] == [(1, pytest.approx(0.002), 1.0)]
+    # All ranks equal: no excess anywhere, nothing flagged.
+    assert detect(pd.DataFrame({r: [10 * ms] * 4 for r in range(3)}), 0.025)[0] == []
 
 
 def test_jobs2_same_as_jobs1(tmp_path):
@@ -193,6 +269,31 @@ def test_jobs2_same_as_jobs1(tmp_path):
     one = combine(analyze_parts(parts, {}, jobs=1), world).to_dict()
     two = combine(analyze_parts(parts, {}, jobs=2), world).to_dict()
     assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
+
+
+def test_dead_worker_is_one_error_and_cancels_the_rest(tmp_path, monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    import roofscope.analyzers.ranks as ranks_mod
+    from roofscope.errors import RoofscopeError
+
+    class KilledPool:     # a worker killed by the OOM killer breaks the pool mid-map
+        shutdown_args: tuple = ()
+
+        def __init__(self, **kwargs):
+            pass
+
+        def map(self, *args):
+            raise BrokenProcessPool("A process in the process pool was terminated abruptly")
+
+        def shutdown(self, wait, cancel_futures):
+            KilledPool.shutdown_args = (wait, cancel_futures)
+
+    monkeypatch.setattr(ranks_mod, "ProcessPoolExecutor", KilledPool)
+    parts, _, _ = resolve_parts([str(p) for p in straggler_job(tmp_path)])
+    with pytest.raises(RoofscopeError, match=r"a worker process analyzing the ranks died .* fewer --jobs than 2"):
+        analyze_parts(parts, {}, jobs=2)
+    assert KilledPool.shutdown_args == (True, True)
 
 
 @pytest.mark.skipif(not HTA.exists(), reason="HTA trace not present")
@@ -254,3 +355,15 @@ def test_straggler_evidence_names_only_kernels_that_explain_the_excess():
     results[1] = rank(1, 15.0, 1.0, 0.1)
     kernels, host = _evidence(results, 1, 0.005)
     assert [(k["name"], round(k["excess_ms"], 6)) for k in kernels] == [("gemm", 5.0)] and host == 0.0
+
+
+def test_two_rank_straggler_excess_is_the_full_gap():
+    # The 2xH200 DDP run with rank 1 sleeping 20 ms before backward (docs/multi-gpu.md): own work
+    # per step in ms. Against the other rank alone the per-step gaps are 18.13, 16.33, 16.41, 14.15,
+    # 13.50, 13.58, 13.20, 13.98, 13.22, 13.55; their median is (13.58 + 13.98) / 2 = 13.78 ms, the
+    # time rank 0 waits each step. A median over both ranks would report half of it (6.89 ms).
+    r0 = [11.40, 11.35, 11.32, 11.35, 11.35, 11.35, 11.37, 11.37, 11.35, 11.45]
+    r1 = [29.53, 27.68, 27.73, 25.50, 24.85, 24.93, 24.57, 25.35, 24.57, 25.00]
+    st = pd.DataFrame({0: r0, 1: r1}, index=range(8, 18)) * 1e-3
+    found, _ = detect(st, step_s=0.02532)
+    assert found == [(1, pytest.approx(0.01378, abs=1e-6), 1.0)]

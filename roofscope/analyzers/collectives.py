@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from ..errors import TraceError
 from .formulas.dtypes import parse_dtype
 from .linking import ancestor_where, take
 from .trace import read_bytes
@@ -61,6 +62,12 @@ def canonical(name: str) -> str:
     return _ALIASES.get(key, "")
 
 
+def _canonical_each(names: object) -> np.ndarray:
+    """:func:`canonical` of every name, evaluated once per distinct name (kernels repeat a few names)."""
+    codes, uniques = pd.factorize(pd.Series(names, dtype=object).fillna("").astype(str))
+    return np.array([canonical(u) for u in uniques] + [""], dtype=object)[codes]
+
+
 def parse_kernel(name: str) -> tuple[str, str, str]:
     """NCCL kernel name -> (collective, algorithm, protocol); "" for what the name does not say."""
     m = _KERNEL.search(name)
@@ -79,12 +86,14 @@ def bus_factor(collective: str, n: int | None) -> float | None:
 
 
 class _CommArgs(msgspec.Struct, frozen=True, gc=False):
-    external_id: Union[int, None] = msgspec.field(name="External id", default=None)
-    collective: Union[str, None] = msgspec.field(name="Collective name", default=None)
-    in_nelems: Union[int, None] = msgspec.field(name="In msg nelems", default=None)
-    out_nelems: Union[int, None] = msgspec.field(name="Out msg nelems", default=None)
-    dtype: Union[str, None] = None
-    group_size: Union[int, None] = msgspec.field(name="Group size", default=None)
+    # Every event's args decode into this, and other events may use these keys with other types
+    # (an op's own "dtype" argument): untyped here, checked on record_param_comms rows only.
+    external_id: object = msgspec.field(name="External id", default=None)
+    collective: object = msgspec.field(name="Collective name", default=None)
+    in_nelems: object = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: object = msgspec.field(name="Out msg nelems", default=None)
+    dtype: object = None
+    group_size: object = msgspec.field(name="Group size", default=None)
 
 
 class _CommEvent(msgspec.Struct, gc=False):
@@ -105,19 +114,33 @@ def comm_args(path: str) -> pd.DataFrame:
     empty = pd.DataFrame({c: [] for c in cols}, index=pd.Index([], name="external_id"))
     try:
         data = read_bytes(path)
-    except Exception:  # an in-memory or vanished trace: sizes fall back to shapes
+    except TraceError:  # an in-memory or vanished trace: sizes fall back to shapes
         return empty
     if b'"In msg nelems"' not in data:
         return empty
     doc = msgspec.json.decode(data, type=_CommFile)
     rows = [e.args for e in doc.traceEvents or () if e.name == "record_param_comms" and e.args is not None
-            and e.args.external_id is not None]
+            and _count(e.args.external_id) is not None]
     if not rows:
         return empty
-    return pd.DataFrame({"collective": [r.collective or "" for r in rows],
-                         "in_nelems": [r.in_nelems for r in rows], "out_nelems": [r.out_nelems for r in rows],
-                         "dtype": [r.dtype or "" for r in rows], "group_size": [r.group_size for r in rows]},
+    return pd.DataFrame({"collective": [_text(r.collective) for r in rows],
+                         "in_nelems": _counts([r.in_nelems for r in rows]),
+                         "out_nelems": _counts([r.out_nelems for r in rows]),
+                         "dtype": [_text(r.dtype) for r in rows], "group_size": _counts([r.group_size for r in rows])},
                         index=pd.Index([r.external_id for r in rows], name="external_id"))
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _counts(values: list[object]) -> np.ndarray:
+    """Integer arguments as floats, NaN where absent or not an integer (the size then comes from shapes)."""
+    return np.array([_count(v) for v in values], dtype=np.float64)
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _tensor_bytes(a: "Analysis") -> np.ndarray:
@@ -152,9 +175,9 @@ def kernel_collectives(a: "Analysis", args: pd.DataFrame | None = None) -> pd.Da
     rpc = ancestor_where(parent, op, (op_names == "record_param_comms").to_numpy())
     c10d = ancestor_where(parent, op, op_names.str.startswith("c10d::").to_numpy())
     names_arr = op_names.to_numpy(dtype=object)
-    from_c10d = np.array([canonical(n) for n in take(names_arr, c10d, "")], dtype=object)
-    from_region = np.array([canonical(r) if r.startswith("nccl:") else "" for r in k["region"].astype(str)],
-                           dtype=object)
+    from_c10d = _canonical_each(take(names_arr, c10d, ""))
+    region = k["region"].astype(str)
+    from_region = _canonical_each(region.where(region.str.startswith("nccl:"), ""))
     sizes = _tensor_bytes(a)
     sig = ops["sig"].to_numpy()
     size = np.where(c10d >= 0, sizes[take(sig, c10d, -1)], np.nan)
@@ -168,7 +191,7 @@ def kernel_collectives(a: "Analysis", args: pd.DataFrame | None = None) -> pd.Da
         at = args.index.get_indexer(ext)
         hit = at >= 0
         r = args.iloc[at[hit]]
-        from_args[hit] = [canonical(c) for c in r["collective"]]
+        from_args[hit] = _canonical_each(r["collective"].to_numpy())
         item = r["dtype"].map(_SCALAR_BYTES).to_numpy(dtype=np.float64)
         nel = np.fmax(r["in_nelems"].to_numpy(dtype=np.float64), r["out_nelems"].to_numpy(dtype=np.float64))
         size[hit] = np.where(np.isnan(nel * item), size[hit], nel * item)

@@ -23,7 +23,7 @@ import pandas as pd
 from ..devices import Ceilings
 
 MATMUL_CATEGORIES = ("gemm", "conv", "attention")
-# Counter column -> (precision key, runs on tensor cores).
+# Counter column -> precision key of the roof its FLOPs run against (tensor-core roofs, then CUDA-core).
 TENSOR_COLUMNS = {"tensor_flops_fp16": "fp16", "tensor_flops_bf16": "bf16", "tensor_flops_tf32": "tf32",
                   "tensor_flops_fp8": "fp8", "tensor_flops_int8": "int8", "tensor_flops_fp64": "fp64"}
 CUDA_CORE_COLUMNS = {"flops_fp32": "fp32", "flops_fp16": "fp16", "flops_fp64": "fp64"}

@@ -18,6 +18,7 @@ import os
 import re
 import zlib
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,13 +162,23 @@ def _expand(path: Path) -> list[Path]:
 
 def resolve_parts(sources: list[str]) -> tuple[list[Part], int, list[str]]:
     """The parts of ``sources`` sorted by rank, the world size and warnings (missing ranks).
-    Raises :class:`PartsError` for a source that is none of the accepted kinds or for two
-    parts claiming one rank."""
+    Raises :class:`PartsError` for a source that is none of the accepted kinds, a part given
+    twice, two parts claiming one rank, or sources that hold no part at all."""
     if not sources:
         raise PartsError("no sources given")
     parts = [_part(p) for s in sources for p in _expand(Path(s))]
-    claimed = [p.rank for p in parts if p.rank is not None]
-    free = iter(r for r in range(len(parts) + len(claimed)) if r not in set(claimed))
+    if not parts:
+        raise PartsError(f"{', '.join(sources)}: no parts to merge (an empty {JOB_FILE})")
+    given: dict[Path, Path] = {}
+    for p in parts:
+        # A trace without distributedInfo named twice would otherwise become two ranks by order.
+        key = p.path.resolve()
+        if key in given:
+            also = f" (also as {given[key]})" if given[key] != p.path else ""
+            raise PartsError(f"{p.path} is given twice{also}")
+        given[key] = p.path
+    claimed = {p.rank for p in parts if p.rank is not None}
+    free = iter(r for r in range(len(parts) + len(claimed)) if r not in claimed)
     for p in parts:
         if p.rank is None:
             p.rank = next(free)
@@ -259,5 +270,12 @@ def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None =
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["roofscope.analyzers.analysis", "roofscope.analyzers.costmodel", "torch"])
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    try:
         return list(pool.map(analyze_part, parts, [options] * len(parts)))
+    except BrokenProcessPool:
+        raise RoofscopeError(f"a worker process analyzing the ranks died (out of memory?); retry with fewer"
+                             f" --jobs than {jobs}") from None
+    finally:
+        # On the first bad part, drop the parts not yet started instead of analyzing them all first.
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -6,7 +6,7 @@ spent on its own work. In synchronous data-parallel training every rank's step e
 same all-reduce, so step times are equal on all ranks; the rank the others wait for has the
 least communication wait and the most self time. Steps are matched across ranks by their
 number (``ProfilerStep#N``). For rank r and step s,
-``excess[r, s] = self[r, s] - median over ranks of self[., s]``; r is a straggler when its
+``excess[r, s] = self[r, s] - median over the other ranks of self[., s]``; r is a straggler when its
 excess is positive in at least 80% of the steps and its median excess exceeds the noise,
 ``max(2% of the median step time, 3 x the MAD of self time over steps of the other ranks)``.
 """
@@ -58,7 +58,7 @@ class Job:
 
     @property
     def step_s(self) -> float:
-        return float(np.nanmedian(self.ranks["step_s"])) if len(self.ranks) else float("nan")
+        return _median_step(self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         from ..reports.export import json_safe
@@ -75,6 +75,17 @@ class Job:
             "scaling": self.scaling, "warnings": self.warnings,
             "rank_findings": {str(r.rank): [f["rule"] for f in r.findings] for r in self.results},
         })
+
+
+def _median_step(ranks: pd.DataFrame) -> float:
+    """The job's step time: the median over ranks (ranks without steps left out; NaN without any)."""
+    return float(ranks["step_s"].median())
+
+
+def _exposed(ranks: pd.DataFrame) -> pd.Series:
+    """Exposed communication per step of the ranks that have steps (0 where the timeline has no
+    communication figures, as on CPU traces): a rank without steps is no rank that waits least."""
+    return ranks.loc[ranks["steps"] > 0, "comm_exposed_s"].fillna(0.0)
 
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:
@@ -99,18 +110,22 @@ def _pivot(results: list[RankResult], col: str) -> pd.DataFrame:
 def detect(self_time: pd.DataFrame, step_s: float) -> tuple[list[tuple[int, float, float]], float]:
     """Stragglers as (rank, median excess, share of positive steps), and the largest noise
     threshold used (see the module docstring). ``self_time``: index step, one column per rank."""
-    st = self_time.dropna(how="any")  # steps every rank recorded
+    # Ranks with no step at all cannot be compared; the rest are compared on the steps all recorded.
+    st = self_time.dropna(axis=1, how="all").dropna(how="any")
     if st.shape[1] < 2 or not len(st):
         return [], float("nan")
-    excess = st.sub(st.median(axis=1), axis=0)
     dev = (st - st.median(axis=0)).abs()
     found, noise_max = [], 0.0
     for r in st.columns:
+        others = st.drop(columns=r)
+        # Against the other ranks only: a median that includes the rank itself halves the gap of a
+        # two-rank job, and the gap is what the others wait for.
+        excess = st[r] - others.median(axis=1)
         mad = float(np.median(dev.drop(columns=r).to_numpy()))
         noise = max(NOISE_STEP_SHARE * step_s, NOISE_MADS * mad)
         noise_max = max(noise_max, noise)
-        pos = float((excess[r] > 0).mean())
-        med = float(excess[r].median())
+        pos = float((excess > 0).mean())
+        med = float(excess.median())
         if pos >= POSITIVE_SHARE and med > noise:
             found.append((int(r), med, pos))
     return found, noise_max
@@ -157,13 +172,14 @@ def _collectives(results: list[RankResult]) -> pd.DataFrame:
 
 def scaling_tax(baseline_step_s: float, ranks: pd.DataFrame) -> dict[str, Any]:
     """The job's median step time against a single-GPU baseline's: the tax split into exposed
-    communication (on the rank that waits least: pure communication), straggler wait (median
-    over ranks of exposed communication beyond that rank's) and the rest (anything else that
-    differs: per-rank batch, compute, host)."""
-    step = float(ranks["step_s"].median())
-    exposed = ranks["comm_exposed_s"].fillna(0.0)
+    communication (on the rank that waits least: pure communication), straggler wait (the
+    exposed communication of the rank that waits most, beyond that: every rank's step ends at the
+    same collective, so the job loses what its earliest rank waits) and the rest (anything else
+    that differs: per-rank batch, compute, host)."""
+    step = _median_step(ranks)
+    exposed = _exposed(ranks)
     comm = float(exposed.min())
-    wait = float((exposed - comm).median())
+    wait = float(exposed.max()) - comm
     tax = step - baseline_step_s
     return {"baseline_step_s": baseline_step_s, "job_step_s": step, "tax_s": tax,
             "tax_share": tax / step if step > 0 else None, "exposed_comm_s": comm, "straggler_wait_s": wait,
@@ -194,22 +210,29 @@ def combine(results: list[RankResult], world_size: int, baseline_step_s: float |
     results = sorted(results, key=lambda r: r.rank)
     ranks = pd.DataFrame([_rank_row(r) for r in results], columns=list(RANK_COLUMNS))
     self_time, step_time = _pivot(results, "self_s"), _pivot(results, "step_s")
-    step_s = float(np.nanmedian(ranks["step_s"])) if len(ranks) else float("nan")
+    step_s = _median_step(ranks)
+    warnings = list(warnings or [])
+    empty = [int(r) for r in self_time.columns if self_time[r].isna().all()]
+    if empty and len(results) > 1:
+        warnings.append(f"rank{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}: no profiled step;"
+                        " left out of the straggler test and the job's medians")
     found, noise = detect(self_time, step_s)
     stragglers = [Straggler(r, ex, pos, *_evidence(results, r, ex)) for r, ex, pos in found]
     colls = _collectives(results)
     findings = [_straggler_finding(s, step_s) for s in stragglers]
-    if len(ranks):
-        # The rank that waits least shows pure communication cost; the rest of others' exposed
-        # time is waiting for it, which the straggler finding addresses.
-        pure = float(ranks["comm_exposed_s"].fillna(0.0).min())
-        f = exposed_comm_finding(pure, float(ranks["comm_s"].median()), step_s, colls)
+    # The rank that waits least shows the pure communication cost; the others' extra exposed time
+    # is waiting for a straggler, which the straggler finding addresses. Its own NCCL time is the
+    # base of the overlap share: the median rank's includes that waiting.
+    exposed = _exposed(ranks)
+    if len(exposed):
+        least = exposed.idxmin()
+        f = exposed_comm_finding(float(exposed[least]), float(ranks.at[least, "comm_s"]), step_s, colls)
         if f is not None:
             findings.append(f)
     findings.sort(key=lambda f: -f.saving_s)
     for i, f in enumerate(findings, 1):
         f.rank = i
-    scaling = scaling_tax(baseline_step_s, ranks) if baseline_step_s and len(ranks) else None
+    scaling = scaling_tax(baseline_step_s, ranks) if baseline_step_s and step_s > 0 else None
     return Job(world_size, results, ranks, self_time, step_time, noise, stragglers, colls, findings, scaling,
-               list(warnings or []))
+               warnings)
 

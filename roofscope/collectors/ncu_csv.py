@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,7 @@ _UNIT_SCALE = {
     "inst": 1.0, "Kinst": 1e3, "Minst": 1e6, "Ginst": 1e9, "Tinst": 1e12,
 }
 _HEADER_START = '"ID",'
+_HEADER = re.compile(r'^[ \t]*"ID",', re.M)
 _ID, _NAME, _BLOCK, _GRID = "ID", "Kernel Name", "Block Size", "Grid Size"
 _LONG = ("Metric Name", "Metric Unit", "Metric Value")
 
@@ -62,19 +64,24 @@ def parse_ncu_csv(text: str) -> pd.DataFrame:
     """One row per profiled launch in ID order, columns :data:`COLUMNS`; NaN where a metric was
     absent or ``n/a``. ``frame.attrs["na_metrics"]`` lists the metrics ncu reported as ``n/a``
     (in the raw format, only roofscope's own: that page also holds device attributes)."""
-    header, rows = _csv_rows(text)
-    if all(c in header for c in _LONG):
-        ids, names, blocks, grids, values, units, na = _long(header, rows)
-    else:
-        ids, names, blocks, grids, values, units, na = _raw(header, rows)
+    df = _csv_frame(text)
+    try:
+        if all(c in df.columns for c in _LONG):
+            ids, names, blocks, grids, values, units, na = _long(df)
+        else:
+            ids, names, blocks, grids, values, units, na = _raw(df)
+        block_dims, grid_dims = _dims(blocks), _dims(grids)
+    except ValueError as e:  # an ID or a launch dimension that is not a number, a metric given twice
+        raise NcuCsvError(f"malformed Nsight Compute CSV ({e})") from None
+    if len(ids) == 0:
+        raise NcuCsvError("the Nsight Compute CSV has a header but no kernel launches")
     units = units.reindex(index=values.index, columns=values.columns).fillna("")
     bad = sorted(set(np.unique(units.to_numpy(dtype=str))) - set(_UNIT_SCALE))
     if bad:
         raise NcuCsvError(f"unknown ncu unit(s) {', '.join(map(repr, bad))}; export with --print-units base")
     scale = units.apply(lambda col: col.map(_UNIT_SCALE)).astype(float)
     m = (values * scale).reindex(columns=list(METRICS))
-    out = pd.DataFrame({"launch": ids, "name": names,
-                        "block": [_dims(s) for s in blocks], "grid": [_dims(s) for s in grids],
+    out = pd.DataFrame({"launch": ids, "name": names, "block": block_dims, "grid": grid_dims,
                         "time_ns": m[TIME].to_numpy(), "dram_read_bytes": m[DRAM_READ].to_numpy(),
                         "dram_write_bytes": m[DRAM_WRITE].to_numpy(), "l2_bytes": m[L2].to_numpy()})
     for prec, (add, mul, fma) in SASS.items():
@@ -86,21 +93,40 @@ def parse_ncu_csv(text: str) -> pd.DataFrame:
     return out
 
 
-def _csv_rows(text: str) -> tuple[list[str], list[list[str]]]:
-    """The header and data rows, without ncu's log lines or the application's output."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith(_HEADER_START)), None)
-    if start is None:
+def _csv_frame(text: str) -> pd.DataFrame:
+    """The CSV's columns roofscope reads, as strings, without ncu's log lines or the
+    application's output (pandas' C reader: a long export of 100k launches has 1.9M rows)."""
+    found = _HEADER.search(text)
+    if found is None:
         raise NcuCsvError('no Nsight Compute CSV header (a line starting with "ID","Process ID",...) found;'
                           " export with `ncu --import FILE.ncu-rep --csv --page raw --print-units base`")
-    # ncu quotes every field, so anything else after the header is log or application output.
-    kept = [line.strip() for line in lines[start:] if line.lstrip().startswith('"')]
-    table = list(csv.reader(io.StringIO("\n".join(kept))))
-    header = table[0]
-    if _NAME not in header:
-        raise NcuCsvError(f'the ncu CSV header has no "{_NAME}" column')
-    width = len(header)
-    return header, [r for r in table[1:] if len(r) == width]
+    body = text[found.end() - len(_HEADER_START):]
+    if "\r" in body:
+        body = body.replace("\r\n", "\n")
+    # ncu quotes every field, so any other line after the header is log or application output.
+    # Exports are large (300 MB for 100k launches of the raw page): filter lines only when
+    # some line does not start with a quote (C-speed counts say so).
+    end = len(body)
+    while end and body[end - 1] == "\n":
+        end -= 1
+    if body.count("\n", 0, end) != body.count('\n"', 0, end):
+        body = "\n".join(line for line in map(str.lstrip, body.split("\n")) if line.startswith('"'))
+        end = len(body)
+    header_end = body.find("\n", 0, end)
+    header = next(csv.reader([body[:end] if header_end < 0 else body[:header_end]]))
+    missing = [c for c in (_NAME, _BLOCK, _GRID) if c not in header]
+    if missing:
+        raise NcuCsvError(f"the ncu CSV header has no {', '.join(map(repr, missing))} column")
+    # ncu writes every row at the header's width; a short last row is a file cut off mid-write.
+    last = next(csv.reader([body[body.rfind("\n", 0, end) + 1:end]])) if header_end >= 0 else header
+    if len(last) != len(header):
+        raise NcuCsvError(f"the ncu CSV ends inside a row ({len(last)} of {len(header)} fields): the file is "
+                          "truncated")
+    # The raw page has ~300 columns (device attributes, launch facts): read only ours.
+    wanted = {_ID, _NAME, _BLOCK, _GRID, *_LONG, *METRICS}
+    cols = [i for i, c in enumerate(header) if c in wanted and header.index(c) == i]
+    return pd.read_csv(io.StringIO(body), usecols=cols, dtype=str, na_filter=False, on_bad_lines="skip",
+                       engine="c")
 
 
 def _numbers(raw: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -111,10 +137,16 @@ def _numbers(raw: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return values, sorted(is_na.columns[is_na.any(axis=0).to_numpy()])
 
 
-def _long(header: list[str], rows: list[list[str]]):
-    df = pd.DataFrame(rows, columns=header)
+def _long(df: pd.DataFrame):
     df[_ID] = df[_ID].astype(int)
     first = df.drop_duplicates(_ID).set_index(_ID).sort_index()
+    # ncu writes a launch's metrics together, launch after launch: the file's last launch with
+    # fewer metrics than the others means the file was cut at a row boundary.
+    per_launch = df.groupby(_ID, sort=False).size()
+    last = df[_ID].iloc[-1]
+    if per_launch[last] < per_launch.max():
+        raise NcuCsvError(f"the last launch (ID {last}) has {per_launch[last]} of the {per_launch.max()} metrics "
+                          "the others have: the ncu CSV is truncated")
     vals = df.pivot(index=_ID, columns="Metric Name", values="Metric Value").sort_index()
     units = df.pivot(index=_ID, columns="Metric Name", values="Metric Unit").sort_index()
     values, na = _numbers(vals.fillna(""))
@@ -122,16 +154,12 @@ def _long(header: list[str], rows: list[list[str]]):
             first[_GRID].to_numpy(), values, units, na)
 
 
-def _raw(header: list[str], rows: list[list[str]]):
-    df = pd.DataFrame(rows, columns=header)
-    # Duplicate column names (ncu never writes them for metrics) would make the frame ambiguous.
-    df = df.loc[:, ~df.columns.duplicated()]
+def _raw(df: pd.DataFrame):
     unit_rows = df[_ID].str.strip() == ""
     unit_row = df[unit_rows].iloc[0] if unit_rows.any() else pd.Series("", index=df.columns)
     df = df[~unit_rows].copy()
     df[_ID] = df[_ID].astype(int)
     df = df.set_index(_ID).sort_index()
-    # Only roofscope's metrics: the raw page also carries device attributes and launch facts.
     metrics = [c for c in df.columns if c in METRICS]
     values, na = _numbers(df[metrics])
     units = pd.DataFrame(np.repeat([unit_row[metrics].to_numpy()], len(df), axis=0),
@@ -140,6 +168,10 @@ def _raw(header: list[str], rows: list[list[str]]):
             values, units, na)
 
 
-def _dims(text: str) -> list[int]:
-    """``"(384, 1, 1)"`` -> ``[384, 1, 1]`` (the trace's form of grid and block)."""
-    return [int(p) for p in text.strip("() ").split(",") if p.strip()]
+def _dims(texts: np.ndarray) -> np.ndarray:
+    """``"(384, 1, 1)"`` -> ``[384, 1, 1]`` (the trace's form of grid and block), parsing each
+    distinct text once: a run has few launch shapes."""
+    codes, uniques = pd.factorize(pd.Series(texts, dtype=object))
+    parsed = np.empty(len(uniques), dtype=object)
+    parsed[:] = [[int(p) for p in str(t).strip("() ").split(",") if p.strip()] for t in uniques]
+    return parsed[codes]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import weakref
 from typing import Any
 
 from .torchprof import Schedule
@@ -24,31 +23,30 @@ class CounterRange:
     """Counts step boundaries and opens ncu's range over the active steps."""
 
     def __init__(self, schedule: Schedule) -> None:
+        from .session import StepRule
+
         self.start_at = schedule.wait + schedule.warmup
         self.stop_at = schedule.steps
         self.steps = 0
-        self.source = "none"
+        self.rule = StepRule()
         self.recording = False
-        self._optimizer: "weakref.ref[Any] | None" = None
 
     def begin(self) -> None:
         if self.start_at == 0:
             self._start()
 
+    @property
+    def source(self) -> str:
+        return self.rule.source
+
     def step(self) -> None:
-        """An explicit ``roofscope.step()``; from the first one on, optimizer steps are ignored."""
-        self.source = "explicit"
+        """An explicit ``roofscope.step()`` (session.StepRule)."""
+        self.rule.explicit()
         self._advance()
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._optimizer is None:
-            self._optimizer = weakref.ref(optimizer)
-        elif self._optimizer() is not optimizer:
-            return
-        if self.source == "explicit":
-            return
-        self.source = "optimizer"
-        self._advance()
+        if self.rule.optimizer(optimizer):
+            self._advance()
 
     def _advance(self) -> None:
         if self.steps >= self.stop_at:

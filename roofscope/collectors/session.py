@@ -58,6 +58,7 @@ class SessionConfig:
     peak_bandwidth_gbs: float | None = None
     ceilings_file: str | None = None
     params: "RooflineParams | None" = None
+    experimental_config: Any = None          # torch.profiler's, for --counters cupti on builds where it works
 
     def __post_init__(self) -> None:
         for label, v in (("tokens_per_step", self.tokens_per_step),
@@ -99,6 +100,31 @@ def step() -> None:
         listener()
 
 
+class StepRule:
+    """Which calls mark a step boundary: every explicit ``roofscope.step()``, else the first
+    optimizer's ``step()``. Only the first optimizer seen counts (a GAN's two optimizers make one
+    step), and from the first explicit call on optimizer steps are ignored. Shared by the Session
+    and the counters pass, which must find the same steps."""
+
+    def __init__(self) -> None:
+        self.source = "none"
+        self.first_optimizer: "weakref.ref[Any] | None" = None
+
+    def explicit(self) -> None:
+        self.source = "explicit"
+
+    def optimizer(self, optimizer: Any) -> bool:
+        """Whether this optimizer's ``step()`` is a boundary."""
+        if self.first_optimizer is None:
+            self.first_optimizer = weakref.ref(optimizer)
+        elif self.first_optimizer() is not optimizer:
+            return False
+        if self.source == "explicit":
+            return False
+        self.source = "optimizer"
+        return True
+
+
 def optimizer_facts(optimizer: Any) -> dict[str, Any]:
     """What the analysis needs to know of the training loop's optimizer: its parameter count
     (MFU from tokens) and whether it runs fused, foreach or per-parameter (the optimizer rule)."""
@@ -117,8 +143,7 @@ class Session:
         self.out = (self.part.path if self.part is not None
                     else config.out if config.out is not None else default_out(config.name))
         self.warnings: list[str] = []
-        self.step_source = "none"
-        self._optimizer: "weakref.ref[Any] | None" = None
+        self.steps = StepRule()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._collector: TorchCollector | None = None
         self._sampler: Any = None
@@ -163,7 +188,8 @@ class Session:
         self.inductor = enable_inductor_metadata()
         self._tmp = tempfile.TemporaryDirectory(prefix="roofscope-")
         self._collector = TorchCollector(Path(self._tmp.name) / "trace.json", self.config.schedule,
-                                         self.config.duration_s, self.config.delay_s)
+                                         self.config.duration_s, self.config.delay_s,
+                                         experimental_config=self.config.experimental_config)
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
             from .nvml import NvmlSampler
 
@@ -181,22 +207,21 @@ class Session:
 
     # -- steps -------------------------------------------------------------------------------
 
+    @property
+    def step_source(self) -> str:
+        return self.steps.source
+
     def step(self) -> None:
-        """An explicit step boundary; from the first one on, optimizer steps are ignored."""
-        self.step_source = "explicit"
+        """An explicit step boundary (see :class:`StepRule`)."""
+        self.steps.explicit()
         self._advance()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        # Only the first optimizer seen counts: a GAN's two optimizers make one step.
-        if self._optimizer is None:
-            self._optimizer = weakref.ref(optimizer)
-            self.optimizer = optimizer_facts(optimizer)
-        elif self._optimizer() is not optimizer:
-            return
-        if self.step_source == "explicit":
-            return
-        self.step_source = "optimizer"
-        self._advance()
+        first_seen = self.steps.first_optimizer is None
+        if self.steps.optimizer(optimizer):
+            if first_seen:
+                self.optimizer = optimizer_facts(optimizer)
+            self._advance()
 
     def _advance(self) -> None:
         c = self._collector

@@ -38,14 +38,20 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
     from ..collectors.ncu import Target
     from ..collectors.torchprof import Schedule
 
-    command = list(meta.get("command") or [])
+    command = meta.get("command")
+    command = [str(c) for c in command] if isinstance(command, list) else []
     if command[1:2] != ["run"]:
         raise RoofscopeError(f"this Run was not recorded by `roofscope run` (its command: {' '.join(command)!r}),"
                              " so it cannot be re-run under ncu; export a CSV with ncu and pass --from-csv FILE")
-    requested = (meta.get("steps") or {}).get("requested") or {}
-    if not all(isinstance(requested.get(k), int) for k in ("wait", "warmup", "active")):
+    steps = meta.get("steps")
+    requested = steps.get("requested") if isinstance(steps, dict) else None
+    requested = requested if isinstance(requested, dict) else {}
+    if "duration_s" in requested:
         raise RoofscopeError("counters need step boundaries, and this Run profiled a time window (--duration);"
                              " record a Run over steps (roofscope.step() or an optimizer) instead")
+    if not all(isinstance(requested.get(k), int) for k in ("wait", "warmup", "active")):
+        raise RoofscopeError("the Run's run.json records no step schedule (steps.requested wait/warmup/active),"
+                             " so the counters pass cannot find its steps again")
     # roofscope run's own parser reads the recorded options, whatever options it has gained since.
     params = run_cmd.make_context("run", command[2:], resilient_parsing=True).params
     if not params.get("target"):
@@ -86,25 +92,19 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, from_csv: s
 
 
 def _read_text(path: str) -> str:
-    p = Path(path)
-    if not p.is_file():
-        raise RoofscopeError(f"{p}: no such file" if not p.exists() else f"{p}: not a file")
-    try:
-        return p.read_text(errors="replace")
-    except OSError as e:
-        raise RoofscopeError(f"{p}: cannot read: {e.strerror}") from None
+    from ..collectors.ncu_csv import NcuCsvError
+    from ..fileio import read_maybe_gzip
+
+    return read_maybe_gzip(path, NcuCsvError, "expected an ncu CSV export").decode(errors="replace")
 
 
 def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list[str], report: Path | None,
            force: bool, quiet: bool) -> int:
     from ..analyzers.trace import load_trace
-    from ..counters import COUNTERS_REPORT, join, save
+    from ..counters import COUNTERS_REPORT, check_join, join, save
 
     joined, stats = join(table, load_trace(r.trace_path))
-    if stats.unmatched_ncu or stats.name_mismatches:
-        warnings.append(f"{stats.unmatched_ncu} of {stats.ncu_kernels} profiled launches matched no trace kernel"
-                        f" and {stats.name_mismatches} matched one of another name: the two passes launched"
-                        " different kernels (data-dependent control flow, autotuning?)")
+    warnings += check_join(stats)
     meta.update(join=asdict(stats), na_metrics=list(table.attrs.get("na_metrics", [])), warnings=warnings)
     path = save(r.path, joined, meta, report=report, force=force)
     warnings += rerender(r.path)

@@ -2,20 +2,22 @@
 
 Writes into DIR ``job.json`` (the parts), ``summary.json`` (the cross-rank summary) and
 ``report.html``; DIR may already hold the ``rank-NNNN/`` Runs (the torchrun layout), but
-these three files are replaced only with ``--force``.
+these three files are replaced only with ``--force``, and no output may replace an input or
+land inside a Run.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import RoofscopeError
 from ..fileio import atomic_write, check_writable
+from ..run import is_run_dir
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.ranks import Part
@@ -24,7 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
 JOB_SCHEMA_VERSION = 1
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
-POLL_S = 0.5
 
 
 @dataclass
@@ -36,7 +37,6 @@ class MergeOptions:
     jobs: int | None = None
     force: bool = False
     quiet: bool = False
-    wait_s: float = 0.0          # wait up to this long for ranks still writing their parts
     device: str | None = None
     peak_tflops: float | None = None
     peak_bandwidth: float | None = None
@@ -52,16 +52,22 @@ def default_out(sources: list[str]) -> str | None:
     return sources[0] if len(sources) == 1 and is_job_dir(sources[0]) else None
 
 
-def _parts(opts: MergeOptions) -> tuple[list["Part"], int, list[str]]:
-    """The parts, waiting up to ``wait_s`` for missing ranks (a rank's Run appears atomically)."""
-    from ..analyzers.ranks import resolve_parts
-
-    deadline = time.monotonic() + opts.wait_s
-    while True:
-        parts, world, warnings = resolve_parts(opts.sources)
-        if len(parts) >= world or time.monotonic() >= deadline:
-            return parts, world, warnings
-        time.sleep(POLL_S)
+def _check_outputs(out: Path | None, outputs: list[Path], inputs: list[Path], force: bool) -> None:
+    """Refuse outputs that would replace an input (a part, the baseline) or land inside a Run,
+    even with --force: a merge never modifies what it reads. Then, without --force, outputs
+    that exist."""
+    if out is not None and is_run_dir(out):
+        raise RoofscopeError(f"{out} is a Run directory: write the job's report beside the Runs"
+                             " (-o JOB_DIR), not into one")
+    read = {p.resolve() for p in inputs}
+    targets = [p.resolve() for p in outputs]
+    for path, target in zip(outputs, targets):
+        if target in read or target.parent in read:
+            raise RoofscopeError(f"{path} would replace an input of this merge: choose another path")
+    if len(set(targets)) < len(targets):
+        raise RoofscopeError("--json names one of the files written into the -o directory: choose another path")
+    for path in outputs:
+        check_writable(path, force)
 
 
 def _rel(path: Path, base: Path | None) -> str:
@@ -87,16 +93,18 @@ def job_doc(parts: list["Part"], world: int, out: Path | None) -> dict[str, Any]
 
 def run(opts: MergeOptions) -> int:
     from ..analyzers.analysis import analyze
-    from ..analyzers.ranks import analyze_parts
+    from ..analyzers.ranks import analyze_parts, resolve_parts
     from ..analyzers.roofline import params_from
     from ..analyzers.straggler import combine
     from ..reports.export import json_safe
 
     out = Path(opts.out) if opts.out else None
     files = [out / n for n in ("job.json", SUMMARY_FILE, REPORT_FILE)] if out else []
-    for path in files + ([Path(opts.json_out)] if opts.json_out else []):
-        check_writable(path, opts.force)
-    parts, world, warnings = _parts(opts)
+    # Parts first (they only read run.json and trace heads), so that no output can overwrite one;
+    # both checks come before the analysis.
+    parts, world, warnings = resolve_parts(opts.sources)
+    _check_outputs(out, files + ([Path(opts.json_out)] if opts.json_out else []),
+                   [p.path for p in parts] + ([Path(opts.baseline)] if opts.baseline else []), opts.force)
     options: dict[str, Any] = {"device": opts.device, "peak_tflops": opts.peak_tflops,
                                "peak_bandwidth_gbs": opts.peak_bandwidth, "ceilings_file": opts.ceilings,
                                "params": params_from(opts.latency_floor_us, opts.underutilized_below)}

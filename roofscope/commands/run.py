@@ -55,6 +55,11 @@ def run(opts: RunOptions) -> int:
         from .counters import check_before_run
 
         check_before_run(opts.counters, opts.duration, opts.counters_sample)
+    experimental = None
+    if opts.counters == "cupti":
+        from ..collectors.cupti_probe import experimental_config
+
+        experimental = experimental_config()
     config = SessionConfig(
         out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
         schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
@@ -62,7 +67,7 @@ def run(opts: RunOptions) -> int:
         model_flops_per_step=opts.model_flops_per_step, exit_after_profile=opts.exit_after_profile,
         report=not opts.no_report, command=opts.argv, device=opts.device, peak_tflops=opts.peak_tflops,
         peak_bandwidth_gbs=opts.peak_bandwidth, ceilings_file=opts.ceilings,
-        params=params_from(opts.latency_floor_us, opts.underutilized_below))
+        params=params_from(opts.latency_floor_us, opts.underutilized_below), experimental_config=experimental)
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()

@@ -76,5 +76,6 @@ def render_multirank(job: "Job", reports: dict[int, str] | None = None) -> str:
     csp = (f"default-src 'none'; style-src 'unsafe-inline'; img-src data: blob:;"
            f" script-src '{_sha(plotly_js)}' '{_sha(page_js)}'")
     return env.get_template("multirank.html.j2").render(
-        job=job, s=job.to_dict(), reports=reports or {}, data_stragglers={st.rank for st in job.stragglers}, data_json=script_json(data), csp=csp,
-        css=_asset("report.css"), plotly_js=plotly_js, page_js=page_js, version=__version__)
+        job=job, s=job.to_dict(), reports=reports or {}, data_stragglers={st.rank for st in job.stragglers},
+        data_json=script_json(data), csp=csp, css=_asset("report.css"), plotly_js=plotly_js, page_js=page_js,
+        version=__version__)
