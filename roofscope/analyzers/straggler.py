@@ -192,11 +192,11 @@ def _straggler_finding(s: Straggler, step_s: float) -> Finding:
     return Finding(
         "straggler", f"Rank {s.rank} is a straggler: the other ranks wait for it", "straggler", s.excess_s, "high"
         if s.positive_share >= 0.95 else "medium",
-        f"rank {s.rank} spends {s.excess_s * 1e3:.2f} ms/step more on its own work than the median rank, in"
+        f"rank {s.rank} spends {s.excess_s * 1e3:.2f} ms/step more on its own work than the other ranks (median), in"
         f" {100 * s.positive_share:.0f}% of the steps; slower kernels: {what}{host}",
         "Find what differs on that rank: its GPU (clocks, throttling, a noisy neighbour: nvidia-smi -q -d"
         " PERFORMANCE), its data (uneven batch or sequence lengths: balance the sampler), its host (data loading,"
-        " logging or checkpointing only on that rank). The saving assumes the rank catches up with the median.",
+        " logging or checkpointing only on that rank). The saving assumes the rank catches up with the others.",
         kernels=[{"name": k["name"], "op": "", "calls": 0.0, "time_s": k["excess_ms"] / 1e3, "cls": ""}
                  for k in s.kernels],
         figures={"rank": s.rank, "excess_s": s.excess_s, "positive_share": s.positive_share,
