@@ -8,6 +8,11 @@ Layout (schema 1)::
     telemetry.json.gz NVML samples taken while profiling (optional; collectors/nvml.py)
     summary.json      the analysis summary written at collection time (optional)
     report.html       the HTML report rendered at collection time (optional)
+    counters.json.gz  hardware counters joined to the trace's kernels (optional; roofscope/counters.py)
+    counters.ncu-rep  Nsight Compute's own report of the counters pass (optional)
+
+Under torchrun each rank writes such a Run to ``OUT/rank-NNNN/`` and ``roofscope merge`` adds
+``job.json``, ``summary.json`` and ``report.html`` beside them (collectors/distributed.py).
 
 A Run is written into a temporary sibling directory and renamed into place, so a
 reader never sees half a Run; an existing directory is replaced only with
