@@ -249,3 +249,21 @@ def test_default_out_dir_and_exit_after_profile(script: Path, tmp_path: Path, mo
     meta = _meta(runs[0])
     # Stopped at the sixth boundary, not after 1000 steps.
     assert meta["exit_status"]["reason"] == "stopped" and meta["steps"]["boundaries_seen"] == 6
+
+
+def test_explicit_steps_still_record_the_optimizer(tmp_path: Path) -> None:
+    # prof.step() marks the boundaries, so the optimizer's step() is no boundary; its facts are still
+    # kept, since MFU from tokens needs the parameter count: Linear(16, 16) = 16*16 + 16 = 272.
+    model = torch.nn.Linear(16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    with roofscope.profile(steps=2, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
+                           quiet=True, report=False) as prof:
+        for _ in range(6):
+            prof.step()  # before the optimizer's first step(), which therefore never marks a boundary
+            model(x).square().mean().backward()
+            opt.step()
+            opt.step()   # twice per iteration: counted as boundaries, this would end profiling early
+    meta = _meta(tmp_path / "p")
+    assert meta["steps"]["source"] == "explicit" and meta["steps"]["boundaries_seen"] == 3
+    assert meta["optimizer"] == {"class": "SGD", "tensors": 2, "params": 272, "fused": None, "foreach": None}

@@ -217,10 +217,13 @@ class Session:
         self._advance()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        # The first optimizer's facts are kept also when explicit steps mark the boundaries: MFU
+        # from tokens needs its parameter count either way.
         first_seen = self.steps.first_optimizer is None
-        if self.steps.optimizer(optimizer):
-            if first_seen:
-                self.optimizer = optimizer_facts(optimizer)
+        boundary = self.steps.optimizer(optimizer)
+        if first_seen:
+            self.optimizer = optimizer_facts(optimizer)
+        if boundary:
             self._advance()
 
     def _advance(self) -> None:
