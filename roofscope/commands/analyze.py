@@ -7,15 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fileio import atomic_write, check_writable
+from .options import CeilingOptions
 
 
 @dataclass
-class AnalyzeOptions:
+class AnalyzeOptions(CeilingOptions):
     trace: str
-    device: str | None = None
-    peak_tflops: float | None = None
-    peak_bandwidth: float | None = None
-    ceilings: str | None = None
     json_out: str | None = None
     csv_out: str | None = None
     html_out: str | None = None
@@ -23,9 +20,6 @@ class AnalyzeOptions:
     cdn: bool = False
     open_browser: bool = False
     top: int = 15
-    force: bool = False
-    latency_floor_us: float | None = None
-    underutilized_below: float | None = None
     quiet: bool = False
 
 
@@ -35,13 +29,9 @@ def run(opts: AnalyzeOptions) -> int:
     if is_job_dir(opts.trace):  # the ranks of a distributed job: the cross-rank summary
         from .merge import MergeOptions, run as merge
 
-        return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, force=opts.force, quiet=opts.quiet,
-                                  device=opts.device, peak_tflops=opts.peak_tflops,
-                                  peak_bandwidth=opts.peak_bandwidth, ceilings=opts.ceilings,
-                                  latency_floor_us=opts.latency_floor_us,
-                                  underutilized_below=opts.underutilized_below))
+        return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
+                                  **opts.ceiling_options()))
     from ..analyzers.analysis import analyze
-    from ..analyzers.roofline import params_from
     from ..reports.console import render_summary
     from ..reports.export import kernels_csv, to_json
     from ..reports.html import render_html
@@ -55,9 +45,7 @@ def run(opts: AnalyzeOptions) -> int:
                 (None if to_stdout else opts.markdown_out, render_markdown)) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
-    params = params_from(opts.latency_floor_us, opts.underutilized_below)
-    a = analyze(opts.trace, device=opts.device, peak_tflops=opts.peak_tflops,
-                peak_bandwidth_gbs=opts.peak_bandwidth, ceilings_file=opts.ceilings, params=params)
+    a = analyze(opts.trace, **opts.ceiling_kwargs())
     if to_stdout:
         sys.stdout.write(render_markdown(a))
     elif not opts.quiet:

@@ -7,30 +7,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fileio import atomic_write, check_writable
+from .options import CeilingOptions
 
 
 @dataclass
-class DiffOptions:
+class DiffOptions(CeilingOptions):
     run_a: str
     run_b: str
     json_out: str | None = None
     markdown_out: str | None = None
     applied: str | None = None
     top: int = 15
-    device: str | None = None
-    peak_tflops: float | None = None
-    peak_bandwidth: float | None = None
-    ceilings: str | None = None
-    latency_floor_us: float | None = None
-    underutilized_below: float | None = None
-    force: bool = False
     quiet: bool = False
 
 
 def run(opts: DiffOptions) -> int:
     from ..analyzers.analysis import analyze
     from ..analyzers.diff import diff
-    from ..analyzers.roofline import params_from
     from ..reports.diffview import render_markdown, render_terminal
 
     outputs = [(path, render) for path, render in (
@@ -39,10 +32,9 @@ def run(opts: DiffOptions) -> int:
     # Refuse to clobber before spending time on two analyses.
     for path, _ in outputs:
         check_writable(path, opts.force)
-    params = params_from(opts.latency_floor_us, opts.underutilized_below)
     # Both sides on the same ceilings options, so a kernel's class moves only when its timing does.
-    a, b = (analyze(p, device=opts.device, peak_tflops=opts.peak_tflops, peak_bandwidth_gbs=opts.peak_bandwidth,
-                    ceilings_file=opts.ceilings, params=params) for p in (opts.run_a, opts.run_b))
+    kwargs = opts.ceiling_kwargs()
+    a, b = (analyze(p, **kwargs) for p in (opts.run_a, opts.run_b))
     d = diff(a, b, applied=opts.applied)
     for w in d.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)

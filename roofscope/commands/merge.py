@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RoofscopeError
 from ..fileio import atomic_write, check_writable
 from ..run import is_run_dir
+from .options import CeilingOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.ranks import Part
@@ -29,20 +30,13 @@ REPORT_FILE = "report.html"
 
 
 @dataclass
-class MergeOptions:
+class MergeOptions(CeilingOptions):
     sources: list[str]
     out: str | None = None
     json_out: str | None = None
     baseline: str | None = None
     jobs: int | None = None
-    force: bool = False
     quiet: bool = False
-    device: str | None = None
-    peak_tflops: float | None = None
-    peak_bandwidth: float | None = None
-    ceilings: str | None = None
-    latency_floor_us: float | None = None
-    underutilized_below: float | None = None
 
 
 def default_out(sources: list[str]) -> str | None:
@@ -94,7 +88,6 @@ def job_doc(parts: list["Part"], world: int, out: Path | None) -> dict[str, Any]
 def run(opts: MergeOptions) -> int:
     from ..analyzers.analysis import analyze
     from ..analyzers.ranks import analyze_parts, resolve_parts
-    from ..analyzers.roofline import params_from
     from ..analyzers.straggler import combine
     from ..reports.export import json_safe
 
@@ -105,9 +98,7 @@ def run(opts: MergeOptions) -> int:
     parts, world, warnings = resolve_parts(opts.sources)
     _check_outputs(out, files + ([Path(opts.json_out)] if opts.json_out else []),
                    [p.path for p in parts] + ([Path(opts.baseline)] if opts.baseline else []), opts.force)
-    options: dict[str, Any] = {"device": opts.device, "peak_tflops": opts.peak_tflops,
-                               "peak_bandwidth_gbs": opts.peak_bandwidth, "ceilings_file": opts.ceilings,
-                               "params": params_from(opts.latency_floor_us, opts.underutilized_below)}
+    options = opts.ceiling_kwargs()
     baseline = None
     if opts.baseline:
         baseline = analyze(opts.baseline, **options).metrics().get("step_time_s")

@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import RoofscopeError
+from .options import CeilingOptions
 
 
 @dataclass
-class RunOptions:
+class RunOptions(CeilingOptions):
     target: str
     args: tuple[str, ...] = ()
     module: bool = False
     out: str | None = None
-    force: bool = False
     wait: int = 1
     warmup: int = 2
     active: int = 3
@@ -28,12 +28,6 @@ class RunOptions:
     no_report: bool = False
     counters: str | None = None              # "ncu" or "cupti"
     counters_sample: int | None = None
-    device: str | None = None
-    peak_tflops: float | None = None
-    peak_bandwidth: float | None = None
-    ceilings: str | None = None
-    latency_floor_us: float | None = None
-    underutilized_below: float | None = None
     top: int = 15
     quiet: bool = False
     merge_timeout: float = 300.0
@@ -45,7 +39,6 @@ def _name(opts: RunOptions) -> str:
 
 
 def run(opts: RunOptions) -> int:
-    from ..analyzers.roofline import params_from
     from ..collectors.script import check_target, run_target
     from ..collectors.session import Session, SessionConfig
     from ..collectors.torchprof import Schedule
@@ -65,9 +58,7 @@ def run(opts: RunOptions) -> int:
         schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
         nvml_hz=opts.nvml_hz, modules=opts.modules, tokens_per_step=opts.tokens_per_step,
         model_flops_per_step=opts.model_flops_per_step, exit_after_profile=opts.exit_after_profile,
-        report=not opts.no_report, command=opts.argv, device=opts.device, peak_tflops=opts.peak_tflops,
-        peak_bandwidth_gbs=opts.peak_bandwidth, ceilings_file=opts.ceilings,
-        params=params_from(opts.latency_floor_us, opts.underutilized_below), experimental_config=experimental)
+        report=not opts.no_report, command=opts.argv, experimental_config=experimental, **opts.ceiling_kwargs())
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()
