@@ -434,6 +434,11 @@ def test_counter_range_opens_on_the_recorded_steps(tmp_path, monkeypatch):
     assert ncu_target.main(["--wait", "1", "--warmup", "1", "--active", "2", str(script), "6", "opt", "0"]) == 0
     assert events == [("start", 2), ("stop", 4)]
     events.clear()
+    # Once the recorded steps are profiled the script ends (code 0, not its own 7): steps 5 and 6 and
+    # whatever follows them would only run again under ncu.
+    assert ncu_target.main(["--wait", "1", "--warmup", "1", "--active", "2", str(script), "6", "opt", "7"]) == 0
+    assert events == [("start", 2), ("stop", 4)]
+    events.clear()
     assert ncu_target.main(["--wait", "0", "--warmup", "0", "--active", "3", str(script), "6", "explicit", "0"]) == 0
     assert events == [("start", 0), ("stop", 3)]
     events.clear()

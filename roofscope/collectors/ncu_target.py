@@ -7,7 +7,7 @@ ncu runs this with ``--profile-from-start off``, so it profiles only the kernels
 where the Kineto collector (torchprof.py) starts and ends recording, after the same
 ``torch.cuda.synchronize()``, so ncu sees the kernels of the same steps the trace holds.
 Steps come from ``roofscope.step()`` or the first optimizer's ``step()``, by the rules of
-session.py. No torch.profiler here: Kineto and ncu both need CUPTI, and under ncu Kineto
+session.py, and the script ends once the recorded steps are profiled (exit code 0). No torch.profiler here: Kineto and ncu both need CUPTI, and under ncu Kineto
 records no GPU activity at all.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import Any
 
+from .session import ProfileComplete, StepRule
 from .torchprof import Schedule
 
 
@@ -23,8 +24,6 @@ class CounterRange:
     """Counts step boundaries and opens ncu's range over the active steps."""
 
     def __init__(self, schedule: Schedule) -> None:
-        from .session import StepRule
-
         self.start_at = schedule.wait + schedule.warmup
         self.stop_at = schedule.steps
         self.steps = 0
@@ -56,6 +55,9 @@ class CounterRange:
             self._start()
         if self.steps == self.stop_at:
             self.end()
+            # Nothing after the recorded steps is profiled: end the script here rather than run the
+            # rest of a long training job a second time under ncu.
+            raise ProfileComplete()
 
     def _start(self) -> None:
         import torch
