@@ -19,19 +19,17 @@ trace's world size).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Iterable
 
-import msgspec
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceError
 from .formulas.dtypes import parse_dtype
 from .linking import ancestor_where, take
-from .trace import read_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis import Analysis
+    from .trace import Trace
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "other")
 ALGORITHMS = ("NVLS_TREE", "NVLS", "COLLNET_DIRECT", "COLLNET_CHAIN", "COLLNET", "TREE", "RING", "PAT")
@@ -85,56 +83,24 @@ def bus_factor(collective: str, n: int | None) -> float | None:
     return f(n) if f else 1.0
 
 
-class _CommArgs(msgspec.Struct, frozen=True, gc=False):
-    # Every event's args decode into this, and other events may use these keys with other types
-    # (an op's own "dtype" argument): untyped here, checked on record_param_comms rows only.
-    external_id: object = msgspec.field(name="External id", default=None)
-    collective: object = msgspec.field(name="Collective name", default=None)
-    in_nelems: object = msgspec.field(name="In msg nelems", default=None)
-    out_nelems: object = msgspec.field(name="Out msg nelems", default=None)
-    dtype: object = None
-    group_size: object = msgspec.field(name="Group size", default=None)
-
-
-class _CommEvent(msgspec.Struct, gc=False):
-    name: str = ""
-    cat: Union[str, None] = None
-    args: Union[_CommArgs, None] = None
-
-
-class _CommFile(msgspec.Struct):
-    traceEvents: Union[list[_CommEvent], None] = None
-
-
-def comm_args(path: str) -> pd.DataFrame:
-    """``record_param_comms`` arguments by External id (empty when the trace has none: older
-    PyTorch records only shapes). A second, narrow decode of the file: the trace reader keeps
-    no collective arguments, and traces without them skip it after a substring test."""
-    cols = ("collective", "in_nelems", "out_nelems", "dtype", "group_size")
-    empty = pd.DataFrame({c: [] for c in cols}, index=pd.Index([], name="external_id"))
-    try:
-        data = read_bytes(path)
-    except TraceError:  # an in-memory or vanished trace: sizes fall back to shapes
-        return empty
-    if b'"In msg nelems"' not in data:
-        return empty
-    doc = msgspec.json.decode(data, type=_CommFile)
-    rows = [e.args for e in doc.traceEvents or () if e.name == "record_param_comms" and e.args is not None
-            and _count(e.args.external_id) is not None]
-    if not rows:
-        return empty
-    return pd.DataFrame({"collective": [_text(r.collective) for r in rows],
-                         "in_nelems": _counts([r.in_nelems for r in rows]),
-                         "out_nelems": _counts([r.out_nelems for r in rows]),
-                         "dtype": [_text(r.dtype) for r in rows], "group_size": _counts([r.group_size for r in rows])},
-                        index=pd.Index([r.external_id for r in rows], name="external_id"))
+def comm_args(trace: "Trace") -> pd.DataFrame:
+    """``record_param_comms`` arguments by External id, checked (empty when the trace has none:
+    older PyTorch records only shapes): counts as floats (NaN where absent or not an integer, so
+    the size then comes from shapes), names as strings."""
+    raw = trace.comm_args
+    ok = np.array([_count(x) is not None for x in raw.index], dtype=bool)
+    r = raw[ok]
+    return pd.DataFrame({"collective": [_text(v) for v in r["collective"]], "in_nelems": _counts(r["in_nelems"]),
+                         "out_nelems": _counts(r["out_nelems"]), "dtype": [_text(v) for v in r["dtype"]],
+                         "group_size": _counts(r["group_size"])},
+                        index=pd.Index(r.index.astype(np.int64), name="external_id"))
 
 
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _counts(values: list[object]) -> np.ndarray:
+def _counts(values: Iterable[object]) -> np.ndarray:
     """Integer arguments as floats, NaN where absent or not an integer (the size then comes from shapes)."""
     return np.array([_count(v) for v in values], dtype=np.float64)
 
@@ -159,7 +125,7 @@ def _tensor_bytes(a: "Analysis") -> np.ndarray:
     return np.array([largest(d, t) for d, t in zip(sigs["input_dims"], sigs["input_types"])] + [np.nan])
 
 
-def kernel_collectives(a: "Analysis", args: pd.DataFrame | None = None) -> pd.DataFrame:
+def kernel_collectives(a: "Analysis") -> pd.DataFrame:
     """One row per NCCL kernel of the profiled steps: ``collective``, ``algorithm``, ``protocol``,
     ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
     k = a.kernels
@@ -184,7 +150,7 @@ def kernel_collectives(a: "Analysis", args: pd.DataFrame | None = None) -> pd.Da
     size = np.where(np.isnan(size) & (rpc >= 0), sizes[take(sig, rpc, -1)], size)
     from_args = np.full(len(k), "", dtype=object)
     group = np.zeros(len(k), dtype=np.int64)
-    args = comm_args(a.trace.path) if args is None else args
+    args = comm_args(a.trace)
     if len(args) and len(k):
         ext = take(ops["external_id"].fillna(-1).to_numpy(np.int64), rpc, -1)
         args = args[~args.index.duplicated()]

@@ -45,6 +45,13 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
     input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NO_RAW)
     concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
+    # record_param_comms' collective arguments (newer PyTorch). Raw: other ops use these keys
+    # with other types (an op's own "dtype"), so they are decoded on record_param_comms only.
+    comm_collective: msgspec.Raw = msgspec.field(name="Collective name", default=_NO_RAW)
+    comm_in_nelems: msgspec.Raw = msgspec.field(name="In msg nelems", default=_NO_RAW)
+    comm_out_nelems: msgspec.Raw = msgspec.field(name="Out msg nelems", default=_NO_RAW)
+    comm_dtype: msgspec.Raw = msgspec.field(name="dtype", default=_NO_RAW)
+    comm_group_size: msgspec.Raw = msgspec.field(name="Group size", default=_NO_RAW)
     kernel_num_gb: Union[float, None] = None
     kernel_flop: Union[float, None] = None
     kernel_backend: Union[str, None] = None
@@ -115,6 +122,9 @@ class Trace:
     runtime: pd.DataFrame
     annotations: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    # record_param_comms arguments by External id, as recorded (any JSON type; analyzers/collectives.py
+    # checks them): collective, in_nelems, out_nelems, dtype, group_size. Empty in older traces.
+    comm_args: pd.DataFrame = field(default_factory=lambda: _comm_frame([]))
 
     @property
     def device_name(self) -> str | None:
@@ -239,6 +249,21 @@ def _build_intervals(evs: list[_Event], t0: float, threads: dict[tuple[str, str]
     return df
 
 
+COMM_ARG_COLUMNS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size")
+
+
+def _comm_frame(evs: list[_Event]) -> pd.DataFrame:
+    # A handful of events per step: decoding their raw values one by one costs nothing.
+    rows = [e.args for e in evs if e.name == "record_param_comms" and e.args.comm_in_nelems]
+    raw = {"collective": [a.comm_collective for a in rows], "in_nelems": [a.comm_in_nelems for a in rows],
+           "out_nelems": [a.comm_out_nelems for a in rows], "dtype": [a.comm_dtype for a in rows],
+           "group_size": [a.comm_group_size for a in rows]}
+    # The trailing None keeps numpy from building a 2-D array when every value is a list.
+    return pd.DataFrame({c: np.array([_parse_raw(v) for v in raw[c]] + [None], dtype=object)[:-1]
+                         for c in COMM_ARG_COLUMNS},
+                        index=pd.Index([a.external_id for a in rows], name="external_id", dtype=object))
+
+
 def _counter_flops(a: _Args) -> float:
     counts = [a.sass_dadd, a.sass_dmul, a.sass_dfma, a.sass_hadd, a.sass_hmul, a.sass_hfma,
               a.sass_fadd, a.sass_fmul, a.sass_ffma]
@@ -291,13 +316,14 @@ def load_trace(path: str | os.PathLike) -> Trace:
     kernels = _build_kernels(buckets["kernel"] + buckets["gpu_memcpy"] + buckets["gpu_memset"]
                              + buckets["cuda_profiler_range"], t0)
     annotations = _build_intervals(buckets["user_annotation"], t0, threads).drop(columns=["correlation"])
+    comm_args = _comm_frame(buckets["cpu_op"])
     meta = _meta_of(doc, path_s, t0)
     meta["gpu_annotations"] = len(buckets["gpu_user_annotation"])
     del doc, buckets
 
     _link(ops, runtime, kernels, annotations)
     return Trace(path=path_s, ops=ops, signatures=signatures, kernels=kernels, runtime=runtime,
-                 annotations=annotations, meta=meta)
+                 annotations=annotations, meta=meta, comm_args=comm_args)
 
 
 def _meta_of(doc: _TraceFile, path: str, t0: float) -> dict[str, Any]:
