@@ -143,6 +143,7 @@ class Analysis:
             "params": {"latency_floor_s": self.params.latency_floor_s,
                        "underutilized_below": self.params.underutilized_below},
             "events": self.trace.meta.get("events"),
+            "skipped_events": self.trace.meta.get("skipped_events") or {},
             "kernels": int(len(k)),
             "kernel_time_s": total,
             "communication_time_s": float(k.loc[comm, "dur_s"].sum()),
@@ -249,10 +250,12 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
     ``device`` override, else ceilings cached by ``roofscope microbench`` for the trace's
     device (``use_cache``; the summary's ceilings notes name the cache file), else the
-    trace's own device name's datasheet, completed by the peak flags.
+    trace's own device name's datasheet (or the row its device properties identify),
+    completed by the peak flags; without any, no ceilings (``Ceilings.none``): everything
+    that needs none is still computed.
     A Run directory also brings its metadata (tokens and model FLOPs per step) and
     NVML telemetry. Raises :class:`~roofscope.errors.DeviceError` for an unknown
-    device without peaks.
+    ``--device`` or a lone peak flag.
     """
     from ..run import is_run_dir, load
     from .costmodel import signature_costs
@@ -279,6 +282,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     if ceilings is None:
         name = trace.device_name if not cpu_only else "cpu"
         ceilings = resolve_ceilings(name, memory_bytes=trace.device_memory, device=device,
+                                    props=trace.device_props if not cpu_only else None,
                                     peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
                                     ceilings_file=ceilings_file, use_cache=use_cache)
     sig_costs = signature_costs(trace.signatures)
