@@ -24,6 +24,7 @@ from .kineto import Decoded, as_dims, as_int, clean_meta
 from .kineto import Event as _Event
 from .kineto import decode as _decode
 from .linking import enclosing, interval_parents, take
+from .runtime_names import KERNEL_LAUNCHES
 
 # Annotation prefix of module labels (collectors/modules.py writes them).
 MODULE_PREFIX = "nn.Module: "
@@ -302,9 +303,9 @@ def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
         launch = launch_index.get_indexer(kcorr)
     ranges = (kernels["cat"] == "cuda_profiler_range").to_numpy()
     if ranges.any():
-        # Counter ranges carry no correlation id; they follow cudaLaunchKernel calls one to one,
+        # Counter ranges carry no correlation id; they follow kernel launch calls one to one,
         # in launch order. Link them only when the counts agree.
-        launches = runtime.index[runtime["name"] == "cudaLaunchKernel"]
+        launches = runtime.index[runtime["name"].isin(KERNEL_LAUNCHES)]
         launches = runtime.loc[launches].sort_values("ts_ns").index.to_numpy()
         rows = np.flatnonzero(ranges)
         rows = rows[np.argsort(kernels["ts_ns"].to_numpy()[rows], kind="stable")]

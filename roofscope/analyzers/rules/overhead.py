@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime_names import GRAPH_LAUNCHES
 from .base import Context, Finding, Rule, top_kernels
 
 # A CUDA graph replays the step with one launch; what remains of the launch cost.
@@ -21,7 +22,7 @@ class CudaGraphs(Rule):
 
     def precondition(self, ctx: Context) -> str | None:
         rt = ctx.analysis.trace.runtime
-        if len(rt) and rt["name"].astype(str).isin(("cudaGraphLaunch", "cuGraphLaunch")).any():
+        if len(rt) and rt["name"].astype(str).isin(GRAPH_LAUNCHES).any():
             return "the step already replays CUDA graphs"
         return None
 
