@@ -48,8 +48,8 @@ class Analysis:
         return aggregate(k.assign(op=key), "op")
 
     def by_class(self) -> pd.DataFrame:
-        return aggregate(self.kernels, "cls").reindex([c for c in CLASSES
-                                                       if c in set(self.kernels["cls"])])
+        present = set(self.kernels["cls"].unique())  # not set(series): a Python loop over every kernel
+        return aggregate(self.kernels, "cls").reindex([c for c in CLASSES if c in present])
 
     def by_category(self) -> pd.DataFrame:
         return aggregate(self.kernels, "category")
