@@ -122,14 +122,19 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     agg = a.by_kernel().head(top)
     out.append(f"Top {len(agg)} kernels by time" if not a.cpu_only else f"Top {len(agg)} CPU ops by time")
     first_op = k.drop_duplicates("name").set_index("name")["op_name"] if len(k) else {}
+    # Rates cover the costed launches only: where a kernel also ran uncosted, say how much was costed.
+    partly = bool(len(agg)) and bool((agg["coverage"] < 0.9995).any())
     rows = []
     for name, r in agg.iterrows():
-        rows.append([ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"]),
-                     pct(r["efficiency"]), si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
-                     "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}",
-                     shorten(str(name)), shorten(str(first_op.get(name, "")), 32)])
-    out += ["  " + r for r in table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth",
-                                     "FLOP/B", "kernel", "op"], rows, ">>><>>>><<")]
+        rates = [pct(r["efficiency"]), si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
+                 "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}"]
+        rows.append([ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"]), *rates]
+                    + ([pct(r["coverage"])] if partly else []) + [shorten(str(name)), shorten(str(first_op.get(name, "")), 32)])
+    head = ["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth", "FLOP/B"]
+    out += ["  " + r for r in table(head + (["costed"] if partly else []) + ["kernel", "op"], rows,
+                                     ">>><>>>>" + (">" if partly else "") + "<<")]
+    if partly:
+        out.append("  (eff, achieved, bandwidth: over the costed launches only; costed: their share of the time)")
     return "\n".join(out) + "\n"
 
 
