@@ -27,6 +27,22 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 step', '3 steps'."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def step_range(steps: Sequence[int]) -> str:
+    """'step 6', 'steps 3-5', 'steps 3, 5, 9' (not contiguous)."""
+    if not steps:
+        return "no steps"
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if list(steps) == list(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    return "steps " + ", ".join(map(str, steps))
+
+
 def ms(seconds: float) -> str:
     return "-" if math.isnan(seconds) else f"{seconds * 1e3:,.3f}"
 
@@ -70,7 +86,9 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out.append(f"  device    {s['device']}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
     out.append(f"  ceilings  {_ceilings_line(a)}")
     steps = s["steps"]
-    step_txt = f", steps {steps[0]}-{steps[-1]}" if steps else ""
+    partial = s.get("partial_steps") or []
+    step_txt = (f", {step_range(steps)}" if steps else "") + (
+        f" ({step_range(partial)} cut short by the script's end: left out of step figures)" if partial else "")
     dist = s.get("distributed") or {}
     rank_txt = f", rank {dist.get('rank')}/{dist.get('world_size')}" if "rank" in dist and "world_size" in dist else ""
     out.append(f"  trace     {s['events']:,} events, {s['kernels']:,} {what}{step_txt}{rank_txt}")
@@ -155,7 +173,8 @@ def _run_lines(s: dict) -> list[str]:
         extra = [f"{si(m['tokens_per_s'], 'tokens/s')}"] if m.get("tokens_per_s") else []
         if m.get("busy_fraction") is not None:
             extra.append(f"GPU busy {pct(m['busy_fraction'])}")
-        out.append(f"  steps     {m['steps']} profiled, median {ms(m['step_time_s'])} ms/step"
+        out.append(f"  steps     {m['steps']} profiled, median {ms(m['step_time_s'])} ms/step" if m["steps"] != 1 else
+                   f"  steps     1 profiled, {ms(m['step_time_s'])} ms/step"
                    + (f" ({', '.join(extra)})" if extra else ""))
     if m.get("peak_flops") and m.get("step_time_s"):
         mfu = f"MFU {pct(m['mfu'])}" + (" (op-counted)" if m.get("mfu_source") == "op_counted" else "")

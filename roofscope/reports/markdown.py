@@ -57,7 +57,9 @@ def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
     if _num(m.get("step_time_s")):
         spread = (f" ({ms(m['step_time_min_s'])} to {ms(m['step_time_max_s'])})"
                   if _num(m.get("step_time_min_s")) and _num(m.get("step_time_max_s")) else "")
-        rows.append([f"step time, median of {m.get('steps')}", f"{ms(m['step_time_s'])} ms{spread}"])
+        one = m.get("steps") == 1
+        rows.append(["step time, " + ("1 step" if one else f"median of {m.get('steps')}"),
+                     f"{ms(m['step_time_s'])} ms" + ("" if one else spread)])
     if _num(m.get("tokens_per_s")):
         rows.append(["tokens/s", si(m["tokens_per_s"])])
     for key, label in (("mfu", "MFU"), ("hfu", "HFU"), ("mbu", "MBU"), ("busy_fraction", "GPU busy"),
