@@ -120,3 +120,63 @@ def test_diff_and_gate_share_one_mfu_and_wasted_work_is_not_better(tmp_path):
     mm = d.kernels.set_index("name").loc["aten::mm"]
     assert (mm["calls_a"], mm["calls_b"]) == (1.0, 1.0)
     assert " 0/4 " in next(line for line in text.splitlines() if "aten::add" in line)
+
+
+def test_script_syntax_error_is_not_blamed_on_missing_step_markers(tmp_path, capsys):
+    from roofscope.cli import main
+
+    from .test_collect import PEAKS
+
+    s = tmp_path / "broken.py"
+    s.write_text("import torch\ndef f(:\n    pass\n")
+    main(["run", "-o", str(tmp_path / "run"), *PEAKS, str(s)])
+    err = capsys.readouterr().err
+    assert "SyntaxError" in err
+    assert "roofscope.step()" not in err and "the script ended early (SyntaxError" in err
+
+
+def test_summary_and_report_name_the_runs_trace_not_a_temporary_one(tmp_path, capsys):
+    import json
+
+    from roofscope.cli import main
+
+    from .test_collect import PEAKS, TRAIN
+
+    s = tmp_path / "train.py"
+    s.write_text(TRAIN)
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, str(s)]) == 0
+    trace = str(out / "trace.json.gz")
+    assert json.loads((out / "summary.json").read_text())["trace"] == trace
+    assert trace in (out / "report.html").read_text()
+
+
+def test_html_evidence_figures_read_as_numbers_not_exponents(tmp_path):
+    from roofscope.reports.console import number
+    from roofscope.reports.html import render_html
+
+    assert (number(2.665e10), number(1234.5), number(0.012345), number(12)) == ("26.65 G", "1,234", "0.01235", "12")
+    a = analyze(_gemm_trace(tmp_path), use_cache=False)
+    s = a.summary()
+    s["findings"] = [{"rule": "fusion", "title": "Fuse", "saving_s": 1e-3, "saving_pct": 0.1, "summary": "x",
+                      "confidence": "medium", "binding": "memory", "evidence": {"figures": {"bytes/step": 2.665e10}},
+                      "fix": {"text": "compile", "snippet": "model = torch.compile(model)"}}]
+    html = render_html(a)
+    assert "26.65 G" in html and "2.665e+10" not in html
+
+
+def test_roofline_axis_ticks_keep_one_notation(tmp_path):
+    import json
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the report's tick labels are checked in JavaScript")
+    js = (Path(__file__).parents[1] / "roofscope" / "templates" / "report.js").read_text()
+    helpers = js[js.index("// ---- formatting"):js.index("  const esc = (s)")]
+    prog = helpers + "console.log(JSON.stringify(logTicks(2e10, 3e16, 'FLOP/s')));"
+    out = json.loads(subprocess.run([node, "-e", prog], capture_output=True, text=True, check=True).stdout)
+    # Decades 1e10..1e17 in SI prefixes all the way: no "100B", no "10^15".
+    assert out["ticktext"] == ["10 GFLOP/s", "100 GFLOP/s", "1 TFLOP/s", "10 TFLOP/s", "100 TFLOP/s", "1 PFLOP/s",
+                               "10 PFLOP/s", "100 PFLOP/s"]

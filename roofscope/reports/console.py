@@ -43,6 +43,17 @@ def step_range(steps: Sequence[int]) -> str:
     return "steps " + ", ".join(map(str, steps))
 
 
+def number(x: float, digits: int = 4) -> str:
+    """A plain figure for people: 2.665e10 -> '26.65 G', 1234.5 -> '1,234', 0.0123 -> '0.0123'."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if abs(x) >= 1e5:
+        return si(float(x), digits=digits)
+    if abs(x) >= 1000 or float(x).is_integer():
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
 def ms(seconds: float) -> str:
     return "-" if math.isnan(seconds) else f"{seconds * 1e3:,.3f}"
 

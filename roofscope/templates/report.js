@@ -14,11 +14,18 @@
   const isNum = (v) => v !== null && v !== undefined && Number.isFinite(v);
   const g = (v, d = 3) => isNum(v) ? String(Number(Number(v).toPrecision(d))) : "-";
   const pct = (v) => isNum(v) ? (100 * v).toFixed(1) + "%" : "-";
-  const SI = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+  const SI = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
   function si(v, unit = "", d = 3) {
     if (!isNum(v)) return "-";
     for (const [f, p] of SI) if (Math.abs(v) >= f) return g(v / f, d) + " " + p + unit;
     return (g(v, d) + " " + unit).trim();
+  }
+  // Log-axis ticks at powers of ten in one notation (plotly's own switch from "100B" to "10^15").
+  function logTicks(lo, hi, unit) {
+    const a = Math.floor(Math.log10(lo)), b = Math.ceil(Math.log10(hi)), every = Math.ceil((b - a + 1) / 10);
+    const vals = [];
+    for (let e = a; e <= b; e++) if ((e - a) % every === 0) vals.push(Math.pow(10, e));
+    return {tickmode: "array", tickvals: vals, ticktext: vals.map((v) => v >= 1000 ? si(v, unit) : g(v) + (unit ? " " + unit : ""))};
   }
   const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   function wrap(s, n = 110) {
@@ -182,8 +189,10 @@
                    hovertext: ps.map(hoverText), hovertemplate: "%{hovertext}<extra></extra>"});
     }
     const layout = {
-      xaxis: {type: "log", title: {text: "arithmetic intensity (FLOP/byte)"}, range: [Math.log10(lo), Math.log10(hi)]},
-      yaxis: {type: "log", title: {text: "achieved FLOP/s"}, range: [Math.log10(ylo), Math.log10(yhi)]},
+      xaxis: Object.assign({type: "log", title: {text: "arithmetic intensity (FLOP/byte)"},
+                            range: [Math.log10(lo), Math.log10(hi)]}, logTicks(lo, hi, "")),
+      yaxis: Object.assign({type: "log", title: {text: "achieved FLOP/s"}, range: [Math.log10(ylo), Math.log10(yhi)]},
+                           logTicks(ylo, yhi, "FLOP/s")),
       margin: {t: 10, r: 10}, legend: {orientation: "h", itemsizing: "constant"}, hovermode: "closest",
       hoverlabel: {align: "left"}};
     const drawn = new Set(pts), hidden = rows.filter((r) => !drawn.has(r));
