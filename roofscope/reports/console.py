@@ -184,9 +184,8 @@ def _run_lines(s: dict) -> list[str]:
         extra = [f"{si(m['tokens_per_s'], 'tokens/s')}"] if m.get("tokens_per_s") else []
         if m.get("busy_fraction") is not None:
             extra.append(f"GPU busy {pct(m['busy_fraction'])}")
-        out.append(f"  steps     {m['steps']} profiled, median {ms(m['step_time_s'])} ms/step" if m["steps"] != 1 else
-                   f"  steps     1 profiled, {ms(m['step_time_s'])} ms/step"
-                   + (f" ({', '.join(extra)})" if extra else ""))
+        what = f"{m['steps']} profiled, median" if m["steps"] != 1 else "1 profiled,"
+        out.append(f"  steps     {what} {ms(m['step_time_s'])} ms/step" + (f" ({', '.join(extra)})" if extra else ""))
     if m.get("peak_flops") and m.get("step_time_s"):
         mfu = f"MFU {pct(m['mfu'])}" + (" (op-counted)" if m.get("mfu_source") == "op_counted" else "")
         out.append(f"  util      {mfu}, HFU {pct(m['hfu'])}, MBU {pct(m['mbu'])}; "
