@@ -85,11 +85,30 @@ class Analysis:
             self._timeline = timeline(self.trace, self.kernels, self.steps(), self.ceilings.launch_latency_s)
         return self._timeline
 
+    def partial_steps(self) -> list[int]:
+        """Recorded steps that no step boundary ended: the step that was running when the script
+        ended before its requested steps (``--active 10`` against a 12-step script records a
+        1-7 ms tail as step 12). Known from the Run's step counts; a bare trace has none."""
+        st = (self.run_meta or {}).get("steps") or {}
+        seen = st.get("boundaries_seen")
+        if not isinstance(seen, int) or "active" not in (st.get("requested") or {}):
+            return []
+        # Step N ends at boundary N + 1 (steps count from 0), so N is complete when N < boundaries seen.
+        return [int(n) for n in self.steps()["step"] if n >= seen]
+
+    def complete_steps(self) -> list[int]:
+        """The profiled steps that ran to their end: what per-step figures and comparisons use."""
+        partial = set(self.partial_steps())
+        return [int(n) for n in self.steps()["step"] if n not in partial]
+
     def step_samples(self) -> pd.DataFrame:
-        """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py)."""
+        """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py),
+        for the complete steps only (:meth:`partial_steps` are left out)."""
         from .metrics import step_samples
 
-        return step_samples(self, busy=self.timeline().steps)
+        samples = step_samples(self, busy=self.timeline().steps)
+        partial = self.partial_steps()
+        return samples.drop(index=partial) if partial else samples
 
     def metrics(self) -> dict[str, Any]:
         """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""
@@ -155,6 +174,7 @@ class Analysis:
             "untimed_kernels": int(k["dur_s"].isna().sum()),
             "counter_flops": float(np.nansum(k["counter_flops"].to_numpy())) if "counter_flops" in k else 0.0,
             "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
+            "partial_steps": self.partial_steps(),
             "unattributed": self.unattributed(),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
