@@ -10,7 +10,6 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
-from .linking import ancestor_where
 from .roofline import CLASSES, RooflineParams, aggregate, place
 from .trace import Trace, load_trace, regions_at, steps_at
 
@@ -202,28 +201,11 @@ class Analysis:
 
 def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     """CPU-only traces: the innermost costed ops are the 'kernels' of the CPU roofline."""
-    from .attribution import op_costs
+    from .attribution import cpu_work_items, op_costs
 
     ops = trace.ops
     oc = op_costs(trace, sig_costs)
-    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy()
-    parent = ops["parent"].to_numpy()
-    # An op is an outer wrapper when a costed op lies below it; walk up from every costed op.
-    has_costed_child = np.zeros(len(ops), dtype=bool)
-    cur = np.where(costed, parent, -1)
-    while (cur >= 0).any():
-        live = cur[cur >= 0]
-        has_costed_child[live] = True
-        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
-    # ...unless most of its time is its own: CPU addmm computes the GEMM itself and only calls
-    # copy_ to broadcast the bias; the work item is addmm, not the copy.
-    dur = ops["dur_ns"].to_numpy(dtype=np.float64)
-    child_time = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=len(ops))
-    does_own_work = (dur - child_time) >= 0.5 * dur
-    chosen = costed & (~has_costed_child | does_own_work)
-    # Work items must not nest: drop any whose ancestor was chosen too.
-    above = ancestor_where(parent, np.where(chosen, parent, -1), chosen)
-    sel = np.flatnonzero(chosen & (above < 0))
+    sel = cpu_work_items(ops["parent"].to_numpy(), oc)
     k = ops.iloc[sel][["name", "ts_ns", "dur_ns", "tid"]].copy()
     for col in ("flops", "bytes", "dtype", "tensor_core", "category", "cost_source"):
         k[col] = oc[col].to_numpy()[sel]
