@@ -56,6 +56,13 @@ class Analysis:
     def by_step(self) -> pd.DataFrame:
         return aggregate(self.kernels[self.kernels["step"] >= 0], "step").sort_index()
 
+    def by_phase(self) -> pd.DataFrame:
+        """Per training phase (forward, backward, optimizer, data, communication, other; see
+        :mod:`.phases`): time, kernels, FLOPs and bytes per step, time per class."""
+        from .phases import phase_table
+
+        return phase_table(self)
+
     def by_region(self) -> pd.DataFrame:
         k = self.kernels
         return aggregate(k.assign(region=k["region"].replace("", "(no region)")), "region")
@@ -156,9 +163,15 @@ class Analysis:
             "unattributed": self.unattributed(),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
+            "phases": self._phases(),
             **self._counters_figures(),
             **self._run_figures(),
         }
+
+    def _phases(self) -> dict[str, Any]:
+        from .phases import phase_summary
+
+        return phase_summary(self)
 
     def _counters_figures(self) -> dict[str, Any]:
         if "m_flops" not in self.kernels:
@@ -239,6 +252,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     from ..run import is_run_dir, load
     from .costmodel import signature_costs
     from .modules import module_column
+    from .phases import kernel_phases
 
     counters = None
     if not isinstance(source, Trace) and is_run_dir(source):
@@ -269,6 +283,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     else:
         kernels = attribute(trace, sig_costs)
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
+    kernels["phase"] = kernel_phases(trace, kernels)
     kernels = place(kernels, ceilings, params)
     if counters is not None and not cpu_only:
         from .counters import apply_counters
