@@ -10,7 +10,6 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
-from .linking import ancestor_where
 from .roofline import CLASSES, RooflineParams, aggregate, place
 from .trace import Trace, load_trace, regions_at, steps_at
 
@@ -56,6 +55,13 @@ class Analysis:
 
     def by_step(self) -> pd.DataFrame:
         return aggregate(self.kernels[self.kernels["step"] >= 0], "step").sort_index()
+
+    def by_phase(self) -> pd.DataFrame:
+        """Per training phase (forward, backward, optimizer, data, communication, other; see
+        :mod:`.phases`): time, kernels, FLOPs and bytes per step, time per class."""
+        from .phases import phase_table
+
+        return phase_table(self)
 
     def by_region(self) -> pd.DataFrame:
         k = self.kernels
@@ -178,9 +184,15 @@ class Analysis:
             "unattributed": self.unattributed(),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
+            "phases": self._phases(),
             **self._counters_figures(),
             **self._run_figures(),
         }
+
+    def _phases(self) -> dict[str, Any]:
+        from .phases import phase_summary
+
+        return phase_summary(self)
 
     def _counters_figures(self) -> dict[str, Any]:
         if "m_flops" not in self.kernels:
@@ -223,28 +235,11 @@ class Analysis:
 
 def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     """CPU-only traces: the innermost costed ops are the 'kernels' of the CPU roofline."""
-    from .attribution import op_costs
+    from .attribution import cpu_work_items, op_costs
 
     ops = trace.ops
     oc = op_costs(trace, sig_costs)
-    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy()
-    parent = ops["parent"].to_numpy()
-    # An op is an outer wrapper when a costed op lies below it; walk up from every costed op.
-    has_costed_child = np.zeros(len(ops), dtype=bool)
-    cur = np.where(costed, parent, -1)
-    while (cur >= 0).any():
-        live = cur[cur >= 0]
-        has_costed_child[live] = True
-        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
-    # ...unless most of its time is its own: CPU addmm computes the GEMM itself and only calls
-    # copy_ to broadcast the bias; the work item is addmm, not the copy.
-    dur = ops["dur_ns"].to_numpy(dtype=np.float64)
-    child_time = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=len(ops))
-    does_own_work = (dur - child_time) >= 0.5 * dur
-    chosen = costed & (~has_costed_child | does_own_work)
-    # Work items must not nest: drop any whose ancestor was chosen too.
-    above = ancestor_where(parent, np.where(chosen, parent, -1), chosen)
-    sel = np.flatnonzero(chosen & (above < 0))
+    sel = cpu_work_items(ops["parent"].to_numpy(), oc)
     k = ops.iloc[sel][["name", "ts_ns", "dur_ns", "tid"]].copy()
     for col in ("flops", "bytes", "dtype", "tensor_core", "category", "cost_source"):
         k[col] = oc[col].to_numpy()[sel]
@@ -280,6 +275,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     from ..run import is_run_dir, load
     from .costmodel import signature_costs
     from .modules import module_column
+    from .phases import kernel_phases
 
     counters = None
     if not isinstance(source, Trace) and is_run_dir(source):
@@ -311,6 +307,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     else:
         kernels = attribute(trace, sig_costs)
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
+    kernels["phase"] = kernel_phases(trace, kernels)
     kernels = place(kernels, ceilings, params)
     if counters is not None and not cpu_only:
         from .counters import apply_counters
