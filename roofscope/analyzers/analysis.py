@@ -31,6 +31,7 @@ class Analysis:
     run_meta: dict[str, Any] | None = None     # run.json of the Run this came from, if any
     telemetry: Any = None                      # collectors.nvml.Telemetry, if the Run has some
     counters_meta: dict[str, Any] | None = None  # roofscope.counters.Counters.meta, if the Run has counters
+    graphs: Any = None                         # graphs.GraphMap: CUDA-graph replays mapped to their captures
     _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _timeline: Any = field(default=None, init=False, repr=False)
     _diagnosis: Any = field(default=None, init=False, repr=False)
@@ -146,6 +147,7 @@ class Analysis:
                               "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
                               "kernels": int((nc["unattributed"] == r).sum())}
                           for r in UNATTRIBUTED_REASONS},
+            "notes": list(self.graphs.notes) if self.graphs is not None else [],
         }
 
     def summary(self) -> dict[str, Any]:
@@ -259,7 +261,8 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
             ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
             params: RooflineParams | None = None, telemetry: Any = None,
-            run_meta: dict[str, Any] | None = None, use_cache: bool = True) -> Analysis:
+            run_meta: dict[str, Any] | None = None, use_cache: bool = True,
+            graph_capture: list[str | os.PathLike | Trace] | None = None) -> Analysis:
     """Ingest, cost and classify a Kineto trace or a Run directory.
 
     Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
@@ -269,7 +272,8 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     completed by the peak flags; without any, no ceilings (``Ceilings.none``): everything
     that needs none is still computed.
     A Run directory also brings its metadata (tokens and model FLOPs per step) and
-    NVML telemetry. Raises :class:`~roofscope.errors.DeviceError` for an unknown
+    NVML telemetry and its recorded CUDA-graph captures; ``graph_capture`` adds capture traces
+    (see graphs.py). Raises :class:`~roofscope.errors.DeviceError` for an unknown
     ``--device`` or a lone peak flag.
     """
     from ..run import is_run_dir, load
@@ -278,6 +282,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     from .phases import kernel_phases
 
     counters = None
+    captures = list(graph_capture or [])
     if not isinstance(source, Trace) and is_run_dir(source):
         run = load(source)
         from ..counters import load as load_counters
@@ -291,6 +296,9 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
 
             telemetry = load_telemetry(run.telemetry_path)
         run_meta = run_meta if run_meta is not None else run.meta
+        from .graphs import run_captures
+
+        captures += run_captures(run.path)
         source = run.trace_path
     trace = source if isinstance(source, Trace) else load_trace(source)
     params = params or RooflineParams()
@@ -307,6 +315,11 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     else:
         kernels = attribute(trace, sig_costs)
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
+    graphs = None
+    if not cpu_only:
+        from .graphs import load_captures, map_graph_kernels
+
+        graphs = map_graph_kernels(trace, kernels, load_captures(captures))
     kernels["phase"] = kernel_phases(trace, kernels)
     kernels = place(kernels, ceilings, params)
     if counters is not None and not cpu_only:
@@ -315,4 +328,4 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
         kernels = place(apply_counters(kernels, counters.table), ceilings, params)
     return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only,
                     run_meta=run_meta, telemetry=telemetry,
-                    counters_meta=counters.meta if counters is not None else None)
+                    counters_meta=counters.meta if counters is not None else None, graphs=graphs)
