@@ -324,7 +324,7 @@ def ceilings_payload(ceilings: Ceilings) -> dict[str, Any]:
 
 _EXAMPLE_KEYS = ("h100-sxm", "h200", "a100-sxm4-80gb", "l40s", "l4", "rtx-4090")
 _FLAGS_HINT = (
-    "pass --device KEY (known: " + ", ".join(_EXAMPLE_KEYS) + ", ...), "
+    "pass --datasheet KEY (known: " + ", ".join(_EXAMPLE_KEYS) + ", ...), "
     "--peak-tflops X --peak-bandwidth Y, or --ceilings FILE"
 )
 
@@ -421,7 +421,7 @@ def resolve_ceilings(
         notes.extend(base.notes)
         notes.append(f"ceilings measured on {base.device!r} read from {os.fspath(ceilings_file)}")
         if device is not None:
-            notes.append(f"--device {device!r} ignored: --ceilings takes precedence")
+            notes.append(f"--datasheet {device!r} ignored: --ceilings takes precedence")
         if label and not _is_cpu(label):
             trace_key = _spec_key(label, memory_bytes)
             file_key = base.datasheet.key if base.datasheet is not None else None
@@ -443,7 +443,7 @@ def resolve_ceilings(
             base = Ceilings.from_spec(spec)
             trace_key = _spec_key(label, memory_bytes) if label and not _is_cpu(label) else None
             if label and trace_key != spec.key:
-                notes.append(f"trace device {label!r} overridden by --device {device!r}")
+                notes.append(f"trace device {label!r} overridden by --datasheet {device!r}")
     elif label:
         cached = _cached(label, memory_bytes) if use_cache else None
         if cached is not None:
@@ -465,7 +465,7 @@ def resolve_ceilings(
                 notes=tuple(notes),
             )
         if unknown_override:
-            what = f"unknown --device {device!r}"
+            what = f"unknown --datasheet {device!r}"
         elif _is_cpu(label):
             what = ("CPU-only trace: roofscope has no CPU datasheet and no cached measurement of this CPU "
                     "(`roofscope microbench --device cpu` makes one)")
@@ -481,7 +481,7 @@ def resolve_ceilings(
             )
             raise DeviceError(
                 f"{what}; {have} alone is not enough without a datasheet: also pass {need} "
-                f"(or --device KEY / --ceilings FILE)"
+                f"(or --datasheet KEY / --ceilings FILE)"
             )
         raise DeviceError(f"{what}; {_FLAGS_HINT}")
 

@@ -180,3 +180,37 @@ def test_roofline_axis_ticks_keep_one_notation(tmp_path):
     # Decades 1e10..1e17 in SI prefixes all the way: no "100B", no "10^15".
     assert out["ticktext"] == ["10 GFLOP/s", "100 GFLOP/s", "1 TFLOP/s", "10 TFLOP/s", "100 TFLOP/s", "1 PFLOP/s",
                                "10 PFLOP/s", "100 PFLOP/s"]
+
+
+def test_one_option_vocabulary_with_the_old_names_kept(tmp_path, capsys):
+    from roofscope.cli import cli, main
+
+    trace = _gemm_trace(tmp_path)
+    # report: -o/--out as everywhere else, --output still works.
+    for flag, name in (("--out", "a.html"), ("--output", "b.html"), ("-o", "c.html")):
+        assert main(["report", str(trace), flag, str(tmp_path / name)]) == 0
+        assert (tmp_path / name).exists()
+    # The datasheet to draw with: --datasheet, and the old --device.
+    for flag in ("--datasheet", "--device"):
+        assert main(["analyze", str(trace), flag, "h200", "-q"]) == 0
+    # run: --sample as in `roofscope counters --sample`, --counters-sample kept.
+    run = cli.commands["run"]
+    for flag in ("--sample", "--counters-sample"):
+        assert run.make_context("run", [flag, "7", "x.py"]).params["counters_sample"] == 7
+    # analyze and report take Run directories as well as traces, and say so.
+    for cmd in ("analyze", "report"):
+        assert main([cmd, "--help"]) == 0
+        text = capsys.readouterr().out
+        assert "RUN_OR_TRACE" in text and "Kineto TRACE" not in text
+
+
+def test_gate_bounds_take_shares_and_times_with_units():
+    from roofscope.gate.thresholds import ThresholdError, bounds
+
+    (mfu, idle, step) = bounds(min_mfu="35%", max_idle_fraction="5%", max_step_time="120ms")
+    assert (mfu.value, idle.value, step.value) == (0.35, 0.05, pytest.approx(0.12))
+    assert bounds(min_mfu="0.35")[0].value == 0.35 and bounds(max_step_time_ms=120)[0].value == pytest.approx(0.12)
+    with pytest.raises(ThresholdError, match="--max-step-time 120: expected a time with its unit"):
+        bounds(max_step_time="120")
+    with pytest.raises(ThresholdError, match="one bound"):
+        bounds(max_step_time="1s", max_step_time_ms=5)
