@@ -214,3 +214,30 @@ def test_gate_bounds_take_shares_and_times_with_units():
         bounds(max_step_time="120")
     with pytest.raises(ThresholdError, match="one bound"):
         bounds(max_step_time="1s", max_step_time_ms=5)
+
+
+def test_missing_shared_traces_are_said_loudly(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from . import conftest
+
+    monkeypatch.setattr(conftest, "EXTERNAL", tmp_path / "nowhere")
+    assert "real traces: MISSING at" in conftest.pytest_report_header(None)
+    monkeypatch.setenv("ROOFSCOPE_REQUIRE_SHARED", "1")
+    with pytest.raises(pytest.UsageError, match="shared real traces are missing"):
+        conftest.pytest_collection_modifyitems(None, [])
+    lines = []
+    skipped = [SimpleNamespace(longrepr=("f.py", 1, "Skipped: shared HTA trace absent")),
+               SimpleNamespace(longrepr=("f.py", 2, "Skipped: needs a CUDA GPU"))]
+    reporter = SimpleNamespace(stats={"skipped": skipped}, write_line=lambda text, **kw: lines.append(text))
+    conftest.pytest_terminal_summary(reporter, 0, None)
+    assert lines == [f"1 test on real traces skipped: the shared traces are missing at {tmp_path / 'nowhere'} "
+                     "(put them beside the clone as ../shared)"]
+
+
+def test_scipy_is_a_dev_extra():
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).parents[1] / "setup.cfg")
+    assert "scipy" in cfg["options.extras_require"]["dev"]
