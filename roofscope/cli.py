@@ -166,8 +166,8 @@ def counters_cmd(**kwargs: object) -> int:
 
 
 @cli.command("microbench")
-@click.option("--device", default="cuda", show_default=True, metavar="cuda|cuda:N|cpu",
-              help="Device to measure.")
+@click.option("--device", metavar="cuda|cuda:N|cpu",
+              help="Device to measure [default: the one analyses will use: the GPU if there is one, else the CPU].")
 @click.option("--quick", is_flag=True, help="Fewer, smaller repetitions (seconds instead of a minute).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=str),
               help="Also write the ceilings file here (for `--ceilings FILE`).")

@@ -241,3 +241,106 @@ def test_scipy_is_a_dev_extra():
     cfg = configparser.ConfigParser()
     cfg.read(Path(__file__).parents[1] / "setup.cfg")
     assert "scipy" in cfg["options.extras_require"]["dev"]
+
+
+# -- roofs no kernel beats -------------------------------------------------------------------------
+
+LEVELS = (("L2", 2 << 20, 200e9), ("LLC", 32 << 20, 100e9), ("DRAM", float("inf"), 20e9))
+
+
+def _ceilings(levels=LEVELS):
+    from roofscope.devices import Ceilings
+
+    return Ceilings(device="cpu: test", source="measured", peaks={"fp32": 1e11}, bandwidth=20e9, levels=levels)
+
+
+def test_level_of_picks_the_innermost_level_the_working_set_fits():
+    import numpy as np
+
+    bw, name = _ceilings().level_of(np.array([1 << 20, 8 << 20, 100 << 20, np.nan]))
+    assert list(name) == ["L2", "LLC", "DRAM", "DRAM"] and list(bw) == [200e9, 100e9, 20e9, 20e9]
+    bw, name = _ceilings(levels=()).level_of(np.array([1 << 20]))
+    assert list(bw) == [20e9] and list(name) == [""]
+
+
+def _inplace_trace(tmp_path: Path) -> Path:
+    # add_ on 1M floats in place: reads 2 x 4 MiB, writes 4 MiB = 12 MiB (it fits a 32 MiB LLC)
+    # in 100 us: 125.8 GB/s.
+    b = TraceBuilder(device_name=None)
+    b.op("aten::add_", ts=0, dur=100, dims=[[1 << 20], [1 << 20], []], types=["float", "float", "Scalar"])
+    return b.write(tmp_path / "inplace.json")
+
+
+def test_cache_resident_op_is_placed_under_its_level_roof_not_above_dram(tmp_path):
+    from roofscope.reports.console import render_summary
+
+    one_roof = analyze(_inplace_trace(tmp_path), ceilings=_ceilings(levels=()))
+    k = one_roof.kernels.iloc[0]
+    # 12 MiB / 20 GB/s = 629 us of floor in 100 us: 629% of a DRAM-only roof, flagged, never bare.
+    assert k["efficiency"] == pytest.approx(12 * 2 ** 20 / 20e9 / 100e-6) and bool(k["above_roof"])
+    assert one_roof.summary()["above_roof"]["kernels"] == 1
+    text = " ".join(render_summary(one_roof).split())
+    assert "1 kernel (1 call) ran above its roof (ceilings stale or wrong level): aten::add_ 629.1%" in text
+    assert "629.1%!" in text
+    levels = analyze(_inplace_trace(tmp_path), ceilings=_ceilings())
+    k = levels.kernels.iloc[0]
+    # Against the LLC's 100 GB/s: 125.8 us of floor in 100 us is still above; at 200 GB/s (L2) it would not be.
+    assert k["roof_level"] == "LLC" and k["roof_bw"] == 100e9
+    fast = _ceilings(levels=(("LLC", 32 << 20, 300e9), ("DRAM", float("inf"), 20e9)))
+    k = analyze(_inplace_trace(tmp_path), ceilings=fast).kernels.iloc[0]
+    assert k["efficiency"] == pytest.approx(12 * 2 ** 20 / 300e9 / 100e-6) and not k["above_roof"]
+
+
+def test_levels_round_trip_through_a_ceilings_file(tmp_path):
+    from roofscope.devices import load_ceilings_file, save_ceilings_file
+
+    save_ceilings_file(_ceilings(), tmp_path / "c.json")
+    assert load_ceilings_file(tmp_path / "c.json").levels == LEVELS
+
+
+def test_noisy_measurement_is_flagged_and_not_cached(monkeypatch):
+    from roofscope.errors import RoofscopeError
+    from roofscope.microbench import cache
+    from roofscope.microbench.cpu import _result
+
+    monkeypatch.delenv("ROOFSCOPE_NOISY_SPREAD", raising=False)
+    # Repetitions of 1, 1, 2, 2, 2 s for 1 GB: best 1 GB/s, median 0.5 GB/s: spread 50% > 25%.
+    r = _result("DRAM copy", "memory", "bandwidth:DRAM", "B/s", {}, 1e9, lambda: [1.0, 1.0, 2.0, 2.0, 2.0])
+    assert r["value"] == 1e9 and r["median"] == 0.5e9 and r["spread"] == 0.5 and r["noisy"]
+    quiet = _result("DRAM copy", "memory", "bandwidth:DRAM", "B/s", {}, 1e9, lambda: [1.0, 1.1, 1.05])
+    assert not quiet["noisy"]
+    from dataclasses import replace
+
+    with pytest.raises(RoofscopeError, match="not cached: noisy measurement of DRAM copy"):
+        cache.save(replace(_ceilings(), env={"noisy": ["DRAM copy"]}))
+
+
+def test_cache_levels_from_sysfs(tmp_path):
+    from roofscope.microbench.cpu import cache_levels
+
+    for i, (level, kind, size) in enumerate(((1, "Data", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32768K"))):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(kind + "\n")
+        (d / "size").write_text(size + "\n")
+    # Two threads: 2 x 1 MiB of L2; the 32 MiB L3 is the LLC.
+    assert cache_levels(2, root=str(tmp_path)) == [("L2", 2 << 20), ("LLC", 32 << 20)]
+    assert cache_levels(1, root=str(tmp_path / "missing")) == [("L2", 1 << 20), ("LLC", 32 << 20)]
+
+
+def test_microbench_without_flags_measures_the_device_analyses_use(monkeypatch, tmp_path, capsys):
+    import roofscope.microbench as mb
+    from roofscope.cli import main
+
+    seen = []
+
+    def fake(device, quick=False, progress=None):
+        seen.append(device)
+        return _ceilings()
+
+    monkeypatch.setattr(mb, "measure", fake)
+    monkeypatch.setattr(mb, "default_device", lambda: "cpu")
+    assert main(["microbench", "--no-cache"]) == 0
+    assert seen == ["cpu"]
+    assert "memory L2 200 GB/s" in capsys.readouterr().out

@@ -4,8 +4,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 
+from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
+    from ..devices import Ceilings
     from ..collectors.session import SessionResult
 
 _NAME_WIDTH = 64
@@ -79,12 +82,22 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+def memory_text(c: "Ceilings") -> str:
+    """'memory 30.9 GB/s', or per level: 'memory L2 120 GB/s (<= 2 MiB), LLC 230 GB/s (<= 32 MiB), DRAM 18 GB/s'."""
+    if not c.levels:
+        return f"memory {si(c.bandwidth, 'B/s')}"
+    return "memory " + ", ".join(f"{name} {si(bw, 'B/s')}" + ("" if cap == math.inf else f" (<= {si(cap, 'B')})")
+                                 for name, cap, bw in c.levels)
+
+
 def _ceilings_line(a: "Analysis") -> str:
     c = a.ceilings
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
     # Cached measurements say where they came from: stale ones are otherwise invisible.
     origin = next((n for n in c.notes if n.startswith("using ceilings measured on")), None)
-    return f"{c.source}: {peaks}; memory {si(c.bandwidth, 'B/s')}" + (f" ({origin})" if origin else "")
+    noisy = [n for n in c.notes if n.startswith("noisy:")]
+    return (f"{c.source}: {peaks}; {memory_text(c)}" + (f" ({origin})" if origin else "")
+            + (f"; {'; '.join(noisy)}" if noisy else ""))
 
 
 def render_summary(a: "Analysis", top: int = 15) -> str:
@@ -109,6 +122,8 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
     out += _run_lines(s)
+    if (s.get("above_roof") or {}).get("kernels"):
+        out += above_roof_lines(s["above_roof"])
     if s.get("counters"):
         out.append(_counters_line(s["counters"]))
     if s["untimed_kernels"]:
@@ -155,7 +170,9 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     partly = bool(len(agg)) and bool((agg["coverage"] < 0.9995).any())
     rows = []
     for name, r in agg.iterrows():
-        rates = [pct(r["efficiency"]), si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
+        # Above 100% is never shown bare: "!" points at the warning line above.
+        eff = pct(r["efficiency"]) + ("!" if r["efficiency"] > 1.0 + ABOVE_ROOF_TOLERANCE else "")
+        rates = [eff, si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
                  "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}"]
         rows.append([ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"]), *rates]
                     + ([pct(r["coverage"])] if partly else []) + [shorten(str(name)), shorten(str(first_op.get(name, "")), 32)])
@@ -165,6 +182,21 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     if partly:
         out.append("  (eff, achieved, bandwidth: over the costed launches only; costed: their share of the time)")
     return "\n".join(out) + "\n"
+
+
+def above_roof_text(above: dict) -> str:
+    """One sentence on the kernels that ran faster than their roof allows."""
+    worst = ", ".join(f"{shorten(t['name'], 40)} {pct(t['efficiency'])}" + (f" ({t['level']})" if t["level"] else "")
+                      for t in above["top"][:3])
+    n, calls = above["kernels"], above.get("calls", 0)
+    return (f"{n} {'kernel' if n == 1 else 'kernels'} ({plural(calls, 'call')}) ran above {'its' if n == 1 else 'their'}"
+            f" roof (ceilings stale or wrong level): {worst}; re-measure with `roofscope microbench`")
+
+
+def above_roof_lines(above: dict) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(above_roof_text(above), 78, initial_indent="  warning   ", subsequent_indent=" " * 12)
 
 
 def _counters_line(c: dict) -> str:
