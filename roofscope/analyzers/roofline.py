@@ -77,7 +77,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
     tc = k["tensor_core"].to_numpy(dtype=bool)
-    bw, level = ceilings.level_of(nbytes)
+    bw, level = ceilings.level_of(nbytes)  # no ceilings: NaN, so no floor, efficiency or class
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur
         roof, roof_key = _roofs(ceilings, dtype, tc)

@@ -317,7 +317,7 @@ class Session:
             summary = analysis.summary()
             # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
             # datasheet ones come back from the trace's device name.
-            if analysis.ceilings.source != "datasheet":
+            if analysis.ceilings.source not in ("datasheet", "none"):
                 ceilings = analysis.ceilings
             meta["steps"]["recorded"] = summary["steps"]
             if self.config.report:

@@ -92,9 +92,12 @@ def memory_text(c: "Ceilings") -> str:
 
 def _ceilings_line(a: "Analysis") -> str:
     c = a.ceilings
+    if not c.known:
+        return c.notes[0]
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
     # Cached measurements say where they came from: stale ones are otherwise invisible.
-    origin = next((n for n in c.notes if n.startswith("using ceilings measured on")), None)
+    origin = next((n for n in c.notes if n.startswith("using ceilings measured on")
+                   or " identified from its properties " in n), None)
     noisy = [n for n in c.notes if n.startswith("noisy:")]
     return (f"{c.source}: {peaks}; {memory_text(c)}" + (f" ({origin})" if origin else "")
             + (f"; {'; '.join(noisy)}" if noisy else ""))
@@ -121,6 +124,10 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out.append(f"  time      {ms(total)} ms summed over {what}"
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
+    if s.get("skipped_events"):
+        from ..analyzers.kineto import skipped_line
+
+        out.append(f"  note      {skipped_line(s['skipped_events'])}")
     out += _run_lines(s)
     if (s.get("above_roof") or {}).get("kernels"):
         out += above_roof_lines(s["above_roof"])
