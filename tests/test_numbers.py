@@ -347,3 +347,67 @@ def test_microbench_without_flags_measures_the_device_analyses_use(monkeypatch, 
     assert main(["microbench", "--no-cache"]) == 0
     assert seen == ["cpu"]
     assert "memory L2 200 GB/s" in capsys.readouterr().out
+
+
+# -- advice that changes something -----------------------------------------------------------------
+
+HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "external" / "hta_a100_rank0.json.gz"
+needs_hta = pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
+
+
+@pytest.fixture(scope="module")
+def hta():
+    return analyze(HTA, use_cache=False)
+
+
+@needs_hta
+def test_idle_other_is_addressed_on_the_a100_trace(hta):
+    (f,) = [f for f in hta.diagnosis().findings if f.rule == "idle_other"]
+    # 68% of the step idle with work queued; the host spent 86 ms/step of it in aten::to (cudaMemcpyAsync).
+    assert hta.diagnosis().to_dict()["binding"]["idle_other"] == pytest.approx(0.678, abs=0.001)
+    assert f.rank == 1 and f.title == "GPU idle while the host copies memory"
+    assert f.figures["host op: aten::to"] == pytest.approx(0.086, abs=0.001)
+    assert f.saving_s == pytest.approx(0.5 * f.figures["idle_other_s"])
+
+
+@needs_hta
+def test_fix_snippets_hold_for_the_runs_own_facts(hta):
+    from roofscope.reports.console import render_summary
+
+    by = {f.rule: f for f in hta.diagnosis().findings}
+    # 0.016 of 4.231 ms/step of H2D is pageable: no pin_memory advice.
+    assert "pin_memory" not in by["h2d_copies"].snippet and "pin memory" not in by["h2d_copies"].title
+    # No DDP default (25 MB) as advice.
+    assert "bucket_cap_mb=25" not in by["exposed_communication"].snippet
+    text = render_summary(hta)
+    # Multi-line snippets are printed whole.
+    for line in by["exposed_communication"].snippet.splitlines():
+        assert line in text
+
+
+def test_comm_snippet_from_the_collectives():
+    import pandas as pd
+
+    from roofscope.analyzers.rules.communication import comm_snippet
+
+    def kc(n, mb):
+        return pd.DataFrame({"collective": ["allreduce"] * n, "bytes": [mb * 2 ** 20] * n})
+
+    # 40 all-reduces of 4 MB over 2 steps (20/step): larger buckets, 2 x 4 = 8 MB.
+    assert comm_snippet(kc(40, 4.0), steps=2).splitlines()[0].startswith("model = DDP(model, bucket_cap_mb=8, ")
+    # 20 all-reduces of 12.5 MB a step would ask for 25 MB, DDP's default: no bucket size is given.
+    assert "bucket_cap_mb" not in comm_snippet(kc(20, 12.5), steps=1)
+    # One all-reduce of 400 MB a step: smaller buckets (100 MB) start all-reducing during the backward.
+    assert "bucket_cap_mb=100" in comm_snippet(kc(1, 400.0), steps=1)
+    assert comm_snippet(pd.DataFrame({"collective": ["sendrecv"], "bytes": [1.0]})) == ""
+
+
+def test_cpu_main_job_says_every_rule_was_skipped(tmp_path):
+    from roofscope.reports.console import render_summary
+    from roofscope.reports.html import render_html
+
+    a = _cpu_run(tmp_path, "a")
+    assert "No recommendations: 13 rules skipped: CPU-only trace: the rules read GPU kernels" in \
+        " ".join(render_summary(a).split()) or "rules skipped: CPU-only trace" in render_summary(a)
+    html = render_html(a)
+    assert "every rule was skipped" in html and "CPU-only trace: the rules read GPU kernels" in html

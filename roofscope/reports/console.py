@@ -161,6 +161,7 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
         out.append("")
 
     out += _finding_lines(s)
+    out += _skipped_lines(s)
 
     u = s["unattributed"]
     out.append(f"Cost coverage: {pct(u['share'])} of non-communication time has no cost model")
@@ -269,10 +270,30 @@ def _finding_lines(s: dict, top: int = 5) -> list[str]:
         out.append(f"  {f['rank']}. {f['title']}: -{f['saving_s'] * 1e3:.3f} ms ({pct(f['saving_pct'])}),"
                    f" {f['confidence']} confidence")
         out += textwrap.wrap(f['summary'], 78, initial_indent="     ", subsequent_indent="     ")
-        snippet = f["fix"]["snippet"].splitlines()[0] if f["fix"]["snippet"] else f["fix"]["text"]
-        out += textwrap.wrap("fix: " + snippet, 78, initial_indent="     ", subsequent_indent="       ")
+        code = (f["fix"]["snippet"] or "").splitlines()
+        if code:
+            # Code is printed whole, one line each, never wrapped: it is meant to be copied.
+            out += ["     fix: " + code[0]] + ["          " + line for line in code[1:]]
+        else:
+            out += textwrap.wrap("fix: " + f["fix"]["text"], 78, initial_indent="     ", subsequent_indent="       ")
     out.append("")
     return out
+
+
+def _skipped_lines(s: dict) -> list[str]:
+    """Rules that did not run, with their reasons; collapsed to one line when they share it."""
+    skipped = (s.get("diagnosis") or {}).get("skipped") or []
+    if not skipped:
+        return []
+    reasons = {r["reason"] for r in skipped}
+    head = "No recommendations: " if not s.get("findings") else "Rules not applied: "
+    if len(reasons) == 1:
+        import textwrap
+
+        return textwrap.wrap(f"{head}{len(skipped)} rules skipped: {reasons.pop()}", 80,
+                             subsequent_indent="  ") + [""]
+    return [head.rstrip(": ") + f" ({len(skipped)} rules skipped)"] + [
+        f"  {r['rule']}: {r['reason']}" for r in skipped] + [""]
 
 
 def render_session(result: "SessionResult", top: int = 15, quiet: bool = False) -> tuple[str, str | None]:
