@@ -411,3 +411,16 @@ def test_cpu_main_job_says_every_rule_was_skipped(tmp_path):
         " ".join(render_summary(a).split()) or "rules skipped: CPU-only trace" in render_summary(a)
     html = render_html(a)
     assert "every rule was skipped" in html and "CPU-only trace: the rules read GPU kernels" in html
+
+
+def test_one_step_reads_as_one_step_everywhere(tmp_path):
+    from roofscope.reports.console import render_summary
+    from roofscope.reports.html import render_html
+    from roofscope.reports.markdown import render_markdown
+
+    a = _cpu_run(tmp_path, "one", steps=1, partial=False)
+    text = render_summary(a)
+    assert ", step 3" in text and "steps 3-3" not in text and "1 profiled, 0.520 ms/step" in text
+    assert "| step time, 1 step | 0.520 ms |" in render_markdown(a)
+    html = render_html(a)
+    assert "median of 1 steps" not in html and ">1 step<" in html
