@@ -424,3 +424,16 @@ def test_one_step_reads_as_one_step_everywhere(tmp_path):
     assert "| step time, 1 step | 0.520 ms |" in render_markdown(a)
     html = render_html(a)
     assert "median of 1 steps" not in html and ">1 step<" in html
+
+
+def test_gate_cli_takes_bounds_with_units(tmp_path, capsys):
+    from roofscope.cli import main
+
+    _cpu_run(tmp_path, "bench", adds=1, partial=False)
+    trace = str(tmp_path / "bench.json")
+    # Steps of 0.620 ms: within 1ms, above 500us.
+    assert main(["gate", trace, "--max-step-time", "1ms", "-q"]) == 0
+    assert main(["gate", trace, "--max-step-time", "500us"]) == 1
+    assert "above the bound <= 0.500 ms (median of 3 steps)" in capsys.readouterr().out
+    assert main(["gate", trace, "--min-mbu", "101%"]) == 2
+    assert "--min-mbu 101%: expected a share between 0% and 100%" in capsys.readouterr().err
