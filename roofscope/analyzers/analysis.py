@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
-from .roofline import CLASSES, RooflineParams, aggregate, place
+from .roofline import CLASSES, RooflineParams, above_roof, aggregate, place
 from .trace import Trace, load_trace, regions_at, steps_at
 
 
@@ -184,6 +184,7 @@ class Analysis:
             "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
             "partial_steps": self.partial_steps(),
             "unattributed": self.unattributed(),
+            "above_roof": above_roof(k),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
             "phases": self._phases(),

@@ -5,11 +5,12 @@ from .base import Context, Diagnosis, Finding, Rule, diagnose
 from .communication import ExposedCommunication
 from .fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
 from .hardware import SmallGrid, Throttling, Underutilized
+from .idle import IdleOther
 from .overhead import CudaGraphs, HostCopies, HostSyncs
 from .precision import Alignment, Tf32, WeightBoundGemm
 
 RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), ElementwiseFusion(), UnfusedAttention(),
                      UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(), SmallGrid(),
-                     Underutilized(), ExposedCommunication()]
+                     Underutilized(), ExposedCommunication(), IdleOther()]
 
 __all__ = ["RULES", "Context", "Diagnosis", "Finding", "Rule", "diagnose"]

@@ -172,7 +172,7 @@ def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
     for rule in rules:
         term = rule.binding
         if term in NEEDS_CEILINGS and not a.ceilings.known:
-            skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --device KEY, --peak-tflops and"
+            skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --datasheet KEY, --peak-tflops and"
                                                           " --peak-bandwidth, or --ceilings FILE"})
             continue
         if term in ctx.terms and ctx.share(term) < rule.min_share:
