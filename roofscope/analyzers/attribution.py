@@ -12,7 +12,8 @@ Kernels left without a cost are never given one; instead they get a reason:
 * ``no_launch_op``: no CPU op encloses the launch (or no launch event was recorded),
 * ``compiled_no_metadata``: launched inside a torch.compile'd region without Inductor metadata,
 * ``no_shapes``: the op has a formula but the trace was recorded without shapes,
-* ``no_formula``: no op on the launch stack has a cost formula.
+* ``no_formula``: no op on the launch stack has a cost formula,
+* ``graph_replay``: replayed from a CUDA graph whose capture is unknown (graphs.py).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .categories import kernel_categories
 from .linking import ancestor_where, take
 from .trace import Trace
 
-UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula")
+UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
 _COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "triton_")
 
 
