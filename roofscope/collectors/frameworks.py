@@ -18,8 +18,9 @@ FRAMEWORK_MODULES: dict[str, tuple[str, ...]] = {
     "lightning": ("lightning.pytorch", "pytorch_lightning"),
     "torchtitan": ("torchtitan",),
     "deepspeed": ("deepspeed",),
-    "fsdp2": ("torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp"),
 }
+# FSDP2 is not listed: torch loads its module without it being used; its ``FSDP::`` spans in
+# the trace say it ran (analyzers/rules/fixes.py).
 
 
 def loaded_frameworks(modules: Mapping[str, object] | None = None) -> list[str]:

@@ -81,15 +81,15 @@ def change_of(rule: str) -> str:
 
 
 def detect_frameworks(a: "Analysis") -> list[str]:
-    """Frameworks of the run, in :data:`_PRIORITY` order: from run.json, else from the trace."""
+    """Frameworks of the run, in :data:`_PRIORITY` order: from run.json and the trace (a
+    closure inside optimizer.step says Lightning only when run.json names no frameworks:
+    LBFGS takes a closure too)."""
     meta = a.run_meta or {}
-    found = set(meta.get("frameworks") or [])
-    if not found and "frameworks" not in meta:
-        found = _from_trace(a)
+    found = set(meta.get("frameworks") or []) | _from_trace(a, lightning="frameworks" not in meta)
     return [f for f in _PRIORITY if f in found] + sorted(found - set(_PRIORITY))
 
 
-def _from_trace(a: "Analysis") -> set[str]:
+def _from_trace(a: "Analysis", lightning: bool) -> set[str]:
     names = set(a.trace.annotations["name"].astype(str).unique()) if len(a.trace.annotations) else set()
     names |= set(a.trace.ops["name"].astype(str).unique()) if len(a.trace.ops) else set()
     found = set()
@@ -99,7 +99,7 @@ def _from_trace(a: "Analysis") -> set[str]:
         found.add("deepspeed")
     k = a.kernels
     # Forward kernels launched inside optimizer.step: the closure Lightning passes it.
-    if "phase" in k and "region" in k:
+    if lightning and "phase" in k and "region" in k:
         in_step = k["region"].astype(str).str.startswith("Optimizer.step#")
         if (in_step & (k["phase"] == "backward")).any():
             found.add("lightning")
