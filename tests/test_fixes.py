@@ -65,3 +65,26 @@ def test_lightning_detected_from_a_plain_trace(tmp_path):
     assert d["frameworks"] == ["lightning"]
     f = {x["rule"]: x for x in a.summary()["findings"]}["fused_optimizer"]
     assert "def configure_optimizers(self):" in f["fix"]["snippet"] and "fused=True" in f["fix"]["snippet"]
+
+
+def test_launch_bound_saving_is_the_idle_inside_forward_and_backward(tmp_path):
+    # 20 forward kernels and 20 backward kernels (autograd engine thread) of 2 us, each launched
+    # 20 us after the GPU went idle: 19 + 19 in-phase gaps of 20 us = 760 us a graph removes (the
+    # step's first gap is its edge). Between the phases the framework's own code keeps the GPU
+    # idle 3 ms more (a 3020 us gap): no graph removes that.
+    s = Step()
+    for _ in range(20):
+        s.kernel("aten::add", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<add>", 2, host_gap=20)
+    s.gpu += 3000
+    s.cpu = max(s.cpu, s.gpu)
+    s.b.op("autograd::engine::evaluate_function: AddBackward0", s.cpu - 1, 2000, tid=200)
+    for _ in range(20):
+        s.kernel("aten::mul", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<mul>", 2, host_gap=20,
+                 tid=200)
+    a = roofscope.analyze(s.write(tmp_path), ceilings=TOY)
+    assert set(a.kernels["phase"]) == {"forward", "backward"}
+    f = {x["rule"]: x for x in a.summary()["findings"]}["cuda_graphs"]
+    fig = f["evidence"]["figures"]
+    assert fig["host_idle_s"] == pytest.approx(760e-6 + 3020e-6)
+    assert fig["in_model_idle_s"] == pytest.approx(38 * 20e-6)
+    assert f["saving_s"] == pytest.approx(38 * 20e-6 - 10e-6)

@@ -14,7 +14,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 p = argparse.ArgumentParser()
-p.add_argument("--compile", action="store_true", help="TrainingArguments(torch_compile=True)")
+p.add_argument("--compile", nargs="?", const="default", metavar="MODE",
+               help="TrainingArguments(torch_compile=True, torch_compile_mode=MODE)")
 p.add_argument("--steps", type=int, default=7)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--seq", type=int, default=1024)
@@ -41,5 +42,6 @@ data = RandomTokens(args.batch * (args.steps + 1), args.seq, config.vocab_size)
 with tempfile.TemporaryDirectory() as out:
     targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch, max_steps=args.steps,
                               bf16=True, report_to=[], save_strategy="no", logging_steps=1000,
-                              torch_compile=args.compile, dataloader_num_workers=0, disable_tqdm=True)
+                              torch_compile=bool(args.compile), dataloader_num_workers=0, disable_tqdm=True,
+                              **({"torch_compile_mode": args.compile} if args.compile not in (None, "default") else {}))
     Trainer(model=model, args=targs, train_dataset=data).train()

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 p = argparse.ArgumentParser()
-p.add_argument("--compile", action="store_true", help="model = torch.compile(model) before fit")
+p.add_argument("--compile", nargs="?", const="default", metavar="MODE",
+               help="model = torch.compile(model, mode=MODE) before fit")
 p.add_argument("--steps", type=int, default=7)
 p.add_argument("--batch", type=int, default=256)
 args = p.parse_args()
@@ -41,7 +42,7 @@ y = torch.randint(0, 10, (len(x),))
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=args.batch)
 model = SmallCNN()
 if args.compile:
-    model = torch.compile(model)
+    model = torch.compile(model, mode=args.compile)
 trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=args.steps, logger=False,
                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 trainer.fit(model, loader)

@@ -2,6 +2,7 @@
 
     roofscope run benchmarks/real_clients/resnet50_channels_last.py
     roofscope run benchmarks/real_clients/resnet50_channels_last.py --compile
+    roofscope run benchmarks/real_clients/resnet50_channels_last.py --compile reduce-overhead   # + CUDA graphs
 """
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import torch
 import torchvision
 
 p = argparse.ArgumentParser()
-p.add_argument("--compile", action="store_true", help="model = torch.compile(model)")
+p.add_argument("--compile", nargs="?", const="default", metavar="MODE", help="model = torch.compile(model, mode=MODE)")
 p.add_argument("--steps", type=int, default=7)
 p.add_argument("--batch", type=int, default=64)
 args = p.parse_args()
 
 model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-step_fn = torch.compile(model) if args.compile else model
+step_fn = torch.compile(model, mode=args.compile) if args.compile else model
 x = torch.randn(args.batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
 y = torch.randint(0, 1000, (args.batch,), device="cuda")
 for _ in range(args.steps):

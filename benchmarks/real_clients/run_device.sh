@@ -13,15 +13,16 @@ if [ -z "${NCU:-}" ] && [ -z "${NO_MICROBENCH:-}" ]; then
 fi
 for c in "$@"; do
   variants=("" "--compile"); [ -n "${NCU:-}" ] && variants=("ncu")
+  [ -n "${VARIANTS:-}" ] && IFS=, read -r -a variants <<< "$VARIANTS"   # e.g. VARIANTS="--compile reduce-overhead"
   for v in "${variants[@]}"; do
-    name=$c${v:+_${v#--}}
+    name=$c${v:+_$(echo "${v#--}" | tr ' ' '_')}
     flags=(); [ "$v" = ncu ] && flags=(--counters ncu --counters-sample "${SAMPLE:-400}")
-    extra=(); [ "$v" = --compile ] && extra=(--compile)
+    extra=(); [ "${v:0:9}" = --compile ] && read -r -a extra <<< "$v"
     start=$(date +%s)
     timeout "${LIMIT:-240}" $RS run -o "rc/$name" --force "${flags[@]}" "benchmarks/real_clients/$c.py" "${extra[@]}" \
       > "rc/$name.txt" 2>&1
     echo "$name rc=$? $(( $(date +%s) - start ))s" | tee -a "$OUT/log.txt"
     tail -60 "rc/$name.txt" > "rc/$name.tail.txt"
   done
-  tar czf "$OUT/$c${NCU:+_ncu}.tgz" rc/$c* 2>>"$OUT/log.txt"
+  tar czf "$OUT/$c${NCU:+_ncu}${VARIANTS:+_v}.tgz" rc/$c* 2>>"$OUT/log.txt"
 done

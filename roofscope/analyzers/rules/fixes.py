@@ -34,9 +34,8 @@ class Change:
 CHANGES: tuple[Change, ...] = (
     Change("torch_compile", "Compile the model (torch.compile: fusion, fewer launches, CUDA graphs)",
            ("fusion", "cuda_graphs"), {
-               "hf_trainer": 'TrainingArguments(..., torch_compile=True,\n'
-                             '                  torch_compile_mode="max-autotune-no-cudagraphs")'
-                             '  # or "reduce-overhead" for CUDA graphs',
+               "hf_trainer": "TrainingArguments(..., torch_compile=True)"
+                             '   # torch_compile_mode="reduce-overhead" adds CUDA graphs',
                "lightning": "model = torch.compile(model)   # the LightningModule, before trainer.fit(model)",
                "accelerate": 'accelerator = Accelerator(dynamo_backend="inductor")',
                "torchtitan": "[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]   # in the job's .toml",
