@@ -89,8 +89,9 @@ def report_cmd(**kwargs: object) -> int:
               help="Write the comparison as JSON.")
 @click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write the comparison as markdown (e.g. for a pull request).")
-@click.option("--applied", metavar="RULE",
-              help="Rule id of A's finding that B applied [default: the one whose kernels lost most time].")
+@click.option("--applied", metavar="CHANGE",
+              help="The change B applied (e.g. torch_compile), or a finding's rule id; checked against the"
+                   " change's combined saving [default: the finding whose kernels lost most time].")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernel changes listed.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal view.")

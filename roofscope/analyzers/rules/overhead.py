@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ..runtime_names import GRAPH_LAUNCHES
 from .base import Context, Finding, Rule, top_kernels
@@ -33,15 +34,20 @@ class CudaGraphs(Rule):
         per_step = len(k) / ctx.steps
         median_us = float(np.median(k["dur_s"])) * 1e6 if len(k) else 0.0
         idle = ctx.terms["host"]
-        saving = max(0.0, idle - GRAPH_LAUNCH_S)
+        # A graph (or a compiled model) replays the model's own launches; the host time between
+        # phases (the framework's loop, hooks, data loading, logging) stays. Only idle between
+        # two kernels of one forward or backward phase is the launch overhead it removes.
+        captured = _in_model_idle(ctx) if "phase" in ctx.kernels else idle
+        saving = max(0.0, min(idle, captured) - GRAPH_LAUNCH_S)
         # Short kernels are the signature of launch-bound work; long ones mean the host is slow
         # for other reasons (data loading, Python), which graphs do not remove.
         short = median_us < 20
         conf = "high" if short and ctx.share("host") >= 0.3 else "medium" if short else "low"
         return [Finding(
             self.name, "Launch-bound: capture the step in a CUDA graph", self.binding, saving, conf,
-            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches;"
-            f" {per_step:.0f} kernels/step, median {median_us:.1f} us",
+            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches,"
+            f" {min(idle, captured) * 1e3:.3f} ms of it inside forward/backward; {per_step:.0f} kernels/step,"
+            f" median {median_us:.1f} us",
             "Replay the step as a CUDA graph so the CPU launches it once: torch.compile with"
             " mode=\"reduce-overhead\" (also fuses), or torch.cuda.graphs for static shapes. Saving ~ the"
             " host-bound idle time.",
@@ -49,7 +55,24 @@ class CudaGraphs(Rule):
             "# or: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(static_input)",
             top_kernels(k, ctx.steps),
             {"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
-             "host_idle_share": ctx.share("host")})]
+             "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host")})]
+
+
+def _in_model_idle(ctx: Context) -> float:
+    """Host-bound idle per step between two consecutive kernels of one device that are both in
+    the forward or both in the backward phase (analyzers/phases.py)."""
+    gaps = ctx.analysis.timeline().gaps
+    if not len(gaps):
+        return 0.0
+    k = ctx.analysis.kernels
+    gaps = gaps[gaps["kind"].isin(("host", "queued")) & (gaps["step"] >= 0) & (gaps["next_kernel"] >= 0)]
+    order = k.sort_values(["device", "ts_ns"], kind="stable")
+    prev = pd.Series(order.index.to_numpy(), index=order.index).groupby(order["device"]).shift(1)
+    nxt = gaps["next_kernel"].to_numpy()
+    p_next = k["phase"].reindex(nxt).to_numpy(dtype=object)
+    p_prev = k["phase"].reindex(prev.reindex(nxt).to_numpy()).to_numpy(dtype=object)
+    inside = (p_next == p_prev) & np.isin(p_next, ("forward", "backward"))
+    return float(gaps["dur_s"].to_numpy()[inside].sum()) / ctx.steps
 
 
 class HostSyncs(Rule):
