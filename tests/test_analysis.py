@@ -213,11 +213,13 @@ def test_hta_a100_report():
     assert s["communication_time_s"] == pytest.approx(0.190345)
     assert s["kernel_time_s"] == pytest.approx(0.449763)
     u = s["unattributed"]
-    # Most non-NCCL time is torch.compile'd kernels recorded without Inductor's metadata (105 ms,
-    # 135 kernels) and CUDA-graph replays / DDP internals launched outside any op (63 ms).
+    # Most non-NCCL time is torch.compile'd kernels replayed from 70 CUDA-graph launches with no capture
+    # in the trace (105 ms, 135 kernels) and DDP internals launched outside any op (63 ms).
     assert u["by_reason"]["no_launch_op"]["time_s"] == pytest.approx(0.063436)
-    assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 135
-    assert u["by_reason"]["compiled_no_metadata"]["time_s"] == pytest.approx(0.105115)
+    assert u["by_reason"]["graph_replay"]["kernels"] == 135
+    assert u["by_reason"]["graph_replay"]["time_s"] == pytest.approx(0.105115)
+    assert a.graphs.to_dict()["unmapped"] == {"no_capture": 70}
+    assert "--graph-capture" in u["notes"][1]
     assert 0.65 < u["share"] < 0.75
     costed = a.kernels[a.kernels["unattributed"] == ""]
     assert np.isfinite(costed.loc[costed["category"] != "communication", "efficiency"]).all()
