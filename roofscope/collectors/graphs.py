@@ -32,6 +32,9 @@ class GraphRecorder:
         self._saved: dict[str, Any] = {}
         self._open: dict[int, tuple[Any, Any]] = {}   # graph id -> (annotation, own profiler or None)
         self._installed = False
+        # Captures in progress: nothing runs during one, so the session marks no step boundary
+        # (a boundary would also switch the session's profiler while the capture's own records).
+        self.capturing = 0
 
     def install(self) -> None:
         import torch
@@ -42,6 +45,7 @@ class GraphRecorder:
         rec = self
 
         def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            rec.capturing += 1
             rec._begin(graph)
             return begin(graph, *args, **kwargs)
 
@@ -49,6 +53,7 @@ class GraphRecorder:
             try:
                 return end(graph, *args, **kwargs)
             finally:
+                rec.capturing = max(0, rec.capturing - 1)
                 rec._end(graph)
 
         def replay_(graph: Any, *args: Any, **kwargs: Any) -> Any:

@@ -258,7 +258,7 @@ class Session:
 
     def _advance(self) -> None:
         c = self._collector
-        if c is None or c.done:
+        if c is None or c.done or (self._graphs is not None and self._graphs.capturing):
             return
         c.step()
         if self._sampler is not None and c.recording_next:
