@@ -1,6 +1,6 @@
 """Hugging Face generate() on a randomly initialised Llama with grouped-query attention.
 
-    python examples/generate.py [--batch 1] [--prompt-len 128] [--new-tokens 32] [--size 1b|tiny]
+    python examples/generate.py [--batch 1] [--prompt-len 128] [--new-tokens 32] [--size 1b|tiny] [--static-compile]
     roofscope run examples/generate.py --batch 32
 
 No roofscope call and no optimizer: under ``roofscope run`` every outermost forward (the prompt's
@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--size", choices=sorted(SIZES), default="1b")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--static-compile", action="store_true",
+                    help='static KV cache + torch.compile(mode="reduce-overhead"): decode steps replay CUDA graphs')
     args = ap.parse_args(argv)
     cfg = LlamaConfig(**SIZES[args.size], max_position_embeddings=args.prompt_len + args.new_tokens + 8,
                       pad_token_id=0, bos_token_id=None, eos_token_id=None)
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     with torch.device(args.device):  # random init on the GPU: seconds instead of minutes on the CPU
         model = LlamaForCausalLM(cfg).to(dtype).eval()
+    if args.static_compile:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     ids = torch.randint(1, cfg.vocab_size, (args.batch, args.prompt_len), device=args.device)
     kw = dict(do_sample=False, attention_mask=torch.ones_like(ids))
     model.generate(ids, max_new_tokens=3, min_new_tokens=3, **kw)  # warm-up: 3 forwards
