@@ -57,6 +57,27 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     }, index=ops.index)
 
 
+def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
+    """Rows of the CPU ops that are the work items of a CPU-only trace, in op order.
+
+    The innermost costed op is the work item, unless an enclosing costed op does FLOPs its
+    costed descendants do not account for: CPU ``addmm`` computes the GEMM itself and calls
+    ``copy_`` only to broadcast the bias, so the work item is the addmm. The choice reads the
+    op tree and the cost formulas only, never durations, so identical runs pick identical
+    items (a timing test picked the copy in some runs and lost the GEMM's FLOPs).
+    """
+    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy()
+    flops = np.where(costed, np.nan_to_num(oc["flops"].to_numpy(dtype=np.float64)), 0.0)
+    # FLOPs of each costed op's costed descendants, summed at their nearest costed ancestor.
+    up = ancestor_where(parent, np.where(costed, parent, -1), costed)
+    below = np.bincount(up[up >= 0], weights=flops[up >= 0], minlength=len(parent))
+    has_costed_child = np.bincount(up[up >= 0], minlength=len(parent)) > 0
+    chosen = costed & (~has_costed_child | (flops > below * (1 + 1e-9)))
+    # Work items must not nest: drop any whose ancestor was chosen too.
+    above = ancestor_where(parent, np.where(chosen, parent, -1), chosen)
+    return np.flatnonzero(chosen & (above < 0))
+
+
 def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     """The trace's GPU activity with per-kernel cost columns added (a new frame)."""
     k = trace.kernels.copy()

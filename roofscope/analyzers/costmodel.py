@@ -7,7 +7,9 @@ type`` / ``Input Strides`` / ``Concrete Inputs``), binds them to the op's schema
 :mod:`roofscope.analyzers.formulas`.  Output shapes come from each formula's exact
 rule (cheap, and exact); when a formula has none (padding, repeat, upsampling) or a
 parameter of its rule is missing (conv, pooling) it asks for meta-tensor inference, which
-runs the real op on ``device="meta"`` tensors.  Results are cached per signature.
+runs the real op on ``device="meta"`` tensors: the only step that imports torch. Schemas
+come from a table shipped with roofscope (:mod:`.schemas`), not from torch.  Results are
+cached per signature.
 
 A bad signature never aborts the analysis: it is reported as ``no_formula`` (formula
 raised) or ``no_shapes`` (shapes or needed scalars not recorded), never invented.
@@ -25,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from roofscope.analyzers import formulas as cf
+from roofscope.analyzers.schemas import Param, overloads
 
 log = logging.getLogger(__name__)
 
@@ -178,74 +181,23 @@ def build_call(name: str, dims: tuple, types: tuple, strides: Any = None, concre
 
 
 # ---------------------------------------------------------------------------
-# schema binding
-
-
-@dataclass(frozen=True)
-class _Param:
-    name: str
-    kwarg_only: bool
-    mutable: bool
-    write_only: bool
-    tensor_slot: bool  # Tensor or Tensor?
-    optional: bool
-    kinds: frozenset[str]  # strict matches
-    loose: frozenset[str]  # what older Kineto versions recorded for it
-    has_default: bool
-    default: Any
-    device: bool
+# schema binding (from the shipped table: no torch import; see schemas.py)
 
 
 @dataclass(frozen=True)
 class _Bound:
-    overload: Any
-    params: tuple[_Param, ...]
-
-
-def _param(a: Any) -> _Param:
-    ts = str(a.type)
-    optional = ts.startswith("Optional[")
-    base = ts[len("Optional["):-1] if optional else ts
-    if base == "Tensor":
-        kinds = {"T"}
-    elif base in ("List[Tensor]", "List[Optional[Tensor]]"):
-        kinds = {"L", "G"}
-    elif base.startswith("List["):
-        kinds = {"SL", "G"}
-    else:
-        kinds = {"S"}
-    if optional or base in ("str", "Device", "Generator", "Layout"):
-        kinds.add("N")
-    loose = kinds | ({"S", "SL", "G", "N"} if "T" not in kinds and "L" not in kinds else set())
-    is_write = a.alias_info is not None and a.alias_info.is_write
-    return _Param(a.name, a.kwarg_only, is_write, is_write and a.is_out, base == "Tensor", optional, frozenset(kinds),
-                  frozenset(loose), a.has_default_value(), a.default_value if a.has_default_value() else None,
-                  base == "Device")
-
-
-@lru_cache(maxsize=None)
-def _overloads(name: str) -> tuple[tuple[Any, tuple[_Param, ...]], ...]:
-    import torch
-
-    ns, _, op = name.partition("::")
-    try:
-        packet = getattr(getattr(torch.ops, ns), op)
-        found = []
-        for ov in packet.overloads():
-            overload = getattr(packet, ov)
-            found.append((overload, tuple(_param(a) for a in overload._schema.arguments)))
-        return tuple(found)
-    except Exception:  # not an op of this torch build (custom or removed op)
-        return ()
+    op: str
+    overload: str  # overload name ("default", "out", ...): meta inference resolves it in torch
+    params: tuple[Param, ...]
 
 
 @lru_cache(maxsize=8192)
 def _binding(name: str, kinds: tuple[str, ...]) -> _Bound | None:
-    candidates = [(o, ps) for o, ps in _overloads(name) if len(ps) == len(kinds)]
+    candidates = [(o, ps) for o, ps in overloads(name) if len(ps) == len(kinds)]
     for attr in ("kinds", "loose"):
         for overload, params in candidates:
             if all(k in getattr(p, attr) for k, p in zip(kinds, params)):
-                return _Bound(overload, params)
+                return _Bound(name, overload, params)
     return None
 
 
@@ -254,12 +206,16 @@ def _binding(name: str, kinds: tuple[str, ...]) -> _Bound | None:
 
 
 def _infer(call: cf.OpCall, bound: _Bound) -> list[cf.TensorSpec] | None:
+    # The one place analysis needs torch: a formula without an exact output-shape rule.
     import torch
 
     try:
+        ns, _, op = bound.op.partition("::")
+        overload = getattr(getattr(getattr(torch.ops, ns), op), bound.overload)
+        defaults = [a.default_value if a.has_default_value() else None for a in overload._schema.arguments]
         pos: list[Any] = []
         kw: dict[str, Any] = {}
-        for a, p in zip(call.args, bound.params):
+        for a, p, default in zip(call.args, bound.params, defaults):
             if a.kind == cf.TENSOR:
                 v: Any = _meta_tensor(torch, a.tensor)  # type: ignore[arg-type]
             elif a.kind == cf.TENSORS:
@@ -269,7 +225,7 @@ def _infer(call: cf.OpCall, bound: _Bound) -> list[cf.TensorSpec] | None:
             elif a.known and (a.value is not None or p.optional):
                 v = a.value
             elif p.has_default:
-                v = p.default
+                v = default
             else:
                 return None  # a required scalar was not recorded: shapes may depend on it
             if p.kwarg_only:
@@ -278,7 +234,7 @@ def _infer(call: cf.OpCall, bound: _Bound) -> list[cf.TensorSpec] | None:
                 pos.append(v)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = bound.overload(*pos, **kw)
+            result = overload(*pos, **kw)
     except Exception as e:
         log.debug("meta inference failed for %s: %r", call.name, e)
         return None

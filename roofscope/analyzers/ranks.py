@@ -258,7 +258,8 @@ def analyze_part(part: Part, options: dict[str, Any]) -> RankResult:
 def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None = None) -> list[RankResult]:
     """Analyze ``parts`` in ``jobs`` processes (default: one per CPU; 1 runs in this process).
 
-    Workers come from a ``forkserver`` context preloaded with the analysis modules and torch:
+    Workers come from a ``forkserver`` context preloaded with the analysis modules (no torch:
+    analysis does not import it):
     each worker is a fork of a server that imported them once, so it starts in milliseconds
     (``spawn`` pays the ~2 s of imports per worker), and unlike plain ``fork`` it is safe when
     the caller holds CUDA or threads (rank 0 merging right after its own profile).
@@ -269,7 +270,8 @@ def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None =
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["roofscope.analyzers.analysis", "roofscope.analyzers.costmodel", "torch"])
+    ctx.set_forkserver_preload(["roofscope.analyzers.analysis", "roofscope.analyzers.costmodel",
+                                "roofscope.analyzers.formulas"])
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
     try:
         return list(pool.map(analyze_part, parts, [options] * len(parts)))

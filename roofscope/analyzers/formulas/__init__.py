@@ -12,12 +12,13 @@ Importing this package imports every formula module, which registers its formula
 * ``records``: OpCall / Arg / TensorSpec / Cost, MissingShapes
 * ``registry``: REGISTRY, register, Formula
 * ``rules``: the bytes rule, which tensors an op writes, broadcasting
+* ``flops``: GEMM, convolution and attention FLOP counts
 * ``elementwise``, ``reductions`` (also pooling, norms, softmax, losses), ``matmul``
   (gemm / conv), ``attention`` (SDPA variants, GQA, varlen, paged), ``memory`` (copies, gathers, fills, views), ``optimizer``,
   ``inductor`` (Triton kernels): the formulas
 
-torch is imported lazily (only for ``torch.utils.flop_counter``), so importing this
-package stays cheap for CLI commands that never cost anything.
+No formula imports torch (``flops`` holds the GEMM/conv/attention counts of
+``torch.utils.flop_counter`` as pure functions), so costing a trace needs no torch.
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
-"""Matrix multiplies and convolutions: FLOPs from torch.utils.flop_counter (attention: attention.py).
-
-torch is imported lazily (only for ``torch.utils.flop_counter``), so importing this
-module stays cheap for CLI commands that never cost anything.
-"""
+"""Matrix multiplies and convolutions: FLOPs as torch.utils.flop_counter counts them (pure functions
+of shapes in :mod:`.flops`; no torch import). Attention lives in :mod:`.attention`."""
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Callable
 
 from roofscope.analyzers.formulas.dtypes import DTYPE_BY_NAME, DType, dtype_from_code
+from roofscope.analyzers.formulas.flops import FLOP_FORMULAS
 from roofscope.analyzers.formulas.records import UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
 from roofscope.analyzers.formulas.registry import register
 from roofscope.analyzers.formulas.rules import _cost, _outputs
 
 
-@lru_cache(maxsize=None)
 def _flop_fn(op: str) -> Callable[..., int]:
-    """FLOP formula from torch.utils.flop_counter (the reference gemm/conv/attention counts)."""
-    import torch
-    from torch.utils.flop_counter import flop_registry
-
-    return flop_registry[getattr(torch.ops.aten, op)]
+    """FLOP formula of torch.utils.flop_counter's aten op ``op`` (the reference gemm/conv counts)."""
+    return FLOP_FORMULAS[op]
 
 
 def _out_dtype(call: OpCall, a: TensorSpec, pos: int | None = None) -> DType | None:

@@ -1,0 +1,94 @@
+"""Golden digests of `roofscope analyze --json` on every shared external trace.
+
+Speed work (issue 16) must not change a single figure. `digests(path)` turns the analysis of
+one trace into one short hash per section of the JSON output (each summary key, each
+aggregate table), with floats rounded to 9 significant digits so that a changed summation
+order cannot flip a digest while any real change does. `tests/data/golden_summaries.json`
+holds the digests recorded with the code as it was before the speed work;
+tests/test_golden_summaries.py compares against them.
+
+Re-record (only for an intentional change of results, saying which in the commit):
+
+    PYTHONPATH=. python -m tests.golden --write
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden_summaries.json"
+
+
+def shared_traces_dir() -> Path | None:
+    """../shared/traces/external from the main checkout or from a worktree one level deeper."""
+    here = Path(__file__).resolve()
+    for root in here.parents[1:4]:
+        d = root / "shared" / "traces" / "external"
+        if d.is_dir():
+            return d
+    return None
+
+
+def trace_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                  and p.name != "README.md")
+
+
+def _canon(v: Any) -> Any:
+    if isinstance(v, float):
+        return float(f"{v:.9g}")
+    if isinstance(v, dict):
+        return {k: _canon(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_canon(x) for x in v]
+    return v
+
+
+def sections(doc: dict[str, Any]) -> dict[str, Any]:
+    """The JSON output split into the sections that are digested (the trace's own path left out)."""
+    out = {f"summary.{k}": v for k, v in doc["summary"].items() if k != "trace"}
+    out.update({k: v for k, v in doc.items() if k.startswith("by_")})
+    return out
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha1(json.dumps(_canon(value), sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Every trace is analyzed on one datasheet device, so that traces without a known device (V100,
+# MTIA, CPU-only) are analyzed in full too and the digests do not depend on ceilings resolution.
+DEVICE = "a100-sxm4-80gb"
+
+
+def analyze_json(path: Path) -> dict[str, Any] | str:
+    """The --json document of one trace, or the error's class name when roofscope refuses it."""
+    from roofscope.analyzers.analysis import analyze
+    from roofscope.errors import RoofscopeError
+    from roofscope.reports.export import to_json_dict
+
+    try:
+        return json.loads(json.dumps(to_json_dict(analyze(path, device=DEVICE, use_cache=False))))
+    except RoofscopeError as e:
+        return f"error: {type(e).__name__}"
+
+
+def digests(path: Path) -> dict[str, str] | str:
+    doc = analyze_json(path)
+    return doc if isinstance(doc, str) else {k: digest(v) for k, v in sections(doc).items()}
+
+
+def record() -> dict[str, Any]:
+    root = shared_traces_dir()
+    if root is None:
+        raise SystemExit("shared/traces/external not found")
+    return {str(p.relative_to(root)): digests(p) for p in trace_files(root)}
+
+
+if __name__ == "__main__":
+    if "--write" not in sys.argv:
+        raise SystemExit(__doc__)
+    GOLDEN.write_text(json.dumps(record(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN}")
