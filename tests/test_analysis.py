@@ -234,6 +234,8 @@ def test_hta_a100_report():
     assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 0
     assert u["by_reason"]["graph_replay"]["kernels"] == 135
     assert u["by_reason"]["graph_replay"]["time_s"] == pytest.approx(0.105115)
+    assert a.graphs.to_dict()["unmapped"] == {"no_capture": 70}
+    assert "--graph-capture" in u["notes"][1]
     assert 0.65 < u["share"] < 0.75
     costed = a.kernels[a.kernels["unattributed"] == ""]
     assert np.isfinite(costed.loc[costed["category"] != "communication", "efficiency"]).all()

@@ -38,6 +38,7 @@ class Analysis:
     _metrics: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _steps: pd.DataFrame | None = field(default=None, init=False, repr=False)
     _telemetry_summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _inference: Any = field(default=False, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -133,6 +134,15 @@ class Analysis:
             self._diagnosis = diagnose(self)
         return self._diagnosis
 
+    def inference(self) -> dict[str, Any] | None:
+        """Prefill vs decode: TTFT, time per output token, tokens/s, decode MBU (see inference.py);
+        None when no profiled step decodes."""
+        if self._inference is False:
+            from .inference import inference_metrics
+
+            self._inference = inference_metrics(self)
+        return self._inference
+
     def unattributed(self) -> dict[str, Any]:
         """Share of non-communication kernel time without a cost, by reason."""
         k = self.kernels
@@ -187,6 +197,8 @@ class Analysis:
             "above_roof": above_roof(k),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
+            "inference": self.inference(),
+            "graphs": self.graphs.to_dict() if self.graphs is not None else None,
             "phases": self._phases(),
             **self._counters_figures(),
             **self._run_figures(),

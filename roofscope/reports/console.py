@@ -163,12 +163,18 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out += _finding_lines(s)
     out += _skipped_lines(s)
 
+    if s.get("inference"):
+        from ..analyzers.inference import inference_lines
+
+        out += inference_lines(s["inference"]) + [""]
+
     u = s["unattributed"]
     out.append(f"Cost coverage: {pct(u['share'])} of non-communication time has no cost model")
     rows = [[r, ms(v["time_s"]), pct(v["share"]), f"{v['kernels']:,}"]
             for r, v in u["by_reason"].items() if v["kernels"]]
     if rows:
         out += ["  " + r for r in table(["reason", "time ms", "share", "kernels"], rows, "<>>>")]
+    out += ["  " + n for n in u.get("notes", [])]
     out.append("")
 
     agg = a.by_kernel().head(top)

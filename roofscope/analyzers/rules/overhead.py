@@ -24,6 +24,10 @@ class CudaGraphs(Rule):
     min_share = 0.10
 
     def precondition(self, ctx: Context) -> str | None:
+        from .inference import is_inference
+
+        if is_inference(ctx.analysis):
+            return "inference Run: launch_bound_decode covers it"
         rt = ctx.analysis.trace.runtime
         if len(rt) and rt["name"].astype(str).isin(GRAPH_LAUNCHES).any():
             return "the step already replays CUDA graphs"
@@ -91,14 +95,22 @@ class HostSyncs(Rule):
         callers = (syncs.groupby(["kind", "caller"]).size() / ctx.steps).sort_values(ascending=False)
         where = ", ".join(f"{n:g}x {kind} in {caller or '(top level)'}" for (kind, caller), n in callers.head(4).items())
         bubble = ctx.terms["sync"]
+        from .inference import is_inference
+
+        if is_inference(ctx.analysis):  # a decode loop has no loss to accumulate
+            fix = ("Keep generated tokens on the GPU: check stop conditions (EOS, length) every N tokens instead "
+                   "of every token, and avoid .item()/.cpu()/.tolist() of logits or tokens inside the loop.")
+            snippet = ("done = (tokens == eos).any(-1)            # stays on the GPU\n"
+                       "if step % 16 == 0 and done.all().item(): break")
+        else:
+            fix = ("Keep values on the GPU: drop .item()/.cpu()/print of tensors in the step, log every N steps,"
+                   " use non_blocking copies and torch.cuda.Event instead of synchronize().")
+            snippet = ("loss_sum += loss.detach()          # instead of loss.item() every step\n"
+                       "if step % 100 == 0: print(loss_sum.item() / 100)")
         return [Finding(
             self.name, "Host-device syncs inside the step", self.binding, bubble, "medium",
             f"{len(syncs) / ctx.steps:g} syncs/step ({where}); GPU idle {bubble * 1e3:.3f} ms/step after them",
-            "Keep values on the GPU: drop .item()/.cpu()/print of tensors in the step, log every N steps,"
-            " use non_blocking copies and torch.cuda.Event instead of synchronize().",
-            "loss_sum += loss.detach()          # instead of loss.item() every step\n"
-            "if step % 100 == 0: print(loss_sum.item() / 100)",
-            [], {"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble})]
+            fix, snippet, [], {"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble})]
 
 
 class HostCopies(Rule):
