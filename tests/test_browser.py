@@ -138,7 +138,7 @@ def test_gpu_run_report_loads_offline_and_draws_every_group(browser, h200, h200_
     # 32 of the 40 kernel names have FLOPs and bytes: one marker each; 3 ridge diamonds (bf16, fp32).
     assert _drawn(h200.by_kernel()) == 30 and page.markers() == 30  # cuDNN dq conversion and split-K reduce carry bytes, no FLOPs
     assert page.markers(meta="ridge") == 2
-    assert page.page.inner_text("#roofline-note").startswith("32 of 40 groups drawn")
+    assert page.page.inner_text("#roofline-note").startswith("30 of 40 groups drawn")
     # One bar per kernel of the median step (146), four telemetry panels of one GPU, three step bars per class.
     assert page.page.locator("#timeline-plot .barlayer path").count() == 146
     assert page.page.evaluate("document.getElementById('telemetry-plot').data.length") == 4
