@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .collectors.context import Profile
     from .run import Run
 
-__all__ = ["__version__", "analyze", "load", "profile", "region", "step"]
+__all__ = ["__version__", "analyze", "load", "profile", "region", "register_formula", "step"]
 
 
 def analyze(path: Any, **kwargs: Any) -> "Analysis":
@@ -39,6 +39,14 @@ def profile(steps: int = 3, **kwargs: Any) -> "Profile":
     from .collectors.context import profile as _profile
 
     return _profile(steps, **kwargs)
+
+
+def register_formula(name: str, fn: Any = None, *, category: str = "other", replace: bool = False) -> Any:
+    """Give the custom op ``name`` a cost formula, a function of its arguments' shapes (usable as a
+    decorator); see :func:`roofscope.analyzers.formulas.custom.register_formula` and docs/cost-model.md."""
+    from .analyzers.formulas.custom import register_formula as _register
+
+    return _register(name, fn, category=category, replace=replace)
 
 
 def step() -> None:

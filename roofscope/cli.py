@@ -49,6 +49,11 @@ def _ceiling_options(fn):
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernels listed in the terminal summary.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(dir_okay=False, path_type=str),
+              metavar="CAPTURE_TRACE", help="A profiler trace of CUDA-graph captures: costs the replayed kernels "
+                                            "(repeatable; docs/inference.md).")
+@click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
+              help="Import cost formulas for custom ops (roofscope.register_formula; repeatable).")
 def analyze_cmd(**kwargs: object) -> int:
     """Place every kernel of a Kineto TRACE (.json or .json.gz) on the roofline."""
     from .commands.analyze import AnalyzeOptions, run
@@ -129,6 +134,11 @@ def diff_cmd(**kwargs: object) -> int:
 @click.option("--merge-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
               help="Under torchrun/srun: how long rank 0 waits for the other ranks' parts before merging them "
                    "(0: do not wait; print the `roofscope merge` command).")
+@click.option("--step-on", metavar="forward|generate|MODULE.FUNC",
+              help="What one step is when the script has no optimizer or roofscope.step(): one outermost "
+                   "nn.Module forward (the default then), one generate() call, or one call of MODULE.FUNC.")
+@click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
+              help="Import cost formulas for custom ops (roofscope.register_formula; repeatable).")
 @click.argument("target")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(**kwargs: object) -> int:

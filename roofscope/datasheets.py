@@ -100,6 +100,11 @@ _V100_NOTE = "no bf16/tf32/fp8 and no int8 tensor cores (int8 DP4A runs on CUDA 
 _A100_NOTE = "no fp8; fp64 is the FP64 tensor-core rate, fp64_vector the CUDA-core rate"
 _GDDR_FP64_NOTE = "fp64 not on the datasheet: derived as fp32/64 (1:64 FP64 rate of this architecture)"
 
+_MI200_SRC = "AMD Instinct MI200 series data sheets (MI210, MI250, MI250X; 2021-2022)"
+_CDNA2_NOTE = "CDNA 2: no TF32 or fp8; fp32 and fp64 are the matrix (MFMA) rates, fp64_vector the vector rate"
+_CDNA3_NOTE = "CDNA 3: fp32 is the FP32 matrix rate (equal to the vector rate); fp64 the FP64 matrix rate"
+_MI300X_PEAKS = _peaks(fp64=163.4, fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4, fp8=2614.9, int8=2614.9)
+
 _TABLE: tuple[DeviceSpec, ...] = (
     # --- Volta ---------------------------------------------------------------
     DeviceSpec(
@@ -243,6 +248,60 @@ _TABLE: tuple[DeviceSpec, ...] = (
         notes="fp16/bf16 = FP32-accumulate 165.2 (FP16-accumulate is 330.3); "
         "fp8 = FP32-accumulate 330.3 (FP16-accumulate is 660.6); " + _GDDR_FP64_NOTE,
     ),
+    # --- AMD Instinct (CDNA) ----------------------------------------------------
+    # torch sees one device per GCD: MI250/MI250X rows are one GCD (half the package).
+    # fp32 is the FP32 matrix (MFMA) rate, which fp32 GEMMs reach; CDNA 2 has no TF32.
+    DeviceSpec(
+        key="mi210", name="AMD Instinct MI210",
+        peaks=_peaks(fp64=45.3, fp32=45.3, fp16=181.0, bf16=181.0, int8=181.0),
+        bandwidth=tera(1.6384), memory_gb=64,
+        source=_MI200_SRC, model="MI210", form="pcie", memory_type="HBM2E",
+        fp64_vector=tera(22.6), notes=_CDNA2_NOTE + "; one MI250 GCD has the same CUs, clocks and HBM",
+    ),
+    DeviceSpec(
+        key="mi250", name="AMD Instinct MI250 (one GCD)",
+        peaks=_peaks(fp64=45.25, fp32=45.25, fp16=181.05, bf16=181.05, int8=181.05),
+        bandwidth=tera(1.6384), memory_gb=64,
+        source=_MI200_SRC, model="MI250", memory_type="HBM2E",
+        fp64_vector=tera(22.65), notes=_CDNA2_NOTE + "; per GCD: half the package's 362.1 TFLOP/s fp16, 3.2768 TB/s",
+    ),
+    DeviceSpec(
+        key="mi250x", name="AMD Instinct MI250X (one GCD)",
+        peaks=_peaks(fp64=47.85, fp32=47.85, fp16=191.5, bf16=191.5, int8=191.5),
+        bandwidth=tera(1.6384), memory_gb=64,
+        source=_MI200_SRC, model="MI250X", memory_type="HBM2E",
+        fp64_vector=tera(23.95), notes=_CDNA2_NOTE + "; per GCD: half the package's 383 TFLOP/s fp16, 3.2768 TB/s",
+    ),
+    DeviceSpec(
+        key="mi300x", name="AMD Instinct MI300X",
+        peaks=_MI300X_PEAKS, bandwidth=tera(5.3), memory_gb=192,
+        source="AMD Instinct MI300X data sheet (2023); AMD CDNA 3 white paper (dense figures)",
+        model="MI300X", memory_type="HBM3", fp64_vector=tera(81.7), notes=_CDNA3_NOTE,
+    ),
+    DeviceSpec(
+        key="mi300a", name="AMD Instinct MI300A",
+        peaks=_peaks(fp64=122.6, fp32=122.6, tf32=490.3, fp16=980.6, bf16=980.6, fp8=1961.2, int8=1961.2),
+        bandwidth=tera(5.3), memory_gb=128,
+        source="AMD Instinct MI300A data sheet (2023; dense figures)",
+        model="MI300A", memory_type="HBM3", fp64_vector=tera(61.3),
+        notes=_CDNA3_NOTE + "; APU: the 128 GB HBM3 is shared with the CPU cores",
+    ),
+    DeviceSpec(
+        key="mi325x", name="AMD Instinct MI325X",
+        peaks=_MI300X_PEAKS, bandwidth=tera(6.0), memory_gb=256,
+        source="AMD Instinct MI325X data sheet (2024; dense figures)",
+        model="MI325X", memory_type="HBM3E", fp64_vector=tera(81.7),
+        notes=_CDNA3_NOTE + "; same compute as MI300X, 256 GB HBM3E at 6 TB/s",
+    ),
+    DeviceSpec(
+        key="mi355x", name="AMD Instinct MI355X",
+        peaks=_peaks(fp64=78.6, fp32=157.3, fp16=2516.6, bf16=2516.6, fp8=5033.2, int8=5033.2),
+        bandwidth=tera(8.0), memory_gb=288,
+        source="AMD Instinct MI355X product page and CDNA 4 white paper (2025; dense figures)",
+        model="MI355X", memory_type="HBM3E", fp64_vector=tera(78.6),
+        notes="CDNA 4 has no TF32 matrix path (fp32 GEMMs run at the fp32 rate); fp4/fp6 are not "
+        "roofscope precisions; the 1,000 W MI350X has the same memory with lower clocks",
+    ),
 )
 
 _BY_KEY: dict[str, DeviceSpec] = {s.key: s for s in _TABLE}
@@ -264,7 +323,8 @@ def known_keys() -> tuple[str, ...]:
 # Tokens that carry no identity.  Anything not listed here and not understood
 # below makes the name unknown: "RTX 3090 Ti", "RTX 4090 D", "... MIG 1g.10gb"
 # and "L40" are different parts with different ceilings.
-_FILLER = frozenset({"NVIDIA", "TESLA", "GEFORCE", "RTX", "GPU"})
+_FILLER = frozenset({"NVIDIA", "TESLA", "GEFORCE", "RTX", "GPU", "AMD", "INSTINCT", "OAM",
+                     "VF"})  # VF: a virtual function of the same GPU (cloud VMs)
 _FORMS = {
     "SXM": "sxm", "SXM2": "sxm", "SXM3": "sxm", "SXM4": "sxm", "SXM5": "sxm",
     "PCIE": "pcie", "NVL": "nvl",
@@ -367,3 +427,66 @@ def lookup(key_or_name: str, memory_bytes: int | None = None) -> DeviceSpec | No
 def spec_by_key(key: str) -> DeviceSpec | None:
     """The table row with this exact key, or None."""
     return _BY_KEY.get(key)
+
+
+# ----------------------------------------------------------------------------
+# Identification from device properties (traces with an empty or generic name)
+# ----------------------------------------------------------------------------
+
+# (computeMajor, computeMinor, numSms, warpSize) -> candidate rows; memory picks among them.
+# ROCm reports the gfx version as the compute capability (gfx90a: 9.0, gfx942: 9.4, gfx950: 9.5)
+# and CUs as SMs; its 64-wide wavefronts tell it apart from NVIDIA's 9.0 (Hopper).
+_FINGERPRINTS: dict[tuple[int, int, int, int], tuple[str, ...]] = {
+    (9, 0, 104, 64): ("mi210",),  # also one MI250 GCD: same CUs, clocks and HBM, same ceilings
+    (9, 0, 110, 64): ("mi250x",),
+    (9, 4, 304, 64): ("mi300x", "mi325x"),
+    (9, 4, 228, 64): ("mi300a",),
+    (9, 5, 256, 64): ("mi355x",),
+    (7, 0, 80, 32): ("v100-sxm2-16gb", "v100-sxm2-32gb"),
+    (8, 0, 108, 32): ("a100-sxm4-40gb", "a100-sxm4-80gb"),
+    (8, 6, 80, 32): ("a10g",),
+    (8, 6, 82, 32): ("rtx-3090",),
+    (8, 9, 58, 32): ("l4",),
+    (8, 9, 128, 32): ("rtx-4090",),
+    (8, 9, 142, 32): ("l40s",),
+    (9, 0, 114, 32): ("h100-pcie",),
+    (9, 0, 132, 32): ("h100-sxm", "h100-nvl", "h200"),
+    (10, 0, 148, 32): ("b200",),
+}
+
+
+def _int_prop(props: Mapping[str, Any], key: str) -> int | None:
+    v = props.get(key)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def identify(props: Mapping[str, Any]) -> DeviceSpec | None:
+    """The datasheet row a deviceProperties entry describes, from its compute capability, SM
+    (CU) count, warp size and memory, for traces whose device name is empty or generic
+    ("AMD Radeon Graphics"). None when the properties match no row or leave it open."""
+    major, minor, sms = (_int_prop(props, k) for k in ("computeMajor", "computeMinor", "numSms"))
+    warp, mem = _int_prop(props, "warpSize"), _int_prop(props, "totalGlobalMem")
+    if major is None or minor is None or sms is None:
+        return None
+    keys = [k for w in ((warp,) if warp else (32, 64)) for k in _FINGERPRINTS.get((major, minor, sms, w), ())]
+    candidates = [_BY_KEY[k] for k in keys]
+    if len(candidates) > 1:
+        if not mem or mem <= 0:
+            return None
+        gib = mem / 2**30
+        best = min(candidates, key=lambda s: abs(math.log(s.memory_gb / gib)))
+        return best if abs(best.memory_gb / gib - 1.0) <= _MEMORY_TOLERANCE else None
+    return candidates[0] if candidates else None
+
+
+def describe_props(props: Mapping[str, Any]) -> str:
+    """The identifying properties in words: ``compute 9.4, 304 SMs/CUs, 192 GiB``."""
+    parts = []
+    major, minor = _int_prop(props, "computeMajor"), _int_prop(props, "computeMinor")
+    if major is not None and minor is not None:
+        parts.append(f"compute {major}.{minor}")
+    if (sms := _int_prop(props, "numSms")) is not None:
+        parts.append(f"{sms} SMs/CUs")
+    if (mem := _int_prop(props, "totalGlobalMem")) is not None:
+        parts.append(f"{mem / 2**30:.0f} GiB")
+    return ", ".join(parts)

@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from .datasheets import (PRECISIONS, DeviceSpec, giga, known_devices, known_keys, lookup, match_device,
-                         spec_by_key, tera)
+from .datasheets import (PRECISIONS, DeviceSpec, describe_props, giga, identify, known_devices, known_keys,
+                         lookup, match_device, spec_by_key, tera)
 from .errors import DeviceError
 from .fileio import atomic_write
 
@@ -40,7 +40,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-SOURCES: tuple[str, ...] = ("datasheet", "measured", "user")
+# "none": no ceilings are known (no device name, an unknown device, a CPU never measured);
+# everything that needs no ceilings is still analyzed (see Ceilings.none).
+SOURCES: tuple[str, ...] = ("datasheet", "measured", "user", "none")
 
 
 # ----------------------------------------------------------------------------
@@ -110,6 +112,18 @@ class Ceilings:
             datasheet=spec,
             fp64_vector=spec.fp64_vector,
         )
+
+    @classmethod
+    def none(cls, device: str, why: str, notes: tuple[str, ...] = ()) -> Ceilings:
+        """No ceilings: no peaks and no bandwidth (0, so ``if c.bandwidth`` guards hold). Times,
+        FLOPs, bytes and achieved rates are still computed; bound classes, efficiency and
+        utilization are not. ``why`` (one line, with the flags that give ceilings) is the first note."""
+        return cls(device=device, source="none", peaks={}, bandwidth=0.0, notes=(why, *notes))
+
+    @property
+    def known(self) -> bool:
+        """False for :meth:`none` ceilings."""
+        return self.source != "none"
 
     def peak(self, precision: str) -> float | None:
         return self.peaks.get(precision)
@@ -388,10 +402,15 @@ def _cached(label: str, memory_bytes: int | None) -> Ceilings | None:
     return c
 
 
+NO_CEILINGS_NEED = ("bound classes (compute/memory/latency/underutilized), efficiency, HFU/MFU/MBU and "
+                    "the rules that compare with peaks need ceilings")
+
+
 def resolve_ceilings(
     device_name: str | None,
     *,
     memory_bytes: int | None = None,
+    props: Mapping[str, Any] | None = None,
     device: str | None = None,
     peak_tflops: float | None = None,
     peak_bandwidth_gbs: float | None = None,
@@ -403,11 +422,13 @@ def resolve_ceilings(
     Precedence for the base: ``ceilings_file`` > ``device`` (``--device``) >
     ceilings cached by ``roofscope microbench`` for ``device_name`` (``use_cache``, and
     ``ROOFSCOPE_NO_CACHE`` unset; see :func:`_cached`) > the datasheet of ``device_name``
-    (from the trace, disambiguated by ``memory_bytes``).
+    (from the trace, disambiguated by ``memory_bytes``), else the row its deviceProperties entry
+    ``props`` describes (compute capability, SMs, memory: traces with an empty or generic name).
     ``peak_tflops`` (TFLOP/s, used as the roof for *every* precision and for
     CUDA-core work alike) and ``peak_bandwidth_gbs`` (GB/s) then replace the
     corresponding numbers and mark the result ``source="user"``. Without a base,
-    both flags are required.
+    both flags are required; without any, the result is :meth:`Ceilings.none` (its first note
+    says why and how to give ceilings), never an error, except for an unknown ``--device``.
     """
     tflops = _check_flag(peak_tflops, "--peak-tflops", "TFLOP/s")
     gbs = _check_flag(peak_bandwidth_gbs, "--peak-bandwidth", "GB/s")
@@ -451,8 +472,20 @@ def resolve_ceilings(
             notes.extend(base.notes)
         elif not _is_cpu(label):
             spec = match_device(label, memory_bytes)
+            if spec is None and props:
+                spec = identify(props)
+                if spec is not None:
+                    notes.append(f"device {label!r} identified from its properties ({describe_props(props)})"
+                                 f" as {spec.name}")
             if spec is not None:
                 base = Ceilings.from_spec(spec)
+    elif props:
+        spec = identify(props)
+        if spec is not None:
+            base = Ceilings.from_spec(spec)
+            label = spec.name
+            notes.append(f"the trace names no device; identified from its properties ({describe_props(props)})"
+                         f" as {spec.name}")
 
     if base is None:
         if tflops is not None and gbs is not None:
@@ -471,6 +504,8 @@ def resolve_ceilings(
                     "(`roofscope microbench --device cpu` makes one)")
         elif label:
             what = f"unknown device {label!r}: no datasheet ceilings"
+            if props and describe_props(props):
+                what += f" and its properties ({describe_props(props)}) match no datasheet row"
         else:
             what = "the trace names no GPU device"
         if tflops is not None or gbs is not None:
@@ -483,7 +518,10 @@ def resolve_ceilings(
                 f"{what}; {have} alone is not enough without a datasheet: also pass {need} "
                 f"(or --device KEY / --ceilings FILE)"
             )
-        raise DeviceError(f"{what}; {_FLAGS_HINT}")
+        if unknown_override:
+            raise DeviceError(f"{what}; {_FLAGS_HINT}")
+        return Ceilings.none(label or "unknown", f"no ceilings: {what}; {NO_CEILINGS_NEED}: {_FLAGS_HINT}",
+                             tuple(notes))
 
     if tflops is None and gbs is None:
         return replace(base, notes=tuple(notes)) if notes != list(base.notes) else base

@@ -185,8 +185,10 @@ def test_h100_conv_block():
 
 
 def test_cpu_only_trace_uses_innermost_costed_ops():
-    with pytest.raises(roofscope.errors.DeviceError, match="CPU"):
-        _fixture("cpu_block")
+    # Without a CPU measurement: analyzed, with no ceilings (every class unknown) and a note why.
+    bare = _fixture("cpu_block")
+    assert bare.ceilings.source == "none" and "CPU-only trace" in bare.ceilings.notes[0]
+    assert set(bare.kernels["cls"]) == {"unknown"} and bare.kernels["flops"].sum() > 0
     c = Ceilings(device="cpu: test", source="user", peaks={"fp32": 1e12, "bf16": 1e12}, bandwidth=50e9)
     a = roofscope.analyze(DATA / "cpu_block.json.gz", ceilings=c)
     assert a.cpu_only
@@ -213,11 +215,12 @@ def test_hta_a100_report():
     assert s["communication_time_s"] == pytest.approx(0.190345)
     assert s["kernel_time_s"] == pytest.approx(0.449763)
     u = s["unattributed"]
-    # Most non-NCCL time is torch.compile'd kernels recorded without Inductor's metadata (105 ms,
-    # 135 kernels) and CUDA-graph replays / DDP internals launched outside any op (63 ms).
+    # Most non-NCCL time is kernels replayed by 70 cudaGraphLaunch calls whose capture the trace
+    # does not hold (105 ms, 135 kernels: time only) and DDP internals launched outside any op (63 ms).
     assert u["by_reason"]["no_launch_op"]["time_s"] == pytest.approx(0.063436)
-    assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 135
-    assert u["by_reason"]["compiled_no_metadata"]["time_s"] == pytest.approx(0.105115)
+    assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 0
+    assert u["by_reason"]["graph_replay"]["kernels"] == 135
+    assert u["by_reason"]["graph_replay"]["time_s"] == pytest.approx(0.105115)
     assert 0.65 < u["share"] < 0.75
     costed = a.kernels[a.kernels["unattributed"] == ""]
     assert np.isfinite(costed.loc[costed["category"] != "communication", "efficiency"]).all()

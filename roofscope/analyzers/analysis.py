@@ -10,7 +10,6 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
-from .linking import ancestor_where
 from .roofline import CLASSES, RooflineParams, aggregate, place
 from .trace import Trace, load_trace, regions_at, steps_at
 
@@ -32,6 +31,7 @@ class Analysis:
     run_meta: dict[str, Any] | None = None     # run.json of the Run this came from, if any
     telemetry: Any = None                      # collectors.nvml.Telemetry, if the Run has some
     counters_meta: dict[str, Any] | None = None  # roofscope.counters.Counters.meta, if the Run has counters
+    graphs: Any = None                         # graphs.GraphMap: CUDA-graph replays mapped to their captures
     _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _timeline: Any = field(default=None, init=False, repr=False)
     _diagnosis: Any = field(default=None, init=False, repr=False)
@@ -56,6 +56,13 @@ class Analysis:
 
     def by_step(self) -> pd.DataFrame:
         return aggregate(self.kernels[self.kernels["step"] >= 0], "step").sort_index()
+
+    def by_phase(self) -> pd.DataFrame:
+        """Per training phase (forward, backward, optimizer, data, communication, other; see
+        :mod:`.phases`): time, kernels, FLOPs and bytes per step, time per class."""
+        from .phases import phase_table
+
+        return phase_table(self)
 
     def by_region(self) -> pd.DataFrame:
         k = self.kernels
@@ -85,11 +92,30 @@ class Analysis:
             self._timeline = timeline(self.trace, self.kernels, self.steps(), self.ceilings.launch_latency_s)
         return self._timeline
 
+    def partial_steps(self) -> list[int]:
+        """Recorded steps that no step boundary ended: the step that was running when the script
+        ended before its requested steps (``--active 10`` against a 12-step script records a
+        1-7 ms tail as step 12). Known from the Run's step counts; a bare trace has none."""
+        st = (self.run_meta or {}).get("steps") or {}
+        seen = st.get("boundaries_seen")
+        if not isinstance(seen, int) or "active" not in (st.get("requested") or {}):
+            return []
+        # Step N ends at boundary N + 1 (steps count from 0), so N is complete when N < boundaries seen.
+        return [int(n) for n in self.steps()["step"] if n >= seen]
+
+    def complete_steps(self) -> list[int]:
+        """The profiled steps that ran to their end: what per-step figures and comparisons use."""
+        partial = set(self.partial_steps())
+        return [int(n) for n in self.steps()["step"] if n not in partial]
+
     def step_samples(self) -> pd.DataFrame:
-        """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py)."""
+        """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py),
+        for the complete steps only (:meth:`partial_steps` are left out)."""
         from .metrics import step_samples
 
-        return step_samples(self, busy=self.timeline().steps)
+        samples = step_samples(self, busy=self.timeline().steps)
+        partial = self.partial_steps()
+        return samples.drop(index=partial) if partial else samples
 
     def metrics(self) -> dict[str, Any]:
         """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""
@@ -121,6 +147,7 @@ class Analysis:
                               "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
                               "kernels": int((nc["unattributed"] == r).sum())}
                           for r in UNATTRIBUTED_REASONS},
+            "notes": list(self.graphs.notes) if self.graphs is not None else [],
         }
 
     def summary(self) -> dict[str, Any]:
@@ -143,6 +170,7 @@ class Analysis:
             "params": {"latency_floor_s": self.params.latency_floor_s,
                        "underutilized_below": self.params.underutilized_below},
             "events": self.trace.meta.get("events"),
+            "skipped_events": self.trace.meta.get("skipped_events") or {},
             "kernels": int(len(k)),
             "kernel_time_s": total,
             "communication_time_s": float(k.loc[comm, "dur_s"].sum()),
@@ -154,12 +182,19 @@ class Analysis:
             "untimed_kernels": int(k["dur_s"].isna().sum()),
             "counter_flops": float(np.nansum(k["counter_flops"].to_numpy())) if "counter_flops" in k else 0.0,
             "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
+            "partial_steps": self.partial_steps(),
             "unattributed": self.unattributed(),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
+            "phases": self._phases(),
             **self._counters_figures(),
             **self._run_figures(),
         }
+
+    def _phases(self) -> dict[str, Any]:
+        from .phases import phase_summary
+
+        return phase_summary(self)
 
     def _counters_figures(self) -> dict[str, Any]:
         if "m_flops" not in self.kernels:
@@ -202,28 +237,11 @@ class Analysis:
 
 def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     """CPU-only traces: the innermost costed ops are the 'kernels' of the CPU roofline."""
-    from .attribution import op_costs
+    from .attribution import cpu_work_items, op_costs
 
     ops = trace.ops
     oc = op_costs(trace, sig_costs)
-    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy()
-    parent = ops["parent"].to_numpy()
-    # An op is an outer wrapper when a costed op lies below it; walk up from every costed op.
-    has_costed_child = np.zeros(len(ops), dtype=bool)
-    cur = np.where(costed, parent, -1)
-    while (cur >= 0).any():
-        live = cur[cur >= 0]
-        has_costed_child[live] = True
-        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
-    # ...unless most of its time is its own: CPU addmm computes the GEMM itself and only calls
-    # copy_ to broadcast the bias; the work item is addmm, not the copy.
-    dur = ops["dur_ns"].to_numpy(dtype=np.float64)
-    child_time = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=len(ops))
-    does_own_work = (dur - child_time) >= 0.5 * dur
-    chosen = costed & (~has_costed_child | does_own_work)
-    # Work items must not nest: drop any whose ancestor was chosen too.
-    above = ancestor_where(parent, np.where(chosen, parent, -1), chosen)
-    sel = np.flatnonzero(chosen & (above < 0))
+    sel = cpu_work_items(ops["parent"].to_numpy(), oc)
     k = ops.iloc[sel][["name", "ts_ns", "dur_ns", "tid"]].copy()
     for col in ("flops", "bytes", "dtype", "tensor_core", "category", "cost_source"):
         k[col] = oc[col].to_numpy()[sel]
@@ -243,22 +261,28 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
             ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
             params: RooflineParams | None = None, telemetry: Any = None,
-            run_meta: dict[str, Any] | None = None, use_cache: bool = True) -> Analysis:
+            run_meta: dict[str, Any] | None = None, use_cache: bool = True,
+            graph_capture: list[str | os.PathLike | Trace] | None = None) -> Analysis:
     """Ingest, cost and classify a Kineto trace or a Run directory.
 
     Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
     ``device`` override, else ceilings cached by ``roofscope microbench`` for the trace's
     device (``use_cache``; the summary's ceilings notes name the cache file), else the
-    trace's own device name's datasheet, completed by the peak flags.
+    trace's own device name's datasheet (or the row its device properties identify),
+    completed by the peak flags; without any, no ceilings (``Ceilings.none``): everything
+    that needs none is still computed.
     A Run directory also brings its metadata (tokens and model FLOPs per step) and
-    NVML telemetry. Raises :class:`~roofscope.errors.DeviceError` for an unknown
-    device without peaks.
+    NVML telemetry and its recorded CUDA-graph captures; ``graph_capture`` adds capture traces
+    (see graphs.py). Raises :class:`~roofscope.errors.DeviceError` for an unknown
+    ``--device`` or a lone peak flag.
     """
     from ..run import is_run_dir, load
     from .costmodel import signature_costs
     from .modules import module_column
+    from .phases import kernel_phases
 
     counters = None
+    captures = list(graph_capture or [])
     if not isinstance(source, Trace) and is_run_dir(source):
         run = load(source)
         from ..counters import load as load_counters
@@ -272,6 +296,9 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
 
             telemetry = load_telemetry(run.telemetry_path)
         run_meta = run_meta if run_meta is not None else run.meta
+        from .graphs import run_captures
+
+        captures += run_captures(run.path)
         source = run.trace_path
     trace = source if isinstance(source, Trace) else load_trace(source)
     params = params or RooflineParams()
@@ -279,6 +306,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     if ceilings is None:
         name = trace.device_name if not cpu_only else "cpu"
         ceilings = resolve_ceilings(name, memory_bytes=trace.device_memory, device=device,
+                                    props=trace.device_props if not cpu_only else None,
                                     peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
                                     ceilings_file=ceilings_file, use_cache=use_cache)
     sig_costs = signature_costs(trace.signatures)
@@ -287,6 +315,12 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     else:
         kernels = attribute(trace, sig_costs)
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
+    graphs = None
+    if not cpu_only:
+        from .graphs import load_captures, map_graph_kernels
+
+        graphs = map_graph_kernels(trace, kernels, load_captures(captures))
+    kernels["phase"] = kernel_phases(trace, kernels)
     kernels = place(kernels, ceilings, params)
     if counters is not None and not cpu_only:
         from .counters import apply_counters
@@ -294,4 +328,4 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
         kernels = place(apply_counters(kernels, counters.table), ceilings, params)
     return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only,
                     run_meta=run_meta, telemetry=telemetry,
-                    counters_meta=counters.meta if counters is not None else None)
+                    counters_meta=counters.meta if counters is not None else None, graphs=graphs)

@@ -12,7 +12,8 @@ Kernels left without a cost are never given one; instead they get a reason:
 * ``no_launch_op``: no CPU op encloses the launch (or no launch event was recorded),
 * ``compiled_no_metadata``: launched inside a torch.compile'd region without Inductor metadata,
 * ``no_shapes``: the op has a formula but the trace was recorded without shapes,
-* ``no_formula``: no op on the launch stack has a cost formula.
+* ``no_formula``: no op on the launch stack has a cost formula,
+* ``graph_replay``: replayed from a CUDA graph whose capture is unknown (graphs.py).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .categories import kernel_categories
 from .linking import ancestor_where, take
 from .trace import Trace
 
-UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula")
+UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
 _COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "triton_")
 
 
@@ -54,6 +55,27 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
         "tensor_core": s["tensor_core"].fillna(False).to_numpy(dtype=bool),
         "category": s["category"].fillna("other").to_numpy(dtype=object),
     }, index=ops.index)
+
+
+def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
+    """Rows of the CPU ops that are the work items of a CPU-only trace, in op order.
+
+    The innermost costed op is the work item, unless an enclosing costed op does FLOPs its
+    costed descendants do not account for: CPU ``addmm`` computes the GEMM itself and calls
+    ``copy_`` only to broadcast the bias, so the work item is the addmm. The choice reads the
+    op tree and the cost formulas only, never durations, so identical runs pick identical
+    items (a timing test picked the copy in some runs and lost the GEMM's FLOPs).
+    """
+    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy()
+    flops = np.where(costed, np.nan_to_num(oc["flops"].to_numpy(dtype=np.float64)), 0.0)
+    # FLOPs of each costed op's costed descendants, summed at their nearest costed ancestor.
+    up = ancestor_where(parent, np.where(costed, parent, -1), costed)
+    below = np.bincount(up[up >= 0], weights=flops[up >= 0], minlength=len(parent))
+    has_costed_child = np.bincount(up[up >= 0], minlength=len(parent)) > 0
+    chosen = costed & (~has_costed_child | (flops > below * (1 + 1e-9)))
+    # Work items must not nest: drop any whose ancestor was chosen too.
+    above = ancestor_where(parent, np.where(chosen, parent, -1), chosen)
+    return np.flatnonzero(chosen & (above < 0))
 
 
 def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:

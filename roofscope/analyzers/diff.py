@@ -49,7 +49,8 @@ class MetricChange:
     b: float | None
     delta: float | None          # b - a
     rel: float | None            # delta / a
-    better: bool | None          # None when unchanged or unknown
+    better: bool | None          # None when unchanged, unknown, or not a gain (see note)
+    note: str = ""               # why a change is neither better nor worse
 
 
 @dataclass
@@ -105,14 +106,37 @@ class Diff:
 
 
 def profiled_steps(a: "Analysis") -> int:
-    """Profiled steps of a run; a trace without step markers counts as one step."""
-    return max(len(a.steps()), 1)
+    """Complete profiled steps of a run; a trace without step markers counts as one step."""
+    return max(len(a.complete_steps()), 1)
 
 
 def _step_kernels(a: "Analysis") -> pd.DataFrame:
-    """The kernels of the profiled steps (all of them when the trace has no step markers)."""
+    """The kernels of the complete profiled steps (all of them when the trace has no step markers)."""
     k = a.kernels
-    return k[k["step"] >= 0] if len(a.steps()) else k
+    return k[k["step"].isin(a.complete_steps())] if len(a.steps()) else k
+
+
+# The per-step figures gate and diff both judge by: medians over the complete steps' samples
+# (Analysis.step_samples), so one run has one MFU whichever command reads it.
+STEP_FIGURES = {"step_time_s": "step_time_s", "hfu": "hfu", "mfu": "mfu", "mbu": "mbu",
+                "idle_fraction": "idle_fraction"}
+
+
+def step_figures(a: "Analysis") -> dict[str, Any]:
+    """Median step time, HFU, MFU, MBU, idle and busy fraction over the complete steps, tokens/s
+    from that median step, and ``mfu_source`` (``op_counted`` when no model FLOPs were given)."""
+    samples = a.step_samples()
+    m = a.metrics()
+    out: dict[str, Any] = {key: None for key in STEP_FIGURES}
+    for key, col in STEP_FIGURES.items():
+        v = samples[col].dropna() if col in samples else samples.iloc[:0, 0]
+        out[key] = float(v.median()) if len(v) else None
+    out["busy_fraction"] = None if out["idle_fraction"] is None else 1.0 - out["idle_fraction"]
+    tokens = m.get("tokens_per_step")
+    out["tokens_per_s"] = tokens / out["step_time_s"] if tokens and out["step_time_s"] else None
+    out["energy_per_step_j"] = m.get("energy_per_step_j")
+    out["mfu_source"] = m.get("mfu_source")
+    return out
 
 
 def per_step_kernels(a: "Analysis") -> pd.DataFrame:
@@ -174,14 +198,28 @@ def _by_status(changes: pd.DataFrame) -> pd.DataFrame:
     return out.reindex(list(STATUSES)).fillna(0).astype({"kernels": int})
 
 
+# Utilization of counted work: it rises with extra (wasted) work as much as with faster work.
+_COUNTED_WORK = ("hfu", "mbu")
+
+
 def _metric_changes(ma: dict[str, Any], mb: dict[str, Any]) -> list[MetricChange]:
+    ta, tb = ma.get("step_time_s"), mb.get("step_time_s")
+    slower = ta is not None and tb is not None and tb - ta > max(UNCHANGED_REL * ta, UNCHANGED_ABS_S)
+    op_counted = "op_counted" in (ma.get("mfu_source"), mb.get("mfu_source"))
     out = []
     for key, label, unit, higher_better in METRICS:
         va, vb = ma.get(key), mb.get(key)
         delta = vb - va if va is not None and vb is not None else None
         rel = delta / va if delta is not None and va else None
         better = None if not delta else (delta > 0) == higher_better
-        out.append(MetricChange(key, label, unit, va, vb, delta, rel, better))
+        note = ""
+        if key == "mfu" and op_counted:
+            label = "MFU (op-counted)"
+        counted = key in _COUNTED_WORK or (key == "mfu" and op_counted)
+        if counted and better and slower:
+            # More FLOPs or bytes per second while each step takes longer: the steps did more work.
+            better, note = None, "more work, slower steps"
+        out.append(MetricChange(key, label, unit, va, vb, delta, rel, better, note))
     return out
 
 
@@ -235,7 +273,7 @@ def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
          findings: list[dict[str, Any]] | None = None) -> Diff:
     """Compare run B against run A (see the module docstring); ``findings`` defaults to A's own."""
     sa, sb = a.summary(), b.summary()
-    ma, mb = sa["metrics"], sb["metrics"]
+    ma, mb = step_figures(a), step_figures(b)
     changes = kernel_changes(a, b)
     if findings is None:
         findings = sa.get("findings") or []
@@ -245,8 +283,12 @@ def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
     for label, an in (("A", a), ("B", b)):
         if not len(an.steps()):
             warnings.append(f"{label} has no profiled steps: its kernel times are totals over the whole trace")
+    for label, an in (("A", a), ("B", b)):
+        if an.partial_steps():
+            warnings.append(f"{label}: left out step {', '.join(map(str, an.partial_steps()))}, cut short when the"
+                            " script ended")
     return Diff(a=str(a.trace.path), b=str(b.trace.path), device_a=sa["device"], device_b=sb["device"],
-                steps_a=len(a.steps()), steps_b=len(b.steps()), metrics=_metric_changes(ma, mb),
+                steps_a=len(a.complete_steps()), steps_b=len(b.complete_steps()), metrics=_metric_changes(ma, mb),
                 kernels=changes, by_status=_by_status(changes), by_category=_totals(a, b, "category"),
                 by_class=_totals(a, b, "cls"),
                 prediction=predict(findings, changes, ma.get("step_time_s"), mb.get("step_time_s"), applied),

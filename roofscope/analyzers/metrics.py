@@ -6,12 +6,12 @@ are kept for statistics (the CI gate). With *peak* the roof of the precision tha
 most of the counted FLOPs (``peak_roof`` names it) and *bandwidth* the memory ceiling:
 
 * HFU = counted FLOPs per step / (step time × peak): the hardware's view, counting
-  every FLOP the kernels did, recomputation included;
-* MFU = model FLOPs per step / (step time × peak), the model FLOPs being, in order:
-  the user's ``model_flops_per_step`` (``mfu_source = "model_flops"``); else
-  6 · parameters · tokens for training (an optimizer was seen) or 2 · parameters ·
-  tokens for inference, with the parameter count taken from the optimizer
-  (``"params_tokens"``); else the counted FLOPs, so MFU = HFU (``"op_counted"``);
+  every FLOP the kernels did, recomputation included. The hardware does at least the
+  model's FLOPs, so when the count falls short of them (kernels without a cost), HFU is
+  raised to MFU and ``hfu_source`` says so (``"counted"`` otherwise);
+* MFU = model FLOPs per step / (step time × peak), the model FLOPs from
+  :func:`.modelflops.model_flops` (``mfu_source`` names the source, ``mfu_formula`` the
+  formula); without any, MFU = HFU (``"op_counted"``);
 * MBU = compulsory bytes per step / (step time × bandwidth).
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..devices import Ceilings
+from .modelflops import FORMULAS, model_flops
 from .trace import Trace, is_region
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,18 +127,6 @@ def region_times(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame | None
     return out
 
 
-def model_flops(meta: dict[str, Any]) -> tuple[float | None, str | None]:
-    """Model FLOPs per step and where they came from (see the module docstring)."""
-    if meta.get("model_flops_per_step"):
-        return float(meta["model_flops_per_step"]), "model_flops"
-    opt = meta.get("optimizer") or {}
-    params, tokens = opt.get("params"), meta.get("tokens_per_step")
-    if params and tokens:
-        # An optimizer stepping means training: forward 2N + backward 4N FLOPs per token.
-        return 6.0 * float(params) * float(tokens), "params_tokens"
-    return None, None
-
-
 def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
                  busy: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per profiled step (index ``step``): step_time_s, flops, bytes, hfu, mfu, mbu,
@@ -150,10 +139,11 @@ def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
     out["flops"] = k.groupby("step")["flops"].sum().reindex(idx).fillna(0.0)
     out["bytes"] = k.groupby("step")["bytes"].sum().reindex(idx).fillna(0.0)
     _, peak = dominant_roof(a.kernels, a.ceilings)
-    mflops, source = model_flops(a.run_meta or {})
+    mflops, source = model_flops(a)
     dur = out["step_time_s"].where(out["step_time_s"] > 0)
     out["hfu"] = out["flops"] / (dur * peak) if peak else np.nan
     out["mfu"] = (mflops / (dur * peak) if mflops else out["hfu"]) if peak else np.nan
+    out["hfu"] = np.fmax(out["hfu"], out["mfu"])  # the hardware did at least the model's FLOPs
     out["mbu"] = out["bytes"] / (dur * a.ceilings.bandwidth) if a.ceilings.bandwidth else np.nan
     # The timeline's busy and wall are summed over GPUs: their ratio is the device average.
     if busy is not None and len(busy):
@@ -176,7 +166,7 @@ def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | No
     """Headline step metrics (medians over the profiled steps); None where unknown."""
     meta = a.run_meta or {}
     key, peak = dominant_roof(a.kernels, a.ceilings)
-    mflops, source = model_flops(meta)
+    mflops, source = model_flops(a)
     tokens = meta.get("tokens_per_step")
     n = int(len(samples))
     out: dict[str, Any] = dict.fromkeys((
@@ -185,6 +175,7 @@ def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | No
         "idle_fraction", "energy_per_step_j", "energy_per_token_j", "throttled_fraction"))
     out.update(steps=n, peak_roof=key, peak_flops=peak, bandwidth=a.ceilings.bandwidth,
                model_flops_per_step=mflops, mfu_source=(source or "op_counted") if peak else None,
+               mfu_formula=FORMULAS.get(source or "", "counted FLOPs") if peak else None, hfu_source=None,
                tokens_per_step=tokens, regions={})
     if not n:
         return out
@@ -197,6 +188,10 @@ def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | No
         out["achieved_flops_per_s"] = out["flops_per_step"] / step
         out["hfu"] = out["achieved_flops_per_s"] / peak if peak else None
         out["mfu"] = ((mflops / step) / peak if mflops else out["hfu"]) if peak else None
+        if peak:
+            out["hfu_source"] = "counted"
+            if out["mfu"] > out["hfu"]:
+                out["hfu"], out["hfu_source"] = out["mfu"], "raised_to_mfu"
         out["mbu"] = out["bytes_per_step"] / step / a.ceilings.bandwidth if a.ceilings.bandwidth else None
         out["tokens_per_s"] = tokens / step if tokens else None
     out["idle_fraction"] = _median(samples["idle_fraction"])

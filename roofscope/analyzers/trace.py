@@ -1,16 +1,17 @@
 """Kineto (torch.profiler) Chrome-trace ingestion into pandas DataFrames.
 
 The JSON is decoded with msgspec into typed structs that keep only the fields the
-analysis reads; shape arguments stay as raw JSON bytes so that identical op
-signatures are deduplicated before anything is parsed (a million events usually
-carry a few thousand distinct signatures). benchmarks/bench_ingest.py measures this
-against json and orjson.
+analysis reads (kineto.py: every type variant of real traces, malformed events skipped
+and counted); shape arguments stay as raw JSON bytes so that identical op signatures
+are deduplicated before anything is parsed (a million events usually carry a few
+thousand distinct signatures). benchmarks/bench_ingest.py measures this against json
+and orjson.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -18,9 +19,12 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..fileio import read_maybe_gzip
+from .kineto import Args as _Args
+from .kineto import Decoded, as_dims, as_int, clean_meta
+from .kineto import Event as _Event
+from .kineto import decode as _decode
 from .linking import enclosing, interval_parents, take
 
-_NO_RAW = msgspec.Raw(b"")
 # Annotation prefix of module labels (collectors/modules.py writes them).
 MODULE_PREFIX = "nn.Module: "
 # Annotation around roofscope's own GPU drain where recording starts and ends (torchprof.py).
@@ -31,84 +35,6 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # Older Kineto wrote "Kernel"/"Memcpy"/"Memset"; map them onto the modern names.
 _CAT_ALIASES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
                 "Runtime": "cuda_runtime", "Operator": "cpu_op"}
-
-
-class _Args(msgspec.Struct, frozen=True, gc=False):
-    external_id: Union[int, None] = msgspec.field(name="External id", default=None)
-    correlation: Union[int, None] = None
-    device: Union[int, None] = None
-    stream: Union[int, None] = None
-    bytes: Union[float, None] = None
-    grid: Union[list, None] = None
-    block: Union[list, None] = None
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
-    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
-    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NO_RAW)
-    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
-    # record_param_comms' collective arguments (newer PyTorch). Raw: other ops use these keys
-    # with other types (an op's own "dtype"), so they are decoded on record_param_comms only.
-    comm_collective: msgspec.Raw = msgspec.field(name="Collective name", default=_NO_RAW)
-    comm_in_nelems: msgspec.Raw = msgspec.field(name="In msg nelems", default=_NO_RAW)
-    comm_out_nelems: msgspec.Raw = msgspec.field(name="Out msg nelems", default=_NO_RAW)
-    comm_dtype: msgspec.Raw = msgspec.field(name="dtype", default=_NO_RAW)
-    comm_group_size: msgspec.Raw = msgspec.field(name="Group size", default=_NO_RAW)
-    kernel_num_gb: Union[float, None] = None
-    kernel_flop: Union[float, None] = None
-    kernel_backend: Union[str, None] = None
-    rf_id: Union[int, None] = msgspec.field(name="Record function id", default=None)
-    # Autograd sequence number: a backward node carries its forward op's number.
-    seq: Union[int, None] = msgspec.field(name="Sequence number", default=None)
-    # CUPTI range-profiler counters (old Kineto "cuda_profiler_range" events): SASS
-    # instruction counts per precision; FLOPs = add + mul + 2 * fma.
-    sass_dadd: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_dadd_pred_on.sum", default=None)
-    sass_dmul: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_dmul_pred_on.sum", default=None)
-    sass_dfma: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_dfma_pred_on.sum", default=None)
-    sass_hadd: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_hadd_pred_on.sum", default=None)
-    sass_hmul: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_hmul_pred_on.sum", default=None)
-    sass_hfma: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_hfma_pred_on.sum", default=None)
-    sass_fadd: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", default=None)
-    sass_fmul: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_fmul_pred_on.sum", default=None)
-    sass_ffma: Union[float, None] = msgspec.field(
-        name="smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", default=None)
-
-
-_EMPTY_ARGS = _Args()
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: Union[str, None] = None
-    name: str = ""
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
-    ts: Union[float, None] = None
-    dur: Union[float, None] = None
-    args: _Args = _EMPTY_ARGS
-
-
-class _TraceFile(msgspec.Struct):
-    traceEvents: Union[list[_Event], None] = None
-    schemaVersion: Any = None
-    deviceProperties: Union[list[dict], None] = None
-    distributedInfo: Union[dict, None] = None
-    record_shapes: Any = None
-    baseTimeNanoseconds: Union[int, None] = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    cupti_version: Any = None
-    displayTimeUnit: Union[str, None] = None
-    traceName: Union[str, None] = None
-
-
-_DECODER = msgspec.json.Decoder(Union[_TraceFile, list[_Event]])
 
 
 @dataclass
@@ -127,38 +53,41 @@ class Trace:
     comm_args: pd.DataFrame = field(default_factory=lambda: _comm_frame([]))
 
     @property
-    def device_name(self) -> str | None:
-        """Name of the GPU the kernels ran on (the first in deviceProperties), None for CPU-only."""
+    def device_props(self) -> dict[str, Any] | None:
+        """deviceProperties entry of the GPU the kernels ran on, None for CPU-only traces.
+
+        Kernels name their device by id; when no listed id matches (ROCm traces number
+        devices differently in kernels and in deviceProperties) and only one device is
+        listed, that one is it; otherwise the first listed device.
+        """
         props = self.meta.get("deviceProperties") or []
-        used = set(self.kernels["device"].dropna().astype(int)) if len(self.kernels) else set()
-        for p in props:
-            if not used or p.get("id") in used:
-                return p.get("name")
-        return None
+        if not props:
+            return None
+        used = self.kernels["device"].dropna().astype(int) if len(self.kernels) else pd.Series([], dtype=int)
+        ids = used.value_counts().index.tolist()
+        for i in ids:
+            for p in props:
+                if p.get("id") == i:
+                    return p
+        return props[0]
+
+    @property
+    def device_name(self) -> str | None:
+        """Name of the GPU the kernels ran on (see :attr:`device_props`), None for CPU-only."""
+        p = self.device_props
+        name = p.get("name") if p else None
+        return name if isinstance(name, str) else None
 
     @property
     def device_memory(self) -> int | None:
-        props = self.meta.get("deviceProperties") or []
-        return props[0].get("totalGlobalMem") if props else None
+        p = self.device_props
+        mem = p.get("totalGlobalMem") if p else None
+        return mem if isinstance(mem, (int, float)) and not isinstance(mem, bool) else None
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The trace file's JSON bytes, gunzipped when needed."""
     return read_maybe_gzip(path, TraceError, "neither a trace file nor a roofscope Run")
-
-
-def _decode(path: str, data: bytes) -> _TraceFile:
-    try:
-        doc = _DECODER.decode(data)
-    except msgspec.ValidationError as e:
-        raise TraceError(f"{path}: not a Kineto trace ({e})") from None
-    except msgspec.DecodeError as e:
-        raise TraceError(f"{path}: not valid JSON ({e}); is the file truncated?") from None
-    if isinstance(doc, list):
-        doc = _TraceFile(traceEvents=doc)
-    if doc.traceEvents is None:
-        raise TraceError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-    return doc
 
 
 def _to_ns(values: list[float | None], t0: float) -> np.ndarray:
@@ -169,7 +98,8 @@ def _to_ns(values: list[float | None], t0: float) -> np.ndarray:
 
 def _dur_ns(values: list[float | None]) -> np.ndarray:
     arr = np.asarray([0.0 if v is None else v for v in values], dtype=np.float64)
-    return np.rint(np.maximum(arr, 0.0) * 1000.0).astype(np.int64)
+    # Corrupt durations (negative, NaN, centuries) become 0 or the timestamp limit.
+    return np.rint(np.clip(np.nan_to_num(arr), 0.0, _TS_LIMIT_US) * 1000.0).astype(np.int64)
 
 
 def _opt_int(values: list) -> pd.Series:
@@ -277,58 +207,73 @@ def _build_kernels(evs: list[_Event], t0: float) -> pd.DataFrame:
     df = _build_intervals(evs, t0, {})  # GPU streams: their thread codes are dropped below
     df["name"] = pd.Categorical(df["name"])
     df["cat"] = pd.Categorical([_CAT_ALIASES.get(e.cat, e.cat) for e in evs])
-    df["device"] = _opt_int([e.args.device if e.args.device is not None else
-                             (e.pid if isinstance(e.pid, int) else None) for e in evs])
-    df["stream"] = _opt_int([e.args.stream if e.args.stream is not None else
-                             (e.tid if isinstance(e.tid, int) else None) for e in evs])
+    df["device"] = _opt_int([as_int(e.args.device) if e.args.device is not None else
+                             (e.pid if type(e.pid) is int else None) for e in evs])
+    df["stream"] = _opt_int([as_int(e.args.stream) if e.args.stream is not None else
+                             (e.tid if type(e.tid) is int else None) for e in evs])
     df["bytes"] = np.asarray([np.nan if e.args.bytes is None else e.args.bytes for e in evs],
                              dtype=np.float64)
     df["counter_flops"] = np.asarray([_counter_flops(e.args) for e in evs], dtype=np.float64)
-    df["grid"] = [e.args.grid for e in evs]
-    df["block"] = [e.args.block for e in evs]
+    df["grid"] = [as_dims(e.args.grid) for e in evs]
+    df["block"] = [as_dims(e.args.block) for e in evs]
     # Kernels of all activity types in time order, whatever order the buckets were filled in.
     return df.drop(columns=["pid", "tid", "thread"]).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+# Timestamps (µs) beyond this are corrupt: their ns offsets would not fit in int64.
+_TS_LIMIT_US = 4e15
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read a Kineto trace (``.json`` or ``.json.gz``) into a linked :class:`Trace`."""
     path_s = str(path)
-    doc = _decode(path_s, read_bytes(path))
+    decoded = _decode(path_s, read_bytes(path))
+    doc = decoded.doc
     buckets: dict[str, list[_Event]] = {"cpu_op": [], "user_annotation": [], "gpu_user_annotation": [],
                                        "cuda_runtime": [], "cuda_driver": [], "kernel": [],
                                        "gpu_memcpy": [], "gpu_memset": [], "cuda_profiler_range": []}
     t0 = None
+    bad_ts = 0
     for e in doc.traceEvents:
-        if e.ph != "X" or e.ts is None:
+        ts = e.ts
+        if e.ph != "X" or ts is None:
             continue
         cat = _CAT_ALIASES.get(e.cat, e.cat)
         bucket = buckets.get(cat)
         if bucket is not None:
+            if not -_TS_LIMIT_US <= ts <= _TS_LIMIT_US:  # also false for NaN
+                bad_ts += 1
+                continue
             bucket.append(e)
-            if t0 is None or e.ts < t0:
-                t0 = e.ts
+            if t0 is None or ts < t0:
+                t0 = ts
+    if bad_ts:
+        decoded.skipped["ts not a time"] += bad_ts
     if t0 is None:
         raise TraceError(f"{path_s}: no torch.profiler events (no cpu_op, kernel or runtime events);"
                          " is this a Kineto trace?")
     threads: dict[tuple[str, str], int] = {}
     ops, signatures = _build_ops(buckets["cpu_op"], t0, threads)
     runtime = _build_intervals(buckets["cuda_runtime"] + buckets["cuda_driver"], t0, threads)
+    runtime["size"] = np.asarray([np.nan if e.args.size is None else e.args.size
+                                  for e in buckets["cuda_runtime"] + buckets["cuda_driver"]], dtype=np.float64)
     kernels = _build_kernels(buckets["kernel"] + buckets["gpu_memcpy"] + buckets["gpu_memset"]
                              + buckets["cuda_profiler_range"], t0)
     annotations = _build_intervals(buckets["user_annotation"], t0, threads).drop(columns=["correlation"])
     comm_args = _comm_frame(buckets["cpu_op"])
-    meta = _meta_of(doc, path_s, t0)
+    meta = _meta_of(decoded, path_s, t0)
     meta["gpu_annotations"] = len(buckets["gpu_user_annotation"])
-    del doc, buckets
+    del doc, decoded, buckets
 
     _link(ops, runtime, kernels, annotations)
     return Trace(path=path_s, ops=ops, signatures=signatures, kernels=kernels, runtime=runtime,
                  annotations=annotations, meta=meta, comm_args=comm_args)
 
 
-def _meta_of(doc: _TraceFile, path: str, t0: float) -> dict[str, Any]:
-    meta = {f: getattr(doc, f) for f in _TraceFile.__struct_fields__ if f != "traceEvents"}
-    meta.update(path=path, t0_us=t0, events=len(doc.traceEvents))
+def _meta_of(decoded: Decoded, path: str, t0: float) -> dict[str, Any]:
+    meta = clean_meta(decoded.doc)
+    meta.update(path=path, t0_us=t0, events=len(decoded.doc.traceEvents),
+                skipped_events=dict(decoded.skipped))
     return meta
 
 
@@ -363,6 +308,13 @@ def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
             launch[rows] = launches
     kernels["launch"] = launch
     kernels["timed"] = ~ranges
+    # ROCm copies carry no bytes of their own; their runtime call (hipMemcpy*) has the size.
+    nbytes = kernels["bytes"].to_numpy()
+    copies = np.isnan(nbytes) & kernels["cat"].isin(("gpu_memcpy", "gpu_memset")).to_numpy() & (launch >= 0)
+    if copies.any():
+        nbytes = nbytes.copy()
+        nbytes[copies] = runtime["size"].to_numpy()[launch[copies]]
+        kernels["bytes"] = nbytes
     op = take(runtime["op"].to_numpy(), launch, -1)
     # Without a launch event, a modern trace's kernel External id names its launching op;
     # in older traces it merely repeats the correlation id and must not be trusted.

@@ -279,7 +279,7 @@ class Session:
         assert c is not None
         shortfall = c.shortfall()
         if shortfall:
-            self.warnings.append(shortfall + self._step_hint())
+            self.warnings.append(shortfall + self._step_hint(exit_status))
         if not c.trace_path.exists():
             return SessionResult(run=None, analysis=None, warnings=self.warnings)
         telemetry = self.telemetry
@@ -310,10 +310,14 @@ class Session:
         analysis, error, ceilings = self._analyze(c.trace_path, telemetry, meta)
         summary = None
         if analysis is not None:
+            # The summary and report name the trace the Run keeps, not the temporary one deleted after.
+            from ..run import TRACE_FILE
+
+            analysis.trace.path = str(Path(self.out) / TRACE_FILE)
             summary = analysis.summary()
             # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
             # datasheet ones come back from the trace's device name.
-            if analysis.ceilings.source != "datasheet":
+            if analysis.ceilings.source not in ("datasheet", "none"):
                 ceilings = analysis.ceilings
             meta["steps"]["recorded"] = summary["steps"]
             if self.config.report:
@@ -360,9 +364,13 @@ class Session:
             return None, str(e), ceilings
         return a, None, ceilings
 
-    def _step_hint(self) -> str:
+    def _step_hint(self, exit_status: dict[str, Any]) -> str:
         if self.config.duration_s is not None:
             return ""
+        if exit_status.get("reason") not in (None, "ok", "stopped"):
+            # The script failed or was stopped: a missing step marker is not what cut the run short.
+            how = str(exit_status.get("detail") or exit_status.get("reason")).strip().splitlines()
+            return f"; the script ended early ({how[-1] if how else exit_status.get('reason')})"
         if self.step_source == "none":
             return ("; no step boundary arrived (no optimizer.step(), roofscope.step() or prof.step()):"
                     " call roofscope.step() once per iteration, or profile a time window with --duration SECONDS")

@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import RoofscopeError
 from ..fileio import atomic_write, check_writable
 from .options import CeilingOptions
 
@@ -21,6 +22,8 @@ class AnalyzeOptions(CeilingOptions):
     open_browser: bool = False
     top: int = 15
     quiet: bool = False
+    graph_capture: tuple[str, ...] = ()
+    formulas: tuple[str, ...] = ()
 
 
 def run(opts: AnalyzeOptions) -> int:
@@ -45,7 +48,13 @@ def run(opts: AnalyzeOptions) -> int:
                 (None if to_stdout else opts.markdown_out, render_markdown)) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
-    a = analyze(opts.trace, **opts.ceiling_kwargs())
+    from ..analyzers.formulas.custom import load_all
+
+    load_all(opts.formulas)
+    for capture in opts.graph_capture:
+        if not Path(capture).is_file():
+            raise RoofscopeError(f"--graph-capture {capture}: no such file")
+    a = analyze(opts.trace, graph_capture=list(opts.graph_capture), **opts.ceiling_kwargs())
     if to_stdout:
         sys.stdout.write(render_markdown(a))
     elif not opts.quiet:

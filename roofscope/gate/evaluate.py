@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ..reports.console import plural
 from .snapshot import Snapshot
 from .stats import ALPHA, mann_whitney
 from .thresholds import REGION_PREFIX, Bound, Limit, Metric, limit_for, metric
@@ -68,12 +69,13 @@ class Check:
         if self.kind == "bound":
             side = "below" if m.higher_is_better else "above"
             state = f"{side} the bound" if self.status == FAIL else "within the bound"
-            return f"{m.label} {m.format(self.run)} is {state} {self.limit} (median of {self.n_run} steps)"
+            return (f"{m.label} {m.format(self.run)} is {state} {self.limit} (median of {plural(self.n_run, 'step')})"
+                    + (f": {self.note}" if self.note else ""))
         moved = "fell" if (self.run or 0) < (self.base or 0) else "rose"
         head = (f"{m.label} {moved} {self.delta_text().lstrip('+-')} vs baseline"
                 f" ({m.format(self.base)} -> {m.format(self.run)}; limit {self.limit}")
-        stat = f"Mann-Whitney p={self.p_value:.3g}, {self.n_run} vs {self.n_base} steps" \
-            if self.p_value is not None else f"{self.n_run} vs {self.n_base} steps"
+        steps = f"{self.n_run} vs {plural(self.n_base, 'step')}"
+        stat = f"Mann-Whitney p={self.p_value:.3g}, {steps}" if self.p_value is not None else steps
         return f"{head}; {stat})" + (f": {self.note}" if self.note else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,14 +127,28 @@ def check_bound(bound: Bound, run: Snapshot) -> Check:
     c.run = float(np.median(r))
     c.worse_by = (bound.value - c.run) if bound.metric.higher_is_better else (c.run - bound.value)
     c.status = FAIL if bound.violated(c.run) else PASS
+    if bound.metric.name == "mfu" and op_counted(run):
+        c.note = "op-counted MFU (= HFU: the FLOPs the kernels did); give --model-flops-per-step for model FLOPs"
     return c
+
+
+def same_figure(s: Snapshot, name: str, other: str) -> bool:
+    """Whether two metrics of a snapshot are one figure: op-counted MFU is HFU, step by step."""
+    a, b = s.samples.get(name), s.samples.get(other)
+    return a is not None and b is not None and len(a) == len(b) and bool(np.allclose(a, b, equal_nan=True))
+
+
+def op_counted(s: Snapshot) -> bool:
+    """MFU from the FLOPs the kernels did (no model FLOPs given): wasted work raises it."""
+    return s.metrics.get("mfu_source") == "op_counted"
 
 
 def regression_checks(run: Snapshot, base: Snapshot, limits: Mapping[str, Limit | None],
                       alpha: float = ALPHA) -> list[Check]:
     """One check per metric of the baseline that has a limit; metrics only the run has are new.
     Regions under :data:`MIN_REGION_SHARE` of the baseline step are left out of ``region:*``:
-    a 10 us region (torch's own zero_grad annotation) moves by 10 % with the scheduler."""
+    a 10 us region (torch's own zero_grad annotation) moves by 10 % with the scheduler.
+    One figure counts once: op-counted MFU (HFU by another name) is not checked beside HFU."""
     out = []
     step = base.median("step_time")
     for name in base.samples:
@@ -141,6 +157,14 @@ def regression_checks(run: Snapshot, base: Snapshot, limits: Mapping[str, Limit 
         if limit is None:
             continue
         median, n_base = base.median(name), len(_values(base, name))
+        if name == "mfu" and (op_counted(run) or op_counted(base)):
+            twin = same_figure(run, "mfu", "hfu") and same_figure(base, "mfu", "hfu") and limit_for(
+                metric("hfu"), limits) is not None
+            out.append(Check(m, "regression", limit.text, SKIP, limit.relative, base=median, n_base=n_base,
+                             note="op-counted (the FLOPs the kernels did, so extra work raises it)"
+                                  + (": the same figure as HFU, checked once as hfu" if twin else "")
+                                  + "; give --model-flops-per-step or --tokens-per-step for model FLOPs"))
+            continue
         if (name not in limits and m.name.startswith(REGION_PREFIX) and step and median is not None
                 and median < MIN_REGION_SHARE * step):
             out.append(Check(m, "regression", limit.text, SKIP, limit.relative, base=median, n_base=n_base,

@@ -27,6 +27,33 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 step', '3 steps'."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def step_range(steps: Sequence[int]) -> str:
+    """'step 6', 'steps 3-5', 'steps 3, 5, 9' (not contiguous)."""
+    if not steps:
+        return "no steps"
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if list(steps) == list(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    return "steps " + ", ".join(map(str, steps))
+
+
+def number(x: float, digits: int = 4) -> str:
+    """A plain figure for people: 2.665e10 -> '26.65 G', 1234.5 -> '1,234', 0.0123 -> '0.0123'."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if abs(x) >= 1e5:
+        return si(float(x), digits=digits)
+    if abs(x) >= 1000 or float(x).is_integer():
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
 def ms(seconds: float) -> str:
     return "-" if math.isnan(seconds) else f"{seconds * 1e3:,.3f}"
 
@@ -54,9 +81,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
 
 def _ceilings_line(a: "Analysis") -> str:
     c = a.ceilings
+    if not c.known:
+        return c.notes[0]
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
     # Cached measurements say where they came from: stale ones are otherwise invisible.
-    origin = next((n for n in c.notes if n.startswith("using ceilings measured on")), None)
+    origin = next((n for n in c.notes if n.startswith("using ceilings measured on")
+                   or " identified from its properties " in n), None)
     return f"{c.source}: {peaks}; memory {si(c.bandwidth, 'B/s')}" + (f" ({origin})" if origin else "")
 
 
@@ -70,7 +100,9 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out.append(f"  device    {s['device']}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
     out.append(f"  ceilings  {_ceilings_line(a)}")
     steps = s["steps"]
-    step_txt = f", steps {steps[0]}-{steps[-1]}" if steps else ""
+    partial = s.get("partial_steps") or []
+    step_txt = (f", {step_range(steps)}" if steps else "") + (
+        f" ({step_range(partial)} cut short by the script's end: left out of step figures)" if partial else "")
     dist = s.get("distributed") or {}
     rank_txt = f", rank {dist.get('rank')}/{dist.get('world_size')}" if "rank" in dist and "world_size" in dist else ""
     out.append(f"  trace     {s['events']:,} events, {s['kernels']:,} {what}{step_txt}{rank_txt}")
@@ -79,6 +111,10 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     out.append(f"  time      {ms(total)} ms summed over {what}"
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
+    if s.get("skipped_events"):
+        from ..analyzers.kineto import skipped_line
+
+        out.append(f"  note      {skipped_line(s['skipped_events'])}")
     out += _run_lines(s)
     if s.get("counters"):
         out.append(_counters_line(s["counters"]))
@@ -122,14 +158,19 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     agg = a.by_kernel().head(top)
     out.append(f"Top {len(agg)} kernels by time" if not a.cpu_only else f"Top {len(agg)} CPU ops by time")
     first_op = k.drop_duplicates("name").set_index("name")["op_name"] if len(k) else {}
+    # Rates cover the costed launches only: where a kernel also ran uncosted, say how much was costed.
+    partly = bool(len(agg)) and bool((agg["coverage"] < 0.9995).any())
     rows = []
     for name, r in agg.iterrows():
-        rows.append([ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"]),
-                     pct(r["efficiency"]), si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
-                     "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}",
-                     shorten(str(name)), shorten(str(first_op.get(name, "")), 32)])
-    out += ["  " + r for r in table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth",
-                                     "FLOP/B", "kernel", "op"], rows, ">>><>>>><<")]
+        rates = [pct(r["efficiency"]), si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
+                 "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}"]
+        rows.append([ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"]), *rates]
+                    + ([pct(r["coverage"])] if partly else []) + [shorten(str(name)), shorten(str(first_op.get(name, "")), 32)])
+    head = ["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth", "FLOP/B"]
+    out += ["  " + r for r in table(head + (["costed"] if partly else []) + ["kernel", "op"], rows,
+                                     ">>><>>>>" + (">" if partly else "") + "<<")]
+    if partly:
+        out.append("  (eff, achieved, bandwidth: over the costed launches only; costed: their share of the time)")
     return "\n".join(out) + "\n"
 
 
@@ -150,8 +191,8 @@ def _run_lines(s: dict) -> list[str]:
         extra = [f"{si(m['tokens_per_s'], 'tokens/s')}"] if m.get("tokens_per_s") else []
         if m.get("busy_fraction") is not None:
             extra.append(f"GPU busy {pct(m['busy_fraction'])}")
-        out.append(f"  steps     {m['steps']} profiled, median {ms(m['step_time_s'])} ms/step"
-                   + (f" ({', '.join(extra)})" if extra else ""))
+        what = f"{m['steps']} profiled, median" if m["steps"] != 1 else "1 profiled,"
+        out.append(f"  steps     {what} {ms(m['step_time_s'])} ms/step" + (f" ({', '.join(extra)})" if extra else ""))
     if m.get("peak_flops") and m.get("step_time_s"):
         mfu = f"MFU {pct(m['mfu'])}" + (" (op-counted)" if m.get("mfu_source") == "op_counted" else "")
         out.append(f"  util      {mfu}, HFU {pct(m['hfu'])}, MBU {pct(m['mbu'])}; "

@@ -40,7 +40,7 @@ def _delta(m: "MetricChange") -> str:
 
 
 def _judgement(m: "MetricChange") -> str:
-    return "" if m.better is None else ("better" if m.better else "worse")
+    return m.note if m.better is None else ("better" if m.better else "worse")
 
 
 def _us(seconds: float) -> str:
@@ -61,8 +61,13 @@ def _name(name: str, width: int) -> str:
     return short[:head] + "…" + short[len(short) - (width - 1 - head):]
 
 
+def _count(x: float) -> str:
+    """Calls per complete step: whole in a steady loop; a kernel that skips steps shows its mean."""
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-9 else f"~{x:.1f}"
+
+
 def _calls(a: float, b: float) -> str:
-    return f"{a:.3g}/{b:.3g}"
+    return f"{_count(a)}/{_count(b)}"
 
 
 def _metric_rows(d: "Diff") -> list[list[str]]:
@@ -99,7 +104,10 @@ def render_terminal(d: "Diff", top: int = 15) -> str:
     """The diff for a terminal: metrics, top ``top`` kernel changes, class changes, prediction."""
     out = [f"roofscope diff: A {d.a}", f"                B {d.b}",
            f"  device  A {d.device_a}" + ("" if d.device_b == d.device_a else f", B {d.device_b}"),
-           f"  steps   A {d.steps_a}, B {d.steps_b} profiled; kernel times below are per step", ""]
+           f"  steps   A {d.steps_a}, B {d.steps_b} complete steps profiled; kernel times below are per step"]
+    for w in d.warnings:
+        out += textwrap.wrap(w, WIDTH, initial_indent="  warning ", subsequent_indent=" " * 10)
+    out.append("")
     rows = _metric_rows(d)
     if rows:
         out.append("Metrics (B vs A)")

@@ -31,7 +31,7 @@ from .. import __version__
 from ..analyzers.counters import l2_bandwidth
 from ..analyzers.roofline import CLASSES
 from .charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
-from .console import pct, shorten, si
+from .console import number, pct, shorten, si
 from .export import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -323,7 +323,7 @@ def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> s
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("roofscope", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True))
-    env.filters.update(si=si, pct=pct, shorten=shorten)
+    env.filters.update(si=si, pct=pct, shorten=shorten, number=number)
     s = a.summary()
     by_class = [(c, v["time_s"], v["share"]) for c, v in s["time_by_class"].items()]
     cat = a.by_category()

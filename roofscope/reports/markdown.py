@@ -57,7 +57,9 @@ def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
     if _num(m.get("step_time_s")):
         spread = (f" ({ms(m['step_time_min_s'])} to {ms(m['step_time_max_s'])})"
                   if _num(m.get("step_time_min_s")) and _num(m.get("step_time_max_s")) else "")
-        rows.append([f"step time, median of {m.get('steps')}", f"{ms(m['step_time_s'])} ms{spread}"])
+        one = m.get("steps") == 1
+        rows.append(["step time, " + ("1 step" if one else f"median of {m.get('steps')}"),
+                     f"{ms(m['step_time_s'])} ms" + ("" if one else spread)])
     if _num(m.get("tokens_per_s")):
         rows.append(["tokens/s", si(m["tokens_per_s"])])
     for key, label in (("mfu", "MFU"), ("hfu", "HFU"), ("mbu", "MBU"), ("busy_fraction", "GPU busy"),
@@ -113,9 +115,11 @@ def render_markdown(a: "Analysis", top: int = 10) -> str:
     rows = [[ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", md_text(r["cls"]), pct(r["efficiency"]),
              si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
              "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}",
-             md_code(shorten(str(name))), md_code(first_op.get(name, ""))] for name, r in agg.iterrows()]
+             pct(r["coverage"]), md_code(shorten(str(name))), md_code(first_op.get(name, ""))]
+            for name, r in agg.iterrows()]
     what = "CPU ops" if a.cpu_only else "kernels"
-    out += [f"### Top {len(agg)} {what} by time", ""]
-    out += md_table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth", "FLOP/B", "kernel", "op"],
-                    rows, ">>><>>>><<") + [""]
+    out += [f"### Top {len(agg)} {what} by time", "",
+            "Rates are over the costed launches; *costed* is their share of the time.", ""]
+    out += md_table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth", "FLOP/B", "costed", "kernel",
+                     "op"], rows, ">>><>>>>><<") + [""]
     return "\n".join(out) + "\n"

@@ -14,11 +14,18 @@
   const isNum = (v) => v !== null && v !== undefined && Number.isFinite(v);
   const g = (v, d = 3) => isNum(v) ? String(Number(Number(v).toPrecision(d))) : "-";
   const pct = (v) => isNum(v) ? (100 * v).toFixed(1) + "%" : "-";
-  const SI = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+  const SI = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
   function si(v, unit = "", d = 3) {
     if (!isNum(v)) return "-";
     for (const [f, p] of SI) if (Math.abs(v) >= f) return g(v / f, d) + " " + p + unit;
     return (g(v, d) + " " + unit).trim();
+  }
+  // Log-axis ticks at powers of ten in one notation (plotly's own switch from "100B" to "10^15").
+  function logTicks(lo, hi, unit) {
+    const a = Math.floor(Math.log10(lo)), b = Math.ceil(Math.log10(hi)), every = Math.ceil((b - a + 1) / 10);
+    const vals = [];
+    for (let e = a; e <= b; e++) if ((e - a) % every === 0) vals.push(Math.pow(10, e));
+    return {tickmode: "array", tickvals: vals, ticktext: vals.map((v) => v >= 1000 ? si(v, unit) : g(v) + (unit ? " " + unit : ""))};
   }
   const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   function wrap(s, n = 110) {
@@ -48,6 +55,8 @@
     const m = data.modes[mode], c = m.cells, n = m.count, nc = CLASSES.length;
     const calls = new Float64Array(n), time = new Float64Array(n), flops = new Float64Array(n);
     const bytes = new Float64Array(n), floor = new Float64Array(n), clsT = new Float64Array(n * nc);
+    // Time of the costed launches (cells with a floor time): rates divide by it, not by all time.
+    const ctime = new Float64Array(n);
     const hasT = new Uint8Array(n), hasF = new Uint8Array(n), hasB = new Uint8Array(n), hasFl = new Uint8Array(n);
     // Hardware counters: measured L2 bytes, matmul time with and without tensor-core FLOPs.
     const l2 = new Float64Array(n), hasL2 = new Uint8Array(n), tc = new Float64Array(n), notc = new Float64Array(n);
@@ -62,7 +71,7 @@
       if (c.time_ns[i] !== null) { time[k] += c.time_ns[i]; hasT[k] = 1; clsT[k * nc + c.cls[i]] += c.time_ns[i]; total += c.time_ns[i]; }
       if (c.flops[i] !== null) { flops[k] += c.flops[i]; hasF[k] = 1; }
       if (c.bytes[i] !== null) { bytes[k] += c.bytes[i]; hasB[k] = 1; }
-      if (c.floor_ns[i] !== null) { floor[k] += c.floor_ns[i]; hasFl[k] = 1; }
+      if (c.floor_ns[i] !== null) { floor[k] += c.floor_ns[i]; hasFl[k] = 1; if (c.time_ns[i] !== null) ctime[k] += c.time_ns[i]; }
       if (data.counters) {
         if (c.l2_bytes[i] !== null) { l2[k] += c.l2_bytes[i]; hasL2[k] = 1; }
         if (c.tc_ns[i] !== null) tc[k] += c.tc_ns[i];
@@ -75,10 +84,12 @@
       let cls = firstCls[k], best = 0;
       for (let j = 0; j < nc; j++) if (clsT[k * nc + j] > best) { best = clsT[k * nc + j]; cls = j; }
       const t = hasT[k] ? time[k] / 1e9 : null, f = hasF[k] ? flops[k] : null, b = hasB[k] ? bytes[k] : null;
+      const ct = ctime[k] / 1e9;
       rows.push(Object.assign(info(mode, k), {
         k: k, calls: calls[k], time: t, mean: t !== null ? t / calls[k] : null, flops: f, bytes: b,
-        intensity: f !== null && b ? f / b : null, achieved: f !== null && t ? f / t : null,
-        bw: b !== null && t ? b / t : null, eff: hasFl[k] && t ? floor[k] / 1e9 / t : null,
+        intensity: f !== null && b ? f / b : null, achieved: f !== null && ct ? f / ct : null,
+        bw: b !== null && ct ? b / ct : null, eff: hasFl[k] && ct ? floor[k] / 1e9 / ct : null,
+        coverage: t ? ct / t : null,
         l2: hasL2[k] ? l2[k] : null, l2intensity: f !== null && hasL2[k] && l2[k] ? f / l2[k] : null,
         tc: tc[k] && notc[k] ? "partly" : tc[k] ? "yes" : notc[k] ? "NO" : "",
         cls: CLASSES[cls], share: t !== null && total > 0 ? time[k] / total : null}));
@@ -178,8 +189,10 @@
                    hovertext: ps.map(hoverText), hovertemplate: "%{hovertext}<extra></extra>"});
     }
     const layout = {
-      xaxis: {type: "log", title: {text: "arithmetic intensity (FLOP/byte)"}, range: [Math.log10(lo), Math.log10(hi)]},
-      yaxis: {type: "log", title: {text: "achieved FLOP/s"}, range: [Math.log10(ylo), Math.log10(yhi)]},
+      xaxis: Object.assign({type: "log", title: {text: "arithmetic intensity (FLOP/byte)"},
+                            range: [Math.log10(lo), Math.log10(hi)]}, logTicks(lo, hi, "")),
+      yaxis: Object.assign({type: "log", title: {text: "achieved FLOP/s"}, range: [Math.log10(ylo), Math.log10(yhi)]},
+                           logTicks(ylo, yhi, "FLOP/s")),
       margin: {t: 10, r: 10}, legend: {orientation: "h", itemsizing: "constant"}, hovermode: "closest",
       hoverlabel: {align: "left"}};
     const drawn = new Set(pts), hidden = rows.filter((r) => !drawn.has(r));
@@ -203,7 +216,8 @@
     num("intensity", "FLOP/B", (r) => g(r.intensity)),
     num("achieved", "FLOP/s", (r) => si(r.achieved), "achieved_flops"),
     num("bw", "bandwidth", (r) => si(r.bw, "B/s"), "achieved_bw"),
-    num("eff", "efficiency", (r) => pct(r.eff), "efficiency")];
+    num("eff", "efficiency", (r) => pct(r.eff), "efficiency"),
+    num("coverage", "costed", (r) => pct(r.coverage), "coverage")];
 
   function csvCell(v) {
     if (v === null || v === undefined) return "";

@@ -14,7 +14,7 @@ Importing this package imports every formula module, which registers its formula
 * ``rules``: the bytes rule, which tensors an op writes, broadcasting
 * ``flops``: GEMM, convolution and attention FLOP counts
 * ``elementwise``, ``reductions`` (also pooling, norms, softmax, losses), ``matmul``
-  (gemm / conv / attention), ``memory`` (copies, gathers, fills, views), ``optimizer``,
+  (gemm / conv), ``attention`` (SDPA variants, GQA, varlen, paged), ``memory`` (copies, gathers, fills, views), ``optimizer``,
   ``inductor`` (Triton kernels): the formulas
 
 No formula imports torch (``flops`` holds the GEMM/conv/attention counts of
@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 # importing the formula modules registers their formulas
-from roofscope.analyzers.formulas import elementwise, inductor, matmul, memory, optimizer, reductions  # noqa: F401
+from roofscope.analyzers.formulas import (attention, elementwise, inductor, matmul, memory,  # noqa: F401
+                                          optimizer, reductions)
 from roofscope.analyzers.formulas.dtypes import (BOOL, DTYPE_BY_NAME, DTYPES, FLOAT32, INT64, SCALAR_TYPE_CODES,
                                                  TENSORLIST_DTYPE, DType, dtype_from_code, parse_dtype,
                                                  promote_types, result_type)

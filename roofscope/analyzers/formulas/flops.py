@@ -1,6 +1,6 @@
-"""GEMM, convolution and attention FLOP counts as pure functions of shapes.
+"""GEMM and convolution FLOP counts as pure functions of shapes (attention: :mod:`.attention`).
 
-The same counts as ``torch.utils.flop_counter`` (torch 2.13, with grouped-query attention),
+The same counts as ``torch.utils.flop_counter`` (torch 2.13),
 written here so that costing a trace imports no torch and does not change with the
 installed torch; tests/test_costmodel_schemas.py checks them against torch's registry.
 Each function takes the arguments torch's formula takes (shapes, and ``out_val`` for the
@@ -62,35 +62,8 @@ def convolution_backward(go: Shape, x: Shape, w: Shape, _bias: Any, _stride: Any
     return flops
 
 
-def _heads(q: Shape, k: Shape) -> None:
-    if q[1] < k[1] or q[1] % k[1]:
-        raise ValueError(f"attention: {q[1]} query heads are not a multiple of {k[1]} key/value heads")
-
-
-def sdpa(q: Shape, k: Shape, v: Shape, *_: Any, out_val: Any = None) -> int:
-    (b, h, sq, dq), (b2, hk, sk, dk), (b3, hv, sv, dv) = q, k, v
-    if not (b == b2 == b3 and hk == hv and dq == dk and sk == sv):
-        raise ValueError(f"attention: shapes q={q} k={k} v={v} do not fit")
-    _heads(q, k)
-    return bmm((b * h, sq, dq), (b * h, dq, sk)) + bmm((b * h, sq, sk), (b * h, sk, dv))
-
-
-def sdpa_backward(go: Shape, q: Shape, k: Shape, v: Shape, *_: Any, out_val: Any = None) -> int:
-    (b, h, sq, dq), (b2, hk, sk, dk), (b3, hv, sv, dv), (b4, hg, sg, dg) = q, k, v, go
-    if not (b == b2 == b3 == b4 and hk == hv and h == hg and dq == dk and dv == dg and sk == sv and sq == sg):
-        raise ValueError(f"attention backward: shapes grad={go} q={q} k={k} v={v} do not fit")
-    _heads(q, k)
-    bh = b * h
-    return (bmm((bh, sq, dq), (bh, dq, sk))      # scores recomputed
-            + bmm((bh, sq, dv), (bh, dv, sk))    # grad of the scores
-            + bmm((bh, sk, sq), (bh, sq, dv))    # grad of v
-            + bmm((bh, sq, sk), (bh, sk, dq))    # grad of q
-            + bmm((bh, dq, sq), (bh, sq, sk)))   # grad of k
-
-
 # by the aten op name torch.utils.flop_counter registers each formula under
 FLOP_FORMULAS: dict[str, Callable[..., int]] = {
     "mm": mm, "addmm": addmm, "bmm": bmm, "baddbmm": baddbmm, "_scaled_mm": mm,
     "convolution": convolution, "convolution_backward": convolution_backward,
-    "_scaled_dot_product_flash_attention": sdpa, "_scaled_dot_product_flash_attention_backward": sdpa_backward,
 }

@@ -1,12 +1,11 @@
-"""Matrix multiplies, convolutions and attention: FLOPs as torch.utils.flop_counter counts them
-(pure functions of shapes in :mod:`.flops`; no torch import)."""
+"""Matrix multiplies and convolutions: FLOPs as torch.utils.flop_counter counts them (pure functions
+of shapes in :mod:`.flops`; no torch import). Attention lives in :mod:`.attention`."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
-from roofscope.analyzers.formulas.dtypes import DTYPE_BY_NAME, FLOAT32, DType, dtype_from_code
+from roofscope.analyzers.formulas.dtypes import DTYPE_BY_NAME, DType, dtype_from_code
 from roofscope.analyzers.formulas.flops import FLOP_FORMULAS
 from roofscope.analyzers.formulas.records import UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
 from roofscope.analyzers.formulas.registry import register
@@ -14,7 +13,7 @@ from roofscope.analyzers.formulas.rules import _cost, _outputs
 
 
 def _flop_fn(op: str) -> Callable[..., int]:
-    """FLOP formula of torch.utils.flop_counter's aten op ``op`` (the reference gemm/conv/attention counts)."""
+    """FLOP formula of torch.utils.flop_counter's aten op ``op`` (the reference gemm/conv counts)."""
     return FLOP_FORMULAS[op]
 
 
@@ -130,56 +129,4 @@ def _conv_backward(call: OpCall) -> Cost:
         outs.append(TensorSpec((go.shape[1],), w.dtype))
     flops = _flop_fn("convolution_backward")(go.shape, x.shape, w.shape, None, None, None, None, transposed,
                                             None, None, mask, out_val=[x.shape, w.shape, None])
-    return _cost(call, flops, outs)
-
-
-# attention: forward?, is_causal position, layout ("bhsd" = SDPA, "bshd" = flash / mem-efficient
-# internals), and for ops that accept packed varlen batches the (cum_seq_q, max_k) positions
-_ATTN: dict[str, tuple[bool, int, str, tuple[int, int] | None]] = {
-    "aten::_scaled_dot_product_flash_attention": (True, 4, "bhsd", None),
-    "aten::_scaled_dot_product_efficient_attention": (True, 6, "bhsd", None),
-    "aten::_scaled_dot_product_cudnn_attention": (True, 6, "bhsd", None),
-    "aten::_scaled_dot_product_flash_attention_for_cpu": (True, 4, "bhsd", None),
-    "aten::_scaled_dot_product_flash_attention_backward": (False, 11, "bhsd", None),
-    "aten::_scaled_dot_product_efficient_attention_backward": (False, 11, "bhsd", None),
-    "aten::_scaled_dot_product_cudnn_attention_backward": (False, 14, "bhsd", None),
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (False, 7, "bhsd", None),
-    "aten::_cudnn_attention_forward": (True, 10, "bhsd", (4, 7)),
-    "aten::_cudnn_attention_backward": (False, 14, "bhsd", (9, 12)),
-    "aten::_flash_attention_forward": (True, 8, "bshd", (3, 6)),
-    "aten::_flash_attention_backward": (False, 11, "bshd", (6, 9)),
-    "aten::_efficient_attention_forward": (True, 9, "bshd", (4, 7)),  # custom_mask_type, not is_causal
-    "aten::_efficient_attention_backward": (False, 14, "bshd", (6, 9)),
-}
-
-
-@register(*_ATTN, category="attention")
-def _attention(call: OpCall) -> Cost:
-    fwd, causal_pos, layout, varlen = _ATTN[call.name]
-    off = 0 if fwd else 1
-    q, k, v = (call.need("", off + i) for i in range(3))
-    shapes = [q.shape, k.shape, v.shape] if fwd else [call.need("", 0).shape, q.shape, k.shape, v.shape]
-    if varlen and call.tensor("", varlen[0]) is not None:  # packed (T, H, D) sequences
-        max_k = call.value("", varlen[1])
-        if not isinstance(max_k, int):
-            raise MissingShapes("max_k")
-        # every query row attends to at most max_k keys: an upper bound (documented)
-        tq = [(1, s[-2], math.prod(s[:-2]), s[-1]) for s in shapes]
-        tk = [(1, s[-2], max_k, s[-1]) for s in (k.shape, v.shape)]
-        shapes = [tq[0], *tk] if fwd else [tq[0], tq[1], *tk]
-    elif layout == "bshd":
-        shapes = [(s[0], s[2], s[1], s[3]) for s in shapes]
-    key = "_scaled_dot_product_flash_attention" + ("" if fwd else "_backward")
-    flops = _flop_fn(key)(*shapes)
-    flag = call.value("", causal_pos)
-    # mem-efficient internals take custom_mask_type (1, 2 = causal from top-left / bottom-right)
-    causal = flag in (1, 2) if call.name.startswith("aten::_efficient_attention") else flag is True
-    if causal:
-        flops *= 0.5  # only the lower triangle of the score matrix is computed (documented)
-    if fwd:
-        outs = [q.like(shape=q.shape[:-1] + v.shape[-1:])]
-        if call.value("compute_log_sumexp", None) is not False:
-            outs.append(TensorSpec(q.shape[:-1], FLOAT32))  # fp32 logsumexp
-    else:
-        outs = [q.like(), k.like(), v.like()]
     return _cost(call, flops, outs)

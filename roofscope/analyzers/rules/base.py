@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 TERMS = CLASSES + ("host", "sync", "idle_other")
 # Terms whose fixes make kernels faster (their savings scale with gpu_bound).
 KERNEL_TERMS = frozenset(("compute", "memory", "latency", "underutilized", "clock", "occupancy"))
+# Rules bound to these terms compare kernels with the roofs: without ceilings they cannot run.
+NEEDS_CEILINGS = frozenset(("compute", "memory", "latency", "underutilized", "optimizer"))
 CONFIDENCE = ("high", "medium", "low")
 
 
@@ -169,6 +171,10 @@ def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
     skipped: list[dict[str, str]] = []
     for rule in rules:
         term = rule.binding
+        if term in NEEDS_CEILINGS and not a.ceilings.known:
+            skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --device KEY, --peak-tflops and"
+                                                          " --peak-bandwidth, or --ceilings FILE"})
+            continue
         if term in ctx.terms and ctx.share(term) < rule.min_share:
             skipped.append({"rule": rule.name, "reason": f"not binding: {term} is {100 * ctx.share(term):.1f}% of"
                                                           f" the step (needs {100 * rule.min_share:.0f}%)"})

@@ -1,0 +1,251 @@
+"""CUDA/HIP-graph replays costed from their captures.
+
+Kineto gives a kernel replayed from a graph the correlation of its ``cudaGraphLaunch`` /
+``hipGraphLaunch`` and no External id, so no CPU op launched it: without help every replayed
+kernel has no cost. The help is the graph's *capture*: a profiler trace of the code between
+``cudaStreamBeginCapture`` and ``cudaStreamEndCapture``, where every launch call sits under
+the op (with its shapes) that issued it, in launch order, and no kernel runs. A replay runs
+the captured launches again, so the i-th kernel of one graph launch (GPU start order) is the
+i-th launch of its capture (H100, torch 2.11: 5 of 5 kernels in order, tests/data).
+
+Captures come from the trace itself (captured while recording), from the Run (``roofscope
+run`` records each capture separately, collectors/graphs.py) or from ``--graph-capture
+FILE``. A replay is matched to a capture by the graph id roofscope's annotations carry
+(``roofscope: graph capture N`` / ``roofscope: graph replay N``), else by its kernel count
+when that singles out one capture (or several with the same ops and shapes). A mapped
+kernel takes the cost of the nearest op with a formula above its captured launch, split
+among that op's kernels in the replay by duration, as eager kernels are (attribution.py), and
+the capture's module label. An unmatched replay keeps its time only (reason ``graph_replay``),
+grouped by graph launch in the ``graph`` column.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .linking import ancestor_where, take
+from .trace import Trace
+
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "cuGraphLaunch_ptsz",
+                            "hipGraphLaunch", "hipGraphLaunch_spt"})
+_BEGIN = re.compile(r"^(cuda|cu|hip)StreamBeginCapture")
+_END = re.compile(r"^(cuda|cu|hip)StreamEndCapture")
+# Calls that become graph nodes: kernel launches and async copies / fills.
+_NODE = re.compile(r"^(cuda|cu|hip|hipExt|hipModule)(Launch|LaunchKernel|Memcpy\w*Async|Memset\w*Async|MemsetD)")
+CAPTURE_LABEL = "roofscope: graph capture "
+REPLAY_LABEL = "roofscope: graph replay "
+REASON = "graph_replay"
+
+
+@dataclass
+class Capture:
+    trace: Trace
+    launches: np.ndarray            # rows of trace.runtime, in launch order
+    label: str | None               # graph id from roofscope's annotation
+    source: str
+
+    def fingerprint(self) -> tuple:
+        ops = self.trace.runtime["op"].to_numpy()[self.launches]
+        sig = take(self.trace.ops["sig"].to_numpy(), ops, -1)
+        names = take(self.trace.ops["name"].astype(str).to_numpy(dtype=object), ops, "")
+        dims = take(self.trace.signatures["input_dims"].astype(str).to_numpy(dtype=object), sig, "") \
+            if len(self.trace.signatures) else np.full(len(ops), "", dtype=object)
+        return tuple(zip(names.tolist(), dims.tolist()))
+
+
+@dataclass
+class GraphMap:
+    """What was mapped: per graph launch, its capture (or why not), and notes for the summary."""
+    launches: int = 0
+    mapped: int = 0
+    captures: int = 0
+    unmapped_reasons: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph_launches": self.launches, "mapped": self.mapped, "captures": self.captures,
+                "unmapped": dict(self.unmapped_reasons), "notes": list(self.notes)}
+
+
+CAPTURES_DIR = "graphs"  # in a Run: graphs/capture-NNNN.json.gz, one per recorded capture
+
+
+def run_captures(run_dir: Any) -> list[str]:
+    from pathlib import Path
+
+    return [str(p) for p in sorted((Path(run_dir) / CAPTURES_DIR).glob("capture-*.json*"))]
+
+
+def load_captures(sources: list[Any]) -> list[Trace]:
+    from .trace import load_trace
+
+    return [s if isinstance(s, Trace) else load_trace(s) for s in sources]
+
+
+def _label_at(trace: Trace, prefix: str, rows: np.ndarray) -> np.ndarray:
+    """The id of roofscope's ``prefix`` annotation enclosing each runtime row (same thread), or None."""
+    out = np.full(len(rows), None, dtype=object)
+    ann = trace.annotations
+    if not len(ann) or not len(rows):
+        return out
+    lab = ann[ann["name"].astype(str).str.startswith(prefix)]
+    if not len(lab):
+        return out
+    rt = trace.runtime
+    th, ts, en = (rt[c].to_numpy()[rows] for c in ("thread", "ts_ns", "end_ns"))
+    for name, lth, lts, len_ in zip(lab["name"].astype(str), lab["thread"], lab["ts_ns"], lab["end_ns"]):
+        inside = (th == lth) & (ts >= lts) & (en <= len_)
+        out[inside] = name[len(prefix):]
+    return out
+
+
+def find_captures(trace: Trace, source: str = "") -> list[Capture]:
+    """Every capture (begin..end on one thread) in ``trace``, with its node launches."""
+    rt = trace.runtime
+    if not len(rt):
+        return []
+    names = rt["name"].astype(str)
+    begins = np.flatnonzero(names.str.match(_BEGIN).to_numpy())
+    if not begins.size:
+        return []
+    ends = np.flatnonzero(names.str.match(_END).to_numpy())
+    node = names.str.match(_NODE).to_numpy()
+    th, ts = rt["thread"].to_numpy(), rt["ts_ns"].to_numpy()
+    labels = _label_at(trace, CAPTURE_LABEL, begins)
+    out = []
+    for b, label in zip(begins, labels):
+        after = ends[(th[ends] == th[b]) & (ts[ends] > ts[b])]
+        if not after.size:
+            continue
+        e = after[np.argmin(ts[after])]
+        rows = np.flatnonzero(node & (th == th[b]) & (ts > ts[b]) & (ts < ts[e]))
+        out.append(Capture(trace, rows[np.argsort(ts[rows], kind="stable")], label, source or trace.path))
+    return out
+
+
+def _match(group_label: Any, size: int, captures: list[Capture]) -> tuple[Capture | None, str]:
+    if group_label is not None:
+        same = [c for c in captures if c.label == group_label]
+        if same:
+            c = same[-1]  # a graph re-captured under the same id: its latest capture
+            return (c, "") if len(c.launches) == size else (None, "count_mismatch")
+    by_size = [c for c in captures if len(c.launches) == size]
+    if not by_size:
+        return None, "no_capture" if not captures else "count_mismatch"
+    if len(by_size) == 1 or len({c.fingerprint() for c in by_size}) == 1:
+        return by_size[0], ""
+    return None, "ambiguous"
+
+
+def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | None = None) -> GraphMap:
+    """Cost the replayed kernels of ``kernels`` (attribute()'s frame, module column present) in place."""
+    from .attribution import op_costs
+    from .costmodel import signature_costs
+    from .modules import module_column
+
+    n = len(kernels)
+    kernels["graph"] = np.full(n, -1, dtype=np.int64)
+    gm = GraphMap()
+    launch = kernels["launch"].to_numpy()
+    rt_names = trace.runtime["name"].astype(str).to_numpy(dtype=object)
+    is_graph = take(np.isin(rt_names, list(GRAPH_LAUNCHES)), launch, False).astype(bool) if len(rt_names) else \
+        np.zeros(n, dtype=bool)
+    if not is_graph.any():
+        return gm
+    kernels.loc[is_graph, "graph"] = launch[is_graph]
+    captures = find_captures(trace)
+    for t in extra or []:
+        captures += find_captures(t)
+    gm.captures = len(captures)
+    costs: dict[int, tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]] = {}  # per capture trace
+
+    def trace_costs(t: Trace) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+        if id(t) not in costs:
+            oc = op_costs(t, signature_costs(t.signatures))
+            has_formula = (oc["reason"] != "no_formula").to_numpy()
+            parent = t.ops["parent"].to_numpy() if len(t.ops) else np.zeros(0, dtype=np.int64)
+            costs[id(t)] = (oc, has_formula, parent, module_column(t, np.arange(len(t.ops))))
+        return costs[id(t)]
+
+    rows = np.flatnonzero(is_graph)
+    rows = rows[np.lexsort((kernels["ts_ns"].to_numpy()[rows], launch[rows]))]
+    group_starts = np.flatnonzero(np.r_[True, launch[rows][1:] != launch[rows][:-1]])
+    bounds = np.r_[group_starts, len(rows)]
+    labels = _label_at(trace, REPLAY_LABEL, launch[rows][group_starts])
+    gm.launches = len(group_starts)
+    cols = {c: kernels[c].to_numpy().copy() for c in
+            ("flops", "flops_analytic", "bytes", "dtype", "tensor_core", "category", "cost_source", "op_name",
+             "cost_op_name", "unattributed", "module")}
+    op_names_cache: dict[int, np.ndarray] = {}
+    unmapped = np.zeros(n, dtype=bool)
+    for g, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        members = rows[lo:hi]
+        cap, why = _match(labels[g], len(members), captures)
+        if cap is None:
+            gm.unmapped_reasons[why] = gm.unmapped_reasons.get(why, 0) + 1
+            unmapped[members] = True
+            continue
+        gm.mapped += 1
+        t = cap.trace
+        oc, has_formula, parent, modules = trace_costs(t)
+        op = t.runtime["op"].to_numpy()[cap.launches]
+        nearest = ancestor_where(parent, op, has_formula)
+        ok = nearest >= 0
+        ok[ok] = oc["reason"].to_numpy()[nearest[ok]] == ""
+        copies = np.isin(cols["category"][members], ("memcpy", "memset"))
+        cost = np.where(ok & ~copies, nearest, -1)
+        if id(t) not in op_names_cache:
+            op_names_cache[id(t)] = t.ops["name"].astype(str).to_numpy(dtype=object)
+        names = op_names_cache[id(t)]
+        cols["op_name"][members] = take(names, op, "")
+        cols["module"][members] = take(modules, op, "")
+        sel = cost >= 0
+        if sel.any():
+            m, c = members[sel], cost[sel]
+            dur = kernels["dur_ns"].to_numpy(dtype=np.float64)[m]
+            grp = pd.Series(dur).groupby(c)
+            total, count = grp.transform("sum").to_numpy(), grp.transform("size").to_numpy()
+            share = np.where(total > 0, dur / np.where(total > 0, total, 1), 1.0 / count)
+            for col in ("flops", "bytes"):
+                cols[col][m] = oc[col].to_numpy()[c] * share
+            cols["flops_analytic"][m] = cols["flops"][m]
+            cols["dtype"][m] = oc["dtype"].to_numpy()[c]
+            cols["tensor_core"][m] = oc["tensor_core"].to_numpy()[c]
+            cat = oc["category"].to_numpy()[c]
+            cols["category"][m] = np.where((cat != "other") & (cat != ""), cat, cols["category"][m])
+            cols["cost_source"][m] = "capture"
+            cols["cost_op_name"][m] = names[c]
+            cols["unattributed"][m] = ""
+        rest = members[~sel & ~copies]
+        cols["unattributed"][rest] = np.where(
+            take(oc["reason"].to_numpy(), nearest[~sel & ~copies], "no_formula") == "no_shapes",
+            "no_shapes", "no_formula")
+    is_copy = np.isin(cols["category"], ("memcpy", "memset"))
+    cols["unattributed"][unmapped & ~is_copy] = REASON
+    for col, values in cols.items():
+        kernels[col] = values
+    gm.notes = _notes(gm, float(kernels.loc[unmapped & ~is_copy, "dur_ns"].sum()) / 1e9,
+                      float(kernels.loc[is_graph, "dur_ns"].sum()) / 1e9)
+    return gm
+
+
+def _notes(gm: GraphMap, unmapped_s: float, graph_s: float) -> list[str]:
+    if gm.launches == 0:
+        return []
+    head = (f"{gm.launches:,} CUDA-graph launch{'es' if gm.launches != 1 else ''}"
+            f" ({graph_s * 1e3:.3f} ms of kernels): {gm.mapped:,} mapped to {gm.captures} capture"
+            f"{'s' if gm.captures != 1 else ''}")
+    if gm.mapped == gm.launches:
+        return [head]
+    why = {"no_capture": "no capture of the graph was recorded",
+           "count_mismatch": "the replay's kernel count differs from every capture's launch count",
+           "ambiguous": "several captures (e.g. one per batch size) have that kernel count"}
+    causes = "; ".join(f"{v} launch{'es' if v != 1 else ''}: {why.get(k, k)}"
+                       for k, v in sorted(gm.unmapped_reasons.items()))
+    return [head, f"{unmapped_s * 1e3:.3f} ms of replayed kernels have time only ({causes}). Fix: profile with "
+            "`roofscope run` (it records every capture and labels each graph), or pass the capture's profiler "
+            "trace with `roofscope analyze TRACE --graph-capture CAPTURE_TRACE`"]

@@ -1,0 +1,90 @@
+"""MFU that holds (analyzers/modelflops.py): model FLOPs from the trace's forward phase,
+never embedding lookups, and HFU >= MFU, on an embedding-heavy language model step."""
+from __future__ import annotations
+
+import pytest
+
+import roofscope
+from roofscope.devices import Ceilings
+
+from .kineto import TraceBuilder
+
+TOY = Ceilings(device="toy", source="user", peaks={"fp32": 10e12, "bf16": 100e12}, bandwidth=1e12)
+BF16, I64 = "c10::BFloat16", "long int"
+MAIN, ENGINE = 100, 200
+V, D, B, S, H, Q = 32000, 512, 8, 512, 8, 64
+T = B * S  # 4096 tokens per step
+PARAMS = V * D + D * D  # the embedding table (16.4M) dwarfs the one 512x512 projection (262k)
+MM_FWD = 2 * T * D * D  # 2,147,483,648
+ATTN_FWD = 4 * B * H * S * S * Q // 2  # causal: 2,147,483,648
+
+
+def _lm_step(attention: bool = True) -> TraceBuilder:
+    """Embedding lookup -> one projection (mm) -> causal flash attention, then the backward
+    of both on the autograd engine's thread, then a foreach AdamW step."""
+    b = TraceBuilder()
+    b.annotation("ProfilerStep#1", 0, 10000)
+    ext = b.op("aten::embedding", 10, 20, [[V, D], [B, S], [], [], []], [BF16, I64, "Scalar", "Scalar", "Scalar"])
+    b.launch_kernel("indexSelectLargeIndex", 11, 100, 30, ext=ext)
+    ext = b.op("aten::mm", 40, 20, [[T, D], [D, D]], [BF16, BF16])
+    b.launch_kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 41, 200, 100, ext=ext)
+    gpu = 400
+    if attention:
+        qkv = [[B, H, S, Q]] * 3
+        ext = b.op("aten::_scaled_dot_product_flash_attention", 70, 20, qkv + [[], [], [], []],
+                   [BF16] * 3 + ["Scalar", "Scalar", "Scalar", ""], concrete=["", "", "", "0.", "True", "False", ""])
+        b.launch_kernel("flash_fwd_kernel", 71, gpu, 100, ext=ext)
+        gpu += 200
+    b.op("autograd::engine::evaluate_function: MmBackward0", 1000, 100, tid=ENGINE)
+    ext = b.op("aten::mm", 1010, 20, [[T, D], [D, D]], [BF16, BF16], tid=ENGINE)
+    b.launch_kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 1011, gpu, 100, ext=ext, tid=ENGINE)
+    ext = b.op("aten::mm", 1040, 20, [[D, T], [T, D]], [BF16, BF16], tid=ENGINE)
+    b.launch_kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 1041, gpu + 200, 100, ext=ext, tid=ENGINE)
+    b.op("autograd::engine::evaluate_function: EmbeddingBackward0", 1200, 100, tid=ENGINE)
+    ext = b.op("aten::embedding_dense_backward", 1210, 50, [[B, S, D], [B, S], [], [], []],
+               [BF16, I64, "Scalar", "Scalar", "Scalar"], tid=ENGINE)
+    b.launch_kernel("embedding_backward_feature_kernel", 1211, gpu + 400, 300, ext=ext, tid=ENGINE)
+    b.annotation("Optimizer.step#AdamW.step", 2000, 500)
+    ext = b.op("aten::_foreach_add_", 2010, 50, [[[V, D], [D, D]], [[V, D], [D, D]]], ["TensorList", "TensorList"])
+    b.launch_kernel("multi_tensor_apply_kernel<BinaryOpListAlphaFunctor>", 2011, gpu + 800, 200, ext=ext)
+    return b
+
+
+def _metrics(tmp_path, tokens: int | None = T, **meta):
+    run_meta = {"optimizer": {"class": "AdamW", "params": PARAMS, "tensors": 2}, **meta}
+    if tokens:
+        run_meta["tokens_per_step"] = tokens
+    a = roofscope.analyze(_lm_step(**{k: v for k, v in meta.items() if k == "attention"})
+                          .write(tmp_path / "t.json"), ceilings=TOY, run_meta=run_meta)
+    return a, a.metrics()
+
+
+def test_embedding_heavy_model_flops_come_from_the_forward_matmuls(tmp_path):
+    # 6 * N * T would count the 16.4M-parameter table: 6 * 16,646,144 * 4096 = 409 GFLOP per
+    # step, 29x the 14 GFLOP the kernels did; MFU far above HFU (the bug on HF Trainer).
+    a, m = _metrics(tmp_path, attention=False)
+    assert m["mfu_source"] == "forward_x3"
+    assert m["model_flops_per_step"] == 3 * MM_FWD  # 6.44 GFLOP: the lookup is no matmul
+    # Counted: the three GEMMs (3 x 2.147 GFLOP) plus the optimizer's adds; the step's GPU
+    # window runs from the lookup (100 us) to the optimizer's end (600 + 800 + 200 us).
+    assert m["hfu"] >= m["mfu"] and m["hfu_source"] == "counted"
+    assert m["mfu"] == pytest.approx(3 * MM_FWD / (m["step_time_s"] * 100e12))
+    assert m["mfu_formula"].startswith("3 * forward")
+
+
+def test_transformer_with_tokens_uses_palm_without_the_embedding(tmp_path):
+    a, m = _metrics(tmp_path)
+    assert m["mfu_source"] == "palm"
+    # 6 * N_non_embedding * T = 6 * 262,144 * 4096 = 6.44 GFLOP (the embedding table left out)
+    # + 3 x the causal forward attention's 2.147 GFLOP = 12.88 GFLOP.
+    assert m["model_flops_per_step"] == 6 * D * D * T + 3 * ATTN_FWD
+    assert m["hfu"] >= m["mfu"]
+
+
+def test_hfu_is_never_below_mfu(tmp_path):
+    # A user's model FLOPs above what the kernels were counted doing: HFU is raised and says so.
+    a, m = _metrics(tmp_path, model_flops_per_step=1e15)
+    assert m["mfu_source"] == "model_flops"
+    assert m["hfu"] == m["mfu"] and m["hfu_source"] == "raised_to_mfu"
+    samples = a.step_samples()
+    assert (samples["hfu"] >= samples["mfu"]).all()
