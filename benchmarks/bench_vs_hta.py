@@ -107,8 +107,8 @@ def main() -> int:
         results: dict[str, dict[str, list[tuple[float, float]]]] = {c[0]: {"roofscope": [], "hta": []} for c in cases}
         for _ in range(args.repeat):
             for label, d, path, _n in cases:
-                rs = timed([sys.executable, "-m", "roofscope", "analyze", str(path), "--json", str(Path(tmp) / "s.json"),
-                            "-q", "--force"], env)
+                rs = timed([sys.executable, "-m", "roofscope", "analyze", str(path),
+                            "--json", str(Path(tmp) / "s.json"), "-q", "--force"], env)
                 results[label]["roofscope"].append(rs[:2])
                 hta = timed([str(hta_python), "-c", HTA_CODE, str(d)])
                 results[label]["hta"].append(hta[:2])

@@ -126,6 +126,11 @@ def _floats(values: list) -> np.ndarray:
     return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
+def _plain(ids: pd.Series) -> np.ndarray:
+    # int64 ids factorize as integers; anything else (str, None, mixed) as Python objects
+    return ids.to_numpy() if ids.dtype == np.int64 else ids.to_numpy(dtype=object)
+
+
 def _thread_codes(pids: pd.Series, tids: pd.Series, registry: dict[tuple[str, str], int]) -> np.ndarray:
     """Integer code per (pid, tid), shared through ``registry`` by every table of one trace,
     so ops, runtime calls and annotations on one thread compare equal (ids compare as text:
@@ -133,8 +138,8 @@ def _thread_codes(pids: pd.Series, tids: pd.Series, registry: dict[tuple[str, st
     if not len(pids):
         return np.zeros(0, dtype=np.int64)
     # The text keys of the few distinct (pid, tid) pairs, not of every row.
-    pc, pu = pd.factorize(pids.astype(object), use_na_sentinel=False)
-    tc, tu = pd.factorize(tids.astype(object), use_na_sentinel=False)
+    pc, pu = pd.factorize(_plain(pids), use_na_sentinel=False)
+    tc, tu = pd.factorize(_plain(tids), use_na_sentinel=False)
     pair, first = pd.factorize(pc.astype(np.int64) * len(tu) + tc)
     first_p, first_t = first // len(tu), first % len(tu)
     keys = pd.MultiIndex.from_arrays([pd.Series(np.asarray(pu, dtype=object)[first_p], dtype=object).astype(str),
@@ -144,14 +149,35 @@ def _thread_codes(pids: pd.Series, tids: pd.Series, registry: dict[tuple[str, st
     return remap[codes][pair]
 
 
-def _interval_piece(evs: list[_Event]) -> dict[str, Any]:
+def _codes(values: list[str], registry: dict[str, int]) -> np.ndarray:
+    """Codes of ``values`` in ``registry`` (order of first appearance, grown as needed)."""
+    add = registry.setdefault
+    return np.asarray([add(v, len(registry)) for v in values], dtype=np.int64)
+
+
+def _categorical(codes: np.ndarray, registry: dict[str, int], text: bool) -> pd.Categorical:
+    """What ``pd.Categorical`` makes of the values these codes stand for (categories sorted; of
+    dtype str when built from a list of strings, ``text``, else object), without hashing every
+    value again."""
+    names = list(registry)
+    order = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[order] = np.arange(len(names))
+    categories = pd.Index([names[i] for i in order], dtype="str" if text and names else object)
+    return pd.Categorical.from_codes(rank[codes] if len(names) else codes, categories=categories)
+
+
+def _interval_piece(evs: list[_Event], names: dict[str, int] | None = None) -> dict[str, Any]:
     """Columns common to every table, from one batch of events (timestamps still in µs:
-    the trace's origin is known only once every batch is read)."""
-    return {"name": [e.name for e in evs], "pid": _ids([e.pid for e in evs]), "tid": _ids([e.tid for e in evs]),
+    the trace's origin is known only once every batch is read); names as codes in ``names``
+    for the tables whose name column is categorical."""
+    name_list = [e.name for e in evs]
+    return {"name": name_list if names is None else _codes(name_list, names),
+            "pid": _ids([e.pid for e in evs]), "tid": _ids([e.tid for e in evs]),
             "ts_us": np.asarray([e.ts for e in evs], dtype=np.float64), "dur_ns": _dur_ns([e.dur for e in evs])}
 
 
-def _ops_piece(evs: list[_Event], sig_ids: dict[tuple, int]) -> dict[str, Any]:
+def _ops_piece(evs: list[_Event], sig_ids: dict[tuple, int], names: dict[str, int]) -> dict[str, Any]:
     sig_col = []
     for e in evs:
         a = e.args
@@ -159,7 +185,7 @@ def _ops_piece(evs: list[_Event], sig_ids: dict[tuple, int]) -> dict[str, Any]:
                bytes(a.concrete_inputs))
         sig_col.append(sig_ids.setdefault(key, len(sig_ids)))
     args = [e.args for e in evs]
-    return {**_interval_piece(evs),
+    return {**_interval_piece(evs, names),
             "external_id": _opt_ints([a.external_id for a in args]), "rf_id": _opt_ints([a.rf_id for a in args]),
             "seq": _opt_ints([a.seq for a in args]), "sig": np.asarray(sig_col, dtype=np.int64),
             "kernel_num_gb": _floats([a.kernel_num_gb for a in args]),
@@ -175,8 +201,8 @@ def _annotation_piece(evs: list[_Event]) -> dict[str, Any]:
     return {**_interval_piece(evs), "external_id": _opt_ints([e.args.external_id for e in evs])}
 
 
-def _kernel_piece(evs: list[_Event]) -> dict[str, Any]:
-    return {**_interval_piece(evs),
+def _kernel_piece(evs: list[_Event], names: dict[str, int]) -> dict[str, Any]:
+    return {**_interval_piece(evs, names),
             "correlation": _opt_ints([e.args.correlation for e in evs]),
             "external_id": _opt_ints([e.args.external_id for e in evs]),
             "cat": [_CAT_ALIASES.get(e.cat, e.cat) for e in evs],
@@ -194,15 +220,20 @@ _OBJECT = {"name", "pid", "tid", "grid", "block", "cat"}
 
 
 def _frame(pieces: list[dict[str, Any]], columns: tuple[str, ...], t0: float,
-           categorical: tuple[str, ...] = ()) -> pd.DataFrame:
+           categorical: tuple[str, ...] = (), names: tuple[dict[str, int], bool] | None = None) -> pd.DataFrame:
     """The pieces of one table joined, in the table's column order, with ns times from ``t0``;
-    names are text (object) or, for ``categorical`` columns, categoricals of the list."""
+    text columns are object, ``categorical`` ones categoricals of the list, and with ``names``
+    (the registry the pieces' name codes refer to, and whether the original was a list of str)
+    the name column a categorical from its codes."""
     cols: dict[str, Any] = {}
     for c in columns:
         if c in ("ts_ns", "end_ns"):
             continue
         parts = [p[c] for p in pieces]
-        if c in ("pid", "tid") and all(isinstance(part, np.ndarray) for part in parts):
+        if c == "name" and names is not None:
+            codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            cols[c] = _categorical(codes, *names)
+        elif c in ("pid", "tid") and all(isinstance(part, np.ndarray) for part in parts):
             cols[c] = np.concatenate(parts) if parts else []
         elif c in _OBJECT:
             cols[c] = list(chain.from_iterable(part.tolist() if isinstance(part, np.ndarray) else part
@@ -220,7 +251,7 @@ def _frame(pieces: list[dict[str, Any]], columns: tuple[str, ...], t0: float,
     for c in columns:
         out[c] = ts if c == "ts_ns" else ts + cols["dur_ns"] if c == "end_ns" else cols[c]
     for c in ("name", "cat"):
-        if c in out:
+        if c in out and not (c == "name" and names is not None):
             out[c] = pd.Categorical(out[c]) if c in categorical else pd.Series(out[c], dtype=object)
     return pd.DataFrame(out)
 
@@ -288,6 +319,8 @@ class _Columns:
         self.bad_ts = 0
         self.events = 0
         self.sig_ids: dict[tuple, int] = {}
+        self.op_names: dict[str, int] = {}
+        self.kernel_names: dict[str, int] = {}
         self.pieces: dict[str, list[dict[str, Any]]] = {c: [] for c in
                                                         ("cpu_op", "user_annotation", *_RUNTIME_CATS, *_KERNEL_CATS)}
         self.gpu_annotations = 0
@@ -313,8 +346,9 @@ class _Columns:
                     t0 = ts
         self.t0 = t0
         self.gpu_annotations += len(buckets["gpu_user_annotation"])
-        build = {"cpu_op": lambda b: _ops_piece(b, self.sig_ids), "user_annotation": _annotation_piece,
-                 **{c: _runtime_piece for c in _RUNTIME_CATS}, **{c: _kernel_piece for c in _KERNEL_CATS}}
+        build = {"cpu_op": lambda b: _ops_piece(b, self.sig_ids, self.op_names), "user_annotation": _annotation_piece,
+                 **{c: _runtime_piece for c in _RUNTIME_CATS},
+                 **{c: lambda b: _kernel_piece(b, self.kernel_names) for c in _KERNEL_CATS}}
         for cat, fn in build.items():
             if buckets[cat]:
                 self.pieces[cat].append(fn(buckets[cat]))
@@ -326,14 +360,13 @@ class _Columns:
         """ops, signatures, runtime, kernels, annotations, comm_args (the Trace's raw tables)."""
         t0 = float(self.t0)  # type: ignore[arg-type]
         threads: dict[tuple[str, str], int] = {}
-        ops = _frame(self.pieces.pop("cpu_op"), _OPS_COLUMNS, t0, categorical=("name",))
+        ops = _frame(self.pieces.pop("cpu_op"), _OPS_COLUMNS, t0, names=(self.op_names, True))
         ops["thread"] = _thread_codes(ops["pid"], ops["tid"], threads)
         runtime = _frame([p for c in _RUNTIME_CATS for p in self.pieces.pop(c)], _INTERVAL_COLUMNS + ("size",), t0)
         runtime["thread"] = _thread_codes(runtime["pid"], runtime["tid"], threads)
         runtime.insert(len(_INTERVAL_COLUMNS) + 1, "size", runtime.pop("size"))
         kernels = _frame([p for c in _KERNEL_CATS for p in self.pieces.pop(c)], _KERNEL_COLUMNS, t0,
-                         categorical=("cat",))
-        kernels["name"] = pd.Categorical(kernels["name"])
+                         categorical=("cat",), names=(self.kernel_names, False))
         # Kernels of all activity types in time order, whatever order the buckets were filled in.
         kernels = kernels.sort_values("ts_ns", kind="stable").reset_index(drop=True)
         annotations = _frame(self.pieces.pop("user_annotation"),
