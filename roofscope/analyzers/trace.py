@@ -26,11 +26,15 @@ from .kineto import Args as _Args
 from .kineto import Event as _Event
 from .kineto import decode as _decode
 from .linking import enclosing, interval_parents, take
+from .runtime_names import KERNEL_LAUNCHES
 
 # Annotation prefix of module labels (collectors/modules.py writes them).
 MODULE_PREFIX = "nn.Module: "
+# roofscope's own annotations (the GPU drain, CUDA-graph captures and replays, forward steps)
+# are never regions.
+ROOFSCOPE_PREFIX = "roofscope: "
 # Annotation around roofscope's own GPU drain where recording starts and ends (torchprof.py).
-DRAIN_LABEL = "roofscope: drain GPU"
+DRAIN_LABEL = ROOFSCOPE_PREFIX + "drain GPU"
 
 # GPU-side activity categories that occupy a stream.
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -105,12 +109,18 @@ def _dur_ns(values: list[float | None]) -> np.ndarray:
 
 def _opt_ints(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Optional ints (int or None) as values and a missing mask: what pd.array(..., "Int64")
-    makes of the list, without its per-element type inference."""
+    makes of the list, without its per-element type inference. An id beyond int64 is corrupt:
+    unknown."""
     arr = np.empty(len(values), dtype=object)
     arr[:] = values
     missing = np.equal(arr, None)
     arr[missing] = 0
-    return arr.astype(np.int64), missing
+    try:
+        return arr.astype(np.int64), missing
+    except (OverflowError, TypeError, ValueError):
+        missing = np.asarray([not (type(v) is int and -2**63 <= v < 2**63) for v in values], dtype=bool)
+        arr[missing] = 0
+        return arr.astype(np.int64), missing
 
 
 def _ids(values: list) -> np.ndarray | list:
@@ -465,9 +475,9 @@ def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
         launch = launch_index.get_indexer(kcorr)
     ranges = (kernels["cat"] == "cuda_profiler_range").to_numpy()
     if ranges.any():
-        # Counter ranges carry no correlation id; they follow cudaLaunchKernel calls one to one,
+        # Counter ranges carry no correlation id; they follow kernel launch calls one to one,
         # in launch order. Link them only when the counts agree.
-        launches = runtime.index[runtime["name"] == "cudaLaunchKernel"]
+        launches = runtime.index[runtime["name"].isin(KERNEL_LAUNCHES)]
         launches = runtime.loc[launches].sort_values("ts_ns").index.to_numpy()
         rows = np.flatnonzero(ranges)
         rows = rows[np.argsort(kernels["ts_ns"].to_numpy()[rows], kind="stable")]
@@ -506,10 +516,15 @@ def _assign_steps(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.
     kernels["step"] = steps_at(annotations, t)
 
 
+def is_step(names: pd.Series) -> np.ndarray:
+    """Which annotation names are step markers, ``ProfilerStep#N`` with an integer N."""
+    return names.astype(str).str.fullmatch(r"ProfilerStep#\d{1,18}").to_numpy(dtype=bool)
+
+
 def steps_at(annotations: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     """``N`` of the ``ProfilerStep#N`` annotation spanning each time, or -1."""
     step = np.full(len(t), -1, dtype=np.int64)
-    steps = annotations[annotations["name"].str.startswith("ProfilerStep#")] if len(annotations) else annotations
+    steps = annotations[is_step(annotations["name"])] if len(annotations) else annotations
     if len(steps) and len(t):
         steps = steps.sort_values("ts_ns")
         numbers = steps["name"].str.slice(len("ProfilerStep#")).astype(np.int64).to_numpy()
@@ -524,7 +539,7 @@ def is_region(names: pd.Series) -> np.ndarray:
     # torch.compile's own bookkeeping.
     n = names.astype(str)
     return (~n.str.startswith("ProfilerStep#") & ~n.str.startswith("## ")
-            & ~n.str.startswith(MODULE_PREFIX) & (n != DRAIN_LABEL)).to_numpy()
+            & ~n.str.startswith(MODULE_PREFIX) & ~n.str.startswith(ROOFSCOPE_PREFIX)).to_numpy()
 
 
 def _assign_regions(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:
