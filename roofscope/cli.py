@@ -256,12 +256,16 @@ def gate_cmd(**kwargs: object) -> int:
 @click.option("--baseline", type=click.Path(dir_okay=True, path_type=str),
               help="Single-GPU Run or trace of the same step, for the scaling tax.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Worker processes [default: one per CPU].")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Analyze the ranks on a Dask distributed cluster: its scheduler address (tcp://host:8786), or "
+                   "'local[:N]' for N worker processes here. Needs `pip install roofscope[distributed]`.")
 @_ceiling_options
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 def merge_cmd(**kwargs: object) -> int:
     """One report for the ranks of a distributed job: RUN_OR_TRACE... are per-rank Run directories,
-    Kineto traces, or job directories (rank-NNNN/ Runs). Per-rank step time and MFU, stragglers,
-    NCCL collectives and exposed communication, recommendations."""
+    Kineto traces, folders of rank traces, job directories (rank-NNNN/ Runs), or fsspec URLs of
+    traces or folders (s3://bucket/job/). Per-rank step time and MFU, stragglers, NCCL collectives
+    and exposed communication, recommendations."""
     from .commands.merge import MergeOptions, default_out, run
 
     kwargs["sources"] = list(kwargs["sources"])  # type: ignore[call-overload]

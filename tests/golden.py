@@ -7,7 +7,8 @@ order cannot flip a digest while any real change does. `tests/data/golden_summar
 holds the digests recorded with the code as it was before the speed work;
 tests/test_golden_summaries.py compares against them.
 
-Re-record (only for an intentional change of results, saying which in the commit):
+Re-record (for an intentional change of results, saying which in the commit; after merging main,
+from main's own code: `git archive main | tar -x -C /tmp/m && PYTHONPATH=/tmp/m python tests/golden.py --write`):
 
     PYTHONPATH=. python -m tests.golden --write
 """

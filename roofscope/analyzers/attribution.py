@@ -24,6 +24,7 @@ import pandas as pd
 
 from .categories import kernel_categories
 from .linking import ancestor_where, take
+from .names import per_name
 from .trace import Trace
 
 UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
@@ -114,7 +115,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
     flops[counted] = k["counter_flops"].to_numpy()[counted]
 
     # Device-to-device copies read and write every byte; host transfers and memsets touch HBM once.
-    dtod = k["name"].astype(str).str.contains("DtoD|Device -> Device", regex=True).to_numpy()
+    dtod = per_name(k["name"], lambda s: s.str.contains("DtoD|Device -> Device", regex=True))
     copy_bytes = k["bytes"].to_numpy() * np.where(dtod, 2.0, 1.0)
     flops[is_copy] = 0.0
     nbytes[is_copy] = copy_bytes[is_copy]
@@ -267,10 +268,9 @@ def _reasons(k: pd.DataFrame, ops: pd.DataFrame, oc: pd.DataFrame, nearest: np.n
     reason[missing & (op < 0)] = "no_launch_op"
     linked = missing & (op >= 0)
     if linked.any():
-        names = ops["name"].astype(str)
-        compiled_op = names.str.startswith(_COMPILED_OPS).to_numpy()
+        compiled_op = per_name(ops["name"], lambda s: s.str.startswith(_COMPILED_OPS))
         in_compiled = ancestor_where(ops["parent"].to_numpy(), op, compiled_op) >= 0
-        in_compiled |= k["name"].astype(str).str.startswith("triton_").to_numpy()
+        in_compiled |= per_name(k["name"], lambda s: s.str.startswith("triton_"))
         nearest_reason = take(oc["reason"].to_numpy(), nearest, "")
         reason[linked & (nearest_reason == "no_shapes")] = "no_shapes"
         rest = linked & (reason == "")

@@ -26,6 +26,7 @@ import pandas as pd
 
 from .formulas.dtypes import parse_dtype
 from .linking import ancestor_where, take
+from .names import per_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis import Analysis
@@ -139,7 +140,7 @@ def kernel_collectives(a: "Analysis") -> pd.DataFrame:
     parent = ops["parent"].to_numpy()
     op = k["op"].to_numpy(dtype=np.int64)
     rpc = ancestor_where(parent, op, (op_names == "record_param_comms").to_numpy())
-    c10d = ancestor_where(parent, op, op_names.str.startswith("c10d::").to_numpy())
+    c10d = ancestor_where(parent, op, per_name(ops["name"], lambda s: s.str.startswith("c10d::")))
     names_arr = op_names.to_numpy(dtype=object)
     from_c10d = _canonical_each(take(names_arr, c10d, ""))
     region = k["region"].astype(str)

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .linking import ancestor_where, take
+from .names import per_name
 from .trace import Trace
 
 GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "cuGraphLaunch_ptsz",
@@ -108,12 +109,12 @@ def find_captures(trace: Trace, source: str = "") -> list[Capture]:
     rt = trace.runtime
     if not len(rt):
         return []
-    names = rt["name"].astype(str)
-    begins = np.flatnonzero(names.str.match(_BEGIN).to_numpy())
+    names = rt["name"]
+    begins = np.flatnonzero(per_name(names, lambda s: s.str.match(_BEGIN)))
     if not begins.size:
         return []
-    ends = np.flatnonzero(names.str.match(_END).to_numpy())
-    node = names.str.match(_NODE).to_numpy()
+    ends = np.flatnonzero(per_name(names, lambda s: s.str.match(_END)))
+    node = per_name(names, lambda s: s.str.match(_NODE))
     th, ts = rt["thread"].to_numpy(), rt["ts_ns"].to_numpy()
     labels = _label_at(trace, CAPTURE_LABEL, begins)
     out = []

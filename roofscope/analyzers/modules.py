@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .linking import ancestor_where, enclosing, interval_parents, take
+from .names import per_name
 from .trace import MODULE_PREFIX, Trace
 
 _BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
@@ -36,7 +37,7 @@ def op_modules(trace: Trace) -> np.ndarray:
 
     # Backward: nearest evaluate_function ancestor -> its sequence number -> forward op's module.
     seq = ops["seq"].to_numpy(dtype=np.float64, na_value=np.nan)
-    is_bwd = ops["name"].astype(str).str.startswith(_BACKWARD_PREFIX).to_numpy() & ~np.isnan(seq)
+    is_bwd = per_name(ops["name"], lambda s: s.str.startswith(_BACKWARD_PREFIX)) & ~np.isnan(seq)
     if not is_bwd.any():
         return result
     fwd = ~is_bwd & ~np.isnan(seq) & (result != "")

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .linking import ancestor_where, enclosing, interval_parents, take
+from .names import per_name
 from .trace import Trace, steps_at
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,18 +70,18 @@ def op_phases(trace: Trace) -> np.ndarray:
     out = np.full(n, "other", dtype=object)
     if not n:
         return out
-    names = ops["name"].astype(str)
+    names = ops["name"]
     parent = ops["parent"].to_numpy()
     thread = ops["thread"].to_numpy()
     ts, end = ops["ts_ns"].to_numpy(), ops["end_ns"].to_numpy()
 
-    evaluate = names.str.startswith(_EVALUATE).to_numpy()
+    evaluate = per_name(names, lambda s: s.str.startswith(_EVALUATE))
     backward = ancestor_where(parent, np.arange(n), evaluate) >= 0
     step_threads = _step_threads(trace)
     engine_threads = np.setdiff1d(np.unique(thread[evaluate]), step_threads)
     backward |= np.isin(thread, engine_threads)
 
-    comm = names.str.contains(_COMM_OPS, regex=True).to_numpy()
+    comm = per_name(names, lambda s: s.str.contains(_COMM_OPS, regex=True))
     data = _spans_around(trace, _DATA_SPANS) >= 0
 
     step = steps_at(trace.annotations, ts)
@@ -91,7 +92,7 @@ def op_phases(trace: Trace) -> np.ndarray:
     closure_end = _closure_ends(trace, span, backward)
     in_opt_span = span >= 0
     own_opt = in_opt_span & (ts >= take(closure_end, span, 0))
-    named = names.str.contains(_OPTIMIZER_OPS, regex=True).to_numpy()
+    named = per_name(names, lambda s: s.str.contains(_OPTIMIZER_OPS, regex=True))
     named = ancestor_where(parent, np.arange(n), named) >= 0  # the ops below a foreach op too
     optimizer = (own_opt | named) & ~backward
 
@@ -150,13 +151,14 @@ def kernel_phases(trace: Trace, kernels: pd.DataFrame, op_phase: np.ndarray | No
         unlinked = kernels["op"].to_numpy() < 0
         launch_thread = take(trace.runtime["thread"].to_numpy(), kernels["launch"].to_numpy(), -1)
         ops = trace.ops
-        evaluate = ops["name"].astype(str).str.startswith(_EVALUATE).to_numpy()
+        evaluate = per_name(ops["name"], lambda s: s.str.startswith(_EVALUATE))
         engine = np.setdiff1d(np.unique(ops["thread"].to_numpy()[evaluate]), _step_threads(trace))
         out[unlinked & np.isin(launch_thread, engine)] = "backward"
-    names = kernels["name"].astype(str)
+    names = kernels["name"]
     if "category" in kernels:
         out[(kernels["category"] == "communication").to_numpy()] = "communication"
-        htod = (kernels["category"] == "memcpy").to_numpy() & names.str.contains("HtoD|Host -> Device").to_numpy()
+        htod = ((kernels["category"] == "memcpy").to_numpy()
+                & per_name(names, lambda s: s.str.contains("HtoD|Host -> Device")))
         out[htod] = "data"
     return out
 

@@ -45,13 +45,18 @@ class PartsError(RoofscopeError):
 
 @dataclass
 class Part:
-    """One rank's input: a Run directory or a trace file."""
+    """One rank's input: a Run directory or a trace file, local or behind an fsspec ``url``."""
 
     path: Path
     rank: int | None
     world_size: int | None = None
     node: str | None = None
     is_run: bool = False
+    url: str | None = None           # set for a trace read through fsspec (``path`` is then unused)
+
+    @property
+    def source(self) -> str:
+        return self.url or str(self.path)
 
     def report(self) -> Path | None:
         p = self.path / REPORT_FILE
@@ -80,11 +85,16 @@ class RankResult:
 # Sources -> parts
 
 
-def _peek_dist(path: Path) -> dict[str, Any] | None:
+def _peek_dist(path: Path | str) -> dict[str, Any] | None:
     """The trace's distributedInfo, read from the file's first 64 KiB (gzip or not)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_HEAD_BYTES)
+        if isinstance(path, str):  # a URL
+            from .urls import read_head
+
+            raw = read_head(path, _HEAD_BYTES)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(_HEAD_BYTES)
         if raw[:2] == b"\x1f\x8b":
             raw = zlib.decompressobj(wbits=31).decompress(raw, _HEAD_BYTES)
     except (OSError, zlib.error):
@@ -100,7 +110,10 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _part(path: Path) -> Part:
+def _part(path: Path | str) -> Part:
+    if isinstance(path, str):  # a URL
+        info = _peek_dist(path) or {}
+        return Part(Path(path.split("://", 1)[1]), _int(info.get("rank")), _int(info.get("world_size")), url=path)
     if is_run_dir(path):
         try:
             meta = json.loads((path / META_FILE).read_text())
@@ -144,18 +157,35 @@ def _rank_dirs(p: Path) -> list[Path]:
     return [d for d, j in zip(dirs, jobs) if j == keep]
 
 
-def _expand(path: Path) -> list[Path]:
+def _traces_in(path: Path) -> list[Path]:
+    from .urls import is_trace_name
+
+    return sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p.name)) if path.is_dir() else []
+
+
+def _expand_source(source: str) -> list[Path | str]:
+    from .urls import expand, is_url, local_path
+
+    if is_url(source) and local_path(source) is None:
+        return list(expand(source))
+    return _expand(Path(local_path(source) or source))
+
+
+def _expand(path: Path) -> list[Path | str]:
+    from .urls import is_url
+
     if not path.exists():
         raise PartsError(f"{path}: no such file or directory")
     if not is_job_dir(path):
-        return [path]
+        # A folder of rank traces (one file per rank, as the profiler wrote them) is the job too.
+        return [path] if is_run_dir(path) else (_traces_in(path) or [path])
     ranks = _rank_dirs(path)
     if ranks:
         return ranks
     try:
         job = json.loads((path / JOB_FILE).read_text())
-        return [(path / p["path"]).resolve() if not Path(p["path"]).is_absolute() else Path(p["path"])
-                for p in job["parts"]]
+        return [p["path"] if is_url(p["path"]) else (path / p["path"]).resolve()
+                if not Path(p["path"]).is_absolute() else Path(p["path"]) for p in job["parts"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise PartsError(f"{path / JOB_FILE}: not a roofscope job file ({e})") from None
 
@@ -166,27 +196,27 @@ def resolve_parts(sources: list[str]) -> tuple[list[Part], int, list[str]]:
     twice, two parts claiming one rank, or sources that hold no part at all."""
     if not sources:
         raise PartsError("no sources given")
-    parts = [_part(p) for s in sources for p in _expand(Path(s))]
+    parts = [_part(p) for s in sources for p in _expand_source(s)]
     if not parts:
         raise PartsError(f"{', '.join(sources)}: no parts to merge (an empty {JOB_FILE})")
-    given: dict[Path, Path] = {}
+    given: dict[Path | str, Path] = {}
     for p in parts:
         # A trace without distributedInfo named twice would otherwise become two ranks by order.
-        key = p.path.resolve()
+        key: Path | str = p.url or p.path.resolve()
         if key in given:
             also = f" (also as {given[key]})" if given[key] != p.path else ""
-            raise PartsError(f"{p.path} is given twice{also}")
+            raise PartsError(f"{p.source} is given twice{also}")
         given[key] = p.path
     claimed = {p.rank for p in parts if p.rank is not None}
     free = iter(r for r in range(len(parts) + len(claimed)) if r not in claimed)
     for p in parts:
         if p.rank is None:
             p.rank = next(free)
-    seen: dict[int, Path] = {}
+    seen: dict[int, str] = {}
     for p in parts:
         if p.rank in seen:
-            raise PartsError(f"rank {p.rank} appears twice: {seen[p.rank]} and {p.path}")
-        seen[p.rank] = p.path  # type: ignore[index]
+            raise PartsError(f"rank {p.rank} appears twice: {seen[p.rank]} and {p.source}")
+        seen[p.rank] = p.source  # type: ignore[index]
     parts.sort(key=lambda p: p.rank)  # type: ignore[arg-type, return-value]
     world = max([p.world_size or 0 for p in parts] + [parts[-1].rank + 1])  # type: ignore[operator]
     missing = sorted(set(range(world)) - set(seen))
@@ -235,28 +265,40 @@ def _roofline(a: Any) -> pd.DataFrame:
 
 
 def analyze_part(part: Part, options: dict[str, Any]) -> RankResult:
-    """Analyze one part (in a worker process or in-process); ``options`` are analyze()'s keyword arguments."""
+    """Analyze one part (in a worker process, a Dask worker or in-process); ``options`` are
+    analyze()'s keyword arguments. A URL part is read to a temporary file by the worker."""
+    if part.url:
+        from .urls import fetched
+
+        with fetched(part.url) as local:
+            return _analyze_local(part, local, options)
+    return _analyze_local(part, part.path, options)
+
+
+def _analyze_local(part: Part, path: Path, options: dict[str, Any]) -> RankResult:
     from .analysis import analyze
     from .collectives import collective_table, kernel_collectives
 
-    a = analyze(part.path, **options)
+    a = analyze(path, **options)
     s = a.summary()
     dist = s.get("distributed") or {}
     world = part.world_size or _int(dist.get("world_size"))
     steps = _step_frame(a)
     tl = s.get("timeline") or {}
     summary = {"metrics": s.get("metrics"), "kernel_time_s": s["kernel_time_s"],
-               "communication_time_s": s["communication_time_s"], "trace": s["trace"],
+               "communication_time_s": s["communication_time_s"], "trace": part.url or s["trace"],
                "comm_overlap_share": (tl.get("overall") or {}).get("comm_overlap_share"),
                "diagnosis": {k: v for k, v in (s.get("diagnosis") or {}).items() if k != "skipped"}}
-    return RankResult(rank=int(part.rank or 0), path=str(part.path), node=part.node, device=str(s["device"]),
+    return RankResult(rank=int(part.rank or 0), path=part.source, node=part.node, device=str(s["device"]),
                       world_size=world, summary=summary, steps=steps, kernel_steps=_kernel_steps(a.kernels),
                       collectives=collective_table(kernel_collectives(a), world), findings=s.get("findings") or [],
                       roofline=_roofline(a), ceilings=s["ceilings"])
 
 
-def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None = None) -> list[RankResult]:
-    """Analyze ``parts`` in ``jobs`` processes (default: one per CPU; 1 runs in this process).
+def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None = None,
+                  scheduler: str | None = None) -> list[RankResult]:
+    """Analyze ``parts`` in ``jobs`` processes (default: one per CPU; 1 runs in this process),
+    or on the Dask cluster at ``scheduler`` (see :mod:`.cluster`).
 
     Workers come from a ``forkserver`` context preloaded with the analysis modules (no torch:
     analysis does not import it):
@@ -264,6 +306,10 @@ def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None =
     (``spawn`` pays the ~2 s of imports per worker), and unlike plain ``fork`` it is safe when
     the caller holds CUDA or threads (rank 0 merging right after its own profile).
     """
+    if scheduler:
+        from .cluster import analyze_on_dask
+
+        return analyze_on_dask(parts, options, scheduler, jobs)
     jobs = min(jobs or os.cpu_count() or 1, len(parts))
     if jobs <= 1:
         return [analyze_part(p, options) for p in parts]

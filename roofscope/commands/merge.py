@@ -36,6 +36,7 @@ class MergeOptions(CeilingOptions):
     json_out: str | None = None
     baseline: str | None = None
     jobs: int | None = None
+    scheduler: str | None = None      # Dask scheduler address, or "local" (analyzers/cluster.py)
     quiet: bool = False
 
 
@@ -81,7 +82,8 @@ def job_doc(parts: list["Part"], world: int, out: Path | None) -> dict[str, Any]
 
     return {"schema_version": JOB_SCHEMA_VERSION, "kind": "roofscope-job", "world_size": world,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "parts": [{"rank": p.rank, "path": rel(p.path), "node": p.node, "kind": "run" if p.is_run else "trace"}
+            "parts": [{"rank": p.rank, "path": p.url or rel(p.path), "node": p.node,
+                       "kind": "run" if p.is_run else "trace"}
                       for p in parts]}
 
 
@@ -97,14 +99,15 @@ def run(opts: MergeOptions) -> int:
     # both checks come before the analysis.
     parts, world, warnings = resolve_parts(opts.sources)
     _check_outputs(out, files + ([Path(opts.json_out)] if opts.json_out else []),
-                   [p.path for p in parts] + ([Path(opts.baseline)] if opts.baseline else []), opts.force)
+                   [p.path for p in parts if not p.url] + ([Path(opts.baseline)] if opts.baseline else []),
+                   opts.force)
     options = opts.ceiling_kwargs()
     baseline = None
     if opts.baseline:
         baseline = analyze(opts.baseline, **options).metrics().get("step_time_s")
         if not baseline:
             warnings.append(f"baseline {opts.baseline} has no profiled steps: no scaling tax")
-    results = analyze_parts(parts, options, jobs=opts.jobs)
+    results = analyze_parts(parts, options, jobs=opts.jobs, scheduler=opts.scheduler)
     job = combine(results, world, baseline, warnings)
     summary = job.to_dict()
     if not opts.quiet:
