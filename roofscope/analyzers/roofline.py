@@ -1,7 +1,8 @@
 """Roofline placement and bound classification of kernels; aggregation by key.
 
 For a kernel with FLOPs F, bytes B and duration t on a roof P (FLOP/s) and
-bandwidth W (bytes/s):
+bandwidth W (bytes/s; for a copy between host and device, the host link's: HtoD/DtoH
+copies are bound by PCIe, not HBM; Ceilings.copy_roof):
 
 * intensity I = F / B, achieved = F / t and B / t,
 * attainable = min(P, I * W), ridge = P / W,
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..devices import Ceilings
+from .runtime_names import copy_direction
 
 LATENCY_FLOOR_S = 3e-6
 UNDERUTILIZED_BELOW = 0.25
@@ -59,6 +61,23 @@ def _roofs(ceilings: Ceilings, dtype: np.ndarray, tensor_core: np.ndarray) -> tu
     return roof, key
 
 
+def _bandwidths(k: pd.DataFrame, ceilings: Ceilings) -> np.ndarray | float:
+    """The memory roof of each row: HBM bandwidth, except for copies between host and device,
+    which run at the host link's rate (Ceilings.copy_roof). NaN without ceilings (no floor,
+    efficiency or class)."""
+    bw = ceilings.bandwidth or np.nan
+    if "cat" not in k or not ceilings.known:
+        return bw
+    rows = np.flatnonzero((k["cat"].astype(str) == "gpu_memcpy").to_numpy())
+    if not len(rows):
+        return bw
+    codes, uniques = pd.factorize(k["name"].iloc[rows].astype(str))
+    link = np.array([ceilings.copy_roof(copy_direction(u)) or np.nan for u in uniques], dtype=float)[codes]
+    out = np.full(len(k), bw, dtype=float)
+    out[rows] = np.where(np.isnan(link), bw, link)
+    return out
+
+
 def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
     """Add roofline columns and ``cls`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
     ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
@@ -70,7 +89,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
     tc = k["tensor_core"].to_numpy(dtype=bool)
-    bw = ceilings.bandwidth or np.nan  # no ceilings: no floor, efficiency or class
+    bw = _bandwidths(k, ceilings)
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur
         roof, roof_key = _roofs(ceilings, dtype, tc)
