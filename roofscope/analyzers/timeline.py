@@ -290,7 +290,8 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
     copies = np.flatnonzero(act.memcpy)
     dtoh = copies[_directions(kernels["name"].iloc[act.pos[copies]]) == "DtoH"]
     copier = outermost(k_op[dtoh], is_copy)
-    copier = copier[(copier >= 0) & ~counted[np.maximum(copier, 0)]]
+    copier = copier[copier >= 0]  # none at all in a trace without CPU ops (CUDA activity only)
+    copier = copier[~counted[copier]]
     kind[copier] = "dtoh_copy"
     counted[copier] = True
     # An op nested in another counted op is part of that one.
