@@ -85,7 +85,7 @@ def test_every_trace_is_analyzed(rel):
     if source == "none":
         # one line says what needs ceilings and how to give them; the rest is still computed
         line = next(ln for ln in text.splitlines() if ln.startswith("  ceilings"))
-        assert "no ceilings" in line and "--device" in line and "--peak-tflops" in line
+        assert "no ceilings" in line and "--datasheet" in line and "--peak-tflops" in line
         assert set(a.kernels["cls"]) <= {"unknown", "communication"}
         if not a.cpu_only:
             reasons = {r["rule"]: r["reason"] for r in s["diagnosis"]["skipped"]}

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
-from .roofline import CLASSES, RooflineParams, aggregate, place
+from .roofline import CLASSES, RooflineParams, above_roof, aggregate, place
 from .trace import Trace, load_trace, regions_at, steps_at
 
 
@@ -38,6 +38,7 @@ class Analysis:
     _metrics: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _steps: pd.DataFrame | None = field(default=None, init=False, repr=False)
     _telemetry_summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _inference: Any = field(default=False, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -133,6 +134,15 @@ class Analysis:
             self._diagnosis = diagnose(self)
         return self._diagnosis
 
+    def inference(self) -> dict[str, Any] | None:
+        """Prefill vs decode: TTFT, time per output token, tokens/s, decode MBU (see inference.py);
+        None when no profiled step decodes."""
+        if self._inference is False:
+            from .inference import inference_metrics
+
+            self._inference = inference_metrics(self)
+        return self._inference
+
     def unattributed(self) -> dict[str, Any]:
         """Share of non-communication kernel time without a cost, by reason."""
         k = self.kernels
@@ -184,8 +194,11 @@ class Analysis:
             "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
             "partial_steps": self.partial_steps(),
             "unattributed": self.unattributed(),
+            "above_roof": above_roof(k),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
+            "inference": self.inference(),
+            "graphs": self.graphs.to_dict() if self.graphs is not None else None,
             "phases": self._phases(),
             **self._counters_figures(),
             **self._run_figures(),
@@ -313,7 +326,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     if cpu_only:
         kernels = _cpu_work(trace, sig_costs)
     else:
-        kernels = attribute(trace, sig_costs)
+        kernels = attribute(trace, sig_costs, ceilings.bandwidth)
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     graphs = None
     if not cpu_only:

@@ -71,13 +71,13 @@ class GraphMap:
                 "unmapped": dict(self.unmapped_reasons), "notes": list(self.notes)}
 
 
-CAPTURES_DIR = "graphs"  # in a Run: graphs/capture-NNNN.json.gz, one per recorded capture
+CAPTURE_FILES = "graph-capture-{:04d}.json.gz"  # in a Run, one per recorded capture
 
 
 def run_captures(run_dir: Any) -> list[str]:
     from pathlib import Path
 
-    return [str(p) for p in sorted((Path(run_dir) / CAPTURES_DIR).glob("capture-*.json*"))]
+    return [str(p) for p in sorted(Path(run_dir).glob("graph-capture-*.json.gz"))]
 
 
 def load_captures(sources: list[Any]) -> list[Trace]:
@@ -145,10 +145,12 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     """Cost the replayed kernels of ``kernels`` (attribute()'s frame, module column present) in place."""
     from .attribution import op_costs
     from .costmodel import signature_costs
+    from .inference import query_of
     from .modules import module_column
 
     n = len(kernels)
     kernels["graph"] = np.full(n, -1, dtype=np.int64)
+    kernels["attn_q"] = np.full(n, None, dtype=object)  # (batch, query length) of replayed attention
     gm = GraphMap()
     launch = kernels["launch"].to_numpy()
     rt_names = trace.runtime["name"].astype(str).to_numpy(dtype=object)
@@ -179,7 +181,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     gm.launches = len(group_starts)
     cols = {c: kernels[c].to_numpy().copy() for c in
             ("flops", "flops_analytic", "bytes", "dtype", "tensor_core", "category", "cost_source", "op_name",
-             "cost_op_name", "unattributed", "module")}
+             "cost_op_name", "unattributed", "module", "attn_q")}
     op_names_cache: dict[int, np.ndarray] = {}
     unmapped = np.zeros(n, dtype=bool)
     for g, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
@@ -220,6 +222,8 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             cols["cost_source"][m] = "capture"
             cols["cost_op_name"][m] = names[c]
             cols["unattributed"][m] = ""
+            dims = t.signatures["input_dims"].to_numpy()[t.ops["sig"].to_numpy()[c]] if len(t.signatures) else []
+            cols["attn_q"][m] = [query_of(nm, d) for nm, d in zip(names[c], dims)]
         rest = members[~sel & ~copies]
         cols["unattributed"][rest] = np.where(
             take(oc["reason"].to_numpy(), nearest[~sel & ~copies], "no_formula") == "no_shapes",

@@ -9,6 +9,11 @@ copies are bound by PCIe, not HBM; Ceilings.copy_roof):
 * floor time = max(F / P, B / W) (the roofline's lower bound on t),
 * efficiency = floor time / t.
 
+W is the bandwidth of the memory level the kernel's working set (its compulsory bytes) fits
+in when the ceilings carry levels (CPU measurements: L2, LLC, DRAM), else the one bandwidth.
+A kernel with efficiency above 1 ran faster than its roof allows: ``above_roof`` flags it
+(the ceilings are stale, or its operands sat in a faster level than its size suggests).
+
 Classes, first match wins (docs/roofline.md):
 
 * ``communication``: NCCL and other collectives (outside the roofline),
@@ -33,6 +38,8 @@ UNDERUTILIZED_BELOW = 0.25
 CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "unknown")
 # An fp32 GEMM running this much above the fp32 CUDA-core roof can only have used TF32.
 _TF32_EVIDENCE = 1.10
+# Timer rounding of a microsecond-long CPU op alone can put it a hair over its roof.
+ABOVE_ROOF_TOLERANCE = 0.005
 
 
 @dataclass(frozen=True)
@@ -61,21 +68,21 @@ def _roofs(ceilings: Ceilings, dtype: np.ndarray, tensor_core: np.ndarray) -> tu
     return roof, key
 
 
-def _bandwidths(k: pd.DataFrame, ceilings: Ceilings) -> np.ndarray | float:
-    """The memory roof of each row: HBM bandwidth, except for copies between host and device,
-    which run at the host link's rate (Ceilings.copy_roof). NaN without ceilings (no floor,
-    efficiency or class)."""
-    bw = ceilings.bandwidth or np.nan
+def _host_link(k: pd.DataFrame, ceilings: Ceilings, bw: np.ndarray, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Copies between host and device run at the host link's rate (Ceilings.copy_roof), not at
+    any device memory level's: their roof and level ("host link") replace the ones given."""
     if "cat" not in k or not ceilings.known:
-        return bw
+        return bw, level
     rows = np.flatnonzero((k["cat"].astype(str) == "gpu_memcpy").to_numpy())
     if not len(rows):
-        return bw
+        return bw, level
     codes, uniques = pd.factorize(k["name"].iloc[rows].astype(str))
     link = np.array([ceilings.copy_roof(copy_direction(u)) or np.nan for u in uniques], dtype=float)[codes]
-    out = np.full(len(k), bw, dtype=float)
-    out[rows] = np.where(np.isnan(link), bw, link)
-    return out
+    rows, link = rows[~np.isnan(link)], link[~np.isnan(link)]
+    bw, level = np.array(bw, dtype=float), np.array(level, dtype=object)
+    bw[rows] = link
+    level[rows] = "host link"
+    return bw, level
 
 
 def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
@@ -89,7 +96,8 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
     tc = k["tensor_core"].to_numpy(dtype=bool)
-    bw = _bandwidths(k, ceilings)
+    bw, level = ceilings.level_of(nbytes)  # no ceilings: NaN, so no floor, efficiency or class
+    bw, level = _host_link(k, ceilings, bw, level)
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur
         roof, roof_key = _roofs(ceilings, dtype, tc)
@@ -112,8 +120,11 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     k["roof_precision"] = roof_key
     k["ridge"] = ridge
     k["attainable"] = attainable
+    k["roof_bw"] = bw
+    k["roof_level"] = level
     k["floor_s"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, floor)
     k["efficiency"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, efficiency)
+    k["above_roof"] = k["efficiency"].to_numpy() > 1.0 + ABOVE_ROOF_TOLERANCE
     k["cls"] = classify(k, params)
     return k
 
@@ -125,6 +136,18 @@ def classify(k: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     conds = [comm, ~costed, k["floor_s"].to_numpy() < params.latency_floor_s,
              k["efficiency"].to_numpy() < params.underutilized_below]
     return np.select(conds, ["communication", "unknown", "latency", "underutilized"], bound).astype(object)
+
+
+def above_roof(k: pd.DataFrame, top: int = 5) -> dict:
+    """Kernels that ran above their roof (efficiency > 1): how many names, their time, the worst."""
+    if "above_roof" not in k or not k["above_roof"].any():
+        return {"kernels": 0, "calls": 0, "time_s": 0.0, "top": []}
+    hot = k[k["above_roof"]]
+    # Each kernel's worst call, and the level whose roof that call beat.
+    worst = hot.sort_values("efficiency", ascending=False).drop_duplicates("name")
+    return {"kernels": int(len(worst)), "calls": int(len(hot)), "time_s": float(hot["dur_s"].sum()),
+            "top": [{"name": str(r.name), "efficiency": float(r.efficiency), "level": str(r.roof_level)}
+                    for r in worst.head(top).itertuples()]}
 
 
 def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:

@@ -28,8 +28,11 @@ from .runtime_names import KERNEL_LAUNCHES
 
 # Annotation prefix of module labels (collectors/modules.py writes them).
 MODULE_PREFIX = "nn.Module: "
+# roofscope's own annotations (the GPU drain, CUDA-graph captures and replays, forward steps)
+# are never regions.
+ROOFSCOPE_PREFIX = "roofscope: "
 # Annotation around roofscope's own GPU drain where recording starts and ends (torchprof.py).
-DRAIN_LABEL = "roofscope: drain GPU"
+DRAIN_LABEL = ROOFSCOPE_PREFIX + "drain GPU"
 
 # GPU-side activity categories that occupy a stream.
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -367,7 +370,7 @@ def is_region(names: pd.Series) -> np.ndarray:
     # torch.compile's own bookkeeping.
     n = names.astype(str)
     return (~n.str.startswith("ProfilerStep#") & ~n.str.startswith("## ")
-            & ~n.str.startswith(MODULE_PREFIX) & (n != DRAIN_LABEL)).to_numpy()
+            & ~n.str.startswith(MODULE_PREFIX) & ~n.str.startswith(ROOFSCOPE_PREFIX)).to_numpy()
 
 
 def _assign_regions(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:

@@ -25,7 +25,9 @@ def device_metadata() -> dict[str, Any]:
     from ..microbench.cpu import cpu_name
 
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        return {"type": "cpu", "name": cpu_name(), "threads": torch.get_num_threads()}
+        # cuda_available: a GPU machine whose program never used the GPU (analysis says so).
+        return {"type": "cpu", "name": cpu_name(), "threads": torch.get_num_threads(),
+                "cuda_available": torch.cuda.is_available()}
     index = torch.cuda.current_device()
     p = torch.cuda.get_device_properties(index)
     return {

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import OutputExistsError, RoofscopeError
 from .distributed import job_part
+from .frameworks import loaded_frameworks
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +60,7 @@ class SessionConfig:
     ceilings_file: str | None = None
     params: "RooflineParams | None" = None
     experimental_config: Any = None          # torch.profiler's, for --counters cupti on builds where it works
+    step_on: str | None = None               # "forward", "generate" or "MODULE.FUNC" (collectors/steps.py)
 
     def __post_init__(self) -> None:
         for label, v in (("tokens_per_step", self.tokens_per_step),
@@ -102,16 +104,22 @@ def step() -> None:
 
 class StepRule:
     """Which calls mark a step boundary: every explicit ``roofscope.step()``, else the first
-    optimizer's ``step()``. Only the first optimizer seen counts (a GAN's two optimizers make one
-    step), and from the first explicit call on optimizer steps are ignored. Shared by the Session
-    and the counters pass, which must find the same steps."""
+    optimizer's ``step()``, else (inference loops) each outermost gradient-free forward
+    (collectors/steps.py). Only the first optimizer seen counts (a GAN's two optimizers make one
+    step), and from the first explicit call on optimizer steps are ignored. ``forced`` (``--step-on``)
+    makes its own kind the only one. Shared by the Session and the counters pass, which must find
+    the same steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, forced: str | None = None) -> None:
         self.source = "none"
+        self.forced = forced
         self.first_optimizer: "weakref.ref[Any] | None" = None
 
-    def explicit(self) -> None:
+    def explicit(self) -> bool:
+        if self.forced:
+            return False
         self.source = "explicit"
+        return True
 
     def optimizer(self, optimizer: Any) -> bool:
         """Whether this optimizer's ``step()`` is a boundary."""
@@ -119,9 +127,16 @@ class StepRule:
             self.first_optimizer = weakref.ref(optimizer)
         elif self.first_optimizer() is not optimizer:
             return False
-        if self.source == "explicit":
+        if self.source == "explicit" or self.forced:
             return False
         self.source = "optimizer"
+        return True
+
+    def automatic(self, source: str) -> bool:
+        """Whether a forward / generate / function boundary counts."""
+        if not self.forced and (self.source in ("explicit", "optimizer") or self.first_optimizer is not None):
+            return False
+        self.source = source
         return True
 
 
@@ -143,7 +158,7 @@ class Session:
         self.out = (self.part.path if self.part is not None
                     else config.out if config.out is not None else default_out(config.name))
         self.warnings: list[str] = []
-        self.steps = StepRule()
+        self.steps = StepRule(config.step_on)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._collector: TorchCollector | None = None
         self._sampler: Any = None
@@ -155,6 +170,8 @@ class Session:
         self.inductor = ""
         self.telemetry: Any = None
         self.optimizer: dict[str, Any] | None = None
+        self._step_hooks: Any = None
+        self._graphs: Any = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -203,6 +220,16 @@ class Session:
             self._labels = ModuleLabels()
             self._labels.install()
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        from .steps import StepHooks
+
+        self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step)
+        self._step_hooks.install()
+        if torch.cuda.is_available():
+            from .graphs import GraphRecorder
+
+            collector = self._collector
+            self._graphs = GraphRecorder(Path(self._tmp.name) / "graphs", lambda: collector.phase in ("idle", "done"))
+            self._graphs.install()
         self._collector.start()
 
     # -- steps -------------------------------------------------------------------------------
@@ -213,8 +240,12 @@ class Session:
 
     def step(self) -> None:
         """An explicit step boundary (see :class:`StepRule`)."""
-        self.steps.explicit()
-        self._advance()
+        if self.steps.explicit():
+            self._advance()
+
+    def _on_auto_step(self, source: str) -> None:
+        if self.steps.automatic(source):
+            self._advance()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # The first optimizer's facts are kept also when explicit steps mark the boundaries: MFU
@@ -228,7 +259,7 @@ class Session:
 
     def _advance(self) -> None:
         c = self._collector
-        if c is None or c.done:
+        if c is None or c.done or (self._graphs is not None and self._graphs.capturing):
             return
         c.step()
         if self._sampler is not None and c.recording_next:
@@ -245,6 +276,10 @@ class Session:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        for extra in (self._step_hooks, self._graphs):
+            if extra is not None:
+                extra.remove()
+        self._step_hooks = None
         if self._labels is not None:
             self._labels.remove()
         if self.part is not None:
@@ -288,13 +323,16 @@ class Session:
             import gzip
 
             files[TELEMETRY_FILE] = gzip.compress(telemetry.to_json())
+        graphs_meta = self._graph_files(files)
         s = self.config.schedule
         meta = new_meta(self.config.command, started=self._started_at, wall_s=round(wall_s, 3),
                         exit_status=exit_status, device=device_metadata(),
                         steps={"requested": ({"duration_s": self.config.duration_s, "delay_s": self.config.delay_s}
                                              if c.windowed else {"wait": s.wait, "warmup": s.warmup,
                                                                  "active": s.active}),
-                               "boundaries_seen": c.steps, "source": self.step_source},
+                               "boundaries_seen": c.steps, "source": self.step_source,
+                               "step_on": self.config.step_on,
+                               **({"delay_from": c.delay_from} if c.windowed else {})},
                         tokens_per_step=self.config.tokens_per_step,
                         model_flops_per_step=self.config.model_flops_per_step,
                         inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,
@@ -304,9 +342,10 @@ class Session:
                                     "samples": len(telemetry.samples.get("t_unix_ns", [])),
                                     "notes": telemetry.notes} if telemetry is not None
                                    else {"file": None, "notes": [self._telemetry_off_reason()]}),
-                        warnings=self.warnings)
+                        warnings=self.warnings, graphs=graphs_meta)
         if self.part is not None:
             meta["distributed"] = self.part.meta()
+        meta["frameworks"] = loaded_frameworks()
         analysis, error, ceilings = self._analyze(c.trace_path, telemetry, meta)
         summary = None
         if analysis is not None:
@@ -338,6 +377,11 @@ class Session:
         trace = load_trace(trace_path)
         ceilings = None
         overridden = cfg.device or cfg.peak_tflops or cfg.peak_bandwidth_gbs or cfg.ceilings_file
+        device = meta.get("device") or {}
+        if len(trace.kernels) == 0 and device.get("type") == "cuda":
+            return None, self._no_gpu_kernels(meta), None
+        if len(trace.kernels) == 0 and device.get("cuda_available"):
+            self.warnings.append("this machine has a GPU that the program never used: profiled as a CPU program")
         if len(trace.kernels) == 0 and not overridden:
             # CPU-only: the CPU's datasheet is unknown, so use this machine's cached measurement
             # (same torch and thread count, which set the CPU roofs), else measure it here and cache it.
@@ -364,6 +408,36 @@ class Session:
             return None, str(e), ceilings
         return a, None, ceilings
 
+    def _no_gpu_kernels(self, meta: dict[str, Any]) -> str:
+        """A CUDA machine whose profiled window holds no GPU kernel: say so, never analyze it as a CPU trace."""
+        steps = meta.get("steps", {})
+        if self.config.duration_s is not None:
+            when = (f"the {self.config.duration_s:g} s window (opened {self.config.delay_s:g} s after the program's "
+                    f"{steps.get('delay_from', 'start')})")
+            fix = ("open the window later or for longer (--delay/--duration), or drop them: inference loops get "
+                   "steps automatically (one per outermost forward; --step-on generate for whole generate() calls)")
+        else:
+            when = "the profiled steps"
+            fix = ("check that the model and inputs are on the GPU, or choose the steps with --step-on "
+                   "forward|generate|MODULE.FUNC or roofscope.step()")
+        return (f"NO GPU KERNEL was recorded on this CUDA machine: {when} held only host work (model "
+                f"construction, loading, tokenization); the Run is not a CPU profile and was not analyzed. Fix: {fix}")
+
+    def _graph_files(self, files: dict[str, bytes | str]) -> dict[str, Any] | None:
+        """Recorded CUDA-graph captures into the Run (analyzers/graphs.py reads them back)."""
+        g = self._graphs
+        if g is None:
+            return None
+        import gzip
+
+        from ..analyzers.graphs import CAPTURE_FILES
+
+        for i, path in enumerate(g.files):
+            if path.exists():
+                files[CAPTURE_FILES.format(i)] = gzip.compress(path.read_bytes(), compresslevel=6)
+        self.warnings.extend(g.notes())
+        return {"captures": g.captures, "recorded": len(g.files), "skipped": g.skipped}
+
     def _step_hint(self, exit_status: dict[str, Any]) -> str:
         if self.config.duration_s is not None:
             return ""
@@ -372,8 +446,9 @@ class Session:
             how = str(exit_status.get("detail") or exit_status.get("reason")).strip().splitlines()
             return f"; the script ended early ({how[-1] if how else exit_status.get('reason')})"
         if self.step_source == "none":
-            return ("; no step boundary arrived (no optimizer.step(), roofscope.step() or prof.step()):"
-                    " call roofscope.step() once per iteration, or profile a time window with --duration SECONDS")
+            return ("; no step boundary arrived (no optimizer.step(), roofscope.step(), prof.step() or outermost"
+                    " forward without gradients): call roofscope.step() once per iteration, pass --step-on"
+                    " forward|generate|MODULE.FUNC, or profile a time window with --duration SECONDS")
         return "; lower --wait/--warmup/--active or run more steps"
 
     def _telemetry_off_reason(self) -> str:

@@ -5,7 +5,8 @@ unprofiled (start-up, compilation), ``warmup`` steps run with the profiler start
 discarded (its own start-up cost), ``active`` steps are recorded. Time-window mode
 (``duration_s``) is for scripts with no step boundary at all: a ``SIGALRM`` timer starts
 the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs the main
-thread; step boundaries that do arrive are still marked.
+thread; step boundaries that do arrive are still marked. On a CUDA machine the delay counts
+from the program's first GPU work.
 """
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ class TorchCollector:
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._prof: Any = None
         self._old_alarm: Any = None
+        self.delay_from = "start"      # what --delay counted from
 
     @property
     def windowed(self) -> bool:
@@ -117,9 +119,26 @@ class TorchCollector:
         self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
         self.window = "waiting"
         if self.delay_s > 0:
-            signal.setitimer(signal.ITIMER_REAL, self.delay_s)
+            self._delay_from_first_gpu_work()
         else:
             self._on_alarm()
+
+    def _delay_from_first_gpu_work(self) -> None:
+        """--delay counts from the program's first GPU work (CUDA's lazy initialization, which
+        its first kernel launch or allocation triggers), not from start-up: imports and model
+        construction on the CPU can take longer than any delay one would guess."""
+        import torch
+
+        def arm() -> None:
+            if self.window == "waiting":
+                signal.setitimer(signal.ITIMER_REAL, self.delay_s)
+
+        if torch.cuda.is_available() and not torch.cuda.is_initialized():
+            self.delay_from = "first GPU work"
+            torch.cuda._lazy_call(arm)
+        else:
+            self.delay_from = "start"
+            arm()
 
     def _on_alarm(self, *_: Any) -> None:
         # Runs in the main thread between bytecodes, so no op is half-recorded.
@@ -135,6 +154,20 @@ class TorchCollector:
         self.window = "done"
         self._sync()
         self._prof.stop()
+
+    @property
+    def phase(self) -> str:
+        """``idle`` (not started or waiting), ``warmup`` (Kineto prepared), ``recording`` or ``done``."""
+        if self.trace_ready or self.window == "done":
+            return "done"
+        if self.windowed:
+            return "recording" if self.window == "recording" else "idle"
+        if self._prof is None:
+            return "idle"
+        s = self.schedule
+        if self.steps < s.wait:
+            return "idle"
+        return "warmup" if self.steps < s.wait + s.warmup else "recording"
 
     @property
     def recording_next(self) -> bool:
@@ -189,7 +222,8 @@ class TorchCollector:
         """Why the requested steps or window were not all recorded, or None."""
         if self.windowed:
             if self.window == "waiting":
-                return f"the program ended before the time window opened (--delay {self.delay_s:g} s)"
+                return (f"the program ended before the time window opened (--delay {self.delay_s:g} s, counted from "
+                        f"its {self.delay_from})")
             return None
         s = self.schedule
         if self.steps >= s.steps:

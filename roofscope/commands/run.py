@@ -31,6 +31,8 @@ class RunOptions(CeilingOptions):
     top: int = 15
     quiet: bool = False
     merge_timeout: float = 300.0
+    step_on: str | None = None               # forward | generate | MODULE.FUNC (collectors/steps.py)
+    formulas: tuple[str, ...] = ()
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
@@ -44,6 +46,9 @@ def run(opts: RunOptions) -> int:
     from ..collectors.torchprof import Schedule
 
     check_target(opts.target, opts.module)
+    from ..analyzers.formulas.custom import load_all
+
+    load_all(opts.formulas)
     if opts.counters is not None or opts.counters_sample is not None:
         from .counters import check_before_run
 
@@ -58,7 +63,8 @@ def run(opts: RunOptions) -> int:
         schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
         nvml_hz=opts.nvml_hz, modules=opts.modules, tokens_per_step=opts.tokens_per_step,
         model_flops_per_step=opts.model_flops_per_step, exit_after_profile=opts.exit_after_profile,
-        report=not opts.no_report, command=opts.argv, experimental_config=experimental, **opts.ceiling_kwargs())
+        report=not opts.no_report, command=opts.argv, experimental_config=experimental, step_on=opts.step_on,
+        **opts.ceiling_kwargs())
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()

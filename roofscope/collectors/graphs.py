@@ -1,0 +1,126 @@
+"""Record every CUDA-graph capture of the profiled program, so its replays can be costed.
+
+``torch.cuda.CUDAGraph`` (used by ``torch.cuda.graph``, ``make_graphed_callables`` and
+Inductor's cudagraph trees) is patched for the session: each graph gets an id; its capture
+is wrapped in the annotation ``roofscope: graph capture N`` and every replay in ``roofscope:
+graph replay N`` (analyzers/graphs.py matches the two). A capture that happens while the
+session's profiler is not recording (graphs are usually captured during warm-up) is recorded
+by a short profiler of its own, from ``capture_begin`` to ``capture_end``, into
+``capture-NNNN.json``; the Run keeps those as ``graph-capture-NNNN.json.gz``. While the session records,
+the capture lands in the main trace itself. The first ``limit`` captures are recorded.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Callable
+
+from ..analyzers.graphs import CAPTURE_LABEL, REPLAY_LABEL
+
+_ID_ATTR = "_roofscope_graph_id"
+
+
+class GraphRecorder:
+    def __init__(self, directory: Path, can_record: Callable[[], bool], limit: int = 64) -> None:
+        self.directory = directory
+        self.can_record = can_record      # the session's profiler is idle: a capture profiler may run
+        self.limit = limit
+        self.files: list[Path] = []
+        self.skipped = 0                  # captures not recorded (limit, or the session was warming up)
+        self.captures = 0
+        self._ids = itertools.count()
+        self._saved: dict[str, Any] = {}
+        self._open: dict[int, tuple[Any, Any]] = {}   # graph id -> (annotation, own profiler or None)
+        self._installed = False
+        # Captures in progress: nothing runs during one, so the session marks no step boundary
+        # (a boundary would also switch the session's profiler while the capture's own records).
+        self.capturing = 0
+
+    def install(self) -> None:
+        import torch
+
+        cls = torch.cuda.CUDAGraph
+        self._saved = {m: cls.__dict__[m] for m in ("capture_begin", "capture_end", "replay") if m in cls.__dict__}
+        begin, end, replay = (getattr(cls, m) for m in ("capture_begin", "capture_end", "replay"))
+        rec = self
+
+        def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            rec.capturing += 1
+            rec._begin(graph)
+            return begin(graph, *args, **kwargs)
+
+        def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return end(graph, *args, **kwargs)
+            finally:
+                rec.capturing = max(0, rec.capturing - 1)
+                rec._end(graph)
+
+        def replay_(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            with torch.profiler.record_function(f"{REPLAY_LABEL}{getattr(graph, _ID_ATTR, '?')}"):
+                return replay(graph, *args, **kwargs)
+
+        cls.capture_begin, cls.capture_end, cls.replay = capture_begin, capture_end, replay_
+        self._installed = True
+
+    def remove(self) -> None:
+        import torch
+
+        if not self._installed:
+            return
+        self._installed = False
+        cls = torch.cuda.CUDAGraph
+        for m in ("capture_begin", "capture_end", "replay"):
+            if m in self._saved:
+                setattr(cls, m, self._saved[m])
+            elif m in cls.__dict__:
+                delattr(cls, m)
+        self._saved = {}
+        for gid in list(self._open):  # a capture still open (the program failed mid-capture)
+            self._close(gid, export=False)
+
+    def _begin(self, graph: Any) -> None:
+        import torch
+
+        gid = next(self._ids)
+        try:
+            setattr(graph, _ID_ATTR, gid)
+        except AttributeError:
+            return
+        self.captures += 1
+        own = None
+        if not torch.autograd.profiler._is_profiler_enabled:
+            if len(self.files) >= self.limit or not self.can_record():
+                self.skipped += 1
+                return
+            from torch.profiler import ProfilerActivity, profile
+
+            own = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+            own.start()
+        ann = torch.profiler.record_function(f"{CAPTURE_LABEL}{gid}")
+        ann.__enter__()
+        self._open[gid] = (ann, own)
+
+    def _end(self, graph: Any) -> None:
+        gid = getattr(graph, _ID_ATTR, None)
+        if gid in self._open:
+            self._close(gid, export=True)
+
+    def _close(self, gid: int, export: bool) -> None:
+        ann, own = self._open.pop(gid)
+        ann.__exit__(None, None, None)
+        if own is None:
+            return
+        own.stop()
+        if export:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"capture-{gid:04d}.json"
+            own.export_chrome_trace(str(path))
+            self.files.append(path)
+
+    def notes(self) -> list[str]:
+        if not self.skipped:
+            return []
+        return [f"{self.skipped} CUDA-graph capture{'s were' if self.skipped != 1 else ' was'} not recorded "
+                f"(at most {self.limit} are, and none while the profiler warms up): replays of "
+                "those graphs have time only"]

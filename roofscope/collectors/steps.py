@@ -1,0 +1,167 @@
+"""Steps for scripts with no optimizer and no ``roofscope.step()``: inference loops.
+
+A step is then one call of the outermost ``nn.Module`` forward made with gradients off (a
+decode token, or a prompt's prefill), or, with ``--step-on``, one ``generate()`` call or one
+call of any importable function. Every outermost forward is also wrapped in the annotation
+``roofscope: forward [B, T]`` (the shape of its first tensor argument: batch and tokens), which
+tells prefill from decode in the analysis (analyzers/inference.py).
+
+Forward steps end where the next outermost forward begins, so a token's step holds the host
+work around its forward (sampling, stopping criteria) and a training script's forwards, whose
+gradients are on, never count. After the first outermost call the global module hooks are
+swapped for hooks on that root module alone (a hook on every submodule call would slow the
+launch-bound loops being measured); another root module later is not seen.
+"""
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Callable
+
+from ..errors import RoofscopeError
+
+FORWARD_LABEL = "roofscope: forward "
+MODES = ("forward", "generate")
+
+
+def resolve_function(spec: str) -> tuple[Any, str, Any]:
+    """``pkg.mod.func`` / ``pkg.mod.Class.method`` / ``pkg.mod:Class.method`` -> (owner, attribute, function)."""
+    mod_part, _, attr_part = spec.partition(":")
+    parts = mod_part.split(".") if not attr_part else [mod_part]
+    attrs = attr_part.split(".") if attr_part else []
+    module = None
+    for cut in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        attrs = parts[cut:] + attrs
+        break
+    if module is None or not attrs:
+        raise RoofscopeError(f"--step-on {spec}: expected forward, generate or MODULE.FUNC with an importable MODULE")
+    owner: Any = module
+    for a in attrs[:-1]:
+        owner = getattr(owner, a, None)
+        if owner is None:
+            raise RoofscopeError(f"--step-on {spec}: {a!r} not found")
+    fn = getattr(owner, attrs[-1], None)
+    if not callable(fn):
+        raise RoofscopeError(f"--step-on {spec}: {attrs[-1]!r} is not a function of {getattr(owner, '__name__', owner)}")
+    return owner, attrs[-1], fn
+
+
+def _first_shape(args: Any, kwargs: Any) -> list[int] | None:
+    import torch
+
+    for v in (*args, kwargs.get("input_ids"), kwargs.get("inputs_embeds"), *kwargs.values()):
+        if isinstance(v, torch.Tensor):
+            return list(v.shape)
+    return None
+
+
+class StepHooks:
+    """Calls ``on_boundary(source)`` at each step boundary of the chosen kind.
+
+    ``mode`` None: forward steps, which the session counts only while neither an optimizer
+    nor an explicit ``roofscope.step()`` has been seen."""
+
+    def __init__(self, mode: str | None, on_boundary: Callable[[str], None]) -> None:
+        self.mode = mode
+        self.on_boundary = on_boundary
+        self.forwards = 0
+        self._depth = 0
+        self._root: Any = None
+        self._handles: list[Any] = []
+        self._open: list[Any] = []
+        self._patched: tuple[Any, str, Any] | None = None
+        self._narrowed = False
+        self._thread = threading.get_ident()
+
+    def install(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        if self.mode not in (None, "forward"):
+            self._patch(self.mode)
+        self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
+                         nn_module.register_module_forward_hook(self._post, always_call=True)]
+
+    def _patch(self, mode: str) -> None:
+        if mode == "generate":
+            try:
+                from transformers.generation.utils import GenerationMixin
+            except ImportError:
+                raise RoofscopeError("--step-on generate needs transformers (its GenerationMixin.generate)") from None
+            owner, name, fn = GenerationMixin, "generate", GenerationMixin.generate
+        else:
+            owner, name, fn = resolve_function(mode)
+        hooks = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                hooks.on_boundary(hooks.source)
+
+        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+        wrapper.__name__ = getattr(fn, "__name__", name)
+        setattr(owner, name, wrapper)
+        self._patched = (owner, name, fn)
+
+    @property
+    def source(self) -> str:
+        return "forward" if self.mode in (None, "forward") else "generate" if self.mode == "generate" else "function"
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        while self._open:
+            self._open.pop().__exit__(None, None, None)
+        if self._patched is not None:
+            owner, name, fn = self._patched
+            setattr(owner, name, fn)
+            self._patched = None
+
+    def _pre(self, module: Any, args: Any, kwargs: Any = None) -> None:
+        import torch
+
+        if torch.compiler.is_compiling() or threading.get_ident() != self._thread:
+            return
+        if self._root is None:
+            self._root = module  # the first module called is the outermost one
+        elif module is not self._root:
+            return
+        self._depth += 1
+        if self._depth != 1:
+            return
+        if self.forwards and self.mode in (None, "forward") and not torch.is_grad_enabled():
+            self.on_boundary(self.source)
+        self.forwards += 1
+        # The global hook gets no keyword arguments, so the first call may show no shape.
+        shape = _first_shape(args, kwargs or {})
+        rf = torch.autograd.profiler.record_function(f"{FORWARD_LABEL}{shape if shape is not None else '[]'}")
+        rf.__enter__()
+        self._open.append(rf)
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        import torch
+
+        if torch.compiler.is_compiling() or threading.get_ident() != self._thread:
+            return
+        if module is not self._root or self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth:
+            return
+        if self._open:
+            self._open.pop().__exit__(None, None, None)
+        if not self._narrowed:
+            self._narrow()
+
+    def _narrow(self) -> None:
+        """Swap the global hooks for hooks on the root module only."""
+        for h in self._handles:
+            h.remove()
+        self._handles = [self._root.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         self._root.register_forward_hook(self._post, always_call=True)]
+        self._narrowed = True

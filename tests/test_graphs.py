@@ -1,0 +1,118 @@
+"""CUDA-graph replays costed from their captures (analyzers/graphs.py) on real H100 traces
+(tests/data/h100_graph_*.json.gz, torch 2.11: one decode-like step of 5 kernels: mm, GQA cuDNN
+attention, mm, relu (clamp_min), sum; recorded eagerly, captured, and replayed 3 times)."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import roofscope
+from roofscope.analyzers.graphs import find_captures
+from roofscope.analyzers.trace import load_trace
+
+DATA = Path(__file__).resolve().parent / "data"
+CAPTURE, REPLAY, EAGER = (DATA / f"h100_graph_{n}.json.gz" for n in ("capture", "replay", "eager"))
+COLS = ["flops", "bytes", "category", "op_name", "cost_op_name", "dtype", "tensor_core"]
+
+
+def test_capture_holds_the_five_launches_in_order() -> None:
+    caps = find_captures(load_trace(CAPTURE))
+    assert len(caps) == 1 and caps[0].label == "0"
+    # two fill_ kernels before cudaStreamBeginCapture ran for real and are not part of the graph
+    names = [n for n, _ in caps[0].fingerprint()]
+    assert names == ["aten::mm", "aten::_cudnn_attention_forward", "aten::mm", "aten::clamp_min", "aten::sum"]
+
+
+def test_replayed_kernels_cost_what_the_eager_kernels_cost() -> None:
+    eager = roofscope.analyze(EAGER).kernels
+    a = roofscope.analyze(REPLAY, graph_capture=[str(CAPTURE)])
+    k = a.kernels
+    assert a.graphs.to_dict()["mapped"] == 3 and (k["cost_source"] == "capture").all()
+    assert a.unattributed()["share"] == 0.0
+    # 3 replays of the eager step's 5 kernels: same per-kernel costs, in the same order
+    e = eager[COLS].iloc[:5].reset_index(drop=True)
+    for i in range(3):
+        r = k[COLS].iloc[5 * i:5 * i + 5].reset_index(drop=True)
+        assert r.equals(e), (r, e)
+    # GQA attention q [4,8,1,64] over k/v [4,2,256,64]: 2 * 4*8*256 * 128 = 2,097,152 FLOPs
+    att = k[k["category"] == "attention"]
+    assert (att["flops"] == 2_097_152).all() and att["attn_q"].tolist() == [(4, 1)] * 3
+    assert (k["graph"] >= 0).all() and k["graph"].nunique() == 3
+
+
+def test_without_a_capture_replays_have_time_only_and_the_note_says_why() -> None:
+    a = roofscope.analyze(REPLAY)
+    u = a.unattributed()
+    assert u["share"] == pytest.approx(1.0)
+    assert u["by_reason"]["graph_replay"]["kernels"] == 15
+    assert a.kernels["flops"].isna().all()
+    assert u["notes"][0].startswith("3 CUDA-graph launches") and "--graph-capture" in u["notes"][1]
+    assert "no capture of the graph was recorded" in u["notes"][1]
+
+
+def test_capture_in_the_same_trace_needs_nothing_extra() -> None:
+    a = roofscope.analyze(DATA / "h100_graph_capture_and_replay.json.gz")
+    g = a.kernels[a.kernels["graph"] >= 0]
+    assert len(g) == 10 and (g["cost_source"] == "capture").all()
+    # the two real fill_ kernels before the capture stay eager
+    assert (a.kernels.loc[a.kernels["graph"] < 0, "op_name"] == "aten::fill_").all()
+
+
+def test_unlabelled_replays_match_by_kernel_count() -> None:
+    # no roofscope annotations in either trace: 5 kernels per launch single out the 5-launch capture
+    a = roofscope.analyze(DATA / "h100_graph_replay_live.json.gz",
+                          graph_capture=[DATA / "h100_graph_capture_live.json.gz"])
+    assert a.graphs.to_dict()["mapped"] == 2 and a.unattributed()["share"] == 0.0
+
+
+def _variant(tmp_path: Path, rows: int) -> Path:
+    """The capture with its mm ops recorded at another batch size (as a serving engine captures one graph
+    per batch size)."""
+    doc = json.loads(gzip.decompress(CAPTURE.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("name") == "aten::mm":
+            e["args"]["Input Dims"][0][0] = rows
+        if e.get("name", "").startswith("roofscope: graph capture"):
+            e["name"] = "renamed"  # no id: matching falls back to the kernel count
+    path = tmp_path / f"capture-{rows}.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def test_same_count_different_shapes_is_ambiguous(tmp_path: Path) -> None:
+    live = DATA / "h100_graph_replay_live.json.gz"
+    a = roofscope.analyze(live, graph_capture=[_variant(tmp_path, 8), _variant(tmp_path, 16)])
+    assert a.graphs.to_dict()["unmapped"] == {"ambiguous": 2}
+    assert "several captures" in a.unattributed()["notes"][1]
+    # identical captures are not ambiguous: either gives the same costs
+    b = roofscope.analyze(live, graph_capture=[_variant(tmp_path, 8), _variant(tmp_path, 8)])
+    assert b.graphs.to_dict()["mapped"] == 2
+    # each mm of the 8-row capture: 2 * 8*512*512 = 4,194,304 FLOPs on its one kernel
+    mm = b.kernels[b.kernels["op_name"] == "aten::mm"]
+    assert len(mm) == 4 and set(mm["flops"]) == {4_194_304}
+
+
+def test_label_with_a_count_mismatch_is_not_mapped() -> None:
+    # the eager trace holds no capture at all
+    a = roofscope.analyze(REPLAY, graph_capture=[EAGER])
+    assert a.graphs.to_dict()["unmapped"] == {"no_capture": 3}
+
+
+def test_cli_graph_capture(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    res = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(REPLAY), "--graph-capture", str(CAPTURE),
+                          "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "3 CUDA-graph launches (0.041 ms of kernels): 3 mapped to 1 capture" in res.stdout
+    s = json.loads(out.read_text())["summary"]
+    assert s["unattributed"]["share"] == 0.0 and s["graphs"]["mapped"] == 3
+    bad = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(REPLAY), "--graph-capture",
+                          str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
+    assert np.isfinite(s["total_flops"])

@@ -1,0 +1,170 @@
+"""Inference loops on CPU: steps from outermost gradient-free forwards (or --step-on), prefill vs
+decode, the no-GPU-kernel error, user formulas (register_formula, --formulas)."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import roofscope
+from roofscope.cli import main
+from roofscope.collectors.steps import resolve_function
+from roofscope.errors import RoofscopeError
+from tests.kineto import TraceBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+
+# Greedy decoding with the KV-cache GPT of examples/gpt.py, and no roofscope call, no optimizer:
+# 4 prompts of 6 tokens, 5 new tokens each (1 prefill + 4 decode forwards per generate), twice.
+DECODE = textwrap.dedent(f'''
+    import sys, torch
+    sys.path.insert(0, {str(ROOT / "examples")!r})
+    from gpt import GPT, GPTConfig, KVCache
+    cfg = GPTConfig(vocab=64, seq=32, d_model=32, heads=4, layers=1)
+    model = GPT(cfg).eval()
+    def generate(prompt, n):
+        cache = KVCache(cfg, prompt.shape[0], 32, "cpu", torch.float32)
+        logits, _ = model(prompt, cache=cache, pos=0)
+        tok = logits[:, -1].argmax(-1, keepdim=True)
+        for pos in range(prompt.shape[1], prompt.shape[1] + n - 1):
+            logits, _ = model(tok, cache=cache, pos=pos)
+            tok = logits[:, -1].argmax(-1, keepdim=True)
+    with torch.no_grad():
+        for _ in range(2):
+            generate(torch.randint(64, (4, 6)), 5)
+''')
+
+
+def _run(tmp_path: Path, source: str, *flags: str) -> tuple[dict, dict]:
+    script = tmp_path / "infer.py"
+    script.write_text(source)
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", *flags, str(script)]) == 0
+    return json.loads((out / "run.json").read_text()), json.loads((out / "summary.json").read_text())
+
+
+def test_outermost_forwards_are_steps_and_decode_is_told_apart(tmp_path: Path) -> None:
+    meta, s = _run(tmp_path, DECODE, "--wait", "0", "--warmup", "1", "--active", "6")
+    assert meta["steps"]["source"] == "forward"
+    # boundaries at the start of forwards 2..8: forward 1 (prefill) is the warm-up step; steps 1-6 recorded:
+    # decode x4, then the second generate's prefill, then one decode
+    assert meta["steps"]["boundaries_seen"] == 7 and s["steps"] == [1, 2, 3, 4, 5, 6]
+    inf = s["inference"]
+    assert inf["steps"] == {"prefill": [5], "decode": [1, 2, 3, 4, 6]}
+    assert inf["batch"] == 4 and inf["prefill"]["q_len"] == 6 and inf["decode"]["q_len"] == 1
+    assert inf["phase_source"] == ["forward"]
+    # decode reads the weights once per step: per step bytes at least the model's fp32 parameters
+    assert inf["decode"]["weight_bytes_per_step"] > 0 and inf["tokens_per_s"] == pytest.approx(4 / inf["tpot_s"])
+    assert inf["ttft_s"] == inf["prefill"]["step_time_s"]
+
+
+def test_forwards_with_gradients_are_not_steps(tmp_path: Path) -> None:
+    meta, _ = _run(tmp_path, DECODE.replace("torch.no_grad()", "torch.enable_grad()"), "--duration", "30")
+    assert meta["steps"]["source"] == "none"
+
+
+def test_step_on_a_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "serve_lib.py").write_text(DECODE.replace("    with torch.no_grad():\n        for _ in range(2):\n"
+                                                           "            generate(torch.randint(64, (4, 6)), 5)\n", ""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = "import torch, serve_lib\nwith torch.no_grad():\n    for _ in range(5):\n" \
+          "        serve_lib.generate(torch.randint(64, (2, 6)), 3)\n"
+    meta, s = _run(tmp_path, src, "--step-on", "serve_lib.generate", "--wait", "1", "--warmup", "0", "--active", "2")
+    assert meta["steps"]["source"] == "function" and meta["steps"]["step_on"] == "serve_lib.generate"
+    assert meta["steps"]["boundaries_seen"] == 3 and s["steps"] == [1, 2]
+    sys.modules.pop("serve_lib", None)
+
+
+def test_resolve_function_errors() -> None:
+    owner, name, fn = resolve_function("json.dumps")
+    assert (owner, name, fn) == (json, "dumps", json.dumps)
+    assert resolve_function("json:JSONEncoder.encode")[2] is json.JSONEncoder.encode
+    for bad in ("nosuchmodule_xyz.f", "json.nosuchfunction", "json"):
+        with pytest.raises(RoofscopeError, match="--step-on"):
+            resolve_function(bad)
+
+
+def test_step_on_generate_without_transformers_is_one_line(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("torch")
+    if "transformers" in sys.modules or __import__("importlib").util.find_spec("transformers"):
+        pytest.skip("transformers installed")
+    script = tmp_path / "s.py"
+    script.write_text("pass\n")
+    assert main(["run", "-o", str(tmp_path / "r"), *PEAKS, "--step-on", "generate", str(script)]) == 2
+    assert "--step-on generate needs transformers" in capsys.readouterr().err
+
+
+def test_no_gpu_kernel_on_a_cuda_machine_is_an_error_not_a_cpu_trace(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from roofscope.collectors import metadata
+
+    monkeypatch.setattr(metadata, "device_metadata", lambda: {"type": "cuda", "name": "NVIDIA H100 80GB HBM3"})
+    with roofscope.profile(steps=1, wait=0, warmup=0, out=tmp_path / "r", report=False, quiet=True,
+                           peak_tflops=1, peak_bandwidth_gbs=10) as prof:
+        torch.ones(4).sum()
+        prof.step()
+    assert prof.analysis is None
+    assert "NO GPU KERNEL was recorded on this CUDA machine" in prof.result.error
+    assert "Fix:" in prof.result.error and not (tmp_path / "r" / "summary.json").exists()
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["device"]["type"] == "cuda"
+
+
+# ---------------------------------------------------------------- user formulas
+
+
+def _custom_trace(tmp_path: Path) -> Path:
+    b = TraceBuilder(device_name=None)
+    b.annotation("ProfilerStep#1", 0, 100)
+    b.op("mylib::fused_rmsnorm", 10, 50, dims=[[8, 1024], [1024], []], types=["float", "float", "Scalar"],
+         concrete=["", "", "1e-06"])
+    return b.write(tmp_path / "t.json")
+
+
+def test_register_formula_costs_a_custom_op(tmp_path: Path) -> None:
+    from roofscope.analyzers.formulas import REGISTRY
+
+    seen = []
+
+    def rmsnorm(x, w, eps):
+        seen.append((x, w, eps))
+        return 4 * x[0] * x[1]
+
+    try:
+        roofscope.register_formula("mylib::fused_rmsnorm", rmsnorm, category="normalization")
+        with pytest.raises(RoofscopeError, match="already has a cost formula"):
+            roofscope.register_formula("mylib::fused_rmsnorm", rmsnorm)
+        k = roofscope.analyze(_custom_trace(tmp_path), peak_tflops=1, peak_bandwidth_gbs=10).kernels
+        assert seen == [((8, 1024), (1024,), 1e-06)]
+        # 4 * 8 * 1024 = 32,768 FLOPs; bytes: x 32,768 + w 4,096 read, an x-sized output 32,768 = 69,632
+        assert k.loc[0, "flops"] == 32_768 and k.loc[0, "bytes"] == 69_632 and k.loc[0, "category"] == "normalization"
+        roofscope.register_formula("mylib::fused_rmsnorm", lambda x, w, eps: (1.0, 2.0), replace=True)
+        k = roofscope.analyze(_custom_trace(tmp_path), peak_tflops=1, peak_bandwidth_gbs=10).kernels
+        assert (k.loc[0, "flops"], k.loc[0, "bytes"]) == (1.0, 2.0)
+        with pytest.raises(RoofscopeError, match="unknown formula category"):
+            roofscope.register_formula("mylib::x", rmsnorm, category="magic")
+    finally:
+        REGISTRY.pop("mylib::fused_rmsnorm", None)
+
+
+def test_formulas_option_of_analyze(tmp_path: Path, capsys) -> None:
+    from roofscope.analyzers.formulas import REGISTRY
+
+    f = tmp_path / "my_formulas.py"
+    f.write_text("import roofscope\n\n@roofscope.register_formula('mylib::fused_rmsnorm', category='normalization')\n"
+                 "def rmsnorm(x, w, eps):\n    return 4 * x[0] * x[1]\n")
+    out = tmp_path / "s.json"
+    try:
+        assert main(["analyze", str(_custom_trace(tmp_path)), *PEAKS, "--formulas", str(f), "--json", str(out)]) == 0
+        assert json.loads(out.read_text())["summary"]["total_flops"] == 32_768
+    finally:
+        REGISTRY.pop("mylib::fused_rmsnorm", None)
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise ValueError('nope')\n")
+    assert main(["analyze", str(_custom_trace(tmp_path)), *PEAKS, "--formulas", str(broken)]) == 2
+    assert "--formulas" in capsys.readouterr().err
