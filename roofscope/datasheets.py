@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 PRECISIONS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
@@ -46,6 +46,9 @@ class DeviceSpec:
     memory_type: str = ""
     fp64_vector: float | None = None
     notes: str = ""
+    # Host link (PCIe) per direction, bytes/s: the roof of host<->device copies when the link
+    # was not measured (`roofscope microbench` measures it). From the part's PCIe generation x16.
+    host_link: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +63,7 @@ class DeviceSpec:
             "memory_type": self.memory_type,
             "fp64_vector": self.fp64_vector,
             "notes": self.notes,
+            "host_link": self.host_link,
         }
 
     @classmethod
@@ -76,6 +80,7 @@ class DeviceSpec:
             memory_type=str(d.get("memory_type", "")),
             fp64_vector=None if d.get("fp64_vector") is None else float(d["fp64_vector"]),
             notes=str(d.get("notes", "")),
+            host_link=None if d.get("host_link") is None else float(d["host_link"]),
         )
 
 
@@ -304,6 +309,21 @@ _TABLE: tuple[DeviceSpec, ...] = (
     ),
 )
 
+# PCIe x16 per direction (GB/s, 128b/130b encoding): Gen3 15.75, Gen4 31.5, Gen5 63. Every row's
+# host interface: V100 Gen3; A100, A10G, L4, L40S, RTX 3090/4090, MI210/MI250(X) Gen4; Hopper,
+# Blackwell and MI300-series Gen5 (MI300A is an APU: its CPU shares the HBM; Gen5 is its I/O link).
+_PCIE_GEN = {"v100": 3, "a100": 4, "a10g": 4, "l4": 4, "l40s": 4, "rtx-3090": 4, "rtx-4090": 4, "mi210": 4,
+             "mi250": 4, "h100": 5, "h200": 5, "b200": 5, "mi300": 5, "mi325": 5, "mi355": 5}
+_PCIE_X16 = {3: giga(15.75), 4: giga(31.5), 5: giga(63.0)}
+
+
+def _with_host_link(spec: DeviceSpec) -> DeviceSpec:
+    gen = next(g for prefix, g in sorted(_PCIE_GEN.items(), key=lambda kv: -len(kv[0]))
+               if spec.key.startswith(prefix))
+    return replace(spec, host_link=_PCIE_X16[gen])
+
+
+_TABLE = tuple(_with_host_link(s) for s in _TABLE)
 _BY_KEY: dict[str, DeviceSpec] = {s.key: s for s in _TABLE}
 
 

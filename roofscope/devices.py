@@ -97,6 +97,9 @@ class Ceilings:
     notes: tuple[str, ...] = ()
     measured_at: str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
+    # Host link (bytes/s) measured by `roofscope microbench`: h2d, d2h (pinned host memory) and
+    # h2d_pageable, d2h_pageable; see copy_roof.
+    host_link: Mapping[str, float] = field(default_factory=dict)
     # Bandwidth per memory level, innermost first: (name, capacity in bytes, bytes/s); the last
     # level (DRAM, capacity inf) is ``bandwidth``. Empty: one bandwidth roof for every kernel.
     levels: tuple[tuple[str, float, float], ...] = ()
@@ -148,6 +151,15 @@ class Ceilings:
 
     def peak(self, precision: str) -> float | None:
         return self.peaks.get(precision)
+
+    def copy_roof(self, direction: str) -> float | None:
+        """Bytes/s a host<->device copy (``HtoD`` or ``DtoH``) can reach: the measured pinned-memory
+        rate, else the datasheet's PCIe link, else None. Pageable copies get the same roof: the
+        gap to it is what pinning the memory would win."""
+        key = {"HtoD": "h2d", "DtoH": "d2h"}.get(direction)
+        if key is None:
+            return None
+        return self.host_link.get(key) or (self.datasheet.host_link if self.datasheet is not None else None)
 
     def roof(self, dtype: str, tensor_core: bool) -> float | None:
         """Compute roof (FLOP/s) for an op of ``dtype`` on tensor or CUDA cores.
@@ -206,6 +218,7 @@ class Ceilings:
             "notes": list(self.notes),
             "measured_at": self.measured_at,
             "env": dict(self.env),
+            "host_link": dict(self.host_link),
             "datasheet": self.datasheet.to_dict() if self.datasheet is not None else None,
             "levels": levels_payload(self.levels),
         }
@@ -230,6 +243,7 @@ class Ceilings:
             notes=tuple(str(n) for n in d.get("notes") or ()),
             measured_at=d.get("measured_at"),
             env=dict(d.get("env") or {}),
+            host_link={str(k): float(v) for k, v in dict(d.get("host_link") or {}).items()},
             levels=parse_levels(d.get("levels")),
         )
 
@@ -328,6 +342,9 @@ def load_ceilings_file(path: str | os.PathLike[str]) -> Ceilings:
     notes = data.get("notes") or []
     if not isinstance(notes, list):
         raise DeviceError(f"ceilings file {p}: 'notes' must be a list of strings")
+    host_link = data.get("host_link") or {}
+    if not isinstance(host_link, dict) or not all(_positive_number(v) for v in host_link.values()):
+        raise DeviceError(f"ceilings file {p}: 'host_link' must be an object of direction -> bytes/s")
     return Ceilings(
         device=device,
         source="measured",
@@ -339,6 +356,7 @@ def load_ceilings_file(path: str | os.PathLike[str]) -> Ceilings:
         notes=tuple(str(n) for n in notes),
         measured_at=None if measured_at is None else str(measured_at),
         env=dict(env or {}),
+        host_link={str(k): float(v) for k, v in host_link.items()},
         levels=parse_levels(data.get("levels"), f"ceilings file {p}"),
     )
 
@@ -371,6 +389,8 @@ def ceilings_payload(ceilings: Ceilings) -> dict[str, Any]:
     }
     if ceilings.fp64_vector is not None:
         payload["fp64_vector"] = float(ceilings.fp64_vector)
+    if ceilings.host_link:
+        payload["host_link"] = {k: float(v) for k, v in ceilings.host_link.items()}
     if ceilings.notes:
         payload["notes"] = list(ceilings.notes)
     if ceilings.levels:

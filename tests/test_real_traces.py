@@ -21,7 +21,8 @@ needs_corpus = pytest.mark.skipif(not (EXTERNAL / "hta").is_dir(),
                                   reason=f"shared trace corpus absent: {EXTERNAL / 'hta'} "
                                          "(set ROOFSCOPE_SHARED_TRACES to its external/ folder)")
 
-# path -> (cpu_only, ceilings source, datasheet key, GPU activities or CPU work items)
+# path -> (cpu_only, ceilings source, datasheet key, GPU activities; for CPU-only traces the number of
+# CPU work items, None where that is the cost model's choice rather than a fact of the trace)
 ANALYZED = {
     "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz": (False, "datasheet", "mi210", 16),
     "hta/call_stack/backward_thread.json": (False, "none", None, 1),
@@ -38,16 +39,16 @@ ANALYZED = {
         (False, "datasheet", "a100-sxm4-40gb", 98),
     "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz": (False, "datasheet", "a100-sxm4-40gb", 77),
     "hta/df_index_resolver/df_index_resolver.json.gz": (False, "datasheet", "v100-sxm2-32gb", 22290),
-    "hta/distributed_info_unavailable/distributed_info_not_found.json.gz": (True, "none", None, 741),
+    "hta/distributed_info_unavailable/distributed_info_not_found.json.gz": (True, "none", None, None),
     "hta/execution_trace/benchmark_simple_add_trace.json.gz": (False, "datasheet", "a100-sxm4-40gb", 4),
-    "hta/mixed_files/rank_non_gpu.json.gz": (True, "none", None, 741),
-    "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz": (True, "none", None, 937),
-    "hta/mtia_trace_single_rank/mtia_rank_0.json.gz": (True, "none", None, 4814),
+    "hta/mixed_files/rank_non_gpu.json.gz": (True, "none", None, None),
+    "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz": (True, "none", None, None),
+    "hta/mtia_trace_single_rank/mtia_rank_0.json.gz": (True, "none", None, None),
     "hta/nccl_parser_config/nccl_data.json.gz": (False, "datasheet", "a100-sxm4-40gb", 3774),
     "hta/negative_queue_length_values_check/rank0.json.gz": (False, "datasheet", "a100-sxm4-80gb", 7747),
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": (False, "datasheet", "v100-sxm2-32gb", 6095),
-    "hta/rank_non_gpu/rank_non_gpu.json.gz": (True, "none", None, 741),
-    "hta/rank_unavailable/rank_not_found.json.gz": (True, "none", None, 741),
+    "hta/rank_non_gpu/rank_non_gpu.json.gz": (True, "none", None, None),
+    "hta/rank_unavailable/rank_not_found.json.gz": (True, "none", None, None),
     "hta/timeline_analysis/sampled_rank-0.json.gz": (False, "none", None, 1204),
     "hta/trace_compare/base/base.json.gz": (False, "none", None, 18),
     "hta/trace_compare/test/test.json.gz": (False, "none", None, 17),
@@ -80,7 +81,8 @@ def test_every_trace_is_analyzed(rel):
     s = a.summary()
     text = render_summary(a)
     assert (a.cpu_only, a.ceilings.source, a.ceilings.datasheet.key if a.ceilings.datasheet else None,
-            len(a.kernels)) == (cpu_only, source, key, n)
+            len(a.kernels) if n is not None else None) == (cpu_only, source, key, n)
+    assert n is not None or len(a.kernels) > 0
     assert s["skipped_events"] == {}
     if source == "none":
         # one line says what needs ceilings and how to give them; the rest is still computed

@@ -146,9 +146,20 @@ def test_bad_inputs_raise_trace_error(tmp_path, content, message):
 
 
 def test_truncated_gzip_and_missing_file(tmp_path):
-    data = gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1}] * 100}).encode())
+    """A .json.gz cut short (a process killed while writing it) is read up to its last complete
+    event and the cut reported; a gzip file with nothing readable is refused."""
+    b = TraceBuilder()
+    for i in range(300):
+        b.op(f"aten::relu_{i}", i * 10, 5)
+    data = gzip.compress(json.dumps(b.doc()).encode())
     p = tmp_path / "cut.json.gz"
     p.write_bytes(data[: len(data) // 2])
+    t = load_trace(p)
+    assert 0 < len(t.ops) < 300
+    assert t.ops["name"].astype(str).tolist() == [f"aten::relu_{i}" for i in range(len(t.ops))]
+    (reason,) = t.meta["skipped_events"]
+    assert reason.startswith("file cut short at byte ")
+    p.write_bytes(data[:10] + b"\xff" * 64)
     with pytest.raises(TraceError, match="truncated or corrupt gzip"):
         load_trace(p)
     with pytest.raises(TraceError, match="no such file"):

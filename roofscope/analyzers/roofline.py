@@ -1,7 +1,8 @@
 """Roofline placement and bound classification of kernels; aggregation by key.
 
 For a kernel with FLOPs F, bytes B and duration t on a roof P (FLOP/s) and
-bandwidth W (bytes/s):
+bandwidth W (bytes/s; for a copy between host and device, the host link's: HtoD/DtoH
+copies are bound by PCIe, not HBM; Ceilings.copy_roof):
 
 * intensity I = F / B, achieved = F / t and B / t,
 * attainable = min(P, I * W), ridge = P / W,
@@ -30,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..devices import Ceilings
+from .runtime_names import copy_direction
 
 LATENCY_FLOOR_S = 3e-6
 UNDERUTILIZED_BELOW = 0.25
@@ -66,6 +68,23 @@ def _roofs(ceilings: Ceilings, dtype: np.ndarray, tensor_core: np.ndarray) -> tu
     return roof, key
 
 
+def _host_link(k: pd.DataFrame, ceilings: Ceilings, bw: np.ndarray, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Copies between host and device run at the host link's rate (Ceilings.copy_roof), not at
+    any device memory level's: their roof and level ("host link") replace the ones given."""
+    if "cat" not in k or not ceilings.known:
+        return bw, level
+    rows = np.flatnonzero((k["cat"].astype(str) == "gpu_memcpy").to_numpy())
+    if not len(rows):
+        return bw, level
+    codes, uniques = pd.factorize(k["name"].iloc[rows].astype(str))
+    link = np.array([ceilings.copy_roof(copy_direction(u)) or np.nan for u in uniques], dtype=float)[codes]
+    rows, link = rows[~np.isnan(link)], link[~np.isnan(link)]
+    bw, level = np.array(bw, dtype=float), np.array(level, dtype=object)
+    bw[rows] = link
+    level[rows] = "host link"
+    return bw, level
+
+
 def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
     """Add roofline columns and ``cls`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
     ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
@@ -78,6 +97,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
     tc = k["tensor_core"].to_numpy(dtype=bool)
     bw, level = ceilings.level_of(nbytes)  # no ceilings: NaN, so no floor, efficiency or class
+    bw, level = _host_link(k, ceilings, bw, level)
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur
         roof, roof_key = _roofs(ceilings, dtype, tc)

@@ -6,6 +6,8 @@ these sets (a name missing here silently hides the call from that analysis).
 """
 from __future__ import annotations
 
+import re
+
 KERNEL_LAUNCHES = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
     "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
@@ -32,3 +34,18 @@ HOST_SYNCS = {
 }
 # Every call that puts work on a stream: its host time is launch overhead.
 LAUNCHES = KERNEL_LAUNCHES | GRAPH_LAUNCHES | ASYNC_COPIES
+
+_DIRECTION = re.compile(r"^Memcpy\s+(HtoD|DtoH|DtoD|PtoP|HtoH)\b")
+# Older ROCm (roctracer) names its copies by the HIP copy kind.
+_ROCM_DIRECTION = {"CopyHostToDevice": "HtoD", "CopyDeviceToHost": "DtoH", "CopyDeviceToDevice": "DtoD",
+                   "CopyHostToHost": "HtoH"}
+
+
+def copy_direction(name: str) -> str:
+    """Direction of a GPU copy or fill from its activity name (``Memcpy HtoD (Pageable -> Device)``,
+    ROCm's ``CopyHostToDevice``): HtoD, DtoH, DtoD, PtoP, HtoH, ``memset`` or ``other``."""
+    m = _DIRECTION.match(name)
+    if m:
+        return m.group(1)
+    rocm = _ROCM_DIRECTION.get(name.split(" ", 1)[0])
+    return rocm or ("memset" if name.startswith(("Memset", "FillBuffer")) else "other")

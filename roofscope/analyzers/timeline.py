@@ -48,7 +48,6 @@ gains ``per_device``. Host-side columns (launch API, syncs) count once.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -56,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from .linking import ancestor_where, take
-from .runtime_names import HOST_SYNCS, LAUNCHES
+from .runtime_names import HOST_SYNCS, LAUNCHES, copy_direction
 from .trace import DRAIN_LABEL, GPU_CATS, Trace
 
 QUEUED_GAP_NS = 10_000
@@ -71,10 +70,6 @@ RUNTIME_SYNCS = HOST_SYNCS
 ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 _NO_LAUNCH = np.iinfo(np.int64).min
-_DIRECTION = re.compile(r"^Memcpy\s+(HtoD|DtoH|DtoD|PtoP|HtoH)\b")
-# Older ROCm (roctracer) names its copies by the HIP copy kind.
-_ROCM_DIRECTION = {"CopyHostToDevice": "HtoD", "CopyDeviceToHost": "DtoH", "CopyDeviceToDevice": "DtoD",
-                   "CopyHostToHost": "HtoH"}
 _DEVICE_COLS = ("wall_s", "busy_s", "idle_s", "kernels", "memcpy_s", "memset_s", "comm_s", "comm_exposed_s",
                 "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s")
 STEP_COLUMNS = ("ts_ns", "end_ns", *_DEVICE_COLS, "launch_api_s", "sync_count", "sync_s", "launch_overhead_s")
@@ -295,7 +290,8 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
     copies = np.flatnonzero(act.memcpy)
     dtoh = copies[_directions(kernels["name"].iloc[act.pos[copies]]) == "DtoH"]
     copier = outermost(k_op[dtoh], is_copy)
-    copier = copier[(copier >= 0) & ~counted[np.maximum(copier, 0)]]
+    copier = copier[copier >= 0]  # none at all in a trace without CPU ops (CUDA activity only)
+    copier = copier[~counted[copier]]
     kind[copier] = "dtoh_copy"
     counted[copier] = True
     # An op nested in another counted op is part of that one.
@@ -356,16 +352,8 @@ def _names_at(names: pd.Series, idx: np.ndarray) -> np.ndarray:
 # Copies and kernel durations
 
 
-def _direction(name: str) -> str:
-    m = _DIRECTION.match(name)
-    if m:
-        return m.group(1)
-    rocm = _ROCM_DIRECTION.get(name.split(" ", 1)[0])
-    return rocm or ("memset" if name.startswith(("Memset", "FillBuffer")) else "other")
-
-
 def _directions(names: pd.Series) -> np.ndarray:
-    return _lookup(names, _direction)
+    return _lookup(names, copy_direction)
 
 
 def _runtime_role(name: str) -> str:

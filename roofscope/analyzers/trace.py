@@ -10,6 +10,7 @@ and orjson.
 from __future__ import annotations
 
 import os
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
@@ -92,8 +93,29 @@ class Trace:
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The trace file's JSON bytes, gunzipped when needed."""
-    return read_maybe_gzip(path, TraceError, "neither a trace file nor a roofscope Run")
+    """The trace file's JSON bytes, gunzipped when needed. A gzip stream cut short (a process
+    killed while writing ``.json.gz``) gives what it holds; the decoder then reads the JSON up to
+    its last complete event and reports the cut."""
+    try:
+        return read_maybe_gzip(path, TraceError, "neither a trace file nor a roofscope Run")
+    except TraceError as e:
+        head = _gzip_prefix(path) if "truncated or corrupt gzip" in str(e) else b""
+        if not head.strip():
+            raise
+        return head
+
+
+def _gzip_prefix(path: str | os.PathLike) -> bytes:
+    """What a damaged gzip file decompresses to before the damage."""
+    d = zlib.decompressobj(wbits=31)
+    out = []
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            try:
+                out.append(d.decompress(chunk))
+            except zlib.error:
+                break
+    return b"".join(out)
 
 
 def _to_ns(arr: np.ndarray, t0: float) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from ..datasheets import PRECISIONS, DeviceSpec, match_device
 from ..devices import Ceilings
 from ..errors import DeviceError
-from . import compute, launch, memory
+from . import compute, hostlink, launch, memory
 from .timing import QUICK_TARGET_S, TARGET_S, Measurement, free_memory, warm_up_gpu
 
 Progress = Callable[[str, int, int], None]
@@ -60,6 +60,9 @@ def plan(quick: bool) -> list[Benchmark]:
         B("hbm write", "memory", "hbm_write", memory.write_bench(gib, t)),
         B("hbm triad", "memory", "hbm_triad", memory.triad_bench(gib, t)),
         B("l2 read", "memory", "l2", memory.l2_bench((8,) if quick else (8, 16), target_s=t)),
+        # The host link, for copies between host and device (Ceilings.host_link).
+        *(B(f"{key.replace('_', ' ')}{'' if '_' in key else ' pinned'}", "memory", key,
+            hostlink.copy_bench(key, target_s=t)) for key in hostlink.KEYS),
         B("launch eager", "latency", "launch_eager", launch.eager_bench()),
         B("launch graph", "latency", "launch_graph", launch.graph_bench()),
         B("kernel min", "latency", "kernel_min", launch.kernel_min_bench()),
@@ -74,6 +77,8 @@ def datasheet_figure(spec: DeviceSpec | None, key: str) -> float | None:
         return spec.bandwidth
     if key == "fp64_vector":
         return spec.fp64_vector
+    if key in hostlink.KEYS:
+        return spec.host_link
     return spec.peaks.get(key)
 
 
@@ -160,6 +165,7 @@ def ceilings_from_results(device: str, spec: DeviceSpec | None, results: Sequenc
         bandwidth=bandwidth, datasheet=spec,
         launch_latency_s=bests.get("launch_eager"), fp64_vector=bests.get("fp64_vector"),
         notes=tuple(notes), measured_at=measured_at, env=env,
+        host_link={k: bests[k] for k in hostlink.KEYS if k in bests},
     )
 
 
