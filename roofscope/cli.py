@@ -19,7 +19,9 @@ def cli() -> None:
 def _ceiling_options(fn):
     """Options that choose the ceilings the roofline is drawn with (shared by analyze and report)."""
     for opt in reversed((
-        click.option("--device", help="Device name or key to take datasheet ceilings from (overrides the trace's)."),
+        click.option("--datasheet", "--device", "device", metavar="KEY",
+                     help="Datasheet device (key or name) to take ceilings from, instead of the trace's device "
+                          "(`roofscope devices` lists them; --device is the old name)."),
         click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True),
                      help="Peak compute in TFLOP/s (used for every precision)."),
         click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True),
@@ -37,7 +39,7 @@ def _ceiling_options(fn):
 
 
 @cli.command("analyze")
-@click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("trace", type=click.Path(dir_okay=True, path_type=str), metavar="RUN_OR_TRACE")
 @_ceiling_options
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write the summary and aggregate tables as JSON.")
@@ -55,23 +57,25 @@ def _ceiling_options(fn):
 @click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
               help="Import cost formulas for custom ops (roofscope.register_formula; repeatable).")
 def analyze_cmd(**kwargs: object) -> int:
-    """Place every kernel of a Kineto TRACE (.json or .json.gz) on the roofline."""
+    """Place every kernel of RUN_OR_TRACE on the roofline: a Run directory (from `roofscope run`) or a
+    Kineto trace (.json or .json.gz from torch.profiler)."""
     from .commands.analyze import AnalyzeOptions, run
 
     return run(AnalyzeOptions(**kwargs))  # type: ignore[arg-type]
 
 
 @cli.command("report")
-@click.argument("trace", type=click.Path(dir_okay=True, path_type=str))
-@click.option("-o", "--output", "html_out", type=click.Path(dir_okay=False, path_type=str),
-              default="roofscope-report.html", show_default=True, help="HTML file to write.")
+@click.argument("trace", type=click.Path(dir_okay=True, path_type=str), metavar="RUN_OR_TRACE")
+@click.option("-o", "--out", "--output", "html_out", type=click.Path(dir_okay=False, path_type=str),
+              default="roofscope-report.html", show_default=True, help="HTML file to write (--output: the old name).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
 @click.option("--cdn", is_flag=True,
               help="Load plotly.js from a CDN (pinned by hash) instead of inlining it: ~1.2 MB smaller, "
                    "but the charts need the network.")
 @_ceiling_options
 def report_cmd(**kwargs: object) -> int:
-    """Write a self-contained HTML report (roofline, classes, top kernels) for a Kineto TRACE."""
+    """Write a self-contained HTML report (roofline, classes, top kernels) for RUN_OR_TRACE: a Run
+    directory or a Kineto trace (.json or .json.gz)."""
     from .commands.analyze import AnalyzeOptions, run
 
     return run(AnalyzeOptions(quiet=True, **kwargs))  # type: ignore[arg-type]
@@ -85,8 +89,9 @@ def report_cmd(**kwargs: object) -> int:
               help="Write the comparison as JSON.")
 @click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write the comparison as markdown (e.g. for a pull request).")
-@click.option("--applied", metavar="RULE",
-              help="Rule id of A's finding that B applied [default: the one whose kernels lost most time].")
+@click.option("--applied", metavar="CHANGE",
+              help="The change B applied (e.g. torch_compile), or a finding's rule id; checked against the"
+                   " change's combined saving [default: the finding whose kernels lost most time].")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernel changes listed.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal view.")
@@ -125,8 +130,9 @@ def diff_cmd(**kwargs: object) -> int:
 @click.option("--counters", type=click.Choice(["ncu", "cupti"]),
               help="Also measure hardware counters of the recorded steps: `ncu` re-runs the script under "
                    "Nsight Compute after the Run is written (docs/counters.md).")
-@click.option("--counters-sample", type=click.IntRange(min=1), metavar="N",
-              help="With --counters ncu: profile only the first N kernel launches (bounds the replay cost).")
+@click.option("--sample", "--counters-sample", "counters_sample", type=click.IntRange(min=1), metavar="N",
+              help="With --counters ncu: profile only the first N kernel launches (bounds the replay cost; "
+                   "as `roofscope counters --sample`; --counters-sample is the old name).")
 @_ceiling_options
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernels listed in the terminal summary.")
@@ -171,8 +177,8 @@ def counters_cmd(**kwargs: object) -> int:
 
 
 @cli.command("microbench")
-@click.option("--device", default="cuda", show_default=True, metavar="cuda|cuda:N|cpu",
-              help="Device to measure.")
+@click.option("--device", metavar="cuda|cuda:N|cpu",
+              help="Device to measure [default: the one analyses will use: the GPU if there is one, else the CPU].")
 @click.option("--quick", is_flag=True, help="Fewer, smaller repetitions (seconds instead of a minute).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=str),
               help="Also write the ceilings file here (for `--ceilings FILE`).")
@@ -207,11 +213,13 @@ def devices_cmd() -> int:
 @click.option("--max-regression", multiple=True, metavar="KEY=LIMIT,...",
               help="Regression limits, e.g. mfu=5%,step_time=2ms,idle_fraction=3pp,region:decode=10%,mbu=off "
                    "[defaults: 5%; idle_fraction 5pp; regions 10%].")
-@click.option("--min-mfu", type=float, help="Fail when the median MFU is below this fraction (0.35 = 35%).")
-@click.option("--min-hfu", type=float, help="Fail when the median HFU is below this fraction.")
-@click.option("--min-mbu", type=float, help="Fail when the median MBU is below this fraction.")
-@click.option("--max-step-time-ms", type=float, help="Fail when the median step time exceeds this many ms.")
-@click.option("--max-idle-fraction", type=float, help="Fail when the median GPU idle fraction exceeds this.")
+@click.option("--min-mfu", metavar="SHARE", help="Fail when the median MFU is below this: 35% (or 0.35).")
+@click.option("--min-hfu", metavar="SHARE", help="Fail when the median HFU is below this: 35% (or 0.35).")
+@click.option("--min-mbu", metavar="SHARE", help="Fail when the median MBU is below this: 35% (or 0.35).")
+@click.option("--max-step-time", metavar="TIME", help="Fail when the median step time exceeds this: 120ms, 0.12s, 500us.")
+@click.option("--max-step-time-ms", type=float, metavar="MS", help="The old spelling of --max-step-time, in ms.")
+@click.option("--max-idle", "--max-idle-fraction", "max_idle_fraction", metavar="SHARE",
+              help="Fail when the median GPU idle share exceeds this: 5% (or 0.05; --max-idle-fraction: the old name).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level of the rank test on per-step samples.")
 @click.option("--junit", "junit_out", type=click.Path(dir_okay=False, path_type=str),

@@ -97,6 +97,27 @@ class Ceilings:
     notes: tuple[str, ...] = ()
     measured_at: str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
+    # Bandwidth per memory level, innermost first: (name, capacity in bytes, bytes/s); the last
+    # level (DRAM, capacity inf) is ``bandwidth``. Empty: one bandwidth roof for every kernel.
+    levels: tuple[tuple[str, float, float], ...] = ()
+
+    def level_of(self, working_set: Any) -> tuple[Any, Any]:
+        """Per working set (bytes; array-like): the bandwidth roof of the innermost level it fits
+        in, and that level's name. Without levels: ``bandwidth`` and "" everywhere."""
+        import numpy as np
+
+        ws = np.asarray(working_set, dtype=np.float64)
+        bw = np.full(ws.shape, float(self.bandwidth) if self.bandwidth else np.nan)
+        name = np.full(ws.shape, "", dtype=object)
+        for level, capacity, rate in reversed(self.levels):
+            fits = ~(ws > capacity)   # NaN (unknown size): the outermost level, as set last below
+            bw = np.where(fits, rate, bw)
+            name = np.where(fits, level, name)
+        if self.levels:
+            unknown = np.isnan(ws)
+            bw = np.where(unknown, self.levels[-1][2], bw)
+            name = np.where(unknown, self.levels[-1][0], name)
+        return bw, name
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -186,6 +207,7 @@ class Ceilings:
             "measured_at": self.measured_at,
             "env": dict(self.env),
             "datasheet": self.datasheet.to_dict() if self.datasheet is not None else None,
+            "levels": levels_payload(self.levels),
         }
 
     @classmethod
@@ -208,7 +230,28 @@ class Ceilings:
             notes=tuple(str(n) for n in d.get("notes") or ()),
             measured_at=d.get("measured_at"),
             env=dict(d.get("env") or {}),
+            levels=parse_levels(d.get("levels")),
         )
+
+
+def levels_payload(levels: tuple[tuple[str, float, float], ...]) -> list[dict[str, Any]]:
+    """Levels as JSON: the outermost level's capacity (infinite) is null."""
+    return [{"name": n, "bytes": None if cap == float("inf") else float(cap), "bandwidth": float(bw)}
+            for n, cap, bw in levels]
+
+
+def parse_levels(raw: Any, where: str = "ceilings") -> tuple[tuple[str, float, float], ...]:
+    """The inverse of :func:`levels_payload`; a malformed entry is a DeviceError."""
+    if not raw:
+        return ()
+    try:
+        out = tuple((str(e["name"]), float("inf") if e.get("bytes") is None else float(e["bytes"]),
+                     float(e["bandwidth"])) for e in raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DeviceError(f"{where}: 'levels' must be a list of {{name, bytes, bandwidth}} ({e})") from None
+    if any(bw <= 0 or cap <= 0 for _, cap, bw in out):
+        raise DeviceError(f"{where}: 'levels' need positive bytes and bandwidth")
+    return out
 
 
 def _opt_float(v: Any) -> float | None:
@@ -296,6 +339,7 @@ def load_ceilings_file(path: str | os.PathLike[str]) -> Ceilings:
         notes=tuple(str(n) for n in notes),
         measured_at=None if measured_at is None else str(measured_at),
         env=dict(env or {}),
+        levels=parse_levels(data.get("levels"), f"ceilings file {p}"),
     )
 
 
@@ -329,6 +373,8 @@ def ceilings_payload(ceilings: Ceilings) -> dict[str, Any]:
         payload["fp64_vector"] = float(ceilings.fp64_vector)
     if ceilings.notes:
         payload["notes"] = list(ceilings.notes)
+    if ceilings.levels:
+        payload["levels"] = levels_payload(ceilings.levels)
     return payload
 
 
@@ -338,7 +384,7 @@ def ceilings_payload(ceilings: Ceilings) -> dict[str, Any]:
 
 _EXAMPLE_KEYS = ("h100-sxm", "h200", "a100-sxm4-80gb", "l40s", "l4", "rtx-4090")
 _FLAGS_HINT = (
-    "pass --device KEY (known: " + ", ".join(_EXAMPLE_KEYS) + ", ...), "
+    "pass --datasheet KEY (known: " + ", ".join(_EXAMPLE_KEYS) + ", ...), "
     "--peak-tflops X --peak-bandwidth Y, or --ceilings FILE"
 )
 
@@ -442,7 +488,7 @@ def resolve_ceilings(
         notes.extend(base.notes)
         notes.append(f"ceilings measured on {base.device!r} read from {os.fspath(ceilings_file)}")
         if device is not None:
-            notes.append(f"--device {device!r} ignored: --ceilings takes precedence")
+            notes.append(f"--datasheet {device!r} ignored: --ceilings takes precedence")
         if label and not _is_cpu(label):
             trace_key = _spec_key(label, memory_bytes)
             file_key = base.datasheet.key if base.datasheet is not None else None
@@ -464,7 +510,7 @@ def resolve_ceilings(
             base = Ceilings.from_spec(spec)
             trace_key = _spec_key(label, memory_bytes) if label and not _is_cpu(label) else None
             if label and trace_key != spec.key:
-                notes.append(f"trace device {label!r} overridden by --device {device!r}")
+                notes.append(f"trace device {label!r} overridden by --datasheet {device!r}")
     elif label:
         cached = _cached(label, memory_bytes) if use_cache else None
         if cached is not None:
@@ -498,7 +544,7 @@ def resolve_ceilings(
                 notes=tuple(notes),
             )
         if unknown_override:
-            what = f"unknown --device {device!r}"
+            what = f"unknown --datasheet {device!r}"
         elif _is_cpu(label):
             what = ("CPU-only trace: roofscope has no CPU datasheet and no cached measurement of this CPU "
                     "(`roofscope microbench --device cpu` makes one)")
@@ -516,7 +562,7 @@ def resolve_ceilings(
             )
             raise DeviceError(
                 f"{what}; {have} alone is not enough without a datasheet: also pass {need} "
-                f"(or --device KEY / --ceilings FILE)"
+                f"(or --datasheet KEY / --ceilings FILE)"
             )
         if unknown_override:
             raise DeviceError(f"{what}; {_FLAGS_HINT}")
@@ -533,6 +579,7 @@ def resolve_ceilings(
         notes.append(f"--peak-tflops {tflops:g} used as the roof for every precision")
     if gbs is not None:
         changes["bandwidth"] = giga(gbs)
+        changes["levels"] = ()  # the flag means one bandwidth roof for every kernel
         notes.append(f"--peak-bandwidth {gbs:g} GB/s")
     changes["notes"] = tuple(notes)
     return replace(base, **changes)

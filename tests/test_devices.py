@@ -477,7 +477,7 @@ def test_resolve_device_override_beats_trace_name():
     c = resolve_ceilings("NVIDIA H100 80GB HBM3", device="a100-sxm4-80gb", memory_bytes=85 * 10**9)
     assert c.datasheet.key == "a100-sxm4-80gb"
     assert c.source == "datasheet"
-    assert any("overridden by --device" in n for n in c.notes)
+    assert any("overridden by --datasheet" in n for n in c.notes)
     # The trace's memory size must not steer the override's lookup.
     assert resolve_ceilings("NVIDIA L4", device="A100", memory_bytes=24 * 2**30).datasheet.key == (
         "a100-sxm4-40gb"
@@ -491,7 +491,7 @@ def test_resolve_file_beats_device_and_trace(tmp_path):
     assert c.roof("bf16", True) == 731.2e12
     assert c.bandwidth == 2.91e12
     assert c.datasheet.key == "h100-sxm"
-    assert any("--device 'l4' ignored" in n for n in c.notes)
+    assert any("--datasheet 'l4' ignored" in n for n in c.notes)
     assert any("differs from ceilings file device" in n for n in c.notes)
     same = resolve_ceilings("NVIDIA H100 80GB HBM3", ceilings_file=path)
     assert not any("differs" in n for n in same.notes)
@@ -535,7 +535,7 @@ def test_unknown_device_without_flags_has_no_ceilings_and_says_how_to_give_them(
                                                                          {}, 0.0)
     msg = c.notes[0]
     assert msg.startswith("no ceilings: unknown device 'NVIDIA GeForce GTX 1080'")
-    for flag in ("--device", "--peak-tflops", "--peak-bandwidth", "--ceilings"):
+    for flag in ("--datasheet", "--peak-tflops", "--peak-bandwidth", "--ceilings"):
         assert flag in msg
     assert "h100-sxm" in msg and "bound classes" in msg
     assert "\n" not in msg
@@ -553,7 +553,7 @@ def test_unknown_device_with_one_flag_says_what_is_missing(kwargs, missing):
 
 
 def test_unknown_device_override_is_an_error():
-    with pytest.raises(DeviceError, match="unknown --device 'tpu-v5'"):
+    with pytest.raises(DeviceError, match="unknown --datasheet 'tpu-v5'"):
         resolve_ceilings("NVIDIA H100 80GB HBM3", device="tpu-v5")
     c = resolve_ceilings(None, device="tpu-v5", peak_tflops=197, peak_bandwidth_gbs=819)
     assert (c.device, c.source, c.bandwidth) == ("tpu-v5", "user", 819e9)

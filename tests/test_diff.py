@@ -158,8 +158,25 @@ def test_prediction_applied_rule_wins(analyses):
     assert p.ratio == pytest.approx(1.25) and p.verdict == "materialized"
     p = diff(*analyses, findings=FINDINGS, applied="tune").prediction
     assert p.ratio == pytest.approx(5.0) and p.evidence_time_b_s == pytest.approx(40 * US)
-    with pytest.raises(RoofscopeError, match="no finding with that rule.*fuse, drop, tune"):
+    with pytest.raises(RoofscopeError, match="no change or finding of that name.*fuse, drop, tune"):
         diff(*analyses, findings=FINDINGS, applied="nope")
+
+
+def test_prediction_of_a_change_combines_its_findings(analyses):
+    # One change (say torch.compile) answers "fuse" (40 us) and "drop" (80 us), whose time
+    # overlaps: the change's combined saving is 100 us, and B's 50 us is checked against it.
+    fixes = [{"change": "torch_compile", "title": "Compile the model", "rules": ["fuse", "drop"],
+              "saving_s": 100 * US}]
+    for applied in ("torch_compile", "fuse", None):
+        p = diff(*analyses, findings=FINDINGS, fixes=fixes, applied=applied).prediction
+        assert p.rule == "fuse+drop" and p.title == "Compile the model"
+        assert (p.predicted_s, p.ratio) == pytest.approx((100 * US, 0.5))
+        assert "checked against change torch_compile" in p.why
+    # The evidence is both findings' kernels: fast 40 + gone 15 + tiny 4 = 59 us/step in A,
+    # 20 + 0 + 5.5 = 25.5 in B.
+    assert (p.evidence_time_a_s, p.evidence_time_b_s) == pytest.approx((59 * US, 25.5 * US))
+    with pytest.raises(RoofscopeError, match="torch_compile, fuse, drop, tune"):
+        diff(*analyses, findings=FINDINGS, fixes=fixes, applied="nope")
 
 
 def test_prediction_without_findings(analyses):

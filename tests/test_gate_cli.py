@@ -140,7 +140,7 @@ def test_gate_a_run_against_a_run_directory(runs):
      "--write-baseline only writes the baseline; --min-mfu belong to a check run"),
     (["gate", "{base}", "--baseline", "{base}/run.json"], "not a roofscope gate baseline"),
     (["gate", "{base}/missing", "--min-mfu", "0.3"], "no such file"),
-    (["gate", "{base}", "--min-mfu", "35"], "--min-mfu 35: expected a fraction between 0 and 1"),
+    (["gate", "{base}", "--min-mfu", "35"], "--min-mfu 35: expected a share between 0% and 100%"),
 ])
 def test_usage_and_input_errors_exit_2(runs, capsys, args, fragment):
     argv = [a.format(base=runs["base"]) for a in args]

@@ -157,7 +157,7 @@ def test_bounds_validate_their_ranges():
     assert b[0].violated(0.34) and not b[0].violated(0.35)
     assert b[1].violated(0.121) and not b[1].violated(0.119)
     assert b[0].text == ">= 35.00%" and b[1].text == "<= 120.000 ms"
-    with pytest.raises(RoofscopeError, match="--min-mfu 35: expected a fraction between 0 and 1"):
+    with pytest.raises(RoofscopeError, match="--min-mfu 35: expected a share between 0% and 100%"):
         bounds(min_mfu=35)
     with pytest.raises(RoofscopeError, match="--max-step-time-ms 0"):
         bounds(max_step_time_ms=0)

@@ -103,8 +103,23 @@ def test_ceilings_from_results_takes_best_per_key_and_notes_failures():
     c = ceilings_from_results("NVIDIA H200", spec, results, "2026-11-21T00:00:00+00:00", {"results": results})
     assert c.source == "measured" and c.datasheet is spec
     assert c.peaks == {"fp32": 60e12}
-    assert c.bandwidth == 4.2e12 and c.fp64_vector == 30e12 and c.launch_latency_s == 5e-6
+    # The roof is the best streaming rate: the read's 4.4 TB/s, not the copy's 4.2.
+    assert c.bandwidth == 4.4e12 and c.fp64_vector == 30e12 and c.launch_latency_s == 5e-6
+    assert c.env["bandwidth_from"] == "hbm read"
     assert c.notes == ("matmul fp8: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",)
+
+
+def test_bandwidth_roof_is_the_best_streaming_rate_and_l2_a_second_level():
+    # H100, measured 2026-11-24: copy 3.02 TB/s while elementwise kernels reached 3.19 and a
+    # write 3.29: with the copy as the roof those kernels sat at 105% of it.
+    benches = [Benchmark("hbm copy", "memory", "bandwidth", lambda: _ok(3.02e12)),
+               Benchmark("hbm read", "memory", "hbm_read", lambda: _ok(3.10e12)),
+               Benchmark("hbm write", "memory", "hbm_write", lambda: _ok(3.29e12)),
+               Benchmark("hbm triad", "memory", "hbm_triad", lambda: _ok(3.21e12)),
+               Benchmark("l2 read", "memory", "l2", lambda: _ok(9.5e12))]
+    c = ceilings_from_results("NVIDIA H100 80GB HBM3", lookup("h100-sxm"), _runner(benches), "t", {})
+    assert c.bandwidth == 3.29e12 and c.env["bandwidth_from"] == "hbm write"
+    assert c.env["levels"] == {"hbm": 3.29e12, "l2": 9.5e12}
 
 
 def test_ceilings_fall_back_to_datasheet_bandwidth_with_note():
@@ -119,7 +134,7 @@ def test_plan_covers_every_ceiling_key():
     for quick in (True, False):
         keys = {b.key for b in plan(quick)}
         assert {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp64_vector", "bandwidth",
-                "hbm_read", "hbm_write", "l2", "launch_eager", "launch_graph", "kernel_min"} <= keys
+                "hbm_read", "hbm_write", "hbm_triad", "l2", "launch_eager", "launch_graph", "kernel_min"} <= keys
         assert len({b.name for b in plan(quick)}) == len(plan(quick))
 
 

@@ -448,3 +448,17 @@ def test_load(tmp_path):
         with pytest.raises(TelemetryError, match=message) as e:
             load(tmp_path / name)
         assert isinstance(e.value, RoofscopeError) and "\n" not in str(e.value)
+
+
+def test_rocm_torch_degrades_to_a_note(monkeypatch):
+    """Under a ROCm build of torch (torch.version.hip set) NVML is never tried: one note, no samples."""
+    import types
+
+    fake_torch = types.SimpleNamespace(version=types.SimpleNamespace(hip="6.2.41133", cuda=None))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # would be "pynvml not installed" if reached
+    s = NvmlSampler(hz=10)
+    s.start()
+    tel = s.stop()
+    assert len(tel.notes) == 1 and tel.notes[0].startswith("AMD GPU (ROCm build of torch): NVML is NVIDIA-only")
+    assert all(len(v) == 0 for v in tel.samples.values())

@@ -131,7 +131,7 @@ def test_no_device_properties_and_no_shapes(tmp_path):
 
 
 @pytest.mark.parametrize("content,message", [
-    (b"", "not valid JSON"),
+    (b"", "empty file"),
     (b"{\"traceEvents\": [", "not valid JSON"),
     (b"{\"hello\": 1}", "no 'traceEvents'"),
     (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"foo\", \"ts\": 1}]}", "no torch.profiler events"),

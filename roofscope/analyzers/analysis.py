@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
-from .roofline import CLASSES, RooflineParams, aggregate, place
+from .roofline import CLASSES, RooflineParams, above_roof, aggregate, place
 from .trace import Trace, load_trace, regions_at, steps_at
 
 
@@ -194,6 +194,7 @@ class Analysis:
             "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
             "partial_steps": self.partial_steps(),
             "unattributed": self.unattributed(),
+            "above_roof": above_roof(k),
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
             "inference": self.inference(),
@@ -325,7 +326,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     if cpu_only:
         kernels = _cpu_work(trace, sig_costs)
     else:
-        kernels = attribute(trace, sig_costs)
+        kernels = attribute(trace, sig_costs, ceilings.bandwidth)
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     graphs = None
     if not cpu_only:

@@ -78,8 +78,10 @@ def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(chosen & (above < 0))
 
 
-def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
-    """The trace's GPU activity with per-kernel cost columns added (a new frame)."""
+def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = None) -> pd.DataFrame:
+    """The trace's GPU activity with per-kernel cost columns added (a new frame).
+    ``bandwidth`` (bytes/s, the memory roof) sizes the layout kernels' bytes (see
+    :func:`_layout_bytes`); without it they share the op's bytes by duration."""
     k = trace.kernels.copy()
     ops = trace.ops
     oc = op_costs(trace, sig_costs)
@@ -99,16 +101,9 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     cost_op = np.where(costed, nearest, -1)
 
     dur = k["dur_ns"].to_numpy(dtype=np.float64)
-    flops = np.full(n, np.nan)
-    nbytes = np.full(n, np.nan)
-    if costed.any():
-        idx = np.flatnonzero(costed)
-        group = pd.Series(dur[idx]).groupby(cost_op[idx])
-        total = group.transform("sum").to_numpy()
-        count = group.transform("size").to_numpy()
-        share = np.where(total > 0, dur[idx] / np.where(total > 0, total, 1), 1.0 / count)
-        flops[idx] = oc["flops"].to_numpy()[cost_op[idx]] * share
-        nbytes[idx] = oc["bytes"].to_numpy()[cost_op[idx]] * share
+    flops, nbytes, layout = _split_costs(cost_op, costed, _layout_kernels(k["name"]), dur, oc)
+    if bandwidth and layout.any():
+        nbytes[layout] = _layout_bytes(trace, oc, cost_op[layout], dur[layout] / 1e9, bandwidth)
 
     _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
 
@@ -129,10 +124,11 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
 
     op_category = from_op("category", "")
     # The op's category is better than the kernel name's, except for generic "other" ops.
-    k["category"] = np.where(costed & (op_category != "other") & (op_category != ""),
-                             op_category, category)
+    k["category"] = np.where(layout, "layout",
+                             np.where(costed & (op_category != "other") & (op_category != ""),
+                                      op_category, category))
     k["dtype"] = from_op("dtype", "")
-    k["tensor_core"] = from_op("tensor_core", False).astype(bool)
+    k["tensor_core"] = from_op("tensor_core", False).astype(bool) & ~layout
     k["cost_source"] = np.where(is_copy & ~np.isnan(copy_bytes), "activity",
                                 np.where(counted, "counters", from_op("cost_source", "none")))
     k["flops"] = flops
@@ -145,6 +141,105 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["unattributed"] = _reasons(k, ops, oc, nearest,
                                  costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)))
     return k
+
+
+# Kernels that move data for a matmul-class op without doing its math: cuDNN's layout
+# transforms and padding, transposes, im2col, workspace initialisation, split-K / split-KV
+# reductions (epilogues), fills, casts. Matched on the kernel's own name (before template
+# arguments, which name everything a GEMM kernel's epilogue can do), except split-K
+# reductions, which CUTLASS names only in a template argument.
+_LAYOUT_BASE = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose|permute|im2col|col2im|padding"
+                          r"|workspace|splitKreduce|reduce|combine|fill|convert|cast|copy|memset|elementwise",
+                          re.I)
+_LAYOUT_ANYWHERE = re.compile(r"ReduceSplitK|reduction::kernel|splitKreduce", re.I)
+
+
+def _base_name(name: str) -> str:
+    """``void ns::fooKernel<T, ...>(args)`` -> ``fooKernel``; mangled names stay whole."""
+    if name.startswith("_Z"):
+        return ""
+    words = re.split(r"[<(]", name, maxsplit=1)[0].split()
+    return words[-1].rsplit("::", 1)[-1] if words else ""
+
+
+_WORK_CATEGORIES = ("gemm", "conv", "attention")
+
+
+def _layout_kernels(names: pd.Series) -> np.ndarray:
+    """Kernels whose names say they only move data (see :data:`_LAYOUT_BASE`)."""
+    codes, uniques = pd.factorize(names.astype(str))
+    by_name = np.array([bool(_LAYOUT_BASE.search(_base_name(u)) or _LAYOUT_ANYWHERE.search(u)) for u in uniques]
+                       or [False], dtype=bool)
+    return by_name[np.maximum(codes, 0)]
+
+
+def _split_costs(cost_op: np.ndarray, costed: np.ndarray, layout: np.ndarray, dur: np.ndarray,
+                 oc: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An op's FLOPs and bytes split over the kernels that resolve to it, by duration, and
+    which kernels are the layout kernels of a matmul-class op.
+
+    When the op has kernels that do its math (GEMM, convolution, attention: every kernel not
+    in :data:`_LAYOUT_BASE`) beside layout kernels, the FLOPs go to the math kernels only, and the
+    layout kernels get no FLOPs and carry bytes of their own: each reads and writes one of
+    the op's operands, so together they move about the op's compulsory bytes once more,
+    split among them by duration (a cuDNN convolution launching nchwToNhwcKernel for its
+    input and weight and nhwcToNchwKernel for its output moves each tensor twice). Ops whose
+    kernels are all layout-like, or whose category is not matmul-class, split as one group.
+    """
+    n = len(cost_op)
+    flops = np.full(n, np.nan)
+    nbytes = np.full(n, np.nan)
+    is_aux = np.zeros(n, dtype=bool)
+    if not costed.any():
+        return flops, nbytes, is_aux
+    idx = np.flatnonzero(costed)
+    op = cost_op[idx]
+    matmul = np.isin(oc["category"].to_numpy()[op], _WORK_CATEGORIES)
+    aux = layout[idx] & matmul
+    # Ops with at least one math kernel split their layout kernels off into a second group.
+    has_math = pd.Series(~aux).groupby(op).transform("any").to_numpy()
+    aux &= has_math
+    group = pd.Series(dur[idx]).groupby([op, aux])
+    total = group.transform("sum").to_numpy()
+    count = group.transform("size").to_numpy()
+    share = np.where(total > 0, dur[idx] / np.where(total > 0, total, 1), 1.0 / count)
+    flops[idx] = np.where(aux, 0.0, oc["flops"].to_numpy()[op] * share)
+    nbytes[idx] = oc["bytes"].to_numpy()[op] * share
+    is_aux[idx] = aux
+    return flops, nbytes, is_aux
+
+
+def _operand_bytes(trace: Trace, op: int, op_bytes: float) -> list[float]:
+    """Sizes of one op's tensor operands: its inputs from their shapes and dtypes, and its
+    outputs together (compulsory bytes less the inputs)."""
+    from .formulas.dtypes import parse_dtype
+
+    sig = trace.signatures.iloc[int(trace.ops["sig"].iat[op])]
+    dims, types = sig["input_dims"] or [], sig["input_types"] or []
+    sizes = []
+    for d, t in zip(dims, types):
+        dt = parse_dtype(str(t))
+        if dt is not None and isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            sizes.append(float(np.prod(d)) * dt.itemsize)
+    out = op_bytes - sum(sizes) if np.isfinite(op_bytes) else 0.0
+    return sizes + ([out] if out > 0 else [])
+
+
+def _layout_bytes(trace: Trace, oc: pd.DataFrame, ops: np.ndarray, dur_s: np.ndarray,
+                  bandwidth: float) -> np.ndarray:
+    """Bytes of layout kernels: each reads and writes one operand of its op (a layout
+    transform, a padding, a split-K reduction of the output); which one, the trace does not
+    say, so it is the largest that the kernel's duration allows at the bandwidth roof. A
+    kernel too short for any operand moved less than a whole one: no bytes (latency)."""
+    op_bytes = oc["bytes"].to_numpy()
+    cache: dict[int, np.ndarray] = {}
+    out = np.zeros(len(ops))
+    for i, (op, t) in enumerate(zip(ops.tolist(), dur_s.tolist())):
+        if op not in cache:
+            cache[op] = np.sort(2.0 * np.asarray(_operand_bytes(trace, op, float(op_bytes[op])), dtype=float))
+        fits = cache[op][cache[op] <= t * bandwidth]
+        out[i] = fits[-1] if fits.size else 0.0
+    return out
 
 
 # multi_tensor_apply functors take the element type as their first template argument.

@@ -82,7 +82,7 @@ def _compute(name: Any, dims: Any, types: Any, strides: Any, concrete: Any) -> R
     cat, tc = formula.category, formula.tensor_core
     if cat == "view":
         return (0.0, 0.0, prec, False, cat, "")
-    if not dims or not types or not isinstance(types, tuple) or len(dims) != len(types):
+    if not isinstance(dims, tuple) or not dims or not isinstance(types, tuple) or len(dims) != len(types):
         return (math.nan, math.nan, prec, tc, cat, "no_shapes")
     try:
         call = build_call(name, dims, types, strides, concrete)

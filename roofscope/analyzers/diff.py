@@ -229,19 +229,29 @@ def _evidence_names(finding: dict[str, Any]) -> list[str]:
 
 
 def predict(findings: list[dict[str, Any]], changes: pd.DataFrame, step_a: float | None, step_b: float | None,
-            applied: str | None = None) -> Prediction:
-    """Check A's predicted saving against B: the finding named ``applied``, else the one whose
-    evidence kernels lost the largest share of their time per step in B."""
+            applied: str | None = None, fixes: list[dict[str, Any]] | None = None) -> Prediction:
+    """Check A's predicted saving against B: the change (or the finding's rule) named ``applied``,
+    else the finding whose evidence kernels lost the largest share of their time per step in B.
+    A finding that belongs to one of A's ``fixes`` (findings grouped by the change a user makes,
+    rules/fixes.py) is checked against the change's combined saving, since applying the change
+    realizes all of its findings at once."""
     measured = step_a - step_b if step_a is not None and step_b is not None else None
     if not findings:
         return Prediction("no prediction", "A has no findings to check", measured_s=measured)
+    fixes = fixes or []
     times = changes.set_index("name")[["time_a_s", "time_b_s"]]
     evidence = [times.reindex(_evidence_names(f)).fillna(0.0).sum() for f in findings]
-    if applied is not None:
+    fix = next((c for c in fixes if c.get("change") == applied), None) if applied is not None else None
+    if fix is not None:
+        idx = next(i for i, f in enumerate(findings) if f.get("rule") in fix["rules"])
+        why = f"given with --applied {applied}"
+    elif applied is not None:
         idx = next((i for i, f in enumerate(findings) if f.get("rule") == applied), None)
         if idx is None:
-            rules = ", ".join(str(f.get("rule")) for f in findings)
-            raise RoofscopeError(f"--applied {applied}: A has no finding with that rule (its findings: {rules})")
+            names = ", ".join(dict.fromkeys([str(c.get("change")) for c in fixes]
+                                            + [str(f.get("rule")) for f in findings]))
+            raise RoofscopeError(f"--applied {applied}: A has no change or finding of that name (its changes"
+                                 f" and rules: {names})")
         why = f"given with --applied {applied}"
     else:
         lost = np.array([(e["time_a_s"] - e["time_b_s"]) / e["time_a_s"] if e["time_a_s"] > 0 else -np.inf
@@ -254,10 +264,17 @@ def predict(findings: list[dict[str, Any]], changes: pd.DataFrame, step_a: float
             idx = 0
             why = "top-ranked finding (no finding names evidence kernels that ran in A)"
     f = findings[idx]
-    predicted = f.get("saving_s")
-    p = Prediction("no measurement", why, rule=f.get("rule"), title=f.get("title"), predicted_s=predicted,
-                   measured_s=measured, evidence_time_a_s=float(evidence[idx]["time_a_s"]),
-                   evidence_time_b_s=float(evidence[idx]["time_b_s"]))
+    fix = fix or next((c for c in fixes if f.get("rule") in (c.get("rules") or [])), None)
+    rule, title, predicted, ev = f.get("rule"), f.get("title"), f.get("saving_s"), evidence[idx]
+    if fix is not None and len(fix["rules"]) > 1:
+        members = [g for g in findings if g.get("rule") in fix["rules"]]
+        names = list(dict.fromkeys(n for g in members for n in _evidence_names(g)))
+        rule, title, predicted = "+".join(fix["rules"]), fix.get("title"), fix.get("saving_s")
+        ev = times.reindex(names).fillna(0.0).sum()
+        why += f"; checked against change {fix['change']}, which combines {', '.join(fix['rules'])}"
+    p = Prediction("no measurement", why, rule=rule, title=title, predicted_s=predicted,
+                   measured_s=measured, evidence_time_a_s=float(ev["time_a_s"]),
+                   evidence_time_b_s=float(ev["time_b_s"]))
     if not predicted or predicted <= 0:
         p.verdict = "no prediction"
         p.why += "; it predicts no saving"
@@ -270,8 +287,9 @@ def predict(findings: list[dict[str, Any]], changes: pd.DataFrame, step_a: float
 
 
 def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
-         findings: list[dict[str, Any]] | None = None) -> Diff:
-    """Compare run B against run A (see the module docstring); ``findings`` defaults to A's own."""
+         findings: list[dict[str, Any]] | None = None, fixes: list[dict[str, Any]] | None = None) -> Diff:
+    """Compare run B against run A (see the module docstring); ``findings`` and ``fixes`` (the
+    findings grouped per change) default to A's own."""
     sa, sb = a.summary(), b.summary()
     ma, mb = step_figures(a), step_figures(b)
     changes = kernel_changes(a, b)
@@ -291,5 +309,6 @@ def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
                 steps_a=len(a.complete_steps()), steps_b=len(b.complete_steps()), metrics=_metric_changes(ma, mb),
                 kernels=changes, by_status=_by_status(changes), by_category=_totals(a, b, "category"),
                 by_class=_totals(a, b, "cls"),
-                prediction=predict(findings, changes, ma.get("step_time_s"), mb.get("step_time_s"), applied),
+                prediction=predict(findings, changes, ma.get("step_time_s"), mb.get("step_time_s"), applied,
+                                   fixes if fixes is not None else (sa.get("diagnosis") or {}).get("changes")),
                 warnings=warnings)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import msgspec
 
@@ -142,14 +142,13 @@ class Decoded:
 
 def decode(path: str, data: bytes) -> Decoded:
     """Decode a Kineto trace; raises :class:`TraceError` (one line) for anything else."""
-    try:
-        doc = _typed(path, data)
-    except UnicodeDecodeError:
-        data = _valid_utf8(data)
-        doc = _typed(path, data)
+    if not data.strip():
+        raise TraceError(f"{path}: empty file")
     skipped: Counter = Counter()
-    if doc is None:
-        doc, skipped = _decode_tolerant(path, data)
+    data, doc = _parse(path, data, _typed, skipped)
+    if doc is None:  # some event does not fit the typed pass: decode them one by one
+        data, loose = _parse(path, data, lambda d: _loose(path, d), skipped)
+        doc = _one_by_one(path, data, loose, skipped)
     if isinstance(doc, list):
         doc = TraceFile(traceEvents=doc)
     if doc.traceEvents is None:
@@ -157,14 +156,41 @@ def decode(path: str, data: bytes) -> Decoded:
     return Decoded(doc, skipped)
 
 
-def _typed(path: str, data: bytes) -> TraceFile | list[Event] | None:
+class _Malformed(Exception):
+    def __init__(self, error: msgspec.DecodeError):
+        self.error = error
+
+
+def _typed(data: bytes) -> TraceFile | list[Event] | None:
     """The one fast typed pass; None when some event does not fit it."""
     try:
         return _DECODER.decode(data)
     except msgspec.ValidationError:
         return None
     except msgspec.DecodeError as e:
-        raise TraceError(f"{path}: not valid JSON ({e}); is the file truncated?") from None
+        raise _Malformed(e) from None
+
+
+def _loose(path: str, data: bytes) -> _LooseFile | list[msgspec.Raw]:
+    try:
+        return _LOOSE_DECODER.decode(data)
+    except msgspec.ValidationError as e:
+        raise TraceError(f"{path}: {_what_else(data, e)}") from None
+    except msgspec.DecodeError as e:
+        raise _Malformed(e) from None
+
+
+def _parse(path: str, data: bytes, fn: Callable[[bytes], Any], skipped: Counter) -> tuple[bytes, Any]:
+    """``fn(data)``, after replacing bytes that are not UTF-8 and repairing malformed JSON where
+    that is possible; returns the data it finally decoded, too."""
+    for _ in range(2):
+        try:
+            return data, fn(data)
+        except UnicodeDecodeError:
+            data = _valid_utf8(data)
+        except _Malformed as e:
+            return _repaired(path, data, e.error, fn, skipped)
+    raise TraceError(f"{path}: not valid UTF-8 JSON")
 
 
 def _valid_utf8(data: bytes) -> bytes:
@@ -172,28 +198,63 @@ def _valid_utf8(data: bytes) -> bytes:
     return data.decode("utf-8", errors="replace").encode("utf-8")
 
 
-def _decode_tolerant(path: str, data: bytes) -> tuple[TraceFile | list[Event], Counter]:
+# Raw control characters are invalid inside JSON strings (some writers leave them in kernel
+# names); as a space they are harmless everywhere.
+_CONTROL = bytes.maketrans(bytes(range(32)), b" " * 32)
+# A cut file is closed after one of its last complete events: tried from the end, this many.
+_CUT_TRIES = 32
+
+
+def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[bytes], Any],
+              skipped: Counter) -> tuple[bytes, Any]:
+    """Decode JSON that is malformed only by raw control characters or by being cut short
+    (a process killed while writing its trace): what is complete is analyzed, and said so."""
     try:
-        loose = _LOOSE_DECODER.decode(data)
-    except msgspec.ValidationError as e:
-        raise TraceError(f"{path}: {_what_else(data, e)}") from None
-    except msgspec.DecodeError as e:
-        raise TraceError(f"{path}: not valid JSON ({e}); is the file truncated?") from None
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data = _valid_utf8(data)
+    if "truncated" not in str(error):
+        cleaned = data.translate(_CONTROL)
+        try:
+            return cleaned, fn(cleaned)
+        except _Malformed:
+            raise TraceError(f"{path}: not valid JSON ({error})") from None
+    end = len(data)
+    for _ in range(_CUT_TRIES):
+        end = data.rfind(b"}", 0, end)
+        if end < 0:
+            break
+        for close in (b"]}", b"]"):
+            candidate = data[: end + 1] + close
+            try:
+                doc = fn(candidate)
+            except _Malformed:
+                continue
+            skipped[f"file cut short at byte {len(data):,}: the events after byte {end + 1:,} are lost"] += 1
+            return candidate, doc
+    raise TraceError(f"{path}: not valid JSON ({error}); the file is truncated") from None
+
+
+def _one_by_one(path: str, data: bytes, loose: _LooseFile | list[msgspec.Raw],
+                skipped: Counter) -> TraceFile | list[Event]:
+    """Each event decoded on its own: the malformed ones are skipped and counted by reason."""
     raws = loose if isinstance(loose, list) else loose.traceEvents
     if raws is None:
-        return TraceFile(), Counter()
-    events, skipped = [], Counter()
+        return TraceFile()
+    events = []
     for raw in raws:
         try:
-            events.append(_EVENT_DECODER.decode(raw))
+            try:
+                events.append(_EVENT_DECODER.decode(raw))
+            except UnicodeDecodeError:
+                events.append(_EVENT_DECODER.decode(_valid_utf8(bytes(raw))))
         except msgspec.ValidationError as e:
             skipped[skip_reason(str(e))] += 1
     if raws and not events:
         raise TraceError(f"{path}: {_what_else(data, None, f'none of its {len(raws)} entries is a trace event')}")
     if isinstance(loose, list):
-        return events, skipped
-    doc = TraceFile(traceEvents=events, **{k: getattr(loose, k) for k in META_KEYS})
-    return doc, skipped
+        return events
+    return TraceFile(traceEvents=events, **{k: getattr(loose, k) for k in META_KEYS})
 
 
 _EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "array": "a list",

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..devices import Ceilings
 from .modelflops import FORMULAS, model_flops
-from .trace import Trace, is_region
+from .trace import Trace, is_region, is_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis import Analysis
@@ -42,7 +42,7 @@ def step_table(trace: Trace, kernels: pd.DataFrame | None = None) -> pd.DataFram
     ``ProfilerStep`` spans measure launch time, not the step; when the host is, both agree.
     """
     a = trace.annotations
-    s = a[a["name"].astype(str).str.startswith(_STEP)] if len(a) else a
+    s = a[is_step(a["name"])] if len(a) else a
     if not len(s):
         cols = ("ts_ns", "end_ns", "cpu_ts_ns", "cpu_end_ns")
         return pd.DataFrame({"step": pd.Series([], dtype=np.int64),

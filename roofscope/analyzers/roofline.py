@@ -8,6 +8,11 @@ bandwidth W (bytes/s):
 * floor time = max(F / P, B / W) (the roofline's lower bound on t),
 * efficiency = floor time / t.
 
+W is the bandwidth of the memory level the kernel's working set (its compulsory bytes) fits
+in when the ceilings carry levels (CPU measurements: L2, LLC, DRAM), else the one bandwidth.
+A kernel with efficiency above 1 ran faster than its roof allows: ``above_roof`` flags it
+(the ceilings are stale, or its operands sat in a faster level than its size suggests).
+
 Classes, first match wins (docs/roofline.md):
 
 * ``communication``: NCCL and other collectives (outside the roofline),
@@ -31,6 +36,8 @@ UNDERUTILIZED_BELOW = 0.25
 CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "unknown")
 # An fp32 GEMM running this much above the fp32 CUDA-core roof can only have used TF32.
 _TF32_EVIDENCE = 1.10
+# Timer rounding of a microsecond-long CPU op alone can put it a hair over its roof.
+ABOVE_ROOF_TOLERANCE = 0.005
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
     tc = k["tensor_core"].to_numpy(dtype=bool)
-    bw = ceilings.bandwidth or np.nan  # no ceilings: no floor, efficiency or class
+    bw, level = ceilings.level_of(nbytes)  # no ceilings: NaN, so no floor, efficiency or class
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur
         roof, roof_key = _roofs(ceilings, dtype, tc)
@@ -93,8 +100,11 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     k["roof_precision"] = roof_key
     k["ridge"] = ridge
     k["attainable"] = attainable
+    k["roof_bw"] = bw
+    k["roof_level"] = level
     k["floor_s"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, floor)
     k["efficiency"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, efficiency)
+    k["above_roof"] = k["efficiency"].to_numpy() > 1.0 + ABOVE_ROOF_TOLERANCE
     k["cls"] = classify(k, params)
     return k
 
@@ -106,6 +116,18 @@ def classify(k: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     conds = [comm, ~costed, k["floor_s"].to_numpy() < params.latency_floor_s,
              k["efficiency"].to_numpy() < params.underutilized_below]
     return np.select(conds, ["communication", "unknown", "latency", "underutilized"], bound).astype(object)
+
+
+def above_roof(k: pd.DataFrame, top: int = 5) -> dict:
+    """Kernels that ran above their roof (efficiency > 1): how many names, their time, the worst."""
+    if "above_roof" not in k or not k["above_roof"].any():
+        return {"kernels": 0, "calls": 0, "time_s": 0.0, "top": []}
+    hot = k[k["above_roof"]]
+    # Each kernel's worst call, and the level whose roof that call beat.
+    worst = hot.sort_values("efficiency", ascending=False).drop_duplicates("name")
+    return {"kernels": int(len(worst)), "calls": int(len(hot)), "time_s": float(hot["dur_s"].sum()),
+            "top": [{"name": str(r.name), "efficiency": float(r.efficiency), "level": str(r.roof_level)}
+                    for r in worst.head(top).itertuples()]}
 
 
 def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:

@@ -14,7 +14,8 @@ Definitions (all times on the trace clock; GPU activity = ``kernel``, ``gpu_memc
 * **comm**: union time of ``communication`` activities (NCCL); **comm exposed**: the part of it
   during which no other activity runs (= busy(all) - busy(non-communication)).
 * **launch API**: summed duration of kernel/graph launch, ``cudaMemcpyAsync`` and
-  ``cudaMemsetAsync`` runtime calls starting in the window (host time spent launching).
+  ``cudaMemsetAsync`` runtime calls (and their HIP and driver-API twins: runtime_names.py)
+  starting in the window (host time spent launching).
 * **Gaps**: maximal idle intervals of a device inside a window. The leading one (window start to
   first activity) and the trailing one (last activity to window end) are ``edge``. An interior gap
   is judged by the activity that ends it (the first to start at the gap's end):
@@ -26,7 +27,8 @@ Definitions (all times on the trace clock; GPU activity = ``kernel``, ``gpu_memc
   the sync's end; a gap right after it is the queue refilling).
 * **Host syncs** (inside windows): runtime calls ``cudaStreamSynchronize`` (``stream_sync``),
   ``cudaDeviceSynchronize`` (``device_sync``), ``cudaEventSynchronize`` (``event_sync``),
-  synchronous ``cudaMemcpy`` (``memcpy_sync``); ops ``aten::item`` / ``aten::_local_scalar_dense``
+  synchronous ``cudaMemcpy`` (``memcpy_sync``), and the HIP twins of each (``hipMemcpyWithStream``
+  is ROCm's blocking copy); ops ``aten::item`` / ``aten::_local_scalar_dense``
   that reach the GPU (a runtime call or GPU activity below them: ``.item()`` of a CPU tensor is no
   sync) (``item``); ``aten::to`` / ``aten::_to_copy`` / ``aten::copy_`` that launched a DtoH copy
   (``dtoh_copy``). Nested ones count once, as the outermost op; runtime syncs inside a counted op
@@ -54,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from .linking import ancestor_where, take
+from .runtime_names import HOST_SYNCS, LAUNCHES
 from .trace import DRAIN_LABEL, GPU_CATS, Trace
 
 QUEUED_GAP_NS = 10_000
@@ -63,17 +66,15 @@ BUCKETS_US = (5.0, 20.0, 100.0, 1000.0)
 BUCKET_LABELS = ("<5us", "5-20us", "20-100us", "100us-1ms", ">=1ms")
 GAP_KINDS = ("host", "queued", "other", "edge")
 SYNC_KINDS = ("stream_sync", "device_sync", "event_sync", "memcpy_sync", "item", "dtoh_copy")
-LAUNCH_APIS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                         "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch",
-                         "cudaMemcpyAsync", "cudaMemsetAsync"})
-RUNTIME_SYNCS = {"cudaStreamSynchronize": "stream_sync", "cuStreamSynchronize": "stream_sync",
-                 "cudaDeviceSynchronize": "device_sync", "cuCtxSynchronize": "device_sync",
-                 "cudaEventSynchronize": "event_sync", "cuEventSynchronize": "event_sync",
-                 "cudaMemcpy": "memcpy_sync", "cudaMemcpy2D": "memcpy_sync"}
+LAUNCH_APIS = LAUNCHES        # CUDA and HIP names (runtime_names.py)
+RUNTIME_SYNCS = HOST_SYNCS
 ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 _NO_LAUNCH = np.iinfo(np.int64).min
 _DIRECTION = re.compile(r"^Memcpy\s+(HtoD|DtoH|DtoD|PtoP|HtoH)\b")
+# Older ROCm (roctracer) names its copies by the HIP copy kind.
+_ROCM_DIRECTION = {"CopyHostToDevice": "HtoD", "CopyDeviceToHost": "DtoH", "CopyDeviceToDevice": "DtoD",
+                   "CopyHostToHost": "HtoH"}
 _DEVICE_COLS = ("wall_s", "busy_s", "idle_s", "kernels", "memcpy_s", "memset_s", "comm_s", "comm_exposed_s",
                 "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s")
 STEP_COLUMNS = ("ts_ns", "end_ns", *_DEVICE_COLS, "launch_api_s", "sync_count", "sync_s", "launch_overhead_s")
@@ -357,7 +358,10 @@ def _names_at(names: pd.Series, idx: np.ndarray) -> np.ndarray:
 
 def _direction(name: str) -> str:
     m = _DIRECTION.match(name)
-    return m.group(1) if m else ("memset" if name.startswith("Memset") else "other")
+    if m:
+        return m.group(1)
+    rocm = _ROCM_DIRECTION.get(name.split(" ", 1)[0])
+    return rocm or ("memset" if name.startswith(("Memset", "FillBuffer")) else "other")
 
 
 def _directions(names: pd.Series) -> np.ndarray:

@@ -24,6 +24,7 @@ from .kineto import Decoded, as_dims, as_int, clean_meta
 from .kineto import Event as _Event
 from .kineto import decode as _decode
 from .linking import enclosing, interval_parents, take
+from .runtime_names import KERNEL_LAUNCHES
 
 # Annotation prefix of module labels (collectors/modules.py writes them).
 MODULE_PREFIX = "nn.Module: "
@@ -106,7 +107,11 @@ def _dur_ns(values: list[float | None]) -> np.ndarray:
 
 
 def _opt_int(values: list) -> pd.Series:
-    return pd.Series(pd.array(values, dtype="Int64"))
+    try:
+        return pd.Series(pd.array(values, dtype="Int64"))
+    except (OverflowError, TypeError, ValueError):  # an id beyond int64 is corrupt: unknown
+        return pd.Series(pd.array([v if type(v) is int and -2**63 <= v < 2**63 else None for v in values],
+                                  dtype="Int64"))
 
 
 def _thread_codes(pids: list, tids: list, registry: dict[tuple[str, str], int]) -> np.ndarray:
@@ -301,9 +306,9 @@ def _link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
         launch = launch_index.get_indexer(kcorr)
     ranges = (kernels["cat"] == "cuda_profiler_range").to_numpy()
     if ranges.any():
-        # Counter ranges carry no correlation id; they follow cudaLaunchKernel calls one to one,
+        # Counter ranges carry no correlation id; they follow kernel launch calls one to one,
         # in launch order. Link them only when the counts agree.
-        launches = runtime.index[runtime["name"] == "cudaLaunchKernel"]
+        launches = runtime.index[runtime["name"].isin(KERNEL_LAUNCHES)]
         launches = runtime.loc[launches].sort_values("ts_ns").index.to_numpy()
         rows = np.flatnonzero(ranges)
         rows = rows[np.argsort(kernels["ts_ns"].to_numpy()[rows], kind="stable")]
@@ -342,10 +347,15 @@ def _assign_steps(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.
     kernels["step"] = steps_at(annotations, t)
 
 
+def is_step(names: pd.Series) -> np.ndarray:
+    """Which annotation names are step markers, ``ProfilerStep#N`` with an integer N."""
+    return names.astype(str).str.fullmatch(r"ProfilerStep#\d{1,18}").to_numpy(dtype=bool)
+
+
 def steps_at(annotations: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     """``N`` of the ``ProfilerStep#N`` annotation spanning each time, or -1."""
     step = np.full(len(t), -1, dtype=np.int64)
-    steps = annotations[annotations["name"].str.startswith("ProfilerStep#")] if len(annotations) else annotations
+    steps = annotations[is_step(annotations["name"])] if len(annotations) else annotations
     if len(steps) and len(t):
         steps = steps.sort_values("ts_ns")
         numbers = steps["name"].str.slice(len("ProfilerStep#")).astype(np.int64).to_numpy()

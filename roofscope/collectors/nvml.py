@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -214,6 +215,12 @@ def _probes(nv: Any, energy_every: int) -> list[_Probe]:
     ]
 
 
+def _rocm() -> bool:
+    """True under a ROCm build of torch (torch already imported by the profiled script)."""
+    torch = sys.modules.get("torch")
+    return bool(getattr(getattr(torch, "version", None), "hip", None))
+
+
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -256,6 +263,10 @@ class NvmlSampler:
             self.stop()  # a session whose thread died on its own still owes an NVML shutdown
         self._reset()
         notes = self._tel.notes
+        if _rocm():
+            notes.append("AMD GPU (ROCm build of torch): NVML is NVIDIA-only, so clocks, power and throttling "
+                         "are not sampled; the trace is analyzed without telemetry")
+            return
         try:
             import pynvml
         except ImportError:

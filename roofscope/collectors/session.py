@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import OutputExistsError, RoofscopeError
 from .distributed import job_part
+from .frameworks import loaded_frameworks
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -344,6 +345,7 @@ class Session:
                         warnings=self.warnings, graphs=graphs_meta)
         if self.part is not None:
             meta["distributed"] = self.part.meta()
+        meta["frameworks"] = loaded_frameworks()
         analysis, error, ceilings = self._analyze(c.trace_path, telemetry, meta)
         summary = None
         if analysis is not None:

@@ -143,7 +143,7 @@ def rerender(run_dir: Path) -> list[str]:
 def check_before_run(kind: str | None, duration: float | None, sample: int | None) -> None:
     """``roofscope run --counters KIND``: fail before the script starts when the pass cannot work."""
     if sample is not None and kind != "ncu":
-        raise RoofscopeError("--counters-sample needs --counters ncu")
+        raise RoofscopeError("--sample needs --counters ncu")
     if kind == "cupti":
         from ..collectors.cupti_probe import require_cupti_counters
 

@@ -22,11 +22,12 @@ class GateOptions:
     baseline_out: str | None = None
     write_baseline: bool = False
     baseline: str | None = None
-    min_mfu: float | None = None
-    min_hfu: float | None = None
-    min_mbu: float | None = None
+    min_mfu: str | None = None
+    min_hfu: str | None = None
+    min_mbu: str | None = None
+    max_step_time: str | None = None
     max_step_time_ms: float | None = None
-    max_idle_fraction: float | None = None
+    max_idle_fraction: str | None = None
     max_regression: tuple[str, ...] = ()
     alpha: float = ALPHA
     junit_out: str | None = None
@@ -38,8 +39,8 @@ class GateOptions:
 
     def check_options(self) -> list[str]:
         given = (("--baseline", self.baseline), ("--min-mfu", self.min_mfu), ("--min-hfu", self.min_hfu),
-                 ("--min-mbu", self.min_mbu), ("--max-step-time-ms", self.max_step_time_ms),
-                 ("--max-idle-fraction", self.max_idle_fraction), ("--max-regression", self.max_regression or None),
+                 ("--min-mbu", self.min_mbu), ("--max-step-time", self.max_step_time),
+                 ("--max-step-time-ms", self.max_step_time_ms), ("--max-idle", self.max_idle_fraction), ("--max-regression", self.max_regression or None),
                  ("--junit", self.junit_out), ("--markdown", self.markdown_out), ("--json", self.json_out))
         return [name for name, value in given if value is not None]
 
@@ -80,6 +81,7 @@ def run(opts: GateOptions) -> int:
         check_writable(path, opts.force)
     result = check(opts.run, opts.baseline, min_mfu=opts.min_mfu, min_hfu=opts.min_hfu, min_mbu=opts.min_mbu,
                    max_step_time_ms=opts.max_step_time_ms, max_idle_fraction=opts.max_idle_fraction,
+                   max_step_time=opts.max_step_time,
                    max_regression=opts.max_regression, alpha=opts.alpha, top_kernels=opts.top)
     if not opts.quiet:
         sys.stdout.write(result.report())

@@ -12,7 +12,7 @@ from ..fileio import check_writable
 
 @dataclass
 class MicrobenchOptions:
-    device: str = "cuda"
+    device: str | None = None      # None: the device analyses will use (the GPU if there is one, else the CPU)
     quick: bool = False
     out: str | None = None
     force: bool = False
@@ -64,7 +64,7 @@ def render_table(c: Any) -> str:
         share = value / ds if isinstance(value, (int, float)) and isinstance(ds, (int, float)) and ds else None
         rows.append([str(r.get("key") or ""), str(r.get("name") or ""),
                      _fmt(value, unit) if not r.get("error") else "failed",
-                     _fmt(ds, unit), pct(share), _spread(r, unit),
+                     _fmt(ds, unit), pct(share), _spread(r, unit) + (" NOISY" if r.get("noisy") else ""),
                      f"{r['seconds']:.2f} s" if isinstance(r.get("seconds"), (int, float)) else "-"])
     lines = [f"roofscope microbench: {c.device}"]
     if c.datasheet is not None:
@@ -76,6 +76,13 @@ def render_table(c: Any) -> str:
     errors = [f"  {r.get('name')}: {r['error']}" for r in results if r.get("error")]
     if errors:
         lines += ["", "failed (no ceiling from these):", *errors]
+    if c.levels:
+        from ..reports.console import memory_text
+
+        lines += ["", f"  roofs      {memory_text(c)} (by the working set a kernel touches)"]
+    if c.env.get("noisy"):
+        lines += ["", "  NOISY: best and median repetitions disagree by more than 25% for "
+                  + ", ".join(c.env["noisy"]) + ": other work shared the device; not cached"]
     runtime = c.env.get("runtime_s")
     lines.append("")
     lines.append(f"  runtime    {runtime:.1f} s" if isinstance(runtime, (int, float)) else "  runtime    -")
@@ -86,15 +93,20 @@ def render_table(c: Any) -> str:
 
 def run(opts: MicrobenchOptions) -> int:
     from ..devices import ceilings_payload, save_ceilings_file
-    from ..microbench import cache, measure, parse_device
+    from ..errors import RoofscopeError
+    from ..microbench import cache, default_device, measure, parse_device
 
-    parse_device(opts.device)  # a typo fails before anything is measured
+    device = default_device() if opts.device is None else opts.device
+    parse_device(device)  # a typo fails before anything is measured
     if opts.out:
         check_writable(opts.out, opts.force)  # refuse to clobber before minutes of benchmarks
-    c = measure(opts.device, quick=opts.quick, progress=_progress)
+    c = measure(device, quick=opts.quick, progress=_progress)
     cached = None
     if not opts.no_cache and cache.enabled():
-        cached = cache.save(c)
+        try:
+            cached = cache.save(c)
+        except RoofscopeError as e:  # noisy: shown, used for --out/--json, never kept as the roof
+            print(f"roofscope microbench: {e}", file=sys.stderr)
     if opts.out:
         save_ceilings_file(c, opts.out, force=opts.force)
     if opts.json_out:

@@ -37,8 +37,9 @@ class NothingToCheckError(RoofscopeError):
 
 def check(run: "str | os.PathLike | Analysis | Snapshot",
           baseline: "str | os.PathLike | Analysis | Snapshot | None" = None, *,
-          min_mfu: float | None = None, min_hfu: float | None = None, min_mbu: float | None = None,
-          max_step_time_ms: float | None = None, max_idle_fraction: float | None = None,
+          min_mfu: float | str | None = None, min_hfu: float | str | None = None,
+          min_mbu: float | str | None = None, max_step_time_ms: float | None = None,
+          max_idle_fraction: float | str | None = None, max_step_time: float | str | None = None,
           max_regression: str | Iterable[str] | Mapping[str, str | Limit | None] | None = None,
           alpha: float = ALPHA, top_kernels: int = TOP_KERNELS) -> GateResult:
     """Check ``run`` against the absolute bounds given and, with a ``baseline``, against every
@@ -51,7 +52,7 @@ def check(run: "str | os.PathLike | Analysis | Snapshot",
         raise RoofscopeError(f"alpha {alpha:g}: expected a probability between 0 and 1")
     limits = parse_limits(max_regression)
     absolute = bounds(min_mfu=min_mfu, min_hfu=min_hfu, min_mbu=min_mbu, max_step_time_ms=max_step_time_ms,
-                      max_idle_fraction=max_idle_fraction)
+                      max_idle_fraction=max_idle_fraction, max_step_time=max_step_time)
     if baseline is None and not absolute:
         raise NothingToCheckError("nothing to check: give a baseline or an absolute bound such as --min-mfu")
     base = snapshot_of(baseline, baseline=True) if baseline is not None else None

@@ -11,8 +11,8 @@ much worse the run's median may be than the baseline's:
 
 ``--max-regression`` takes ``KEY=LIMIT`` pairs separated by commas, where KEY is a metric
 name, ``region:NAME`` or ``region:*`` (every region without its own limit). Keys not given
-keep :data:`DEFAULT_LIMITS`. An *absolute bound* (``--min-mfu 0.35``, ``--max-step-time-ms
-120``) needs no baseline.
+keep :data:`DEFAULT_LIMITS`. An *absolute bound* (``--min-mfu 35%``, ``--max-step-time 120ms``)
+needs no baseline; shares are written as in the limits (``35%``; ``0.35`` reads the same).
 """
 from __future__ import annotations
 
@@ -169,20 +169,53 @@ class Bound:
         return run < self.value if self.metric.higher_is_better else run > self.value
 
 
-def bounds(min_mfu: float | None = None, min_hfu: float | None = None, min_mbu: float | None = None,
-           max_step_time_ms: float | None = None, max_idle_fraction: float | None = None) -> list[Bound]:
-    """The absolute bounds given; fractions must lie in [0, 1] and times be positive."""
+_SHARE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
+_TIME = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|us|µs|s)\s*$")
+
+
+def parse_share(option: str, value: float | str) -> float:
+    """A share as the gate's options take it, in the limits' terms: ``35%``, or a fraction ``0.35``."""
+    if isinstance(value, (int, float)):
+        number, percent = float(value), False
+    else:
+        m = _SHARE.match(value)
+        if not m:
+            raise ThresholdError(f"{option} {value}: expected a percentage such as 35% (or a fraction such as 0.35)")
+        number, percent = float(m.group(1)), bool(m.group(2))
+    share = number / 100.0 if percent else number
+    if not 0.0 <= share <= 1.0:
+        raise ThresholdError(f"{option} {value}: expected a share between 0% and 100% (35% or 0.35)")
+    return share
+
+
+def parse_time(option: str, value: float | str) -> float:
+    """Seconds from ``120ms``, ``0.12s``, ``500us`` (a bare number is seconds)."""
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        m = _TIME.match(value)
+        if not m:
+            raise ThresholdError(f"{option} {value}: expected a time with its unit, such as 120ms, 0.12s or 500us")
+        seconds = float(m.group(1)) * _TIME_UNITS[m.group(2)]
+    if not seconds > 0:
+        raise ThresholdError(f"{option} {value}: expected a positive time")
+    return seconds
+
+
+def bounds(min_mfu: float | str | None = None, min_hfu: float | str | None = None,
+           min_mbu: float | str | None = None, max_step_time_ms: float | None = None,
+           max_idle_fraction: float | str | None = None, max_step_time: float | str | None = None) -> list[Bound]:
+    """The absolute bounds given: shares as ``35%`` or ``0.35``, the step time as ``120ms`` (or
+    seconds; ``max_step_time_ms`` is the older spelling in milliseconds)."""
     out = []
     for name, value, option in (("mfu", min_mfu, "--min-mfu"), ("hfu", min_hfu, "--min-hfu"),
-                                ("mbu", min_mbu, "--min-mbu"), ("idle_fraction", max_idle_fraction,
-                                                                "--max-idle-fraction")):
-        if value is None:
-            continue
-        if not 0.0 <= value <= 1.0:
-            raise ThresholdError(f"{option} {value:g}: expected a fraction between 0 and 1 (0.35 for 35%)")
-        out.append(Bound(_CORE[name], float(value)))
-    if max_step_time_ms is not None:
-        if not max_step_time_ms > 0:
-            raise ThresholdError(f"--max-step-time-ms {max_step_time_ms:g}: expected a positive time")
-        out.append(Bound(_CORE["step_time"], max_step_time_ms / 1e3))
+                                ("mbu", min_mbu, "--min-mbu"), ("idle_fraction", max_idle_fraction, "--max-idle")):
+        if value is not None:
+            out.append(Bound(_CORE[name], parse_share(option, value)))
+    if max_step_time is not None and max_step_time_ms is not None:
+        raise ThresholdError("--max-step-time and --max-step-time-ms are one bound: give one of them")
+    if max_step_time is not None:
+        out.append(Bound(_CORE["step_time"], parse_time("--max-step-time", max_step_time)))
+    elif max_step_time_ms is not None:
+        out.append(Bound(_CORE["step_time"], parse_time("--max-step-time-ms", float(max_step_time_ms) / 1e3)))
     return out

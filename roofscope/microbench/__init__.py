@@ -14,7 +14,7 @@ from ..errors import DeviceError
 if TYPE_CHECKING:  # pragma: no cover
     from ..devices import Ceilings
 
-__all__ = ["measure", "parse_device"]
+__all__ = ["default_device", "measure", "parse_device"]
 
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
@@ -25,6 +25,13 @@ def parse_device(device: str) -> tuple[str, int | None]:
     if m is None or (m.group(1) == "cpu" and m.group(2) is not None):
         raise DeviceError(f"bad device {device!r}: expected cpu, cuda or cuda:N")
     return m.group(1), (int(m.group(2)) if m.group(2) is not None else None)
+
+
+def default_device() -> str:
+    """The device analyses of this machine's runs will use: ``cuda`` when torch sees a GPU, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def measure(device: str = "cuda", *, quick: bool = False,

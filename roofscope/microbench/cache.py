@@ -65,7 +65,14 @@ def _filename(key: str, device: str) -> str:
 
 
 def save(ceilings: Ceilings) -> Path:
-    """Store ``ceilings`` under its key (replacing an older measurement of the same key)."""
+    """Store ``ceilings`` under its key (replacing an older measurement of the same key).
+
+    A noisy measurement (``env["noisy"]``: repetitions that disagree, see microbench/cpu.py) is
+    refused with a RoofscopeError: cached, it would be every later analysis's roof."""
+    noisy = list((ceilings.env or {}).get("noisy") or [])
+    if noisy:
+        raise RoofscopeError(f"not cached: noisy measurement of {', '.join(noisy)} (other work shared the"
+                             " device); measure again on a quiet machine")
     fields = key_fields(ceilings)
     key = cache_key(fields)
     payload = ceilings_payload(ceilings)

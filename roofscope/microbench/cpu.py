@@ -1,8 +1,20 @@
-"""CPU ceilings: matmul FLOP/s per dtype and memory copy bandwidth, measured with torch.
+"""CPU ceilings: matmul FLOP/s per dtype and streaming bandwidth per memory level, measured with torch.
 
-Short on purpose (about a second, less with ``quick``): CPU-only runs measure it when the
+Short on purpose (a few seconds, less with ``quick``): CPU-only runs measure it when the
 cache has no entry, and CI runs it. Reports like the GPU path (roofscope.microbench.gpu):
 median/min/max over repetitions and one result dict per benchmark in ``env["results"]``.
+
+**Levels.** A CPU op's operands are often still in cache from the op before (an optimizer's
+8 MB state tensors fit a 32 MB LLC), so one DRAM bandwidth is a roof such ops beat by 2-5x.
+Bandwidth is measured at working sets sized from the cache hierarchy (/sys): half the L2 of the
+cores torch uses, half the LLC, and well beyond the LLC (DRAM). At each, the best streaming rate
+of three kernels (copy, in-place scale, triad ``c = a + s*b``) is the level's roof: a kernel's
+roof is that of the innermost level its working set fits in (devices.Ceilings.level_of).
+
+**Noise.** Each benchmark runs ``repeats`` times; when the median repetition is more than
+:data:`NOISY_SPREAD` (25 %) below the best, other work shared the CPU while it ran: the result is
+marked noisy, named in the ceilings' notes, and not cached (microbench/cache.py), so the next run
+measures again instead of keeping a bad roof for good.
 """
 from __future__ import annotations
 
@@ -18,6 +30,11 @@ from ..errors import DeviceError
 
 Progress = Callable[[str, int, int], None]
 
+# 1 - median/best above this: the repetitions disagree. ROOFSCOPE_NOISY_SPREAD moves it (a shared
+# CI runner that only needs some roof: 1 accepts any spread).
+NOISY_SPREAD = 0.25
+_BYTES_PER_TIMING = 32 << 20   # a timed block moves at least this much (small working sets loop)
+
 
 def cpu_name() -> str:
     """The CPU model, e.g. 'cpu: AMD EPYC 7B13' (falls back to the architecture)."""
@@ -30,14 +47,54 @@ def cpu_name() -> str:
     return "cpu: " + (platform.processor() or platform.machine() or "unknown")
 
 
-def _times(fn: Callable[[], Any], repeats: int) -> list[float]:
-    fn()  # warm-up: first calls pay for allocation and thread start-up
+def _size(text: str) -> int | None:
+    """'1024K' -> 1048576 (sysfs cache sizes)."""
+    text = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    try:
+        return int(text.rstrip("KMG")) * mult
+    except ValueError:
+        return None
+
+
+def cache_levels(threads: int, root: str = "/sys/devices/system/cpu/cpu0/cache") -> list[tuple[str, int]]:
+    """(name, capacity in bytes) of the L2 of ``threads`` cores and of the last-level cache, from
+    sysfs; 1 MiB of L2 per core and a 32 MiB LLC where sysfs says nothing."""
+    sizes: dict[int, int] = {}
+    for d in sorted(Path(root).glob("index*")):
+        try:
+            kind = (d / "type").read_text().strip()
+            level = int((d / "level").read_text())
+            size = _size((d / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Unified", "Data") and size and level >= 2:
+            sizes[level] = size
+    l2 = sizes.get(2, 1 << 20) * max(1, threads)
+    llc = sizes[max(sizes)] if sizes and max(sizes) > 2 else 32 << 20
+    return [("L2", l2), ("LLC", llc)] if llc > l2 else [("L2", l2)]
+
+
+def _times(fn: Callable[[], Any], repeats: int, inner: int = 1) -> list[float]:
+    """Seconds per call over ``repeats`` timings of ``inner`` back-to-back calls each."""
+    fn()  # warm-up: first calls pay for allocation, page faults and thread start-up
     out = []
     for _ in range(repeats):
         t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
+        for _ in range(inner):
+            fn()
+        out.append((time.perf_counter() - t) / inner)
     return out
+
+
+def noisy_spread() -> float:
+    """:data:`NOISY_SPREAD`, or ``$ROOFSCOPE_NOISY_SPREAD`` when set."""
+    import os
+
+    try:
+        return float(os.environ.get("ROOFSCOPE_NOISY_SPREAD") or NOISY_SPREAD)
+    except ValueError:
+        return NOISY_SPREAD
 
 
 def _result(name: str, kind: str, key: str, unit: str, config: dict[str, Any],
@@ -45,26 +102,55 @@ def _result(name: str, kind: str, key: str, unit: str, config: dict[str, Any],
     """Run one benchmark; ``work`` (FLOP or bytes) over each repetition's time is its rate.
 
     ``value`` is the best rate: a ceiling is what the hardware can reach, and slower
-    repetitions are interference (other processes, frequency ramp), not the roof.
+    repetitions are interference (other processes, frequency ramp), not the roof. ``spread``
+    (1 - median/best) says how much they disagree; ``noisy`` when above :data:`NOISY_SPREAD`.
     """
     t0 = time.perf_counter()
     res: dict[str, Any] = {"name": name, "kind": kind, "key": key, "value": None, "unit": unit,
-                           "median": None, "min": None, "max": None, "config": config,
-                           "datasheet": None, "seconds": None, "error": None}
+                           "median": None, "min": None, "max": None, "spread": None, "noisy": False,
+                           "config": config, "datasheet": None, "seconds": None, "error": None}
     try:
         rates = [work / t for t in run() if t > 0]
         if not rates:
             raise RuntimeError("timer resolution too coarse")
-        res.update(value=max(rates), median=statistics.median(rates), min=min(rates), max=max(rates))
+        median = statistics.median(rates)
+        res.update(value=max(rates), median=median, min=min(rates), max=max(rates),
+                   spread=1.0 - median / max(rates), noisy=1.0 - median / max(rates) > noisy_spread())
     except Exception as e:  # e.g. a dtype this CPU build cannot multiply: skip that roof, keep the rest
         res["error"] = f"{type(e).__name__}: {e}"
     res["seconds"] = time.perf_counter() - t0
     return res
 
 
+def _stream_benches(levels: list[tuple[str, int, int]], repeats: int, threads: int) -> list[tuple]:
+    """Copy, in-place scale and triad at each level's working set (bytes touched per call)."""
+    import torch
+
+    out = []
+    for level, capacity, ws in levels:
+        inner = max(1, _BYTES_PER_TIMING // ws)
+        # Bytes each kernel moves per element of one operand, and how many operands it touches.
+        for kernel, operands, moved in (("copy", 2, 2), ("scale", 1, 2), ("triad", 3, 3)):
+            numel = max(1024, ws // (4 * operands))
+
+            def run(kernel=kernel, numel=numel, inner=inner) -> list[float]:
+                a, b = torch.rand(numel), torch.rand(numel)
+                c = torch.empty_like(a)
+                fn = {"copy": lambda: c.copy_(a), "scale": lambda: a.mul_(1.0),
+                      "triad": lambda: torch.add(a, b, alpha=0.5, out=c)}[kernel]
+                return _times(fn, repeats, inner)
+
+            out.append((f"{level} {kernel}", "memory", f"bandwidth:{level}", "B/s",
+                        {"level": level, "capacity": capacity, "working_set": numel * 4 * operands,
+                         "kernel": kernel, "repeats": repeats, "inner": inner, "threads": threads},
+                        float(moved * 4 * numel), run))
+    return out
+
+
 def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int | None = None, *,
                 quick: bool = False, progress: Progress | None = None) -> Ceilings:
-    """fp32/bf16 n x n x n matmul rate and copy bandwidth, median/min/max over ``repeats``.
+    """fp32/bf16 n x n x n matmul rate and streaming bandwidth per memory level (L2, LLC, DRAM
+    with a working set of at least ``copy_mib`` MiB), best and median/min/max over ``repeats``.
 
     ``progress(name, i, total)`` is called before benchmark ``i`` (0-based, as in the GPU path) of ``total``.
     """
@@ -72,7 +158,7 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
 
     n = n or (512 if quick else 1024)
     copy_mib = copy_mib or (64 if quick else 256)
-    repeats = repeats or (3 if quick else 5)
+    repeats = repeats or (5 if quick else 7)
     started = time.perf_counter()
     threads = torch.get_num_threads()
     benches: list[tuple[str, str, str, str, dict[str, Any], float, Callable[[], list[float]]]] = []
@@ -85,16 +171,10 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
         benches.append((f"{key} matmul", "compute", key, "FLOP/s",
                         {"n": n, "dtype": str(dtype).replace("torch.", ""), "repeats": repeats,
                          "threads": threads}, 2.0 * n ** 3, run))
-    numel = copy_mib * (1 << 20) // 4
-
-    def copy() -> list[float]:
-        src = torch.randn(numel)
-        dst = torch.empty_like(src)
-        return _times(lambda: dst.copy_(src), repeats)
-
-    # A copy reads and writes every byte.
-    benches.append(("memory copy", "memory", "bandwidth", "B/s",
-                    {"bytes": numel * 4, "repeats": repeats, "threads": threads}, 2.0 * numel * 4, copy))
+    caches = cache_levels(threads)
+    dram_ws = max(copy_mib << 20, 2 * caches[-1][1])
+    levels = [(name, cap, cap // 2) for name, cap in caches] + [("DRAM", 0, dram_ws)]
+    benches += _stream_benches(levels, repeats, threads)
 
     results = []
     for i, (name, kind, key, unit, config, work, run) in enumerate(benches):
@@ -102,13 +182,33 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
             progress(name, i, len(benches))
         results.append(_result(name, kind, key, unit, config, work, run))
     peaks = {r["key"]: r["value"] for r in results if r["kind"] == "compute" and r["value"]}
-    bw = next(r for r in results if r["key"] == "bandwidth")
-    if not peaks or not bw["value"]:
+    best: dict[str, float] = {}
+    for r in results:
+        if r["kind"] == "memory" and r["value"]:
+            level = r["config"]["level"]
+            best[level] = max(best.get(level, 0.0), r["value"])
+    if not peaks or "DRAM" not in best:
         failed = "; ".join(f"{r['name']}: {r['error']}" for r in results if r["error"])
         raise DeviceError(f"CPU microbenchmark failed: {failed}")
-    notes = tuple(f"{r['name']} skipped: {r['error']}" for r in results if r["error"])
-    return Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=bw["value"],
-                    measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=notes,
+    # Innermost first; a level that measured no faster than the one outside it adds no roof.
+    measured = [(name, float(cap), best[name]) for name, cap, _ in levels[:-1] if name in best]
+    measured.append(("DRAM", float("inf"), best["DRAM"]))
+    kept: list[tuple[str, float, float]] = []
+    for level in reversed(measured):
+        if not kept or level[2] > kept[0][2]:
+            kept.insert(0, level)
+    noisy = [r for r in results if r["noisy"]]
+    notes = [f"{r['name']} skipped: {r['error']}" for r in results if r["error"]]
+    if noisy:
+        from ..reports.console import si
+
+        notes.append("noisy: " + ", ".join(f"{r['name']} (best {si(r['value'], r['unit'])}, median"
+                                           f" {si(r['median'], r['unit'])})" for r in noisy)
+                     + ": other work shared the CPU while measuring; these roofs may be off and are not cached")
+    return Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
+                    measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
+                    levels=tuple(kept),
                     env={"torch": torch.__version__, "threads": threads, "runtime_s": time.perf_counter() - started,
-                         "method": f"best of {repeats} (after a warm-up): {n}^3 matmul, {copy_mib} MiB copy",
-                         "quick": quick, "results": results})
+                         "method": (f"best of {repeats} (after a warm-up): {n}^3 matmul; copy, in-place scale and"
+                                    f" triad at {', '.join(f'{name} {ws >> 10} KiB' for name, _, ws in levels)}"),
+                         "quick": quick, "noisy": [r["name"] for r in noisy], "results": results})

@@ -4,8 +4,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 
+from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
+    from ..devices import Ceilings
     from ..collectors.session import SessionResult
 
 _NAME_WIDTH = 64
@@ -79,6 +82,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+def memory_text(c: "Ceilings") -> str:
+    """'memory 30.9 GB/s', or per level: 'memory L2 120 GB/s (<= 2 MiB), LLC 230 GB/s (<= 32 MiB), DRAM 18 GB/s'."""
+    if not c.levels:
+        return f"memory {si(c.bandwidth, 'B/s')}"
+    return "memory " + ", ".join(f"{name} {si(bw, 'B/s')}" + ("" if cap == math.inf else f" (<= {si(cap, 'B')})")
+                                 for name, cap, bw in c.levels)
+
+
 def _ceilings_line(a: "Analysis") -> str:
     c = a.ceilings
     if not c.known:
@@ -87,7 +98,9 @@ def _ceilings_line(a: "Analysis") -> str:
     # Cached measurements say where they came from: stale ones are otherwise invisible.
     origin = next((n for n in c.notes if n.startswith("using ceilings measured on")
                    or " identified from its properties " in n), None)
-    return f"{c.source}: {peaks}; memory {si(c.bandwidth, 'B/s')}" + (f" ({origin})" if origin else "")
+    noisy = [n for n in c.notes if n.startswith("noisy:")]
+    return (f"{c.source}: {peaks}; {memory_text(c)}" + (f" ({origin})" if origin else "")
+            + (f"; {'; '.join(noisy)}" if noisy else ""))
 
 
 def render_summary(a: "Analysis", top: int = 15) -> str:
@@ -116,6 +129,8 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
 
         out.append(f"  note      {skipped_line(s['skipped_events'])}")
     out += _run_lines(s)
+    if (s.get("above_roof") or {}).get("kernels"):
+        out += above_roof_lines(s["above_roof"])
     if s.get("counters"):
         out.append(_counters_line(s["counters"]))
     if s["untimed_kernels"]:
@@ -146,6 +161,7 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
         out.append("")
 
     out += _finding_lines(s)
+    out += _skipped_lines(s)
 
     if s.get("inference"):
         from ..analyzers.inference import inference_lines
@@ -168,7 +184,9 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     partly = bool(len(agg)) and bool((agg["coverage"] < 0.9995).any())
     rows = []
     for name, r in agg.iterrows():
-        rates = [pct(r["efficiency"]), si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
+        # Above 100% is never shown bare: "!" points at the warning line above.
+        eff = pct(r["efficiency"]) + ("!" if r["efficiency"] > 1.0 + ABOVE_ROOF_TOLERANCE else "")
+        rates = [eff, si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
                  "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}"]
         rows.append([ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"]), *rates]
                     + ([pct(r["coverage"])] if partly else []) + [shorten(str(name)), shorten(str(first_op.get(name, "")), 32)])
@@ -178,6 +196,21 @@ def render_summary(a: "Analysis", top: int = 15) -> str:
     if partly:
         out.append("  (eff, achieved, bandwidth: over the costed launches only; costed: their share of the time)")
     return "\n".join(out) + "\n"
+
+
+def above_roof_text(above: dict) -> str:
+    """One sentence on the kernels that ran faster than their roof allows."""
+    worst = ", ".join(f"{shorten(t['name'], 40)} {pct(t['efficiency'])}" + (f" ({t['level']})" if t["level"] else "")
+                      for t in above["top"][:3])
+    n, calls = above["kernels"], above.get("calls", 0)
+    return (f"{n} {'kernel' if n == 1 else 'kernels'} ({plural(calls, 'call')}) ran above {'its' if n == 1 else 'their'}"
+            f" roof (ceilings stale or wrong level): {worst}; re-measure with `roofscope microbench`")
+
+
+def above_roof_lines(above: dict) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(above_roof_text(above), 78, initial_indent="  warning   ", subsequent_indent=" " * 12)
 
 
 def _counters_line(c: dict) -> str:
@@ -243,10 +276,30 @@ def _finding_lines(s: dict, top: int = 5) -> list[str]:
         out.append(f"  {f['rank']}. {f['title']}: -{f['saving_s'] * 1e3:.3f} ms ({pct(f['saving_pct'])}),"
                    f" {f['confidence']} confidence")
         out += textwrap.wrap(f['summary'], 78, initial_indent="     ", subsequent_indent="     ")
-        snippet = f["fix"]["snippet"].splitlines()[0] if f["fix"]["snippet"] else f["fix"]["text"]
-        out += textwrap.wrap("fix: " + snippet, 78, initial_indent="     ", subsequent_indent="       ")
+        code = (f["fix"]["snippet"] or "").splitlines()
+        if code:
+            # Code is printed whole, one line each, never wrapped: it is meant to be copied.
+            out += ["     fix: " + code[0]] + ["          " + line for line in code[1:]]
+        else:
+            out += textwrap.wrap("fix: " + f["fix"]["text"], 78, initial_indent="     ", subsequent_indent="       ")
     out.append("")
     return out
+
+
+def _skipped_lines(s: dict) -> list[str]:
+    """Rules that did not run, with their reasons; collapsed to one line when they share it."""
+    skipped = (s.get("diagnosis") or {}).get("skipped") or []
+    if not skipped:
+        return []
+    reasons = {r["reason"] for r in skipped}
+    head = "No recommendations: " if not s.get("findings") else "Rules not applied: "
+    if len(reasons) == 1:
+        import textwrap
+
+        return textwrap.wrap(f"{head}{len(skipped)} rules skipped: {reasons.pop()}", 80,
+                             subsequent_indent="  ") + [""]
+    return [head.rstrip(": ") + f" ({len(skipped)} rules skipped)"] + [
+        f"  {r['rule']}: {r['reason']}" for r in skipped] + [""]
 
 
 def render_session(result: "SessionResult", top: int = 15, quiet: bool = False) -> tuple[str, str | None]:

@@ -31,7 +31,7 @@ from .. import __version__
 from ..analyzers.counters import l2_bandwidth
 from ..analyzers.roofline import CLASSES
 from .charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
-from .console import number, pct, shorten, si
+from .console import above_roof_text, memory_text, number, pct, shorten, si
 from .export import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -296,6 +296,8 @@ def report_data(a: "Analysis") -> dict[str, Any]:
             "roofs": _roofs(a, a.ceilings.peaks, a.ceilings.bandwidth), "datasheet_roofs": _datasheet_roofs(a),
             "ceilings_source": a.ceilings.source, "bandwidth": a.ceilings.bandwidth,
             "counters": "m_l2_bytes" in a.kernels, "l2_bandwidth": l2_bandwidth(a.ceilings),
+            # Cache levels inside the outermost one (CPU: L2, LLC), drawn as their own bandwidth roofs.
+            "levels": [{"name": n, "bandwidth": bw} for n, _, bw in a.ceilings.levels[:-1]],
             "per_step": per_step(a), "timeline": step_timeline(a), "telemetry": telemetry_series(a)}
 
 
@@ -344,7 +346,8 @@ def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> s
         skipped=(s.get("diagnosis") or {}).get("skipped") or [], command=command,
         class_bar=_bar(by_class, CLASS_COLORS), category_bar=_bar(by_category, CATEGORY_COLORS),
         binding_bar=_bar([(t, None, v) for t, v in sorted(binding.items(), key=lambda kv: -kv[1])], BINDING_COLORS),
-        ceilings_notes=list(a.ceilings.notes), d=data, data_json=script_json(data), csp=csp, cdn=cdn,
+        ceilings_notes=list(a.ceilings.notes), memory=memory_text(a.ceilings),
+        above_roof=above_roof_text(s["above_roof"]) if (s.get("above_roof") or {}).get("kernels") else None, d=data, data_json=script_json(data), csp=csp, cdn=cdn,
         css=_asset("report.css"),
         plotly_js=plotly_js, page_js=page_js, plotly_cdn=PLOTLY_CDN, plotly_sri=_sha(plotly_js, "sha384"),
         version=__version__)

@@ -77,9 +77,14 @@ def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
 
 
 def _ceilings(s: dict[str, Any]) -> str:
+    from ..devices import Ceilings
+    from .console import above_roof_text, memory_text
+
     c = s["ceilings"]
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c["peaks"].items(), key=lambda kv: -kv[1]))
-    return f"{md_text(c['source'])} ceilings: {peaks}; memory {si(c['bandwidth'], 'B/s')}"
+    line = f"{md_text(c['source'])} ceilings: {peaks}; {md_text(memory_text(Ceilings.from_dict(c)))}"
+    above = s.get("above_roof") or {}
+    return line + (f"\n\n> **warning:** {md_text(above_roof_text(above))}" if above.get("kernels") else "")
 
 
 def _finding_rows(findings: list[dict[str, Any]]) -> list[list[str]]:

@@ -162,6 +162,13 @@
                                         " FLOP/B, " + si(r.peak, "FLOP/s")),
                    hovertemplate: "%{hovertext}<extra></extra>"});
     }
+    for (const lv of (data.levels || [])) {
+      if (!roofs.length) break;
+      const top = Math.max(...peaks), x = [lo, top / lv.bandwidth, hi];
+      traces.push({type: "scatter", mode: "lines", name: lv.name + " bandwidth", meta: "roof", x: x,
+                   y: x.map((v) => Math.min(top, v * lv.bandwidth)), line: {width: 1.2, dash: "dot", color: "#868e96"},
+                   hovertemplate: esc(lv.name) + " " + si(lv.bandwidth, "B/s") + ": %{y:.3s}FLOP/s at %{x:.3g} FLOP/B<extra></extra>"});
+    }
     if (data.l2_bandwidth && roofs.length) {
       const top = Math.max(...peaks), x = [lo, top / data.l2_bandwidth, hi];
       traces.push({type: "scatter", mode: "lines", name: "L2 bandwidth", meta: "roof", x: x,

@@ -5,13 +5,14 @@ from .base import Context, Diagnosis, Finding, Rule, diagnose
 from .communication import ExposedCommunication
 from .fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
 from .hardware import SmallGrid, Throttling, Underutilized
+from .idle import IdleOther
 from .inference import KvBoundDecode, LaunchBoundDecode, WeightBoundDecode
 from .overhead import CudaGraphs, HostCopies, HostSyncs
 from .precision import Alignment, Tf32, WeightBoundGemm
 
 RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), ElementwiseFusion(), UnfusedAttention(),
                      UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(), SmallGrid(),
-                     Underutilized(), ExposedCommunication(), WeightBoundDecode(), KvBoundDecode(),
+                     Underutilized(), ExposedCommunication(), IdleOther(), WeightBoundDecode(), KvBoundDecode(),
                      LaunchBoundDecode()]
 
 __all__ = ["RULES", "Context", "Diagnosis", "Finding", "Rule", "diagnose"]

@@ -53,13 +53,16 @@ class Finding:
     figures: dict[str, Any] = field(default_factory=dict)
     saving_pct: float = 0.0      # of the median step; set by the engine
     rank: int = 0
+    change: str = ""             # the change a user makes (fixes.py); set by the engine
+    framework: str = ""          # the framework the snippet is written for ("" = plain PyTorch)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         return {"rule": d["rule"], "title": d["title"], "binding": d["binding"], "saving_s": d["saving_s"],
                 "saving_pct": d["saving_pct"], "confidence": d["confidence"], "summary": d["summary"],
                 "evidence": {"kernels": d["kernels"], "figures": d["figures"]},
-                "fix": {"text": d["fix"], "snippet": d["snippet"]}, "rank": d["rank"]}
+                "fix": {"text": d["fix"], "snippet": d["snippet"], "framework": d["framework"]},
+                "change": d["change"], "rank": d["rank"]}
 
 
 @dataclass
@@ -144,11 +147,15 @@ class Diagnosis:
     terms: dict[str, float]
     step_s: float
     skipped: list[dict[str, str]]
+    changes: list[dict[str, Any]] = field(default_factory=list)  # findings grouped per change (fixes.py)
+    frameworks: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
         return {"step_s": self.step_s, "terms_s": self.terms, "binding": share, "skipped": self.skipped,
-                "note": "savings are estimates per step and overlap: they do not add up"}
+                "changes": self.changes, "frameworks": self.frameworks,
+                "note": "savings are estimates per step and overlap: they do not add up; each change's"
+                        " saving counts its findings' overlapping time once"}
 
 
 def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
@@ -172,7 +179,7 @@ def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
     for rule in rules:
         term = rule.binding
         if term in NEEDS_CEILINGS and not a.ceilings.known:
-            skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --device KEY, --peak-tflops and"
+            skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --datasheet KEY, --peak-tflops and"
                                                           " --peak-bandwidth, or --ceilings FILE"})
             continue
         if term in ctx.terms and ctx.share(term) < rule.min_share:
@@ -192,7 +199,10 @@ def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
             f.saving_s = min(f.saving_s, wall) if wall > 0 else f.saving_s
             f.saving_pct = f.saving_s / wall if wall > 0 else 0.0
         findings.extend(found)
+    from . import fixes
+
+    frameworks = fixes.apply(findings, a)
     findings.sort(key=lambda f: -f.saving_s)
     for i, f in enumerate(findings, 1):
         f.rank = i
-    return Diagnosis(findings, terms, wall, skipped)
+    return Diagnosis(findings, terms, wall, skipped, fixes.group(findings, terms, wall), frameworks)

@@ -23,15 +23,50 @@ FIX = ("Overlap the collectives with compute and send fewer bytes. DDP: tune buc
        " all-reduces), gradient_as_bucket_view=True, and model.no_sync() on the micro-steps of gradient"
        " accumulation. FSDP: forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,"
        " limit_all_gathers=True. Gradient compression: the bf16_compress_hook halves all-reduce bytes.")
-SNIPPET = ("model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
-           "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
-           "model.register_comm_hook(None, default_hooks.bf16_compress_hook)\n"
-           "# FSDP: FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,"
-           " limit_all_gathers=True)")
+# DDP's default bucket size: a snippet that sets it changes nothing.
+DDP_DEFAULT_BUCKET_MB = 25
+MANY_ALLREDUCES = 8          # per step: per-call latency adds up, larger buckets help
+FEW_ALLREDUCES = 2           # per step: the backward waits for whole buckets, smaller ones overlap earlier
+
+
+def comm_snippet(kc: pd.DataFrame | None, steps: int = 1) -> str:
+    """The fix as code for this run's collectives (analyzers.collectives.kernel_collectives):
+    DDP lines only when it all-reduces, a bucket size only when its all-reduce count and sizes
+    call for a different one (never DDP's default), the bf16 hook only for fp32 gradients, FSDP
+    lines only when it all-gathers or reduce-scatters."""
+    if kc is None or not len(kc):
+        return ""
+    lines = []
+    ar = kc[kc["collective"] == "allreduce"]
+    if len(ar):
+        # steps=0: rows are not one per call (a per-collective table): no count, no bucket advice.
+        per_step = len(ar) / steps if steps > 0 else float("nan")
+        size = float(np.nanmedian(ar["bytes"])) if ar["bytes"].notna().any() else None
+        bucket = None
+        if size is not None and per_step >= MANY_ALLREDUCES:
+            bucket = max(2 * size / 2 ** 20, 1.0)    # fewer, larger buckets
+        elif size is not None and per_step <= FEW_ALLREDUCES:
+            bucket = max(size / 4 / 2 ** 20, 1.0)    # smaller buckets start all-reducing earlier
+        args = (f"bucket_cap_mb={bucket:.0f}, " if bucket is not None and round(bucket) != DDP_DEFAULT_BUCKET_MB
+                else "")
+        lines.append(f"model = DDP(model, {args}gradient_as_bucket_view=True)"
+                     + (f"  # {per_step:.0f} all-reduces/step of ~{size / 2 ** 20:.1f} MB"
+                        if size and per_step == per_step else ""))
+        names = kc.attrs.get("names", [])
+        if not any(("bf16" in n or "f16" in n) for n in names):
+            lines += ["from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
+                      "model.register_comm_hook(None, default_hooks.bf16_compress_hook)"]
+    if kc["collective"].isin(("allgather", "reduce_scatter")).any():
+        fsdp = ("FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,"
+                " limit_all_gathers=True)")
+        # Beside DDP's all-reduces, the all-gathers may come from another wrapper: say it, do not assign twice.
+        lines.append(f"# the all-gathers/reduce-scatters, if FSDP: model = {fsdp}" if lines else f"model = {fsdp}")
+    return "\n".join(lines)
 
 
 def exposed_comm_finding(exposed_s: float, comm_s: float, step_s: float, collectives: pd.DataFrame | None = None,
-                         kernels: list[dict[str, Any]] | None = None, peers: int | None = None) -> Finding | None:
+                         kernels: list[dict[str, Any]] | None = None, peers: int | None = None,
+                         snippet: str = "") -> Finding | None:
     """The finding for ``exposed_s`` of exposed communication per step (None below the threshold);
     ``collectives`` (collective, time_s, busbw per step) names the largest in the evidence; ``peers``
     (the world size, when judging one rank alone) says the figure includes waiting for slower peers."""
@@ -39,6 +74,9 @@ def exposed_comm_finding(exposed_s: float, comm_s: float, step_s: float, collect
         return None
     share = exposed_s / step_s
     overlap = 1.0 - exposed_s / comm_s if comm_s > 0 else 0.0
+    if not snippet and collectives is not None and len(collectives) and "count" in collectives:
+        per_call = collectives["bytes"] / collectives["count"].where(collectives["count"] > 0)
+        snippet = comm_snippet(pd.DataFrame({"collective": collectives["collective"], "bytes": per_call}), steps=0)
     top = ""
     if collectives is not None and len(collectives):
         c = collectives.iloc[0]
@@ -52,7 +90,7 @@ def exposed_comm_finding(exposed_s: float, comm_s: float, step_s: float, collect
         f" Saving assumes {100 * HIDEABLE_SHARE:.0f}% of the exposed time can be hidden"
         + (f"; on one rank of {peers} it includes waiting for slower ranks (`roofscope merge` of all ranks"
            " separates the two)" if peers else ""),
-        FIX, SNIPPET, kernels or [],
+        FIX, snippet, kernels or [],
         {"exposed_comm_s": exposed_s, "comm_s": comm_s, "exposed_share": share, "overlap_share": overlap,
          "hideable_share": HIDEABLE_SHARE},
         saving_pct=HIDEABLE_SHARE * share)
@@ -69,9 +107,14 @@ class ExposedCommunication(Rule):
         tl = ctx.analysis.timeline().steps
         if not len(tl):
             return []
+        from ..collectives import kernel_collectives
+
         comm = ctx.kernels[ctx.kernels["cls"] == "communication"]
         world = (ctx.analysis.trace.meta.get("distributedInfo") or {}).get("world_size")
+        kc = kernel_collectives(ctx.analysis)
+        kc.attrs["names"] = sorted(set(comm["name"].astype(str)))
         f = exposed_comm_finding(float(tl["comm_exposed_s"].median()), float(tl["comm_s"].median()), ctx.step_s,
                                  kernels=top_kernels(comm, ctx.steps),
-                                 peers=world if isinstance(world, int) and world > 1 else None)
+                                 peers=world if isinstance(world, int) and world > 1 else None,
+                                 snippet=comm_snippet(kc, ctx.steps))
         return [f] if f is not None else []

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
+from ..runtime_names import GRAPH_LAUNCHES
 from .base import Context, Finding, Rule, top_kernels
 
 # A CUDA graph replays the step with one launch; what remains of the launch cost.
@@ -10,6 +12,8 @@ GRAPH_LAUNCH_S = 10e-6
 # Pinned host memory copies at about twice the rate of pageable memory (staged through
 # a pinned bounce buffer by the driver); docs/diagnosis.md.
 PAGEABLE_SLOWDOWN = 2.0
+# Share of the H2D saving that pinning must bring for the fix to mention pin_memory.
+PIN_MIN_SHARE = 0.25
 
 
 class CudaGraphs(Rule):
@@ -25,7 +29,7 @@ class CudaGraphs(Rule):
         if is_inference(ctx.analysis):
             return "inference Run: launch_bound_decode covers it"
         rt = ctx.analysis.trace.runtime
-        if len(rt) and rt["name"].astype(str).isin(("cudaGraphLaunch", "cuGraphLaunch")).any():
+        if len(rt) and rt["name"].astype(str).isin(GRAPH_LAUNCHES).any():
             return "the step already replays CUDA graphs"
         return None
 
@@ -34,15 +38,20 @@ class CudaGraphs(Rule):
         per_step = len(k) / ctx.steps
         median_us = float(np.median(k["dur_s"])) * 1e6 if len(k) else 0.0
         idle = ctx.terms["host"]
-        saving = max(0.0, idle - GRAPH_LAUNCH_S)
+        # A graph (or a compiled model) replays the model's own launches; the host time between
+        # phases (the framework's loop, hooks, data loading, logging) stays. Only idle between
+        # two kernels of one forward or backward phase is the launch overhead it removes.
+        captured = _in_model_idle(ctx) if "phase" in ctx.kernels else idle
+        saving = max(0.0, min(idle, captured) - GRAPH_LAUNCH_S)
         # Short kernels are the signature of launch-bound work; long ones mean the host is slow
         # for other reasons (data loading, Python), which graphs do not remove.
         short = median_us < 20
         conf = "high" if short and ctx.share("host") >= 0.3 else "medium" if short else "low"
         return [Finding(
             self.name, "Launch-bound: capture the step in a CUDA graph", self.binding, saving, conf,
-            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches;"
-            f" {per_step:.0f} kernels/step, median {median_us:.1f} us",
+            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches,"
+            f" {min(idle, captured) * 1e3:.3f} ms of it inside forward/backward; {per_step:.0f} kernels/step,"
+            f" median {median_us:.1f} us",
             "Replay the step as a CUDA graph so the CPU launches it once: torch.compile with"
             " mode=\"reduce-overhead\" (also fuses), or torch.cuda.graphs for static shapes. Saving ~ the"
             " host-bound idle time.",
@@ -50,7 +59,24 @@ class CudaGraphs(Rule):
             "# or: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(static_input)",
             top_kernels(k, ctx.steps),
             {"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
-             "host_idle_share": ctx.share("host")})]
+             "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host")})]
+
+
+def _in_model_idle(ctx: Context) -> float:
+    """Host-bound idle per step between two consecutive kernels of one device that are both in
+    the forward or both in the backward phase (analyzers/phases.py)."""
+    gaps = ctx.analysis.timeline().gaps
+    if not len(gaps):
+        return 0.0
+    k = ctx.analysis.kernels
+    gaps = gaps[gaps["kind"].isin(("host", "queued")) & (gaps["step"] >= 0) & (gaps["next_kernel"] >= 0)]
+    order = k.sort_values(["device", "ts_ns"], kind="stable")
+    prev = pd.Series(order.index.to_numpy(), index=order.index).groupby(order["device"]).shift(1)
+    nxt = gaps["next_kernel"].to_numpy()
+    p_next = k["phase"].reindex(nxt).to_numpy(dtype=object)
+    p_prev = k["phase"].reindex(prev.reindex(nxt).to_numpy()).to_numpy(dtype=object)
+    inside = (p_next == p_prev) & np.isin(p_next, ("forward", "backward"))
+    return float(gaps["dur_s"].to_numpy()[inside].sum()) / ctx.steps
 
 
 class HostSyncs(Rule):
@@ -106,12 +132,17 @@ class HostCopies(Rule):
             return []
         k = ctx.kernels[(ctx.kernels["category"] == "memcpy")
                         & ctx.kernels["name"].astype(str).str.contains("HtoD")]
+        # Pinning is advice only where pageable copies hold a real part of the saving (0.016 ms of
+        # 4.231 ms is not worth a word); otherwise the lever is overlap alone.
+        pin = pageable * (1 - 1 / PAGEABLE_SLOWDOWN) >= PIN_MIN_SHARE * saving
         return [Finding(
-            self.name, "Host-to-device copies: pin memory and overlap them", "copy", saving,
-            "medium" if pageable > 0 else "low",
+            self.name, "Host-to-device copies: " + ("pin memory and overlap them" if pin else "overlap them with compute"),
+            "copy", saving, "medium" if pin else "low",
             f"H2D {copies['time_s'] / n * 1e3:.3f} ms/step, {pageable * 1e3:.3f} ms from pageable memory,"
             f" {exposed * 1e3:.3f} ms not overlapped with kernels",
-            "Load batches into pinned memory and copy them asynchronously, ahead of use.",
-            "loader = DataLoader(ds, batch_size=B, pin_memory=True, num_workers=4)\n"
-            "x = x.to('cuda', non_blocking=True)",
+            ("Load batches into pinned memory and copy them asynchronously, ahead of use." if pin else
+             "The copies already come from pinned memory; issue them ahead of use (non_blocking, on a side stream"
+             " or a step early) so kernels run while they transfer."),
+            ("loader = DataLoader(ds, batch_size=B, pin_memory=True, num_workers=4)\n" if pin else "")
+            + "x = x.to('cuda', non_blocking=True)   # the next batch, while this one computes",
             top_kernels(k, n), {"h2d_s": copies["time_s"] / n, "pageable_s": pageable, "exposed_s": exposed})]

@@ -46,9 +46,13 @@ def op_dims(trace: Trace, ops: np.ndarray) -> list[Any]:
 
 
 def first_numel(dims: Any) -> int | None:
-    """Element count of an op's first tensor input."""
-    if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0]:
-        return math.prod(int(x) for x in dims[0])
+    """Element count of an op's first tensor input (of the first tensor of a TensorList
+    argument, whose dims are nested: ``[[[5, 128], [5, 128]], ...]``); None when unknown."""
+    first = dims[0] if isinstance(dims, list) and dims else None
+    while isinstance(first, list) and first and isinstance(first[0], list):
+        first = first[0]
+    if isinstance(first, list) and first and all(type(x) is int for x in first):
+        return math.prod(first)
     return None
 
 

@@ -1,0 +1,65 @@
+"""Summarize the real-client Runs for docs/validation.md: per client the phase table, MFU/HFU
+and the formula used, the top findings and changes, kernels above their roof, the class
+agreement with ncu counters (when the Run has them), and, for a client run again with its fix
+applied (RUN_compile), the top change's predicted saving against the measured one.
+
+    python benchmarks/real_clients/summarize.py rc/hf_trainer_llama rc/lightning_cnn ...
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import roofscope
+from roofscope.analyzers.diff import diff
+
+
+def ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.2f}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def client(run: Path) -> None:
+    a = roofscope.analyze(run)
+    s = a.summary()
+    m = s["metrics"]
+    print(f"### {run.name}\n")
+    print(f"device {s['device']}, ceilings {a.ceilings.source} (bandwidth {a.ceilings.bandwidth / 1e12:.2f} TB/s),"
+          f" frameworks {s['diagnosis'].get('frameworks')}, step {ms(m['step_time_s'])} ms\n")
+    print("| phase | GPU time ms/step | share | kernels/step | compute | memory | latency | underutilized |")
+    print("|---|---|---|---|---|---|---|---|")
+    for p, r in s["phases"].items():
+        cls = [ms(r.get(f"{c}_s", 0.0)) for c in ("compute", "memory", "latency", "underutilized")]
+        print(f"| {p} | {ms(r['time_s'])} | {pct(r['share'])} | {r['kernels']:.0f} | {' | '.join(cls)} |")
+    print(f"\nMFU {pct(m['mfu'])} ({m['mfu_source']}: {m.get('mfu_formula')}), HFU {pct(m['hfu'])}"
+          f" ({m.get('hfu_source')}), peak {m['peak_roof']}\n")
+    k = a.kernels
+    eff = k["efficiency"]
+    above = k[eff > 1.0]
+    print(f"kernels above their roof: {len(above)} of {len(k)} launches"
+          f" ({above['dur_s'].sum() / max(k['dur_s'].sum(), 1e-30):.1%} of kernel time), max efficiency"
+          f" {eff.max():.3f}\n")
+    if "counters" in s:
+        c = s["counters"]
+        print(f"counters: {c}\n")
+    for f in s["findings"][:3]:
+        print(f"- #{f['rank']} {f['rule']} ({f['change']}): {f['title']}: {ms(f['saving_s'])} ms"
+              f" ({pct(f['saving_pct'])}); fix: `{f['fix']['snippet'].splitlines()[0]}`")
+    print()
+    for c in s["diagnosis"]["changes"][:3]:
+        print(f"- change #{c['rank']} {c['change']} ({'+'.join(c['rules'])}): {ms(c['saving_s'])} ms/step")
+    fixed = run.parent / f"{run.name}_compile"
+    if fixed.exists():
+        p = diff(a, roofscope.analyze(fixed), applied="torch_compile" if any(
+            c["change"] == "torch_compile" for c in s["diagnosis"]["changes"]) else None).prediction
+        print(f"\napplied fix ({fixed.name}): {p.rule}: predicted {ms(p.predicted_s)} ms, measured"
+              f" {ms(p.measured_s)} ms, ratio {p.ratio if p.ratio is None else round(p.ratio, 2)}: {p.verdict}")
+    print()
+
+
+if __name__ == "__main__":
+    for r in sys.argv[1:]:
+        client(Path(r))
