@@ -212,3 +212,28 @@ def test_h100_decode_cuda_graph_run() -> None:
     rest = replayed[replayed["cost_source"] != "capture"]
     assert len(replayed) == 444 and set(rest["op_name"]) == {"aten::arange"} and len(rest) == 24
     assert set(replayed.loc[replayed["category"] == "attention", "attn_q"]) == {(1, 1)}
+
+
+def test_delay_counts_from_the_first_gpu_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    import torch
+
+    from roofscope.collectors.torchprof import TorchCollector
+
+    queued = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "_lazy_call", queued.append)
+    c = TorchCollector(tmp_path / "t.json", duration_s=5.0, delay_s=30.0)
+    c.start()
+    try:
+        # nothing armed until CUDA initializes (its first kernel or allocation runs the queued call)
+        assert c.delay_from == "first GPU work" and len(queued) == 1
+        assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        queued[0]()
+        assert 29 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30 and c.phase == "idle"
+    finally:
+        c.stop()
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    assert "counted from its first GPU work" in c.shortfall()
