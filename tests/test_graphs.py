@@ -116,3 +116,52 @@ def test_cli_graph_capture(tmp_path: Path) -> None:
                           str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
     assert np.isfinite(s["total_flops"])
+
+
+def test_recorder_labels_captures_and_replays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GraphRecorder's patching on a stand-in CUDAGraph class (CPU): ids, a capture profiler of its own
+    while the session's is idle, replay annotations, and everything restored on remove()."""
+    import torch
+
+    from roofscope.collectors.graphs import GraphRecorder
+
+    calls = []
+
+    class FakeGraph:
+        def capture_begin(self, *a, **k):
+            calls.append("begin")
+
+        def capture_end(self):
+            calls.append("end")
+
+        def replay(self):
+            calls.append("replay")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    idle = [True]
+    originals = dict(FakeGraph.__dict__)
+    rec = GraphRecorder(tmp_path / "g", lambda: idle[0])
+    rec.install()
+    assert FakeGraph.__dict__["replay"] is not originals["replay"]
+    g = FakeGraph()
+    g.capture_begin()
+    assert rec.capturing == 1
+    torch.ones(3).add(1)  # an op issued during the capture
+    g.capture_end()
+    assert rec.capturing == 0 and len(rec.files) == 1
+    idle[0] = False  # the session's profiler warms up: the next capture is skipped, with a note
+    g2 = FakeGraph()
+    g2.capture_begin()
+    g2.capture_end()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+        g.replay()
+    rec.remove()
+    rec.remove()  # idempotent: the class keeps its own methods
+    assert calls == ["begin", "end", "begin", "end", "replay"]
+    assert all(FakeGraph.__dict__[m] is originals[m] for m in ("capture_begin", "capture_end", "replay"))
+    assert (g._roofscope_graph_id, g2._roofscope_graph_id) == (0, 1)
+    assert rec.skipped == 1 and "1 CUDA-graph capture was not recorded" in rec.notes()[0]
+    trace = load_trace(rec.files[0])
+    assert "roofscope: graph capture 0" in set(trace.annotations["name"])
+    assert "aten::add" in set(trace.ops["name"])
+    assert any(e.name == "roofscope: graph replay 0" for e in p.events())

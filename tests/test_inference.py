@@ -168,3 +168,72 @@ def test_formulas_option_of_analyze(tmp_path: Path, capsys) -> None:
     broken.write_text("raise ValueError('nope')\n")
     assert main(["analyze", str(_custom_trace(tmp_path)), *PEAKS, "--formulas", str(broken)]) == 2
     assert "--formulas" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- H100 Runs (tests/data/README.md)
+
+DATA = ROOT / "tests" / "data"
+
+
+def test_h100_hf_gqa_generate_run() -> None:
+    """examples/generate.py --size tiny --batch 2 --prompt-len 32 --new-tokens 8 under `roofscope run` with no flags."""
+    a = roofscope.analyze(DATA / "h100_gqa_decode_run")
+    s = a.summary()
+    inf = s["inference"]
+    # forwards 4-6: the measured prompt's prefill, then two decode tokens
+    assert inf["steps"] == {"prefill": [3], "decode": [4, 5]} and inf["phase_source"] == ["forward"]
+    assert (inf["batch"], inf["prefill"]["q_len"], inf["decode"]["q_len"]) == (2, 32, 1)
+    assert inf["tokens_per_s"] == pytest.approx(2 / inf["tpot_s"])
+    # GQA decode attention (cuDNN), q [2,8,1,32] over k/v [2,2,33,32]: 2 * 2*8*33 * 64 = 67,584 FLOPs
+    att = a.kernels[(a.kernels["category"] == "attention") & (a.kernels["step"] == 4)]
+    assert len(att) == 2 and (att["flops"] == 67_584).all()
+    assert s["unattributed"]["share"] < 0.01
+    rules = [f["rule"] for f in s["findings"]]
+    assert rules[0] == "launch_bound_decode" and "cuda_graphs" not in rules
+    assert not any("loss" in f["fix"]["snippet"] for f in s["findings"])
+
+
+def test_h100_decode_cuda_graph_run() -> None:
+    """examples/decode.py --cuda-graph --prompt-len 16 --new-tokens 8: decode steps replay one graph whose
+    capture roofscope recorded into the Run (graph-capture-0000.json.gz)."""
+    a = roofscope.analyze(DATA / "h100_decode_graph_run")
+    s = a.summary()
+    assert s["graphs"]["graph_launches"] == 2 and s["graphs"]["mapped"] == 2
+    assert s["unattributed"]["share"] < 0.02 and s["unattributed"]["by_reason"]["graph_replay"]["kernels"] == 0
+    inf = s["inference"]
+    assert inf["steps"] == {"prefill": [4], "decode": [3, 5]} and inf["phase_source"] == ["region"]
+    assert inf["batch"] == 1
+    # a decode step reads the GPT's bf16 weights once: 12 layers * 12 * 1024^2 + lm_head 32768 * 1024
+    # = 184,549,376 parameters = 369,098,752 bytes (+ activations and biases: within 0.5%)
+    assert inf["decode"]["weight_bytes_per_step"] == pytest.approx(369_098_752, rel=5e-3)
+    replayed = a.kernels[a.kernels["graph"] >= 0]
+    # every replayed kernel is named after its captured op; all but aten::arange (no formula: 12 per graph) costed
+    assert (replayed["op_name"] != "").all()
+    rest = replayed[replayed["cost_source"] != "capture"]
+    assert len(replayed) == 444 and set(rest["op_name"]) == {"aten::arange"} and len(rest) == 24
+    assert set(replayed.loc[replayed["category"] == "attention", "attn_q"]) == {(1, 1)}
+
+
+def test_delay_counts_from_the_first_gpu_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    import torch
+
+    from roofscope.collectors.torchprof import TorchCollector
+
+    queued = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "_lazy_call", queued.append)
+    c = TorchCollector(tmp_path / "t.json", duration_s=5.0, delay_s=30.0)
+    c.start()
+    try:
+        # nothing armed until CUDA initializes (its first kernel or allocation runs the queued call)
+        assert c.delay_from == "first GPU work" and len(queued) == 1
+        assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        queued[0]()
+        assert 29 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30 and c.phase == "idle"
+    finally:
+        c.stop()
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    assert "counted from its first GPU work" in c.shortfall()

@@ -29,14 +29,13 @@ import pandas as pd
 
 from .linking import ancestor_where, take
 from .names import per_name
+from .runtime_names import ASYNC_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES
 from .trace import Trace
 
-GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "cuGraphLaunch_ptsz",
-                            "hipGraphLaunch", "hipGraphLaunch_spt"})
 _BEGIN = re.compile(r"^(cuda|cu|hip)StreamBeginCapture")
 _END = re.compile(r"^(cuda|cu|hip)StreamEndCapture")
 # Calls that become graph nodes: kernel launches and async copies / fills.
-_NODE = re.compile(r"^(cuda|cu|hip|hipExt|hipModule)(Launch|LaunchKernel|Memcpy\w*Async|Memset\w*Async|MemsetD)")
+_NODES = KERNEL_LAUNCHES | ASYNC_COPIES
 CAPTURE_LABEL = "roofscope: graph capture "
 REPLAY_LABEL = "roofscope: graph replay "
 REASON = "graph_replay"
@@ -114,7 +113,7 @@ def find_captures(trace: Trace, source: str = "") -> list[Capture]:
     if not begins.size:
         return []
     ends = np.flatnonzero(per_name(names, lambda s: s.str.match(_END)))
-    node = per_name(names, lambda s: s.str.match(_NODE))
+    node = names.isin(_NODES).to_numpy()
     th, ts = rt["thread"].to_numpy(), rt["ts_ns"].to_numpy()
     labels = _label_at(trace, CAPTURE_LABEL, begins)
     out = []

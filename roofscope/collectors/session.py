@@ -403,7 +403,8 @@ class Session:
         try:
             a = analyze(trace, device=cfg.device, peak_tflops=cfg.peak_tflops,
                         peak_bandwidth_gbs=cfg.peak_bandwidth_gbs, ceilings_file=cfg.ceilings_file,
-                        ceilings=ceilings, params=cfg.params, telemetry=telemetry, run_meta=meta)
+                        ceilings=ceilings, params=cfg.params, telemetry=telemetry, run_meta=meta,
+                        graph_capture=[str(p) for p in self._graphs.files] if self._graphs is not None else None)
         except RoofscopeError as e:
             return None, str(e), ceilings
         return a, None, ceilings
