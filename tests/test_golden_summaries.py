@@ -16,6 +16,10 @@ from tests.golden import GOLDEN, digests, shared_traces_dir
 # summary.metrics/unattributed/total_flops/total_bytes/kernel_time_s/time_by_class on most traces;
 # summary.skipped_events/partial_steps/phases are new. Re-recorded again at the second merge
 # (11:35 UTC: ROCm runtime names, repaired JSON, phases and CUDA-graph advice from the other helpers).
+# Re-recorded 2026-11-25 after the last merges: host-to-device and device-to-host copies are placed on
+# the host-link roof (PCIe from the datasheet) instead of HBM, which moves copies between the memory,
+# latency and underutilized classes (by_* tables, time_by_class, phases, the underutilized finding's
+# saving) and adds host_link to summary.ceilings; checked section by section against 7861d18's output.
 # Sections that only appear later are new output and pass.
 TOLERATED: dict[str, str] = {}
 

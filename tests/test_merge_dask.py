@@ -3,6 +3,7 @@ worker processes here), rank traces from a folder or an fsspec URL, and the one-
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -18,10 +19,16 @@ distributed = pytest.importorskip("distributed", reason="Dask distributed not in
 
 @pytest.fixture(scope="module")
 def cluster():
-    """One local cluster of two single-threaded worker processes for the module (start-up ~2 s)."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as c:
-        yield c
+    """One local cluster of two single-threaded worker processes for the module (start-up ~2 s).
+    Dask sets OMP_NUM_THREADS=1 and more in this process for its workers: put back for later tests."""
+    saved = dict(os.environ)
+    try:
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=None) as c:
+            yield c
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def test_dask_results_equal_local_processes(tmp_path, cluster):
@@ -53,7 +60,10 @@ def test_merge_fsspec_url_on_local_cluster(tmp_path, capsys):
     straggler_job(tmp_path)
     url = f"file://{tmp_path}"
     out = tmp_path / "out"
+    before = dict(os.environ)
     assert main(["merge", url, "-o", str(out), "--scheduler", "local:2", "-q"]) == 0
+    # the local cluster's worker settings (OMP_NUM_THREADS=1, ...) do not stay in the caller's process
+    assert dict(os.environ) == before
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 3 and [s["rank"] for s in summary["stragglers"]] == [2]
 

@@ -199,3 +199,15 @@ def test_hta_links_match_brute_force():
         c = o[(o.pid == x.pid) & (o.tid == x.tid) & (o.ts_ns <= x.ts_ns) & (o.end_ns >= x.end_ns)]
         expected = -1 if c.empty else c.sort_values(["ts_ns", "end_ns"], ascending=[True, False]).index[-1]
         assert x.op == expected
+
+
+def test_take_from_nothing_keeps_the_values_dtype():
+    """A trace with no CPU ops gives empty id columns: what is taken from them still indexes arrays
+    (the merge of a rank without ops once failed on an object array here)."""
+    from roofscope.analyzers.linking import take
+
+    got = take(np.array([], dtype=np.int64), np.array([-1, -1]), -1)
+    assert got.dtype == np.int64 and got.tolist() == [-1, -1]
+    assert np.array([10.0, 20.0])[np.maximum(got, 0)].tolist() == [10.0, 10.0]
+    # and as before where there is something to take: 7 at 1, the default at -1
+    assert take(np.array([5, 7]), np.array([1, -1]), 0).tolist() == [7, 0]

@@ -38,9 +38,17 @@ def _client(scheduler: str, jobs: int | None) -> Any:
         raise ClusterError("--scheduler needs Dask distributed: pip install 'roofscope[distributed]'") from None
     if scheduler == "local" or scheduler.startswith("local:"):
         n = int(scheduler[6:]) if scheduler[6:].isdigit() else (jobs or os.cpu_count() or 1)
-        # One single-threaded process per worker: the analysis holds the GIL in pandas/Python code.
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        return Client(cluster, set_as_default=False)
+        # Dask's nanny writes its worker environment (OMP_NUM_THREADS=1, ...) into this process's
+        # os.environ so the workers inherit it; a merge called in-process must not leave the
+        # caller's torch and subprocesses single-threaded, so the environment is put back.
+        saved = dict(os.environ)
+        try:
+            # One single-threaded process per worker: the analysis holds the GIL in pandas/Python code.
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            return Client(cluster, set_as_default=False)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:

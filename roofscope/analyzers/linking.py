@@ -101,5 +101,6 @@ def take(values: np.ndarray, index: np.ndarray, default: object) -> np.ndarray:
     index = np.asarray(index)
     ok = index >= 0
     if not len(values):
-        return np.full(len(index), default, dtype=values.dtype if ok.any() else object)
+        # the dtype the non-empty path gives, so that int ids taken from nothing stay usable as indices
+        return np.where(ok, np.zeros(len(index), dtype=values.dtype), default)
     return np.where(ok, values[np.where(ok, index, 0)], default)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import RoofscopeError
+from ..errors import RoofscopeError, TraceError
 from ..run import META_FILE, REPORT_FILE, is_run_dir
 
 JOB_FILE = "job.json"
@@ -280,6 +280,12 @@ def _analyze_local(part: Part, path: Path, options: dict[str, Any]) -> RankResul
     from .collectives import collective_table, kernel_collectives
 
     a = analyze(path, **options)
+    cut = [r for r in a.trace.meta.get("skipped_events") or {} if r.startswith("file cut short")]
+    if cut:
+        # `analyze` reads what is complete; among ranks, the part that is missing would make this
+        # rank look faster or slower than the others, so the job is not judged on it
+        raise TraceError(f"{part.source}: {cut[0]}; a merge compares whole rank traces: copy this rank's"
+                         " trace again (or analyze it alone with roofscope analyze)")
     s = a.summary()
     dist = s.get("distributed") or {}
     world = part.world_size or _int(dist.get("world_size"))
