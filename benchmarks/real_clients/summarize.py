@@ -47,7 +47,7 @@ def client(run: Path) -> None:
         print(f"counters: {c}\n")
     for f in s["findings"][:3]:
         print(f"- #{f['rank']} {f['rule']} ({f['change']}): {f['title']}: {ms(f['saving_s'])} ms"
-              f" ({pct(f['saving_pct'])}); fix: `{f['fix']['snippet'].splitlines()[0]}`")
+              f" ({pct(f['saving_pct'])}); fix: `{(f['fix']['snippet'].splitlines() or ['-'])[0]}`")
     print()
     for c in s["diagnosis"]["changes"][:3]:
         print(f"- change #{c['rank']} {c['change']} ({'+'.join(c['rules'])}): {ms(c['saving_s'])} ms/step")
