@@ -448,3 +448,29 @@ def test_gate_cli_takes_bounds_with_units(tmp_path, capsys):
     assert "above the bound <= 0.500 ms (median of 3 steps)" in capsys.readouterr().out
     assert main(["gate", trace, "--min-mbu", "101%"]) == 2
     assert "--min-mbu 101%: expected a share between 0% and 100%" in capsys.readouterr().err
+
+
+def test_gpu_kernel_roof_is_hbm_unless_it_beat_hbm():
+    """H100-like levels: L2 50 MB at 7.9 TB/s, HBM at 3.28 TB/s. A kernel is placed against HBM,
+    the rate its compulsory bytes move at from memory, unless it moved them faster: then part came
+    from L2 and its roof is the levels' blend. Nsight Compute's DRAM bytes always sit on HBM."""
+    import pandas as pd
+
+    from roofscope.analyzers.roofline import place
+    from roofscope.devices import Ceilings
+
+    c = Ceilings(device="gpu", source="measured", peaks={"bf16": 790e12}, bandwidth=3.28e12,
+                 levels=(("L2", 50e6, 7.9e12), ("HBM", float("inf"), 3.28e12)))
+    k = pd.DataFrame({
+        "name": ["slow", "fast", "ncu"], "dur_ns": [40_000, 10_000, 10_000],
+        "flops": [0.0, 0.0, 0.0], "bytes": [40e6, 40e6, 30e6], "dtype": ["bf16"] * 3,
+        "tensor_core": [False] * 3, "category": ["elementwise"] * 3,
+        "cost_source": ["formula", "formula", "ncu"]})
+    p = place(k, c).set_index("name")
+    # slow: 40 MB in 40 us = 1 TB/s, under HBM: roof HBM, floor 40e6 / 3.28e12 = 12.2 us, 30.5%
+    assert p.loc["slow", "roof_level"] == "HBM" and p.loc["slow", "efficiency"] == pytest.approx(40e6 / 3.28e12 / 40e-6)
+    # fast: 4 TB/s beats HBM; 40 MB fits L2: roof 7.9 TB/s, floor 5.06 us, 50.6%, not 305% of HBM
+    assert p.loc["fast", "roof_level"] == "L2" and p.loc["fast", "efficiency"] == pytest.approx(40e6 / 7.9e12 / 10e-6)
+    assert not p["above_roof"].any()
+    # ncu: 30 MB of DRAM bytes in 10 us = 3 TB/s on HBM: 91.5%
+    assert p.loc["ncu", "roof_level"] == "HBM" and p.loc["ncu", "efficiency"] == pytest.approx(30e6 / 3.28e12 / 10e-6)
