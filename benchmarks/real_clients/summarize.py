@@ -55,8 +55,9 @@ def client(run: Path, ceilings: Any = None) -> None:
     print()
     for c in s["diagnosis"]["changes"][:3]:
         print(f"- change #{c['rank']} {c['change']} ({'+'.join(c['rules'])}): {ms(c['saving_s'])} ms/step")
-    fixed = run.parent / f"{run.name}_compile"
-    if fixed.exists():
+    # the client run again with its fix: RUN_compile, or RUN_compile_MODE (--compile MODE)
+    fixed = next(iter(sorted(run.parent.glob(f"{run.name}_compile*/"))), None)
+    if fixed is not None:
         p = diff(a, roofscope.analyze(fixed, ceilings=ceilings), applied="torch_compile" if any(
             c["change"] == "torch_compile" for c in s["diagnosis"]["changes"]) else None).prediction
         print(f"\napplied fix ({fixed.name}): {p.rule}: predicted {ms(p.predicted_s)} ms, measured"
