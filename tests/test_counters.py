@@ -199,7 +199,7 @@ def test_gzipped_csv_is_read(run_dir, tmp_path):
     (b"not json", "unreadable counters"),
     (b'{"version": 1}', "unreadable counters"),
     (b'{"version": 1, "columns": {"a": [1], "b": [1, 2]}}', "unreadable counters"),
-    (b'{"version": 9, "columns": {}}', "counters version 9 is not one this roofscope reads"),
+    (b'{"version": 9, "columns": {}}', "counters version 9 is newer than this roofscope reads (1); upgrade roofscope"),
     (b'{"version": 1, "columns": {"correlation": [1]}}', "counters without column(s) dram_read_bytes"),
 ])
 def test_corrupt_counters_file_is_a_one_line_error(run_dir, capsys, doc, message):

@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+from ..run.schema import TELEMETRY_VERSION as SCHEMA_VERSION
+from ..run.schema import TelemetryDoc, read_versioned
 
 FIELDS: tuple[str, ...] = (
     "t_unix_ns", "device", "sm_clock_mhz", "mem_clock_mhz", "power_w", "energy_mj",
@@ -74,38 +75,21 @@ class Telemetry:
         return text.encode()
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> "Telemetry":
-        try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"telemetry is not valid JSON: {e}") from None
-        if not isinstance(doc, dict):
-            raise ValueError("telemetry JSON must be an object")
-        if doc.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported telemetry schema_version {doc.get('schema_version')!r} "
-                             f"(expected {SCHEMA_VERSION})")
-        interval = doc.get("interval_s")
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
-            raise ValueError("telemetry interval_s must be a positive number")
-        devices, samples, notes, cost = (doc.get(k) for k in ("devices", "samples", "notes", "cost"))
-        if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-            raise ValueError("telemetry devices must be a list of objects")
-        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-            raise ValueError("telemetry notes must be a list of strings")
-        if not isinstance(cost, dict):
-            raise ValueError("telemetry cost must be an object")
-        if not isinstance(samples, dict):
-            raise ValueError("telemetry samples must be an object of columns")
+    def from_json(cls, data: bytes | str, source: str = "telemetry JSON") -> "Telemetry":
+        """Read ``to_json``'s document; a ValueError whose one-line message starts with ``source``."""
+        doc = read_versioned(data.encode() if isinstance(data, str) else data, TelemetryDoc, key="schema_version",
+                             current=SCHEMA_VERSION, what="telemetry", where=source, error=ValueError)
+        samples = doc.samples
         missing = [f for f in FIELDS if not isinstance(samples.get(f), list)]
         if missing:
-            raise ValueError(f"telemetry samples lack column(s): {', '.join(missing)}")
+            raise ValueError(f"{source}: samples lack column(s): {', '.join(missing)}")
         if len({len(samples[f]) for f in FIELDS}) > 1:
-            raise ValueError("telemetry sample columns differ in length")
-        tel = cls(float(interval), devices, {f: samples[f] for f in FIELDS}, notes, cost)
+            raise ValueError(f"{source}: sample columns differ in length")
+        tel = cls(doc.interval_s, doc.devices, {f: samples[f] for f in FIELDS}, doc.notes, doc.cost)
         try:
             tel.frame()
         except (TypeError, ValueError, OverflowError) as e:
-            raise ValueError(f"telemetry samples hold non-numeric values: {e}") from None
+            raise ValueError(f"{source}: samples hold non-numeric values: {e}") from None
         return tel
 
     def frame(self) -> pd.DataFrame:
