@@ -9,8 +9,10 @@ copies are bound by PCIe, not HBM; Ceilings.copy_roof):
 * floor time = max(F / P, B / W) (the roofline's lower bound on t),
 * efficiency = floor time / t.
 
-W is the bandwidth of the memory level the kernel's working set (its compulsory bytes) fits
-in when the ceilings carry levels (CPU measurements: L2, LLC, DRAM), else the one bandwidth.
+When the ceilings carry memory levels (CPU: L2, LLC, DRAM; GPU: L2, HBM), W is the rate at
+which the working set (the compulsory bytes) moves with each level serving as much of it as the
+level holds (Ceilings.level_of): a level's own rate when it fits there, a blend when it spills
+over; else the one bandwidth.
 A kernel with efficiency above 1 ran faster than its roof allows: ``above_roof`` flags it
 (the ceilings are stale, or its operands sat in a faster level than its size suggests).
 
