@@ -8,15 +8,15 @@ profiled program.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -65,14 +65,10 @@ class Telemetry:
     cost: dict = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        doc = {"schema_version": SCHEMA_VERSION, **asdict(self)}
-        try:
-            text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-        except ValueError:
-            # Only reached when a reading was NaN/inf; scrubbing every cell up front would
-            # cost a Python-level pass over millions of cells on long runs.
-            text = json.dumps(_scrub(doc), separators=(",", ":"), allow_nan=False)
-        return text.encode()
+        """The telemetry document (schema.TelemetryDoc), compact; NaN and infinite readings as null."""
+        return msgspec.json.encode(TelemetryDoc(schema_version=SCHEMA_VERSION, interval_s=self.interval_s,
+                                                devices=self.devices, samples=self.samples, notes=self.notes,
+                                                cost=self.cost))
 
     @classmethod
     def from_json(cls, data: bytes | str, source: str = "telemetry JSON") -> "Telemetry":
@@ -104,16 +100,6 @@ class Telemetry:
             cols[f] = np.asarray(s[f], dtype=np.float64)
         cols["clock_event_reasons"] = pd.array(s["clock_event_reasons"], dtype="Int64")
         return pd.DataFrame(cols, columns=list(FIELDS))
-
-
-def _scrub(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _scrub(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_scrub(v) for v in obj]
-    return obj
 
 
 def _strtoul(token: str) -> int:
