@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,7 @@ def test_newer_run_is_refused_in_one_line_by_the_cli(run_dir: Path, capsys) -> N
 def test_newer_run_is_refused_in_one_line_by_the_command(run_dir: Path) -> None:
     _bump(run_dir / layout.META_FILE)
     res = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(run_dir)], capture_output=True,
-                         text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.splitlines() == [f"roofscope: error: {run_dir / layout.META_FILE}: Run schema_version 99 is"
                                        " newer than this roofscope reads (1); upgrade roofscope"]
