@@ -22,7 +22,6 @@ with step 3's.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import re
 import shutil
@@ -37,13 +36,12 @@ import pandas as pd
 
 from .errors import OutputExistsError, RoofscopeError
 from .fileio import atomic_write
+from .run.layout import COUNTERS_FILE, COUNTERS_REPORT
+from .run.schema import COUNTERS_VERSION, CountersEntry, CountersHeader, check_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.trace import Trace
 
-COUNTERS_FILE = "counters.json.gz"
-COUNTERS_REPORT = "counters.ncu-rep"
-VERSION = 1
 # Anonymous namespaces are spelled "(anonymous namespace)" by Kineto and "<unnamed>" by ncu;
 # both would otherwise end the name at their bracket.
 _ANON = re.compile(r"\(anonymous namespace\)::|<unnamed>::")
@@ -218,13 +216,15 @@ def save(run_dir: str | os.PathLike, table: pd.DataFrame, meta: dict[str, Any], 
     ``meta`` holds tool, ncu_version, metrics, sample, join (JoinStats as a dict) and command.
     Existing counters are replaced only with ``force``.
     """
-    from .run import META_FILE, load
+    from .run import load, update_meta
 
     run = load(run_dir)
     path = run.path / COUNTERS_FILE
-    if (path.exists() or "counters" in run.meta) and not force:
+    if (path.exists() or run.info.counters is not None) and not force:
         raise OutputExistsError(f"{path} already exists; pass --force to replace the Run's counters")
-    doc = {"version": VERSION, **meta, "columns": _columns(table)}
+    doc = {"version": COUNTERS_VERSION, **meta}
+    header = msgspec.convert(doc, CountersHeader)   # the typed fields run.json's entry is made of
+    doc["columns"] = _columns(table)
     atomic_write(path, gzip.compress(msgspec.json.encode(doc), compresslevel=6), force=True)
     rep = run.path / COUNTERS_REPORT
     if report is not None:
@@ -234,12 +234,10 @@ def save(run_dir: str | os.PathLike, table: pd.DataFrame, meta: dict[str, Any], 
         os.replace(partial, rep)
     else:
         rep.unlink(missing_ok=True)  # it would belong to the counters just replaced
-    join_stats = meta.get("join", {})
-    entry = {"file": COUNTERS_FILE, "tool": meta.get("tool", "ncu"), "ncu_version": meta.get("ncu_version"),
-             "kernels": int(len(table)), "matched": join_stats.get("matched"), "sample": meta.get("sample"),
-             "command": meta.get("command"), "report": COUNTERS_REPORT if report is not None else None}
-    atomic_write(run.path / META_FILE, json.dumps({**run.meta, "counters": entry}, indent=1, default=str),
-                 force=True)
+    entry = CountersEntry(file=COUNTERS_FILE, tool=header.tool, ncu_version=header.ncu_version, kernels=len(table),
+                          matched=(header.join or {}).get("matched"), sample=header.sample,
+                          command=header.command, report=COUNTERS_REPORT if report is not None else None)
+    update_meta(run, counters=entry)
     return path
 
 
@@ -251,8 +249,8 @@ def load(run_dir: str | os.PathLike) -> Counters | None:
     try:
         doc = msgspec.json.decode(gzip.decompress(path.read_bytes()))
         columns = doc.pop("columns")
-        if not isinstance(doc.get("version"), int) or doc["version"] > VERSION:
-            raise CountersError(f"{path}: counters version {doc.get('version')!r} is not one this roofscope reads")
+        check_version(doc.get("version"), COUNTERS_VERSION, "counters", str(path), key="version",
+                      error=CountersError)
         table = pd.DataFrame(columns)
         missing = {"correlation", "time_ns", "dram_read_bytes", "dram_write_bytes", "l2_bytes"} - set(table.columns)
     except (OSError, ValueError, KeyError, TypeError, EOFError, AttributeError, zlib.error) as e:

@@ -22,6 +22,8 @@ from .datasheets import (PRECISIONS, DeviceSpec, describe_props, giga, identify,
                          lookup, match_device, spec_by_key, tera)
 from .errors import DeviceError
 from .fileio import atomic_write
+from .run.schema import CEILINGS_VERSION as SCHEMA_VERSION
+from .run.schema import check_version
 
 __all__ = [
     "PRECISIONS",
@@ -39,7 +41,6 @@ __all__ = [
     "resolve_ceilings",
 ]
 
-SCHEMA_VERSION = 1
 # "none": no ceilings are known (no device name, an unknown device, a CPU never measured);
 # everything that needs no ceilings is still analyzed (see Ceilings.none).
 SOURCES: tuple[str, ...] = ("datasheet", "measured", "user", "none")
@@ -320,11 +321,7 @@ def load_ceilings_file(path: str | os.PathLike[str]) -> Ceilings:
         ) from None
     if not isinstance(data, dict):
         raise DeviceError(f"ceilings file {p}: expected a JSON object, got {type(data).__name__}")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise DeviceError(
-            f"ceilings file {p}: unsupported schema_version {version!r} (expected {SCHEMA_VERSION})"
-        )
+    check_version(data.get("schema_version"), SCHEMA_VERSION, "ceilings", f"ceilings file {p}", error=DeviceError)
     missing = [k for k in ("device", "peaks", "bandwidth") if k not in data]
     if missing:
         raise DeviceError(f"ceilings file {p}: missing key(s): {', '.join(missing)}")

@@ -24,7 +24,7 @@ from roofscope.collectors.ncu_csv import parse_ncu_csv
 from roofscope.collectors.torchprof import Schedule
 from roofscope.commands.counters import recorded_target
 from roofscope.errors import OutputExistsError, RoofscopeError
-from roofscope.run import new_meta, write_run
+from roofscope.run import ANALYSIS_VERSION, new_meta, write_run
 
 DATA = Path(__file__).parent / "data" / "ncu"
 KINETO = DATA / "h200_probe_kineto.json.gz"
@@ -199,7 +199,7 @@ def test_gzipped_csv_is_read(run_dir, tmp_path):
     (b"not json", "unreadable counters"),
     (b'{"version": 1}', "unreadable counters"),
     (b'{"version": 1, "columns": {"a": [1], "b": [1, 2]}}', "unreadable counters"),
-    (b'{"version": 9, "columns": {}}', "counters version 9 is not one this roofscope reads"),
+    (b'{"version": 9, "columns": {}}', "counters version 9 is newer than this roofscope reads (1); upgrade roofscope"),
     (b'{"version": 1, "columns": {"correlation": [1]}}', "counters without column(s) dram_read_bytes"),
 ])
 def test_corrupt_counters_file_is_a_one_line_error(run_dir, capsys, doc, message):
@@ -248,8 +248,9 @@ def test_counters_from_csv_in_process(run_dir, capsys):
     assert c.meta["join"]["matched"] == 14 and c.meta["source"].endswith("h200_probe_long.csv")
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["counters"]["kernels"] == 14 and meta["counters"]["sample"] is None
-    # summary.json and report.html re-rendered from the Run.
-    assert json.loads((run_dir / "summary.json").read_text())["kernels"] > 0
+    # summary.json and report.html re-rendered from the Run; the summary stamped as current.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["kernels"] > 0 and summary["analysis_version"] == ANALYSIS_VERSION
     assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
     # Not again without --force; --sample makes no sense with a CSV.
     assert main(["counters", str(run_dir), "--from-csv", str(DATA / "h200_probe_long.csv")]) == 2

@@ -224,7 +224,8 @@ def _part(tmp_path: Path, rank: int, world: int = 2, jid: str | None = "job-a") 
 def _write_part(job: Path, rank: int, world: int = 2, jid: str | None = "job-a") -> None:
     d = part_dir(job, rank, world)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "run.json").write_text(json.dumps({"distributed": {"rank": rank, "world_size": world, "job_id": jid}}))
+    (d / "run.json").write_text(json.dumps({"schema_version": 1,
+                                           "distributed": {"rank": rank, "world_size": world, "job_id": jid}}))
 
 
 def test_only_this_jobs_parts_count(tmp_path: Path) -> None:

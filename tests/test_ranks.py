@@ -201,7 +201,7 @@ def test_parts_errors_and_gaps(tmp_path):
     with pytest.raises(PartsError, match="rank 0 appears twice"):
         resolve_parts([str(paths[0]), str(tmp_path / "copy.json.gz")])
     (tmp_path / "gathered").mkdir()
-    (tmp_path / "gathered" / "job.json").write_text('{"parts": []}')
+    (tmp_path / "gathered" / "job.json").write_text('{"schema_version": 1, "parts": []}')
     with pytest.raises(PartsError, match="no parts to merge"):
         resolve_parts([str(tmp_path / "gathered")])
     (tmp_path / "empty").mkdir()

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..run.layout import CAPTURE_GLOB
 from .linking import ancestor_where, take
 from .names import per_name
 from .runtime_names import ASYNC_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES
@@ -71,13 +72,10 @@ class GraphMap:
                 "unmapped": dict(self.unmapped_reasons), "notes": list(self.notes)}
 
 
-CAPTURE_FILES = "graph-capture-{:04d}.json.gz"  # in a Run, one per recorded capture
-
-
 def run_captures(run_dir: Any) -> list[str]:
     from pathlib import Path
 
-    return [str(p) for p in sorted(Path(run_dir).glob("graph-capture-*.json.gz"))]
+    return [str(p) for p in sorted(Path(run_dir).glob(CAPTURE_GLOB))]
 
 
 def load_captures(sources: list[Any]) -> list[Trace]:

@@ -27,10 +27,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RoofscopeError, TraceError
-from ..run import META_FILE, REPORT_FILE, is_run_dir
-
-JOB_FILE = "job.json"
-RANK_DIR = re.compile(r"^rank-(\d+)$")
+from ..run import RunError, is_run_dir, read_meta
+from ..run.layout import JOB_FILE, RANK_DIR, REPORT_FILE, TRACE_FILE
+from ..run.schema import JOB_SCHEMA_VERSION, JobDoc, read_versioned
 TOP_KERNELS = 40        # kernels per rank whose per-step time is kept (straggler evidence)
 ROOFLINE_ROWS = 300     # kernel aggregates per rank for the per-rank roofline
 _HEAD_BYTES = 1 << 16   # Kineto writes distributedInfo before the events: the head holds it
@@ -116,14 +115,14 @@ def _part(path: Path | str) -> Part:
         return Part(Path(path.split("://", 1)[1]), _int(info.get("rank")), _int(info.get("world_size")), url=path)
     if is_run_dir(path):
         try:
-            meta = json.loads((path / META_FILE).read_text())
-        except (OSError, ValueError) as e:
-            raise PartsError(f"{path / META_FILE}: unreadable ({e})") from None
-        dist = meta.get("distributed") or {}
-        node = dist.get("node") or (meta.get("environment") or {}).get("hostname")
-        part = Part(path, _int(dist.get("rank")), _int(dist.get("world_size")), node, is_run=True)
+            meta = read_meta(path)[1]
+        except RunError as e:
+            raise PartsError(str(e)) from None
+        dist = meta.distributed
+        node = (dist and dist.node) or meta.environment.hostname
+        part = Part(path, dist and dist.rank, dist and dist.world_size, node, is_run=True)
         if part.rank is None:
-            info = _peek_dist(path / "trace.json.gz") or {}
+            info = _peek_dist(path / TRACE_FILE) or {}
             part.rank, part.world_size = _int(info.get("rank")), part.world_size or _int(info.get("world_size"))
         return part
     if path.is_file():
@@ -138,12 +137,12 @@ def is_job_dir(path: str | os.PathLike) -> bool:
     return p.is_dir() and not is_run_dir(p) and ((p / JOB_FILE).is_file() or bool(_rank_dirs(p)))
 
 
-def _job_of(run_dir: Path) -> tuple[Any, Any]:
+def _job_of(run_dir: Path) -> tuple[str | None, int | None]:
     try:
-        d = json.loads((run_dir / META_FILE).read_text()).get("distributed") or {}
-    except (OSError, ValueError, AttributeError):
+        d = read_meta(run_dir)[1].distributed
+    except RunError:
         return None, None
-    return d.get("job_id"), d.get("world_size")
+    return (d.job_id, d.world_size) if d is not None else (None, None)
 
 
 def _rank_dirs(p: Path) -> list[Path]:
@@ -183,11 +182,13 @@ def _expand(path: Path) -> list[Path | str]:
     if ranks:
         return ranks
     try:
-        job = json.loads((path / JOB_FILE).read_text())
-        return [p["path"] if is_url(p["path"]) else (path / p["path"]).resolve()
-                if not Path(p["path"]).is_absolute() else Path(p["path"]) for p in job["parts"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PartsError(f"{path / JOB_FILE}: not a roofscope job file ({e})") from None
+        data = (path / JOB_FILE).read_bytes()
+    except OSError as e:
+        raise PartsError(f"{path / JOB_FILE}: unreadable ({e})") from None
+    job: JobDoc = read_versioned(data, JobDoc, key="schema_version", current=JOB_SCHEMA_VERSION, what="job",
+                                 where=str(path / JOB_FILE), error=PartsError)
+    return [p.path if is_url(p.path) else (path / p.path).resolve() if not Path(p.path).is_absolute()
+            else Path(p.path) for p in job.parts]
 
 
 def resolve_parts(sources: list[str]) -> tuple[list[Part], int, list[str]]:

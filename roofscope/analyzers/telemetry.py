@@ -33,9 +33,9 @@ def load(path: str | os.PathLike) -> Telemetry:
     p = Path(path)
     data = read_maybe_gzip(p, TelemetryError, "expected a telemetry file")
     try:
-        return Telemetry.from_json(data)
+        return Telemetry.from_json(data, source=str(p))
     except ValueError as e:
-        raise TelemetryError(f"{p}: {e}") from None
+        raise TelemetryError(str(e)) from None
 
 
 def _num(x: Any) -> float | None:

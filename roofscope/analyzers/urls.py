@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import RoofscopeError
+from ..run.layout import NOT_TRACES
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]+://")
-# Files of a folder that are not rank traces: what roofscope itself writes beside them.
-NOT_TRACES = {"job.json", "summary.json", "run.json", "ceilings.json", "counters.json.gz", "telemetry.json.gz"}
 
 
 class UrlError(RoofscopeError):

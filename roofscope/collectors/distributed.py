@@ -27,12 +27,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import OutputExistsError, RoofscopeError
 from ..run import META_FILE, is_run_dir
+from ..run.layout import COMBINED_FILES, part_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import SessionResult
-
-# What `roofscope merge` writes into the job directory beside the parts.
-COMBINED_FILES = ("job.json", "summary.json", "report.html")
 
 
 class DistributedError(RoofscopeError):
@@ -144,8 +142,7 @@ def rank_info(env: Mapping[str, str] | None = None) -> RankInfo | None:
 
 def part_dir(out: str | os.PathLike, rank: int, world_size: int) -> Path:
     """``OUT/rank-0003``: four digits, more when the world needs them, so names sort by rank."""
-    width = max(4, len(str(world_size - 1)))
-    return Path(out) / f"rank-{rank:0{width}d}"
+    return Path(out) / part_name(rank, world_size)
 
 
 def launcher_start(proc: Path = Path("/proc")) -> str | None:

@@ -8,19 +8,20 @@ profiled program.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+from ..run.schema import TELEMETRY_VERSION as SCHEMA_VERSION
+from ..run.schema import TelemetryDoc, read_versioned
 
 FIELDS: tuple[str, ...] = (
     "t_unix_ns", "device", "sm_clock_mhz", "mem_clock_mhz", "power_w", "energy_mj",
@@ -64,48 +65,27 @@ class Telemetry:
     cost: dict = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        doc = {"schema_version": SCHEMA_VERSION, **asdict(self)}
-        try:
-            text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-        except ValueError:
-            # Only reached when a reading was NaN/inf; scrubbing every cell up front would
-            # cost a Python-level pass over millions of cells on long runs.
-            text = json.dumps(_scrub(doc), separators=(",", ":"), allow_nan=False)
-        return text.encode()
+        """The telemetry document (schema.TelemetryDoc), compact; NaN and infinite readings as null."""
+        return msgspec.json.encode(TelemetryDoc(schema_version=SCHEMA_VERSION, interval_s=self.interval_s,
+                                                devices=self.devices, samples=self.samples, notes=self.notes,
+                                                cost=self.cost))
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> "Telemetry":
-        try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"telemetry is not valid JSON: {e}") from None
-        if not isinstance(doc, dict):
-            raise ValueError("telemetry JSON must be an object")
-        if doc.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported telemetry schema_version {doc.get('schema_version')!r} "
-                             f"(expected {SCHEMA_VERSION})")
-        interval = doc.get("interval_s")
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
-            raise ValueError("telemetry interval_s must be a positive number")
-        devices, samples, notes, cost = (doc.get(k) for k in ("devices", "samples", "notes", "cost"))
-        if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-            raise ValueError("telemetry devices must be a list of objects")
-        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-            raise ValueError("telemetry notes must be a list of strings")
-        if not isinstance(cost, dict):
-            raise ValueError("telemetry cost must be an object")
-        if not isinstance(samples, dict):
-            raise ValueError("telemetry samples must be an object of columns")
+    def from_json(cls, data: bytes | str, source: str = "telemetry JSON") -> "Telemetry":
+        """Read ``to_json``'s document; a ValueError whose one-line message starts with ``source``."""
+        doc = read_versioned(data.encode() if isinstance(data, str) else data, TelemetryDoc, key="schema_version",
+                             current=SCHEMA_VERSION, what="telemetry", where=source, error=ValueError)
+        samples = doc.samples
         missing = [f for f in FIELDS if not isinstance(samples.get(f), list)]
         if missing:
-            raise ValueError(f"telemetry samples lack column(s): {', '.join(missing)}")
+            raise ValueError(f"{source}: samples lack column(s): {', '.join(missing)}")
         if len({len(samples[f]) for f in FIELDS}) > 1:
-            raise ValueError("telemetry sample columns differ in length")
-        tel = cls(float(interval), devices, {f: samples[f] for f in FIELDS}, notes, cost)
+            raise ValueError(f"{source}: sample columns differ in length")
+        tel = cls(doc.interval_s, doc.devices, {f: samples[f] for f in FIELDS}, doc.notes, doc.cost)
         try:
             tel.frame()
         except (TypeError, ValueError, OverflowError) as e:
-            raise ValueError(f"telemetry samples hold non-numeric values: {e}") from None
+            raise ValueError(f"{source}: samples hold non-numeric values: {e}") from None
         return tel
 
     def frame(self) -> pd.DataFrame:
@@ -120,16 +100,6 @@ class Telemetry:
             cols[f] = np.asarray(s[f], dtype=np.float64)
         cols["clock_event_reasons"] = pd.array(s["clock_event_reasons"], dtype="Int64")
         return pd.DataFrame(cols, columns=list(FIELDS))
-
-
-def _scrub(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _scrub(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_scrub(v) for v in obj]
-    return obj
 
 
 def _strtoul(token: str) -> int:

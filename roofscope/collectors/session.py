@@ -431,7 +431,7 @@ class Session:
             return None
         import gzip
 
-        from ..analyzers.graphs import CAPTURE_FILES
+        from ..run.layout import CAPTURE_FILES
 
         for i, path in enumerate(g.files):
             if path.exists():

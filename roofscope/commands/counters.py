@@ -7,7 +7,6 @@ re-renders its summary.json and report.html.
 """
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -124,15 +123,13 @@ def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list
 def rerender(run_dir: Path) -> list[str]:
     """Rewrite the Run's summary.json (and report.html, if it has one) from a fresh analysis."""
     from ..fileio import atomic_write
-    from ..reports.export import json_safe
-    from ..run import REPORT_FILE, SUMMARY_FILE, load
+    from ..run import REPORT_FILE, SUMMARY_FILE, load, summary_text
 
     try:
         analysis = load(run_dir).analyze()
     except RoofscopeError as e:
         return [f"could not re-analyze the Run, so its summary and report predate the counters: {e}"]
-    atomic_write(run_dir / SUMMARY_FILE, json.dumps(json_safe(analysis.summary()), indent=1, allow_nan=False),
-                 force=True)
+    atomic_write(run_dir / SUMMARY_FILE, summary_text(analysis.summary()), force=True)
     if (run_dir / REPORT_FILE).exists():
         from ..reports.html import render_html
 

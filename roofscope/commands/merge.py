@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RoofscopeError
 from ..fileio import atomic_write, check_writable
 from ..run import is_run_dir
+from ..run.layout import COMBINED_FILES, JOB_FILE, REPORT_FILE, SUMMARY_FILE
+from ..run.schema import JOB_SCHEMA_VERSION
 from .options import CeilingOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.ranks import Part
     from ..analyzers.straggler import Job
-
-JOB_SCHEMA_VERSION = 1
-SUMMARY_FILE = "summary.json"
-REPORT_FILE = "report.html"
 
 
 @dataclass
@@ -94,7 +92,7 @@ def run(opts: MergeOptions) -> int:
     from ..reports.export import json_safe
 
     out = Path(opts.out) if opts.out else None
-    files = [out / n for n in ("job.json", SUMMARY_FILE, REPORT_FILE)] if out else []
+    files = [out / n for n in COMBINED_FILES] if out else []
     # Parts first (they only read run.json and trace heads), so that no output can overwrite one;
     # both checks come before the analysis.
     parts, world, warnings = resolve_parts(opts.sources)
@@ -118,7 +116,7 @@ def run(opts: MergeOptions) -> int:
 
         doc = job_doc(parts, world, out)
         links = {r: _rel(p, out) for r, p in reports.items() if p is not None}
-        atomic_write(out / "job.json", json.dumps(doc, indent=1), force=opts.force)
+        atomic_write(out / JOB_FILE, json.dumps(doc, indent=1), force=opts.force)
         atomic_write(out / SUMMARY_FILE, json.dumps(json_safe(summary), indent=1), force=opts.force)
         atomic_write(out / REPORT_FILE, render_multirank(job, links), force=opts.force)
         print(f"wrote {out / REPORT_FILE}", file=sys.stderr)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from .. import __version__
 from ..errors import RoofscopeError
+from ..run.schema import check_version
 from .thresholds import metric, metrics_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,10 +128,7 @@ class Snapshot:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise GateInputError(f"{where}: not a roofscope gate baseline (write one with"
                                  " `roofscope gate --write-baseline RUN BASELINE.json`)")
-        version = d.get("version")
-        if not isinstance(version, int) or version > VERSION:
-            raise GateInputError(f"{where}: baseline version {version!r} is newer than this roofscope reads"
-                                 f" ({VERSION}); upgrade roofscope or rewrite the baseline")
+        check_version(d.get("version"), VERSION, "baseline", where, key="version", error=GateInputError)
         try:
             samples = {str(name): np.array([math.nan if v is None else float(v) for v in entry["samples"]])
                        for name, entry in d["metrics"].items()}

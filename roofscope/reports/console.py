@@ -5,6 +5,7 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
+from ..run.layout import REPORT_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
@@ -310,7 +311,7 @@ def render_session(result: "SessionResult", top: int = 15, quiet: bool = False) 
     if result.analysis is not None and not quiet:
         out = render_summary(result.analysis, top=top) + "\n"
     out += f"run:    {result.run.path}\n"
-    report = result.run.path / "report.html"
+    report = result.run.path / REPORT_FILE
     if report.exists():
         out += f"report: {report}\n"
     problem = None

@@ -1,22 +1,9 @@
-"""The Run: a versioned directory holding everything one profile collected.
+"""The Run directory: opening one (typed metadata, one version policy) and writing one whole.
 
-Layout (schema 1)::
-
-    run.json          metadata: schema_version, versions, command, host, device, steps, exit status
-    trace.json.gz     the Kineto trace
-    ceilings.json     ceilings measured where the run was collected (optional)
-    telemetry.json.gz NVML samples taken while profiling (optional; collectors/nvml.py)
-    summary.json      the analysis summary written at collection time (optional)
-    report.html       the HTML report rendered at collection time (optional)
-    counters.json.gz  hardware counters joined to the trace's kernels (optional; roofscope/counters.py)
-    counters.ncu-rep  Nsight Compute's own report of the counters pass (optional)
-
-Under torchrun each rank writes such a Run to ``OUT/rank-NNNN/`` and ``roofscope merge`` adds
-``job.json``, ``summary.json`` and ``report.html`` beside them (collectors/distributed.py).
-
-A Run is written into a temporary sibling directory and renamed into place, so a
-reader never sees half a Run; an existing directory is replaced only with
-``force``. Analysis needs nothing but these files: a Run re-analyzes on any machine.
+A Run is written into a temporary sibling directory and renamed into place, so a reader
+never sees half a Run; an existing directory is replaced only with ``force``. Files added
+to a Run later (counters, a re-rendered summary) and run.json updates are each written
+atomically. Analysis needs nothing but the Run's files: a Run re-analyzes on any machine.
 """
 from __future__ import annotations
 
@@ -32,19 +19,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .errors import OutputExistsError, RoofscopeError, TraceError
+import msgspec
+
+from .. import __version__
+from ..errors import OutputExistsError, RoofscopeError, TraceError
+from ..fileio import atomic_write
+from . import derived
+from .layout import CEILINGS_FILE, META_FILE, SUMMARY_FILE, TELEMETRY_FILE, TRACE_FILE
+from .schema import RUN_SCHEMA_VERSION, RunMeta, read_versioned
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .devices import Ceilings
+    from ..analyzers.analysis import Analysis
+    from ..devices import Ceilings
 
-SCHEMA_VERSION = 1
-META_FILE = "run.json"
-TRACE_FILE = "trace.json.gz"
-CEILINGS_FILE = "ceilings.json"
-SUMMARY_FILE = "summary.json"
-TELEMETRY_FILE = "telemetry.json.gz"
-REPORT_FILE = "report.html"
+SCHEMA_VERSION = RUN_SCHEMA_VERSION
 
 
 class RunError(RoofscopeError):
@@ -53,10 +41,15 @@ class RunError(RoofscopeError):
 
 @dataclass(frozen=True)
 class Run:
-    """A Run directory on disk; read with :func:`load`."""
+    """A Run directory on disk; read with :func:`load`.
+
+    ``info`` is run.json typed; ``meta`` the same document as written, every field
+    included, for the analyzers that read collector-specific ones.
+    """
 
     path: Path
     meta: dict[str, Any]
+    info: RunMeta
 
     @property
     def trace_path(self) -> Path:
@@ -73,18 +66,40 @@ class Run:
         return p if p.exists() else None
 
     def summary(self) -> dict[str, Any] | None:
-        """The summary stored at collection time, if any (``analyze`` recomputes it)."""
-        p = self.path / SUMMARY_FILE
-        return json.loads(p.read_text()) if p.exists() else None
+        """The Run's analysis summary: the stored one when this roofscope's analysis wrote it,
+        else computed afresh from the trace (never an outdated file); None when it has none."""
+        stored = derived.read_summary(self.path)
+        if stored is None or derived.is_current(stored):
+            return derived.unstamped(stored)
+        from ..reports.export import json_safe
 
-    def analyze(self, **kwargs: Any):
-        from .analyzers.analysis import analyze
+        return json_safe(self.analyze().summary())
+
+    def analyze(self, **kwargs: Any) -> "Analysis":
+        from ..analyzers.analysis import analyze
 
         return analyze(self.path, **kwargs)
 
 
 def is_run_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / META_FILE).is_file()
+
+
+def read_meta(path: str | os.PathLike) -> tuple[dict[str, Any], RunMeta]:
+    """A Run directory's run.json, as written and typed; :class:`RunError` when unreadable,
+    of a newer version, or malformed."""
+    p = Path(path) / META_FILE
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise RunError(f"{p}: unreadable ({e})") from None
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise RunError(f"{p}: unreadable ({e})") from None
+    info = read_versioned(raw, RunMeta, key="schema_version", current=RUN_SCHEMA_VERSION, what="Run",
+                          where=str(p), error=RunError)
+    return raw, info
 
 
 def load(path: str | os.PathLike) -> Run:
@@ -94,19 +109,19 @@ def load(path: str | os.PathLike) -> Run:
         raise RunError(f"{p}: no such directory")
     if not p.is_dir() or not is_run_dir(p):
         raise RunError(f"{p}: not a roofscope Run directory (no {META_FILE})")
-    try:
-        meta = json.loads((p / META_FILE).read_text())
-    except (OSError, ValueError) as e:
-        raise RunError(f"{p / META_FILE}: unreadable ({e})") from None
-    version = meta.get("schema_version") if isinstance(meta, dict) else None
-    if not isinstance(version, int):
-        raise RunError(f"{p / META_FILE}: no schema_version; not a roofscope Run")
-    if version > SCHEMA_VERSION:
-        raise RunError(f"{p}: Run schema {version} is newer than this roofscope reads ({SCHEMA_VERSION});"
-                       " upgrade roofscope")
+    meta, info = read_meta(p)
     if not (p / TRACE_FILE).is_file():
         raise TraceError(f"{p}: Run has no {TRACE_FILE}")
-    return Run(path=p, meta=meta)
+    return Run(path=p, meta=meta, info=info)
+
+
+def update_meta(run: Run, **fields: Any) -> Run:
+    """Set top-level fields of the Run's run.json (Structs as their JSON), replacing the file
+    atomically so that a reader sees the old or the new document, never half of one."""
+    meta = {**run.meta, **{k: msgspec.to_builtins(v) for k, v in fields.items()}}
+    info = msgspec.convert(meta, RunMeta)   # never write a run.json that load() would refuse
+    atomic_write(run.path / META_FILE, json.dumps(meta, indent=1, default=str), force=True)
+    return Run(path=run.path, meta=meta, info=info)
 
 
 def environment() -> dict[str, Any]:
@@ -140,14 +155,19 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
               ceilings: "Ceilings | None" = None, summary: dict[str, Any] | None = None,
               files: dict[str, bytes | str] | None = None, force: bool = False) -> Run:
     """Write a Run to ``out`` atomically. ``trace`` is a file (gzipped here if it is not) or bytes;
-    ``files`` maps further plain file names (telemetry, report) to their contents."""
+    ``files`` maps further plain file names (telemetry, report) to their contents; ``summary``
+    is stored stamped with the analysis version that computed it."""
     import gzip
 
-    from .devices import save_ceilings_file
+    from ..devices import save_ceilings_file
 
     target = Path(out)
     if target.exists() and not force:
         raise OutputExistsError(f"{target} already exists; pass --force to overwrite it")
+    meta = {**meta, "schema_version": SCHEMA_VERSION}
+    text = json.dumps(meta, indent=1, default=str)
+    info = read_versioned(json.loads(text), RunMeta, key="schema_version", current=SCHEMA_VERSION, what="Run",
+                          where=str(target / META_FILE), error=RunError)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -158,15 +178,12 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
         if ceilings is not None:
             save_ceilings_file(ceilings, tmp / CEILINGS_FILE)
         for name, content in (files or {}).items():
-            if Path(name).name != name or name in (META_FILE, TRACE_FILE):
+            if Path(name).name != name or name in (META_FILE, TRACE_FILE, SUMMARY_FILE):
                 raise ValueError(f"invalid Run file name {name!r}")
             (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
         if summary is not None:
-            from .reports.export import json_safe
-
-            (tmp / SUMMARY_FILE).write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))
-        (tmp / META_FILE).write_text(json.dumps({**meta, "schema_version": SCHEMA_VERSION}, indent=1,
-                                                default=str))
+            (tmp / SUMMARY_FILE).write_text(derived.summary_text(summary))
+        (tmp / META_FILE).write_text(text)
         os.chmod(tmp, 0o755)
         if target.exists():
             # Move the old Run aside first so a failure never leaves neither.
@@ -180,4 +197,4 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Run(path=target, meta=json.loads((target / META_FILE).read_text()))
+    return Run(path=target, meta=json.loads(text), info=info)

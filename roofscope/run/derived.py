@@ -1,0 +1,43 @@
+"""Files derived from a Run's own (summary.json, report.html): stamped with the analysis version
+that computed them, so a reader can tell an outdated one from a current one.
+
+:data:`ANALYSIS_VERSION` is bumped by any change that alters the analysis summary (a new
+section, a changed figure); a stored summary with another stamp, or none (written before
+stamps existed), is stale, and :meth:`Run.summary` recomputes it from the trace instead of
+returning it. Reading never rewrites a Run (it may be read-only, or a committed fixture);
+whatever writes summary.json writes :func:`summary_text`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .layout import SUMMARY_FILE
+
+ANALYSIS_VERSION = 1
+STAMP = "analysis_version"   # the key summary.json carries the stamp under
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """``summary`` as summary.json holds it: JSON (NaN as null), stamped."""
+    from ..reports.export import json_safe
+
+    return json.dumps({**json_safe(summary), STAMP: ANALYSIS_VERSION}, indent=1, allow_nan=False)
+
+
+def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The stored summary.json as written (stamp included), or None when the Run has none."""
+    p = Path(run_dir) / SUMMARY_FILE
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def is_current(stored: dict[str, Any]) -> bool:
+    return stored.get(STAMP) == ANALYSIS_VERSION
+
+
+def unstamped(stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The summary as the analysis produced it, without the stamp."""
+    return None if stored is None else {k: v for k, v in stored.items() if k != STAMP}
+

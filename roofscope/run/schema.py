@@ -1,0 +1,181 @@
+"""Typed documents of a Run and of a job directory, and the one version policy every reader applies.
+
+A document's version is an integer, its major version: a change that readers of the same
+version can still read (a new optional field) keeps the number; anything else bumps it.
+:func:`check_version` reads the current version and the older ones still supported, and
+refuses a newer one with a one-line error telling to upgrade roofscope.
+
+The Structs type the fields roofscope's own code reads; fields a collector adds that no
+reader needs stay untyped (``dict[str, Any]``), and unknown fields are ignored on decode,
+so a Run written by a newer roofscope of the same version still reads.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from ..errors import RoofscopeError
+
+RUN_SCHEMA_VERSION = 1        # run.json
+TELEMETRY_VERSION = 1         # telemetry.json.gz
+COUNTERS_VERSION = 1          # counters.json.gz ("version", not "schema_version")
+CEILINGS_VERSION = 1          # ceilings.json and the microbenchmark cache's entries
+JOB_SCHEMA_VERSION = 1        # job.json
+
+
+class VersionError(RoofscopeError):
+    """A document of a version this roofscope cannot read."""
+
+
+def check_version(found: Any, current: int, what: str, where: str, *, key: str = "schema_version",
+                  error: type[Exception] = VersionError, oldest: int = 1) -> int:
+    """The version ``found`` (under ``key``) in ``where`` if this roofscope reads it (``oldest`` ..
+    ``current``), else ``error`` with a one-line message: a newer version asks for an upgrade."""
+    if isinstance(found, bool) or not isinstance(found, int):
+        raise error(f"{where}: {what} {key} {found!r} is not a version; not a roofscope {what} file")
+    if found > current:
+        raise error(f"{where}: {what} {key} {found} is newer than this roofscope reads ({current}); upgrade roofscope")
+    if found < oldest:
+        raise error(f"{where}: {what} {key} {found} is older than this roofscope reads ({oldest} or later);"
+                    " collect it again")
+    return found
+
+
+class _Doc(msgspec.Struct, kw_only=True):
+    """Keyword-only fields; every field written, defaults included, as the dict writers did."""
+
+
+# -- run.json -------------------------------------------------------------------------------------
+
+class Environment(_Doc):
+    roofscope: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    hostname: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+
+
+class Steps(_Doc):
+    # {"wait", "warmup", "active"} for a step schedule, {"duration_s", "delay_s"} for a time window
+    requested: dict[str, Any] = {}
+    boundaries_seen: int | None = None
+    source: str | None = None
+    step_on: str | None = None
+    delay_from: str | None = None
+    recorded: list[int] = []
+
+
+class Distributed(_Doc):
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    node: str | None = None
+    source: str | None = None
+    group_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    run_id: str | None = None
+    backend: str | None = None
+    job_id: str | None = None
+
+
+class TelemetryEntry(_Doc):
+    file: str | None = None
+    hz: float | None = None
+    samples: int | None = None
+    notes: list[str] = []
+
+
+class CountersEntry(_Doc):
+    """run.json's record of the counters pass stored in the Run."""
+
+    file: str
+    tool: str = "ncu"
+    ncu_version: str | None = None
+    kernels: int = 0
+    matched: int | None = None
+    sample: int | None = None
+    command: list[str] | None = None
+    report: str | None = None
+
+
+class RunMeta(_Doc):
+    schema_version: int
+    created: str | None = None
+    command: list[str] = []
+    cwd: str | None = None
+    environment: Environment = msgspec.field(default_factory=Environment)
+    started: str | None = None
+    wall_s: float | None = None
+    exit_status: Any = None               # {code, reason, detail}; a bare code from hand-made Runs
+    device: dict[str, Any] = {}           # machine facts; keys vary by backend (collectors/metadata.py)
+    steps: Steps | None = None
+    tokens_per_step: float | None = None
+    model_flops_per_step: float | None = None
+    frameworks: list[str] = []
+    distributed: Distributed | None = None
+    telemetry: TelemetryEntry | None = None
+    counters: CountersEntry | None = None
+    warnings: list[str] = []
+
+
+# -- telemetry.json.gz, counters.json.gz, ceilings.json, job.json ---------------------------------
+
+class TelemetryDoc(_Doc):
+    schema_version: int
+    interval_s: Annotated[float, msgspec.Meta(gt=0)]
+    devices: list[dict[str, Any]] = []
+    samples: dict[str, list[Any]] = {}
+    notes: list[str] = []
+    cost: dict[str, Any] = {}
+
+
+class CountersHeader(_Doc):
+    """counters.json.gz less its ``columns``."""
+
+    version: int
+    tool: str = "ncu"
+    ncu_version: str | None = None
+    metrics: list[str] = []
+    sample: int | None = None
+    join: dict[str, int] | None = None
+    na_metrics: list[str] = []
+    warnings: list[str] = []
+    source: str | None = None
+    command: list[str] | None = None
+
+
+class JobPart(_Doc):
+    path: str
+    rank: int | None = None
+    node: str | None = None
+    kind: str = "run"                     # "run" or "trace"
+
+
+class JobDoc(_Doc):
+    schema_version: int
+    parts: list[JobPart]
+    kind: str = "roofscope-job"
+    world_size: int | None = None
+    created: str | None = None
+
+
+def read_versioned(data: bytes | dict[str, Any], kind: type[msgspec.Struct], *, key: str, current: int,
+                   what: str, where: str, error: type[Exception]) -> Any:
+    """Decode ``data`` (JSON bytes or an already decoded object) as ``kind``: the version first
+    (a newer document is refused before its fields are judged), then the fields; every problem
+    is ``error`` with a one-line message."""
+    try:
+        doc = msgspec.json.decode(data) if isinstance(data, bytes) else data
+    except msgspec.DecodeError as e:
+        raise error(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise error(f"{where}: not a roofscope {what} file (the JSON must be an object)")
+    check_version(doc.get(key), current, what, where, key=key, error=error)
+    try:
+        return msgspec.convert(doc, kind)
+    except msgspec.ValidationError as e:
+        raise error(f"{where}: malformed {what} file: {e}") from None
