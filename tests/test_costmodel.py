@@ -96,6 +96,19 @@ def test_convolution_strided() -> None:
     check(row, 442_368, 59_136, "fp32", "conv")
 
 
+def test_strided_1x1_convolution_reads_only_the_pixels_it_samples() -> None:
+    # ResNet-50's downsample: x[64,256,56,56] w[512,256,1,1] stride 2 -> out [64,512,28,28] (cuDNN op)
+    # FLOPs 2 * 64 * 512 * 28 * 28 * 256 = 13,153,337,344
+    # the 1x1 filter at stride 2 reads every other row and column: 28/56 * 28/56 = 1/4 of x
+    # bytes bf16: x 102,760,448 / 4 = 25,690,112 + w 262,144 + out 51,380,224 = 77,332,480
+    # (counting all of x gave 154,402,816 bytes, and the kernel ran at 112% of that roof on an H100)
+    row = cost("aten::cudnn_convolution", [[64, 256, 56, 56], [512, 256, 1, 1], [], [], [], [], [], [], []],
+               [BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar", "Scalar", "Scalar"],
+               concrete=["", "", "[0, 0]", "[2, 2]", "[1, 1]", "1", "False", "False", "True"])
+    check(row, 13_153_337_344, 77_332_480, "bf16", "conv")
+    # a 3x3 filter at stride 2 overlaps its neighbours' rows: all of x is read (59,136 above)
+
+
 def test_convolution_without_parameters_has_no_shapes() -> None:
     # old traces: stride/padding not recorded -> the output size is unknown, nothing is guessed
     row = cost("aten::convolution", [[2, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], [], [], []], CONV_TYPES)
