@@ -8,13 +8,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 from .collectors.regions import region
+from .version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.analysis import Analysis
-    from .collectors.context import Profile
+    from .context import Profile
     from .run import Run
 
 __all__ = ["__version__", "analyze", "load", "profile", "region", "register_formula", "step"]
@@ -35,8 +34,8 @@ def load(path: Any) -> "Run":
 
 
 def profile(steps: int = 3, **kwargs: Any) -> "Profile":
-    """Profile a loop in your own code; see :func:`roofscope.collectors.context.profile`."""
-    from .collectors.context import profile as _profile
+    """Profile a loop in your own code; see :func:`roofscope.context.profile`."""
+    from .context import profile as _profile
 
     return _profile(steps, **kwargs)
 

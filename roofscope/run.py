@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from .version import __version__
 from .errors import OutputExistsError, RoofscopeError, TraceError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,11 +76,6 @@ class Run:
         """The summary stored at collection time, if any (``analyze`` recomputes it)."""
         p = self.path / SUMMARY_FILE
         return json.loads(p.read_text()) if p.exists() else None
-
-    def analyze(self, **kwargs: Any):
-        from .analyzers.analysis import analyze
-
-        return analyze(self.path, **kwargs)
 
 
 def is_run_dir(path: str | os.PathLike) -> bool:
@@ -162,7 +157,7 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
                 raise ValueError(f"invalid Run file name {name!r}")
             (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
         if summary is not None:
-            from .reports.export import json_safe
+            from .jsonsafe import json_safe
 
             (tmp / SUMMARY_FILE).write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))
         (tmp / META_FILE).write_text(json.dumps({**meta, "schema_version": SCHEMA_VERSION}, indent=1,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import DeviceError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..devices import Ceilings
+    from ..ceilings import Ceilings
 
 __all__ = ["default_device", "measure", "parse_device"]
 

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..devices import Ceilings
+from ..ceilings import Ceilings
 from ..errors import DeviceError
 
 Progress = Callable[[str, int, int], None]
@@ -200,7 +200,7 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
     noisy = [r for r in results if r["noisy"]]
     notes = [f"{r['name']} skipped: {r['error']}" for r in results if r["error"]]
     if noisy:
-        from ..reports.console import si
+        from ..units import si
 
         notes.append("noisy: " + ", ".join(f"{r['name']} (best {si(r['value'], r['unit'])}, median"
                                            f" {si(r['median'], r['unit'])})" for r in noisy)
