@@ -65,24 +65,18 @@ def junit_xml(result: "GateResult") -> str:
 
 
 def diagnosis_xml(a: "Analysis") -> str:
-    """Every diagnosis rule as a testcase: failed with its findings (saving per step, the fix),
-    skipped with the reason it did not run, passed when it ran and found nothing."""
-    from ..analyzers.rules import RULES
-
+    """The diagnosis as tests: each rule with findings fails (its findings' savings per step and
+    fixes, largest first), each rule that did not apply is skipped with the engine's reason."""
     s = a.summary()
-    findings = s.get("findings") or []
-    skipped = {r["rule"]: r["reason"] for r in (s.get("diagnosis") or {}).get("skipped") or []}
+    by_rule: dict[str, list[dict]] = {}
+    for f in s.get("findings") or []:
+        by_rule.setdefault(f["rule"], []).append(f)
     cases = []
-    for rule in RULES:
-        found = [f for f in findings if f["rule"] == rule.name]
-        if found:
-            lines = [f"{f['title']}: -{f['saving_s'] * 1e3:.3f} ms per step ({100 * f['saving_pct']:.1f}%),"
-                     f" {f['confidence']} confidence. {f['summary']} Fix: {f['fix']['text']}" for f in found]
-            cases.append(Case(rule.name, "fail", lines[0].split(". ", 1)[0], text="\n\n".join(lines),
-                              kind=found[0]["binding"]))
-        elif rule.name in skipped:
-            cases.append(Case(rule.name, "skip", skipped[rule.name]))
-        else:
-            cases.append(Case(rule.name, "pass", "no finding"))
+    for rule, found in by_rule.items():
+        heads = [f"{f['title']}: -{f['saving_s'] * 1e3:.3f} ms per step ({100 * f['saving_pct']:.1f}%),"
+                 f" {f['confidence']} confidence" for f in found]
+        text = "\n\n".join(f"{head}. {f['summary']}. Fix: {f['fix']['text']}" for head, f in zip(heads, found))
+        cases.append(Case(rule, "fail", heads[0], text=text, kind=found[0]["binding"]))
+    cases += [Case(r["rule"], "skip", r["reason"]) for r in (s.get("diagnosis") or {}).get("skipped") or []]
     return document(RULES_SUITE, RULES_CLASSNAME, cases, [("trace", str(a.trace.path)), ("device", str(s["device"]))],
                     [])
