@@ -161,3 +161,8 @@ def test_the_facade_is_imported_by_no_module() -> None:
 ])
 def test_layers_import_downward(layer: str, forbidden: tuple[str, ...]) -> None:
     assert violations(GRAPH, layer, forbidden) == []
+
+
+def test_the_pipeline_reaches_into_commands_only_for_the_job_merge() -> None:
+    assert {t for t in GRAPH["roofscope.pipeline"] if _within(t, ("roofscope.commands",))} == {
+        "roofscope.commands.merge"}
