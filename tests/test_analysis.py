@@ -255,3 +255,28 @@ def test_alexnet_counter_ranges():
     assert "aten::cudnn_convolution" in set(k["op_name"])
     # FLOPs = add + mul + 2*fma over all ranges; the largest, a conv, has 2*9,119,334,400 + 24,780,800
     assert k["counter_flops"].max() == 2 * 9_119_334_400 + 24_780_800
+
+
+def test_inductor_flops_of_a_pointwise_kernel_fused_from_a_convolution_are_not_taken(tmp_path):
+    """Inductor gives `kernel_flop` to kernels with a matmul-like origin; a pointwise kernel fused
+    from a convolution's input cast (Lightning + torch.compile on an H100) carried the whole
+    convolution's 19.3 GFLOP in a 5 us copy, 8,173% of its roof. Its FLOPs are the pointwise
+    estimate; a template kernel keeps Inductor's count."""
+    b = TraceBuilder()
+    bf16 = "c10::BFloat16"
+    # poi: 8M-element bf16 cast, Inductor's bytes 33.5 MB (0.0335 GB), kernel_flop 1.9327e10 (the conv's)
+    e = b.op("triton_poi_fused__to_copy_convolution_8", ts=0, dur=10, dims=[[8388608], [8388608]],
+             types=[bf16, bf16], kernel_backend="triton", kernel_num_gb=0.0335, kernel_flop=1.9327e10)
+    b.launch_kernel("triton_poi_fused__to_copy_convolution_8", launch_ts=1, ts=20, dur=5, ext=e)
+    # tem: a 1024^3 GEMM template, kernel_flop 2 * 1024^3 = 2.147e9
+    e = b.op("triton_tem_fused_mm_0", ts=30, dur=10, dims=[[1024, 1024], [1024, 1024], [1024, 1024]],
+             types=[bf16] * 3, kernel_backend="triton", kernel_num_gb=0.006291456, kernel_flop=2147483648.0)
+    b.launch_kernel("triton_tem_fused_mm_0", launch_ts=31, ts=40, dur=10, ext=e)
+    a = roofscope.analyze(b.write(tmp_path / "t.json"), device="h100-sxm")
+    k = a.kernels.set_index(a.kernels["name"].astype(str))
+    poi, tem = k.loc["triton_poi_fused__to_copy_convolution_8"], k.loc["triton_tem_fused_mm_0"]
+    # poi: 1 FLOP per element of the largest operand, 8,388,608; bytes from Inductor, 33.5 MB
+    assert poi["flops"] == 8388608 and poi["bytes"] == pytest.approx(33.5e6)
+    # 33.5 MB / 3.35 TB/s = 10 us of floor in 5 us: above the datasheet roof, as a copy, not by 3,800x
+    assert poi["efficiency"] == pytest.approx(33.5e6 / 3.35e12 / 5e-6, rel=1e-3)
+    assert tem["flops"] == 2147483648.0 and tem["cost_source"] == "inductor"

@@ -25,7 +25,8 @@ def test_summarize_and_rates():
     s = timing.summarize([3.0, 1.0, 2.0, 10.0, 2.5])
     assert (s.median, s.min, s.max, s.reps) == (2.5, 1.0, 10.0, 5)
     m = timing.rate(100.0, s, "cfg")
-    assert m.value == m.median == 40.0 and m.min == 10.0 and m.max == 100.0
+    # 100 units in 2.5 s (median) is 40/s, in 1 s (fastest) 100/s: the ceiling is the fastest
+    assert m.value == m.max == 100.0 and m.median == 40.0 and m.min == 10.0
     lat = timing.latency(timing.summarize([2e-3, 4e-3, 3e-3]), "seq", per=1000)
     assert lat.value == pytest.approx(3e-6) and lat.min == pytest.approx(2e-6)
     with pytest.raises(ValueError):
@@ -120,6 +121,15 @@ def test_bandwidth_roof_is_the_best_streaming_rate_and_l2_a_second_level():
     c = ceilings_from_results("NVIDIA H100 80GB HBM3", lookup("h100-sxm"), _runner(benches), "t", {})
     assert c.bandwidth == 3.29e12 and c.env["bandwidth_from"] == "hbm write"
     assert c.env["levels"] == {"hbm": 3.29e12, "l2": 9.5e12}
+    assert c.levels == ()  # the L2's size is unknown here: one roof
+    # With the L2 size torch reports (50 MiB on an H100) the kernels' roof is per level:
+    c = ceilings_from_results("NVIDIA H100 80GB HBM3", lookup("h100-sxm"), _runner(benches), "t",
+                              {"l2_bytes": 52428800})
+    assert c.levels == (("L2", 52428800.0, 9.5e12), ("HBM", float("inf"), 3.29e12))
+    # a 48 MiB elementwise working set moves at L2 speed; 1 GiB at nearly HBM speed
+    bw, name = c.level_of([48 << 20, 1 << 30])
+    assert list(name) == ["L2", "HBM"] and bw[0] == 9.5e12
+    assert bw[1] == pytest.approx(2 ** 30 / (50 * 2 ** 20 / 9.5e12 + (1024 - 50) * 2 ** 20 / 3.29e12))
 
 
 def test_ceilings_fall_back_to_datasheet_bandwidth_with_note():

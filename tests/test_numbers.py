@@ -257,11 +257,20 @@ def _ceilings(levels=LEVELS):
     return Ceilings(device="cpu: test", source="measured", peaks={"fp32": 1e11}, bandwidth=20e9, levels=levels)
 
 
-def test_level_of_picks_the_innermost_level_the_working_set_fits():
+def test_level_of_lets_each_level_serve_what_it_holds():
     import numpy as np
 
-    bw, name = _ceilings().level_of(np.array([1 << 20, 8 << 20, 100 << 20, np.nan]))
-    assert list(name) == ["L2", "LLC", "DRAM", "DRAM"] and list(bw) == [200e9, 100e9, 20e9, 20e9]
+    bw, name = _ceilings().level_of(np.array([1 << 20, 2 << 20, 8 << 20, 100 << 20, np.nan]))
+    assert list(name) == ["L2", "L2", "LLC", "DRAM", "DRAM"]
+    # Fits L2: its 200 GB/s. 8 MiB: 2 MiB from L2 and 6 MiB from the LLC,
+    # 8 MiB / (2 MiB/200e9 + 6 MiB/100e9) = 8/7 x 100 GB/s = 114.3 GB/s.
+    # 100 MiB: 2/200e9 + 30/100e9 + 68/20e9 (in MiB) = 3.71 MiB per GB/s -> 26.9 GB/s, above DRAM's 20
+    # because a working set that size can still find 32 MiB in the caches. Unknown size: DRAM.
+    mib = 1 << 20
+    assert bw[0] == bw[1] == 200e9 and bw[-1] == 20e9
+    assert bw[2] == pytest.approx(8 * mib / (2 * mib / 200e9 + 6 * mib / 100e9)) == pytest.approx(114.29e9, rel=1e-4)
+    assert bw[3] == pytest.approx(100 * mib / (2 * mib / 200e9 + 30 * mib / 100e9 + 68 * mib / 20e9))
+    assert 20e9 < bw[3] < 27e9
     bw, name = _ceilings(levels=()).level_of(np.array([1 << 20]))
     assert list(bw) == [20e9] and list(name) == [""]
 
@@ -287,8 +296,10 @@ def test_cache_resident_op_is_placed_under_its_level_roof_not_above_dram(tmp_pat
     assert "629.1%!" in text
     levels = analyze(_inplace_trace(tmp_path), ceilings=_ceilings())
     k = levels.kernels.iloc[0]
-    # Against the LLC's 100 GB/s: 125.8 us of floor in 100 us is still above; at 200 GB/s (L2) it would not be.
-    assert k["roof_level"] == "LLC" and k["roof_bw"] == 100e9
+    # 2 MiB from L2 at 200 GB/s and 10 MiB from the LLC at 100 GB/s: 10.5 + 104.9 = 115.3 us of
+    # floor in 100 us is still above; with the whole 12 MiB in L2 (63 us) it would not be.
+    assert k["roof_level"] == "LLC"
+    assert k["floor_s"] == pytest.approx(2 * 2 ** 20 / 200e9 + 10 * 2 ** 20 / 100e9) and bool(k["above_roof"])
     fast = _ceilings(levels=(("LLC", 32 << 20, 300e9), ("DRAM", float("inf"), 20e9)))
     k = analyze(_inplace_trace(tmp_path), ceilings=fast).kernels.iloc[0]
     assert k["efficiency"] == pytest.approx(12 * 2 ** 20 / 300e9 / 100e-6) and not k["above_roof"]
@@ -437,3 +448,29 @@ def test_gate_cli_takes_bounds_with_units(tmp_path, capsys):
     assert "above the bound <= 0.500 ms (median of 3 steps)" in capsys.readouterr().out
     assert main(["gate", trace, "--min-mbu", "101%"]) == 2
     assert "--min-mbu 101%: expected a share between 0% and 100%" in capsys.readouterr().err
+
+
+def test_gpu_kernel_roof_is_hbm_unless_it_beat_hbm():
+    """H100-like levels: L2 50 MB at 7.9 TB/s, HBM at 3.28 TB/s. A kernel is placed against HBM,
+    the rate its compulsory bytes move at from memory, unless it moved them faster: then part came
+    from L2 and its roof is the levels' blend. Nsight Compute's DRAM bytes always sit on HBM."""
+    import pandas as pd
+
+    from roofscope.analyzers.roofline import place
+    from roofscope.devices import Ceilings
+
+    c = Ceilings(device="gpu", source="measured", peaks={"bf16": 790e12}, bandwidth=3.28e12,
+                 levels=(("L2", 50e6, 7.9e12), ("HBM", float("inf"), 3.28e12)))
+    k = pd.DataFrame({
+        "name": ["slow", "fast", "ncu"], "dur_ns": [40_000, 10_000, 10_000],
+        "flops": [0.0, 0.0, 0.0], "bytes": [40e6, 40e6, 30e6], "dtype": ["bf16"] * 3,
+        "tensor_core": [False] * 3, "category": ["elementwise"] * 3,
+        "cost_source": ["formula", "formula", "ncu"]})
+    p = place(k, c).set_index("name")
+    # slow: 40 MB in 40 us = 1 TB/s, under HBM: roof HBM, floor 40e6 / 3.28e12 = 12.2 us, 30.5%
+    assert p.loc["slow", "roof_level"] == "HBM" and p.loc["slow", "efficiency"] == pytest.approx(40e6 / 3.28e12 / 40e-6)
+    # fast: 4 TB/s beats HBM; 40 MB fits L2: roof 7.9 TB/s, floor 5.06 us, 50.6%, not 305% of HBM
+    assert p.loc["fast", "roof_level"] == "L2" and p.loc["fast", "efficiency"] == pytest.approx(40e6 / 7.9e12 / 10e-6)
+    assert not p["above_roof"].any()
+    # ncu: 30 MB of DRAM bytes in 10 us = 3 TB/s on HBM: 91.5%
+    assert p.loc["ncu", "roof_level"] == "HBM" and p.loc["ncu", "efficiency"] == pytest.approx(30e6 / 3.28e12 / 10e-6)

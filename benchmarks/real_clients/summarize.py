@@ -3,12 +3,16 @@ and the formula used, the top findings and changes, kernels above their roof, th
 agreement with ncu counters (when the Run has them), and, for a client run again with its fix
 applied (RUN_compile), the top change's predicted saving against the measured one.
 
-    python benchmarks/real_clients/summarize.py rc/hf_trainer_llama rc/lightning_cnn ...
+    python benchmarks/real_clients/summarize.py [--ceilings FILE] rc/hf_trainer_llama rc/lightning_cnn ...
+
+--ceilings re-analyzes every Run against a ceilings file (`roofscope microbench --out`) instead of
+the ceilings each Run was recorded with.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import roofscope
 from roofscope.analyzers.diff import diff
@@ -22,8 +26,8 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def client(run: Path) -> None:
-    a = roofscope.analyze(run)
+def client(run: Path, ceilings: Any = None) -> None:
+    a = roofscope.analyze(run, ceilings=ceilings)
     s = a.summary()
     m = s["metrics"]
     print(f"### {run.name}\n")
@@ -47,13 +51,14 @@ def client(run: Path) -> None:
         print(f"counters: {c}\n")
     for f in s["findings"][:3]:
         print(f"- #{f['rank']} {f['rule']} ({f['change']}): {f['title']}: {ms(f['saving_s'])} ms"
-              f" ({pct(f['saving_pct'])}); fix: `{f['fix']['snippet'].splitlines()[0]}`")
+              f" ({pct(f['saving_pct'])}); fix: `{(f['fix']['snippet'].splitlines() or ['-'])[0]}`")
     print()
     for c in s["diagnosis"]["changes"][:3]:
         print(f"- change #{c['rank']} {c['change']} ({'+'.join(c['rules'])}): {ms(c['saving_s'])} ms/step")
-    fixed = run.parent / f"{run.name}_compile"
-    if fixed.exists():
-        p = diff(a, roofscope.analyze(fixed), applied="torch_compile" if any(
+    # the client run again with its fix: RUN_compile, or RUN_compile_MODE (--compile MODE)
+    fixed = next(iter(sorted(run.parent.glob(f"{run.name}_compile*/"))), None)
+    if fixed is not None:
+        p = diff(a, roofscope.analyze(fixed, ceilings=ceilings), applied="torch_compile" if any(
             c["change"] == "torch_compile" for c in s["diagnosis"]["changes"]) else None).prediction
         print(f"\napplied fix ({fixed.name}): {p.rule}: predicted {ms(p.predicted_s)} ms, measured"
               f" {ms(p.measured_s)} ms, ratio {p.ratio if p.ratio is None else round(p.ratio, 2)}: {p.verdict}")
@@ -61,5 +66,11 @@ def client(run: Path) -> None:
 
 
 if __name__ == "__main__":
-    for r in sys.argv[1:]:
-        client(Path(r))
+    args = sys.argv[1:]
+    ceilings = None
+    if args[:1] == ["--ceilings"]:
+        from roofscope.devices import load_ceilings_file
+
+        ceilings, args = load_ceilings_file(args[1]), args[2:]
+    for r in args:
+        client(Path(r), ceilings)

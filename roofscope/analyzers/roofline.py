@@ -9,8 +9,10 @@ copies are bound by PCIe, not HBM; Ceilings.copy_roof):
 * floor time = max(F / P, B / W) (the roofline's lower bound on t),
 * efficiency = floor time / t.
 
-W is the bandwidth of the memory level the kernel's working set (its compulsory bytes) fits
-in when the ceilings carry levels (CPU measurements: L2, LLC, DRAM), else the one bandwidth.
+When the ceilings carry memory levels (CPU: L2, LLC, DRAM; GPU: L2, HBM), W is the outermost
+level's rate, unless the kernel moved its bytes faster than that: then its operands were partly in
+cache, and W is the rate at which its working set moves with each level serving as much of it as
+the level holds (Ceilings.level_of; ``_memory_roof``). Without levels, the one bandwidth.
 A kernel with efficiency above 1 ran faster than its roof allows: ``above_roof`` flags it
 (the ceilings are stale, or its operands sat in a faster level than its size suggests).
 
@@ -85,6 +87,24 @@ def _host_link(k: pd.DataFrame, ceilings: Ceilings, bw: np.ndarray, level: np.nd
     return bw, level
 
 
+def _memory_roof(k: pd.DataFrame, ceilings: Ceilings, nbytes: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bandwidth roof and memory level per kernel. With levels, the roof is the outermost level's
+    (HBM, DRAM): the rate a kernel's compulsory bytes move at when no cache holds them, and the
+    one that keeps classes in line with Nsight Compute's DRAM bytes. A kernel that moved its
+    bytes faster than that was served in part by the caches: it is placed against the levels'
+    roof (Ceilings.level_of), the lowest roof it does not beat. Bytes measured by Nsight Compute
+    are DRAM bytes (what the caches did not serve), always on the outermost level."""
+    bw, level = ceilings.level_of(nbytes)
+    if not ceilings.levels:
+        return bw, level
+    outer, _, rate = ceilings.levels[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cached = nbytes / dur > rate
+    if "cost_source" in k:
+        cached &= (k["cost_source"].astype(str) != "ncu").to_numpy()
+    return np.where(cached, bw, rate), np.where(cached, level, outer)
+
+
 def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
     """Add roofline columns and ``cls`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
     ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
@@ -96,7 +116,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
     tc = k["tensor_core"].to_numpy(dtype=bool)
-    bw, level = ceilings.level_of(nbytes)  # no ceilings: NaN, so no floor, efficiency or class
+    bw, level = _memory_roof(k, ceilings, nbytes, dur)  # no ceilings: NaN, so no floor, efficiency or class
     bw, level = _host_link(k, ceilings, bw, level)
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur

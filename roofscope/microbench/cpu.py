@@ -9,7 +9,7 @@ median/min/max over repetitions and one result dict per benchmark in ``env["resu
 Bandwidth is measured at working sets sized from the cache hierarchy (/sys): half the L2 of the
 cores torch uses, half the LLC, and well beyond the LLC (DRAM). At each, the best streaming rate
 of three kernels (copy, in-place scale, triad ``c = a + s*b``) is the level's roof: a kernel's
-roof is that of the innermost level its working set fits in (devices.Ceilings.level_of).
+roof lets each level serve as much of its working set as it holds (ceilings.Ceilings.level_of).
 
 **Noise.** Each benchmark runs ``repeats`` times; when the median repetition is more than
 :data:`NOISY_SPREAD` (25 %) below the best, other work shared the CPU while it ran: the result is

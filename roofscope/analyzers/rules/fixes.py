@@ -36,7 +36,10 @@ CHANGES: tuple[Change, ...] = (
            ("fusion", "cuda_graphs"), {
                "hf_trainer": "TrainingArguments(..., torch_compile=True)"
                              '   # torch_compile_mode="reduce-overhead" adds CUDA graphs',
-               "lightning": "model = torch.compile(model)   # the LightningModule, before trainer.fit(model)",
+               # default mode fuses but keeps every launch: on an H100 Lightning CNN it left the
+               # launch-bound step host-bound (11.7 -> 20.5 ms); CUDA graphs remove the launches
+               "lightning": 'model = torch.compile(model, mode="reduce-overhead")'
+                            "   # the LightningModule, before trainer.fit(model)",
                "accelerate": 'accelerator = Accelerator(dynamo_backend="inductor")',
                "torchtitan": "[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]   # in the job's .toml",
                "deepspeed": "model_engine.compile()   # after deepspeed.initialize(...)",
