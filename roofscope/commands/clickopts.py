@@ -98,4 +98,3 @@ def parse_run_argv(argv: list[str]) -> dict[str, Any]:
     Run recorded by an older or newer roofscope still names its script."""
     command = click.command("run", context_settings=RUN_CONTEXT)(run_options(lambda **_: None))
     return command.make_context("run", list(argv), resilient_parsing=True).params
-
