@@ -8,13 +8,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 from .collectors.regions import region
+from .version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.analysis import Analysis
-    from .collectors.context import Profile
+    from .context import Profile
     from .run import Run
 
 __all__ = ["__version__", "analyze", "load", "profile", "region", "register_formula", "step"]
@@ -28,15 +27,23 @@ def analyze(path: Any, **kwargs: Any) -> "Analysis":
 
 
 def load(path: Any) -> "Run":
-    """Open a Run directory written by a collector; see :func:`roofscope.run.load`."""
+    """Open a Run directory written by a collector; see :func:`roofscope.run.load`. Its
+    ``summary()`` is recomputed from the trace when an older analysis wrote the stored one."""
     from .run import load as _load
 
-    return _load(path)
+    return _load(path, recompute=_fresh_summary)
+
+
+def _fresh_summary(path: Any) -> dict:
+    from .analyzers.analysis import analyze as _analyze
+    from .jsonsafe import json_safe
+
+    return json_safe(_analyze(path).summary())
 
 
 def profile(steps: int = 3, **kwargs: Any) -> "Profile":
-    """Profile a loop in your own code; see :func:`roofscope.collectors.context.profile`."""
-    from .collectors.context import profile as _profile
+    """Profile a loop in your own code; see :func:`roofscope.context.profile`."""
+    from .context import profile as _profile
 
     return _profile(steps, **kwargs)
 

@@ -6,8 +6,9 @@ from typing import Sequence
 
 import click
 
-from . import __version__
+from .commands.clickopts import RUN_CONTEXT, ceiling_options, run_options
 from .errors import RoofscopeError
+from .version import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,31 +17,9 @@ def cli() -> None:
     """Roofline profiling and diagnosis for PyTorch."""
 
 
-def _ceiling_options(fn):
-    """Options that choose the ceilings the roofline is drawn with (shared by analyze and report)."""
-    for opt in reversed((
-        click.option("--datasheet", "--device", "device", metavar="KEY",
-                     help="Datasheet device (key or name) to take ceilings from, instead of the trace's device "
-                          "(`roofscope devices` lists them; --device is the old name)."),
-        click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True),
-                     help="Peak compute in TFLOP/s (used for every precision)."),
-        click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True),
-                     help="Peak memory bandwidth in GB/s."),
-        click.option("--ceilings", "ceilings", type=click.Path(dir_okay=False, path_type=str),
-                     help="Measured-ceilings JSON file (from `roofscope microbench --out`)."),
-        click.option("--latency-floor-us", type=click.FloatRange(min=0),
-                     help="Roofline floor time below which a kernel is latency-bound [default: 3]."),
-        click.option("--underutilized-below", type=click.FloatRange(min=0, max=1),
-                     help="Efficiency below which a kernel is under-utilized [default: 0.25]."),
-        click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),
-    )):
-        fn = opt(fn)
-    return fn
-
-
 @cli.command("analyze")
 @click.argument("trace", type=click.Path(dir_okay=True, path_type=str), metavar="RUN_OR_TRACE")
-@_ceiling_options
+@ceiling_options
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write the summary and aggregate tables as JSON.")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=str),
@@ -72,7 +51,7 @@ def analyze_cmd(**kwargs: object) -> int:
 @click.option("--cdn", is_flag=True,
               help="Load plotly.js from a CDN (pinned by hash) instead of inlining it: ~1.2 MB smaller, "
                    "but the charts need the network.")
-@_ceiling_options
+@ceiling_options
 def report_cmd(**kwargs: object) -> int:
     """Write a self-contained HTML report (roofline, classes, top kernels) for RUN_OR_TRACE: a Run
     directory or a Kineto trace (.json or .json.gz)."""
@@ -84,7 +63,7 @@ def report_cmd(**kwargs: object) -> int:
 @cli.command("diff")
 @click.argument("run_a", type=click.Path(dir_okay=True, path_type=str))
 @click.argument("run_b", type=click.Path(dir_okay=True, path_type=str))
-@_ceiling_options
+@ceiling_options
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write the comparison as JSON.")
 @click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str),
@@ -103,50 +82,8 @@ def diff_cmd(**kwargs: object) -> int:
     return run(DiffOptions(**kwargs))  # type: ignore[arg-type]
 
 
-@cli.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
-@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=str),
-              help="Run directory to write [default: roofscope-out/<script>-<timestamp>].")
-@click.option("--wait", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Steps to skip before profiling (start-up, compilation).")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Steps profiled but discarded (the profiler's own warm-up).")
-@click.option("--active", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Steps recorded and analyzed.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True),
-              help="Profile a time window of SECONDS instead of steps (for scripts without steps).")
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="With --duration: seconds to wait before the window opens.")
-@click.option("--modules", is_flag=True, help="Label kernels with the nn.Module that launched them.")
-@click.option("--nvml-hz", type=click.FloatRange(min=0), default=50.0, show_default=True,
-              help="NVML telemetry sampling rate (0: off).")
-@click.option("--tokens-per-step", type=click.FloatRange(min=0, min_open=True),
-              help="Tokens processed per step, for tokens/s.")
-@click.option("--model-flops-per-step", type=click.FloatRange(min=0, min_open=True),
-              help="Model FLOPs per step (e.g. 6*params*tokens), for MFU.")
-@click.option("--exit-after-profile", is_flag=True,
-              help="End the script (exit code 0) as soon as the profiled steps are recorded.")
-@click.option("--no-report", is_flag=True, help="Do not render report.html.")
-@click.option("--counters", type=click.Choice(["ncu", "cupti"]),
-              help="Also measure hardware counters of the recorded steps: `ncu` re-runs the script under "
-                   "Nsight Compute after the Run is written (docs/counters.md).")
-@click.option("--sample", "--counters-sample", "counters_sample", type=click.IntRange(min=1), metavar="N",
-              help="With --counters ncu: profile only the first N kernel launches (bounds the replay cost; "
-                   "as `roofscope counters --sample`; --counters-sample is the old name).")
-@_ceiling_options
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
-              help="Kernels listed in the terminal summary.")
-@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
-@click.option("--merge-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
-              help="Under torchrun/srun: how long rank 0 waits for the other ranks' parts before merging them "
-                   "(0: do not wait; print the `roofscope merge` command).")
-@click.option("--step-on", metavar="forward|generate|MODULE.FUNC",
-              help="What one step is when the script has no optimizer or roofscope.step(): one outermost "
-                   "nn.Module forward (the default then), one generate() call, or one call of MODULE.FUNC.")
-@click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
-              help="Import cost formulas for custom ops (roofscope.register_formula; repeatable).")
-@click.argument("target")
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@cli.command("run", context_settings=RUN_CONTEXT)
+@run_options
 def run_cmd(**kwargs: object) -> int:
     """Run SCRIPT (or -m MODULE) with ARGS under the profiler and write a Run directory.
 
@@ -259,7 +196,7 @@ def gate_cmd(**kwargs: object) -> int:
 @click.option("--scheduler", metavar="ADDRESS",
               help="Analyze the ranks on a Dask distributed cluster: its scheduler address (tcp://host:8786), or "
                    "'local[:N]' for N worker processes here. Needs `pip install roofscope[distributed]`.")
-@_ceiling_options
+@ceiling_options
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 def merge_cmd(**kwargs: object) -> int:
     """One report for the ranks of a distributed job: RUN_OR_TRACE... are per-rank Run directories,

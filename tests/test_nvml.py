@@ -12,9 +12,8 @@ import pytest
 
 from roofscope.analyzers.telemetry import TelemetryError, load, summarize
 from roofscope.collectors import nvml
-from roofscope.collectors.nvml import (
-    FIELDS, NvmlSampler, Telemetry, decode_reasons, visible_nvml_indices,
-)
+from roofscope.collectors.nvml import FIELDS, NvmlSampler, Telemetry, visible_nvml_indices
+from roofscope.telemetry import decode_reasons
 from roofscope.errors import RoofscopeError
 
 T0 = 1_700_000_000_000_000_000  # an arbitrary wall-clock origin, ns

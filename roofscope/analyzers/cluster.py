@@ -17,7 +17,7 @@ cluster of N worker processes on this machine (default: one per CPU) that lives 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import RoofscopeError
 
@@ -55,15 +55,14 @@ def _client(scheduler: str, jobs: int | None) -> Any:
         raise ClusterError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 
-def analyze_on_dask(parts: list["Part"], options: dict[str, Any], scheduler: str,
-                    jobs: int | None = None) -> list["RankResult"]:
-    """:func:`.ranks.analyze_part` of every part as Dask tasks; results in the order of ``parts``.
-    The first rank that fails (a bad trace) raises its own error, as in a local merge."""
+def analyze_on_dask(analyze_part: Callable[..., "RankResult"], parts: list["Part"], options: dict[str, Any],
+                    scheduler: str, jobs: int | None = None) -> list["RankResult"]:
+    """``analyze_part`` (:func:`.ranks.analyze_part`, passed in because ranks.py calls this module)
+    of every part as Dask tasks; results in the order of ``parts``. The first rank that fails
+    (a bad trace) raises its own error, as in a local merge."""
     from concurrent.futures import CancelledError
 
     from distributed import KilledWorker
-
-    from .ranks import analyze_part
 
     client = _client(scheduler, jobs)
     try:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RoofscopeError
-from ..reports.export import json_safe
+from ..jsonsafe import json_safe
 from .roofline import aggregate
 
 if TYPE_CHECKING:  # pragma: no cover

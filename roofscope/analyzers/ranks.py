@@ -316,7 +316,7 @@ def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None =
     if scheduler:
         from .cluster import analyze_on_dask
 
-        return analyze_on_dask(parts, options, scheduler, jobs)
+        return analyze_on_dask(analyze_part, parts, options, scheduler, jobs)
     jobs = min(jobs or os.cpu_count() or 1, len(parts))
     if jobs <= 1:
         return [analyze_part(p, options) for p in parts]

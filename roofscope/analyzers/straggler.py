@@ -61,7 +61,7 @@ class Job:
         return _median_step(self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
-        from ..reports.export import json_safe
+        from ..jsonsafe import json_safe
 
         return json_safe({
             "world_size": self.world_size, "ranks_given": len(self.results),

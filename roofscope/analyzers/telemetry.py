@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..collectors.nvml import CLOCK_EVENT_REASONS, Telemetry
+from ..telemetry import CLOCK_EVENT_REASONS, Telemetry
 from ..errors import RoofscopeError
 from ..fileio import read_maybe_gzip
 

@@ -88,7 +88,7 @@ class Timeline:
 
     def to_dict(self, top: int = 5) -> dict[str, Any]:
         """JSON-safe summary: overall figures, per-step records, gaps by kind and the longest ``top``."""
-        from ..reports.export import json_safe
+        from ..jsonsafe import json_safe
 
         g = self.gaps
         by_kind = g.groupby("kind")["dur_s"].agg(["size", "sum"]) if len(g) else None

@@ -23,14 +23,12 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from ..errors import OutputExistsError, RoofscopeError
 from ..run import META_FILE, is_run_dir
 from ..run.layout import COMBINED_FILES, part_name
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .session import SessionResult
 
 
 class DistributedError(RoofscopeError):
@@ -262,46 +260,3 @@ def job_part(out: Path | None, name: str, env: Mapping[str, str] | None = None) 
         return None
     job_dir = out if out is not None else default_job_out(name, env)
     return JobPart(info=info, job_dir=job_dir, job_id=job_id(env))
-
-
-def _ranks(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:16])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 16 else "")
-    return ("rank " if len(ranks) == 1 else "ranks ") + shown
-
-
-def conclude(part: JobPart, result: "SessionResult", *, exit_code: int, merge_timeout_s: float,
-             quiet: bool) -> str | None:
-    """After this rank's part is written: a one-line note on every rank but 0; rank 0 waits up to
-    ``merge_timeout_s`` for the other parts and merges the job (0: only prints the command).
-    Returns the problem to report, as ``render_session`` does."""
-    from ..reports.console import render_session
-
-    _, problem = render_session(result, quiet=True)
-    if result.run is None:
-        return problem
-    info = part.info
-    who = f"roofscope: rank {info.rank} of {info.world_size}: wrote {result.run.path}"
-    if info.rank != 0:
-        print(f"{who}; rank 0 merges the job in {part.job_dir}")
-        return problem
-    command = part.merge_command()
-    if merge_timeout_s == 0 or exit_code != 0:
-        # A failed rank 0 does not wait: its peers are likely failing or being torn down too.
-        print(f"{who}; merge the ranks' parts with: {command}")
-        return problem
-    print(f"{who}; waiting up to {merge_timeout_s:g} s for the other ranks' parts", flush=True)
-    missing = part.wait_for_parts(merge_timeout_s)
-    if missing:
-        print(f"roofscope: {_ranks(missing)} of {info.world_size} wrote no part in {part.job_dir} within"
-              f" {merge_timeout_s:g} s; once every rank-* directory is on one machine, run: {command}",
-              file=sys.stderr)
-        return problem
-    from ..commands.merge import MergeOptions, run
-
-    try:
-        code = run(MergeOptions(sources=[str(part.job_dir)], out=str(part.job_dir), force=True, quiet=quiet))
-    except RoofscopeError as e:
-        return problem or f"merging the ranks' parts failed: {e}; retry with: {command}"
-    if code != 0:
-        return problem or f"merging the ranks' parts failed (exit code {code}); retry with: {command}"
-    return problem

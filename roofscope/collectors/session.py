@@ -1,9 +1,10 @@
-"""A profiling session: torch.profiler + NVML + module labels from start to a written Run.
+"""A profiling session: torch.profiler + NVML + module labels from start to what they recorded.
 
-``roofscope run`` and ``roofscope.profile()`` both drive one :class:`Session`:
-:meth:`Session.start`, step boundaries (explicit ``step()`` calls, else the first
-optimizer's ``step()``), then :meth:`Session.finish`, which stops every collector,
-analyzes the trace and writes the Run (trace, telemetry, metadata, summary, report).
+``roofscope run`` and ``roofscope.profile()`` both drive one :class:`Session` through
+roofscope/pipeline.py: :meth:`Session.start`, step boundaries (explicit ``step()`` calls, else
+the first optimizer's ``step()``), then :meth:`Session.stop`, which stops every collector and
+returns what they recorded (:class:`Collected`); the pipeline writes the Run from it, analyzes
+and renders, then :meth:`Session.close` drops the session's temporary files.
 Only one session may be active per process: Kineto has one profiler.
 """
 from __future__ import annotations
@@ -24,9 +25,7 @@ from .frameworks import loaded_frameworks
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analyzers.analysis import Analysis
-    from ..analyzers.roofline import RooflineParams
-    from ..run import Run
+    from ..telemetry import Telemetry
 
 _lock = threading.Lock()
 _active: "Session | None" = None
@@ -52,13 +51,7 @@ class SessionConfig:
     tokens_per_step: float | None = None
     model_flops_per_step: float | None = None
     exit_after_profile: bool = False
-    report: bool = True
     command: list[str] = field(default_factory=lambda: list(sys.argv))
-    device: str | None = None                # ceilings overrides, as for `roofscope analyze`
-    peak_tflops: float | None = None
-    peak_bandwidth_gbs: float | None = None
-    ceilings_file: str | None = None
-    params: "RooflineParams | None" = None
     experimental_config: Any = None          # torch.profiler's, for --counters cupti on builds where it works
     step_on: str | None = None               # "forward", "generate" or "MODULE.FUNC" (collectors/steps.py)
 
@@ -72,11 +65,15 @@ class SessionConfig:
 
 
 @dataclass
-class SessionResult:
-    run: "Run | None"
-    analysis: "Analysis | None"
-    warnings: list[str]
-    error: str | None = None           # analysis failed (e.g. unknown GPU); the Run is still written
+class Collected:
+    """What a stopped session recorded; its files stay in the session's temporary directory
+    until :meth:`Session.close`."""
+
+    trace: Path | None                 # the Kineto trace; None when the profiler wrote none
+    fields: dict[str, Any]             # run.json fields the session knows, in run.json's order
+    telemetry: "Telemetry | None"
+    captures: list[Path]               # CUDA-graph capture traces (collectors/graphs.py); some may be missing
+    warnings: list[str]                # also run.json's `warnings`: later additions land in both
 
 
 def default_out(name: str, root: Path = Path("roofscope-out")) -> Path:
@@ -290,154 +287,53 @@ class Session:
         if self._sampler is not None and self.telemetry is None:
             self.telemetry = self._sampler.stop()
 
-    def finish(self, exit_status: dict[str, Any]) -> SessionResult:
-        """Stop everything, analyze, write the Run. Call once, whatever ended the program."""
-        global _active
+    def stop(self, exit_status: dict[str, Any]) -> Collected:
+        """Stop every collector; what they recorded. Call once, whatever ended the program."""
         if self._finished:
             raise RoofscopeError("this profile has already finished")
         self._finished = True
-        try:
-            self._stop_collectors()
-            wall_s = time.perf_counter() - self._t0
-            return self._write(exit_status, wall_s)
-        finally:
-            if self._tmp is not None:
-                self._tmp.cleanup()
-            with _lock:
-                _active = None
-
-    def _write(self, exit_status: dict[str, Any], wall_s: float) -> SessionResult:
-        from ..run import TELEMETRY_FILE, REPORT_FILE, new_meta, write_run
-        from .metadata import device_metadata
-
+        self._stop_collectors()
+        wall_s = time.perf_counter() - self._t0
         c = self._collector
         assert c is not None
         shortfall = c.shortfall()
         if shortfall:
             self.warnings.append(shortfall + self._step_hint(exit_status))
         if not c.trace_path.exists():
-            return SessionResult(run=None, analysis=None, warnings=self.warnings)
-        telemetry = self.telemetry
-        files: dict[str, bytes | str] = {}
-        if telemetry is not None:
-            import gzip
+            return Collected(trace=None, fields={}, telemetry=None, captures=[], warnings=self.warnings)
+        from .metadata import device_metadata
 
-            files[TELEMETRY_FILE] = gzip.compress(telemetry.to_json())
-        graphs_meta = self._graph_files(files)
-        s = self.config.schedule
-        meta = new_meta(self.config.command, started=self._started_at, wall_s=round(wall_s, 3),
-                        exit_status=exit_status, device=device_metadata(),
-                        steps={"requested": ({"duration_s": self.config.duration_s, "delay_s": self.config.delay_s}
-                                             if c.windowed else {"wait": s.wait, "warmup": s.warmup,
-                                                                 "active": s.active}),
-                               "boundaries_seen": c.steps, "source": self.step_source,
-                               "step_on": self.config.step_on,
-                               **({"delay_from": c.delay_from} if c.windowed else {})},
-                        tokens_per_step=self.config.tokens_per_step,
-                        model_flops_per_step=self.config.model_flops_per_step,
-                        inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,
-                        modules={"enabled": self.config.modules,
-                                 "calls": self._labels.calls if self._labels is not None else 0},
-                        telemetry=({"file": TELEMETRY_FILE, "hz": self.config.nvml_hz,
-                                    "samples": len(telemetry.samples.get("t_unix_ns", [])),
-                                    "notes": telemetry.notes} if telemetry is not None
-                                   else {"file": None, "notes": [self._telemetry_off_reason()]}),
-                        warnings=self.warnings, graphs=graphs_meta)
-        if self.part is not None:
-            meta["distributed"] = self.part.meta()
-        meta["frameworks"] = loaded_frameworks()
-        analysis, error, ceilings = self._analyze(c.trace_path, telemetry, meta)
-        summary = None
-        if analysis is not None:
-            # The summary and report name the trace the Run keeps, not the temporary one deleted after.
-            from ..run import TRACE_FILE
-
-            analysis.trace.path = str(Path(self.out) / TRACE_FILE)
-            summary = analysis.summary()
-            # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
-            # datasheet ones come back from the trace's device name.
-            if analysis.ceilings.source not in ("datasheet", "none"):
-                ceilings = analysis.ceilings
-            meta["steps"]["recorded"] = summary["steps"]
-            if self.config.report:
-                from ..reports.html import render_html
-
-                files[REPORT_FILE] = render_html(analysis)
-        run = write_run(self.out, meta=meta, trace=c.trace_path, ceilings=ceilings, summary=summary,
-                        files=files, force=self.config.force)
-        if analysis is not None:
-            analysis.trace.path = str(run.trace_path)
-        return SessionResult(run=run, analysis=analysis, warnings=self.warnings, error=error)
-
-    def _analyze(self, trace_path: Path, telemetry: Any, meta: dict[str, Any]):
-        from ..analyzers.analysis import analyze
-        from ..analyzers.trace import load_trace
-
-        cfg = self.config
-        trace = load_trace(trace_path)
-        ceilings = None
-        overridden = cfg.device or cfg.peak_tflops or cfg.peak_bandwidth_gbs or cfg.ceilings_file
-        device = meta.get("device") or {}
-        if len(trace.kernels) == 0 and device.get("type") == "cuda":
-            return None, self._no_gpu_kernels(meta), None
-        if len(trace.kernels) == 0 and device.get("cuda_available"):
-            self.warnings.append("this machine has a GPU that the program never used: profiled as a CPU program")
-        if len(trace.kernels) == 0 and not overridden:
-            # CPU-only: the CPU's datasheet is unknown, so use this machine's cached measurement
-            # (same torch and thread count, which set the CPU roofs), else measure it here and cache it.
-            import torch
-
-            from ..microbench import cache
-            from ..microbench.cpu import cpu_name, measure_cpu
-
-            if cache.enabled():
-                ceilings = cache.lookup(cpu_name(), torch_version=torch.__version__,
-                                        threads=torch.get_num_threads(), exact=True)
-            if ceilings is None:
-                ceilings = measure_cpu()
-                if cache.enabled():
-                    try:
-                        cache.save(ceilings)
-                    except (RoofscopeError, OSError) as e:  # a read-only home must not fail the Run
-                        self.warnings.append(f"could not cache the CPU ceilings: {e}")
-        try:
-            a = analyze(trace, device=cfg.device, peak_tflops=cfg.peak_tflops,
-                        peak_bandwidth_gbs=cfg.peak_bandwidth_gbs, ceilings_file=cfg.ceilings_file,
-                        ceilings=ceilings, params=cfg.params, telemetry=telemetry, run_meta=meta,
-                        graph_capture=[str(p) for p in self._graphs.files] if self._graphs is not None else None)
-        except RoofscopeError as e:
-            return None, str(e), ceilings
-        return a, None, ceilings
-
-    def _no_gpu_kernels(self, meta: dict[str, Any]) -> str:
-        """A CUDA machine whose profiled window holds no GPU kernel: say so, never analyze it as a CPU trace."""
-        steps = meta.get("steps", {})
-        if self.config.duration_s is not None:
-            when = (f"the {self.config.duration_s:g} s window (opened {self.config.delay_s:g} s after the program's "
-                    f"{steps.get('delay_from', 'start')})")
-            fix = ("open the window later or for longer (--delay/--duration), or drop them: inference loops get "
-                   "steps automatically (one per outermost forward; --step-on generate for whole generate() calls)")
-        else:
-            when = "the profiled steps"
-            fix = ("check that the model and inputs are on the GPU, or choose the steps with --step-on "
-                   "forward|generate|MODULE.FUNC or roofscope.step()")
-        return (f"NO GPU KERNEL was recorded on this CUDA machine: {when} held only host work (model "
-                f"construction, loading, tokenization); the Run is not a CPU profile and was not analyzed. Fix: {fix}")
-
-    def _graph_files(self, files: dict[str, bytes | str]) -> dict[str, Any] | None:
-        """Recorded CUDA-graph captures into the Run (analyzers/graphs.py reads them back)."""
         g = self._graphs
-        if g is None:
-            return None
-        import gzip
+        if g is not None:
+            self.warnings.extend(g.notes())
+        s = self.config.schedule
+        fields: dict[str, Any] = dict(
+            started=self._started_at, wall_s=round(wall_s, 3), exit_status=exit_status, device=device_metadata(),
+            steps={"requested": ({"duration_s": self.config.duration_s, "delay_s": self.config.delay_s}
+                                 if c.windowed else {"wait": s.wait, "warmup": s.warmup, "active": s.active}),
+                   "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on,
+                   **({"delay_from": c.delay_from} if c.windowed else {})},
+            tokens_per_step=self.config.tokens_per_step, model_flops_per_step=self.config.model_flops_per_step,
+            inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,
+            modules={"enabled": self.config.modules, "calls": self._labels.calls if self._labels is not None else 0},
+            telemetry=self._telemetry_block(), warnings=self.warnings,
+            graphs=({"captures": g.captures, "recorded": len(g.files), "skipped": g.skipped}
+                    if g is not None else None))
+        if self.part is not None:
+            fields["distributed"] = self.part.meta()
+        fields["frameworks"] = loaded_frameworks()
+        return Collected(trace=c.trace_path, fields=fields, telemetry=self.telemetry,
+                         captures=list(g.files) if g is not None else [], warnings=self.warnings)
 
-        from ..run.layout import CAPTURE_FILES
-
-        for i, path in enumerate(g.files):
-            if path.exists():
-                files[CAPTURE_FILES.format(i)] = gzip.compress(path.read_bytes(), compresslevel=6)
-        self.warnings.extend(g.notes())
-        return {"captures": g.captures, "recorded": len(g.files), "skipped": g.skipped}
+    def close(self) -> None:
+        """Drop the recorded files and let another session start; after the Run is written."""
+        global _active
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+        with _lock:
+            if _active is self:
+                _active = None
 
     def _step_hint(self, exit_status: dict[str, Any]) -> str:
         if self.config.duration_s is not None:
@@ -452,7 +348,14 @@ class Session:
                     " forward|generate|MODULE.FUNC, or profile a time window with --duration SECONDS")
         return "; lower --wait/--warmup/--active or run more steps"
 
-    def _telemetry_off_reason(self) -> str:
+    def _telemetry_block(self) -> dict[str, Any]:
+        """run.json's `telemetry`: where the samples are kept (roofscope/run.py's file) or why there are none."""
+        from ..run import TELEMETRY_FILE
+
+        t = self.telemetry
+        if t is not None:
+            return {"file": TELEMETRY_FILE, "hz": self.config.nvml_hz, "samples": len(t.samples.get("t_unix_ns", [])),
+                    "notes": t.notes}
         if self.config.nvml_hz == 0:
-            return "NVML telemetry turned off"
-        return "no CUDA device: no NVML telemetry"
+            return {"file": None, "notes": ["NVML telemetry turned off"]}
+        return {"file": None, "notes": ["no CUDA device: no NVML telemetry"]}

@@ -35,17 +35,13 @@ def run(opts: AnalyzeOptions) -> int:
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
     from ..analyzers.analysis import analyze
-    from ..reports.console import render_summary
-    from ..reports.export import kernels_csv, to_json
-    from ..reports.html import render_html
-    from ..reports.markdown import render_markdown
+    from ..reports.registry import RenderOptions, renderer
 
     to_stdout = opts.markdown_out == "-"
     # Refuse to clobber before spending time on the analysis.
-    outputs = [(path, render) for path, render in
-               ((opts.json_out, to_json), (opts.csv_out, kernels_csv),
-                (opts.html_out, lambda a: render_html(a, cdn=opts.cdn)),
-                (None if to_stdout else opts.markdown_out, render_markdown)) if path]
+    outputs = [(path, renderer(name)) for path, name in
+               ((opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"),
+                (None if to_stdout else opts.markdown_out, "markdown")) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
     from ..analyzers.formulas.custom import load_all
@@ -55,12 +51,11 @@ def run(opts: AnalyzeOptions) -> int:
         if not Path(capture).is_file():
             raise RoofscopeError(f"--graph-capture {capture}: no such file")
     a = analyze(opts.trace, graph_capture=list(opts.graph_capture), **opts.ceiling_kwargs())
-    if to_stdout:
-        sys.stdout.write(render_markdown(a))
-    elif not opts.quiet:
-        sys.stdout.write(render_summary(a, top=opts.top))
-    for path, render in outputs:
-        atomic_write(path, render(a), force=opts.force)
+    options = RenderOptions(top=opts.top, cdn=opts.cdn)
+    if to_stdout or not opts.quiet:
+        sys.stdout.write(renderer("markdown" if to_stdout else "console").render(a, options))
+    for path, r in outputs:
+        atomic_write(path, r.render(a, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)
     if opts.open_browser and opts.html_out:
         import webbrowser

@@ -33,9 +33,9 @@ class CountersOptions:
 
 def recorded_target(meta: dict[str, Any]) -> "Target":
     """Script, arguments, ``-m`` and wait/warmup/active of a Run written by ``roofscope run``."""
-    from ..cli import run_cmd
     from ..collectors.ncu import Target
     from ..collectors.torchprof import Schedule
+    from .clickopts import parse_run_argv
 
     command = meta.get("command")
     command = [str(c) for c in command] if isinstance(command, list) else []
@@ -52,7 +52,7 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
         raise RoofscopeError("the Run's run.json records no step schedule (steps.requested wait/warmup/active),"
                              " so the counters pass cannot find its steps again")
     # roofscope run's own parser reads the recorded options, whatever options it has gained since.
-    params = run_cmd.make_context("run", command[2:], resilient_parsing=True).params
+    params = parse_run_argv(command[2:])
     if not params.get("target"):
         raise RoofscopeError(f"no script in the Run's recorded command {' '.join(command)!r}")
     return Target(target=params["target"], args=tuple(params.get("args") or ()), module=bool(params.get("module")),
@@ -122,11 +122,12 @@ def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list
 
 def rerender(run_dir: Path) -> list[str]:
     """Rewrite the Run's summary.json (and report.html, if it has one) from a fresh analysis."""
+    from ..analyzers.analysis import analyze
     from ..fileio import atomic_write
-    from ..run import REPORT_FILE, SUMMARY_FILE, load, summary_text
+    from ..run import REPORT_FILE, SUMMARY_FILE, summary_text
 
     try:
-        analysis = load(run_dir).analyze()
+        analysis = analyze(run_dir)
     except RoofscopeError as e:
         return [f"could not re-analyze the Run, so its summary and report predate the counters: {e}"]
     atomic_write(run_dir / SUMMARY_FILE, summary_text(analysis.summary()), force=True)

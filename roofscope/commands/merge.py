@@ -89,7 +89,7 @@ def run(opts: MergeOptions) -> int:
     from ..analyzers.analysis import analyze
     from ..analyzers.ranks import analyze_parts, resolve_parts
     from ..analyzers.straggler import combine
-    from ..reports.export import json_safe
+    from ..jsonsafe import json_safe
 
     out = Path(opts.out) if opts.out else None
     files = [out / n for n in COMBINED_FILES] if out else []

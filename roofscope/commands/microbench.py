@@ -46,7 +46,7 @@ def _spread(r: dict[str, Any], unit: str) -> str:
         return "-"
     if unit == "s":
         return "/".join(f"{v * 1e6:.3g}" for v in vals) + " us"
-    from ..reports.console import si_scale
+    from ..units import si_scale
 
     factor, prefix = si_scale(vals[0])
     return "/".join(f"{v / factor:.3g}" for v in vals) + f" {prefix}{unit}"

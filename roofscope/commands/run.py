@@ -33,6 +33,7 @@ class RunOptions(CeilingOptions):
     merge_timeout: float = 300.0
     step_on: str | None = None               # forward | generate | MODULE.FUNC (collectors/steps.py)
     formulas: tuple[str, ...] = ()
+    formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
@@ -44,8 +45,11 @@ def run(opts: RunOptions) -> int:
     from ..collectors.script import check_target, run_target
     from ..collectors.session import Session, SessionConfig
     from ..collectors.torchprof import Schedule
+    from ..pipeline import PipelineOptions, announce, finish
 
     check_target(opts.target, opts.module)
+    options = PipelineOptions(report=not opts.no_report, formats=tuple(opts.formats), top=opts.top,
+                              **opts.ceiling_kwargs())
     from ..analyzers.formulas.custom import load_all
 
     load_all(opts.formulas)
@@ -63,31 +67,18 @@ def run(opts: RunOptions) -> int:
         schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
         nvml_hz=opts.nvml_hz, modules=opts.modules, tokens_per_step=opts.tokens_per_step,
         model_flops_per_step=opts.model_flops_per_step, exit_after_profile=opts.exit_after_profile,
-        report=not opts.no_report, command=opts.argv, experimental_config=experimental, step_on=opts.step_on,
-        **opts.ceiling_kwargs())
+        command=opts.argv, experimental_config=experimental, step_on=opts.step_on)
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()
     try:
-        result = session.finish(outcome.as_dict())
+        result = finish(session, outcome.as_dict(), options)
     except (RoofscopeError, OSError) as e:
         # The script's own exit code still wins over ours.
         print(f"roofscope: error: could not write the Run: {e}", file=sys.stderr)
         return outcome.code or RoofscopeError.exit_code
-    if session.part is None:
-        from ..reports.console import render_session
-
-        text, problem = render_session(result, top=opts.top, quiet=opts.quiet)
-        sys.stdout.write(text)
-    else:
-        from ..collectors.distributed import conclude
-
-        problem = conclude(session.part, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout,
-                           quiet=opts.quiet)
-    for w in result.warnings:
-        print(f"roofscope: warning: {w}", file=sys.stderr)
-    if problem:
-        print(f"roofscope: error: {problem}", file=sys.stderr)
+    problem = announce(session, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout, top=opts.top,
+                       quiet=opts.quiet)
     if opts.counters == "ncu":
         from .counters import after_run
 

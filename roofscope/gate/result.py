@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from .evaluate import FAIL, PASS, SKIP, Check
 
 SCHEMA_VERSION = 1
@@ -80,7 +80,7 @@ class GateResult:
         return self.report()
 
     def to_dict(self) -> dict[str, Any]:
-        from ..reports.export import json_safe
+        from ..jsonsafe import json_safe
 
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:
             return df.to_dict("records") if len(df) else []

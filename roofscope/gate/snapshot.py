@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from ..errors import RoofscopeError
 from ..run.schema import check_version
 from .thresholds import metric, metrics_for
@@ -101,7 +101,7 @@ class Snapshot:
                    kernels=kernels[list(KERNEL_COLUMNS)], kernels_total=int(len(kernels)))
 
     def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
-        from ..reports.export import json_safe
+        from ..jsonsafe import json_safe
 
         k = self.kernels.head(kernels_kept)
         metrics = {}

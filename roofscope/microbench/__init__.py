@@ -1,6 +1,6 @@
 """Microbenchmarks that measure a device's ceilings (compute roofs, bandwidth, launch latency).
 
-`measure("cpu" | "cuda" | "cuda:N")` runs them and returns :class:`~roofscope.devices.Ceilings`
+`measure("cpu" | "cuda" | "cuda:N")` runs them and returns :class:`~roofscope.ceilings.Ceilings`
 with ``source="measured"``; :mod:`.cache` keeps results per device for later analyses.
 Importing this package does not import torch: the cache is read by every analysis.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import DeviceError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..devices import Ceilings
+    from ..ceilings import Ceilings
 
 __all__ = ["default_device", "measure", "parse_device"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..devices import Ceilings, ceilings_payload, load_ceilings_file
+from ..ceilings import Ceilings, ceilings_payload, load_ceilings_file
 from ..errors import RoofscopeError
 from ..fileio import atomic_write
 

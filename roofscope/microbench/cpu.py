@@ -9,7 +9,7 @@ median/min/max over repetitions and one result dict per benchmark in ``env["resu
 Bandwidth is measured at working sets sized from the cache hierarchy (/sys): half the L2 of the
 cores torch uses, half the LLC, and well beyond the LLC (DRAM). At each, the best streaming rate
 of three kernels (copy, in-place scale, triad ``c = a + s*b``) is the level's roof: a kernel's
-roof lets each level serve as much of its working set as it holds (devices.Ceilings.level_of).
+roof lets each level serve as much of its working set as it holds (ceilings.Ceilings.level_of).
 
 **Noise.** Each benchmark runs ``repeats`` times; when the median repetition is more than
 :data:`NOISY_SPREAD` (25 %) below the best, other work shared the CPU while it ran: the result is
@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..devices import Ceilings
+from ..ceilings import Ceilings
 from ..errors import DeviceError
 
 Progress = Callable[[str, int, int], None]
@@ -200,7 +200,7 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
     noisy = [r for r in results if r["noisy"]]
     notes = [f"{r['name']} skipped: {r['error']}" for r in results if r["error"]]
     if noisy:
-        from ..reports.console import si
+        from ..units import si
 
         notes.append("noisy: " + ", ".join(f"{r['name']} (best {si(r['value'], r['unit'])}, median"
                                            f" {si(r['median'], r['unit'])})" for r in noisy)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 from ..datasheets import PRECISIONS, DeviceSpec, match_device
-from ..devices import Ceilings
+from ..ceilings import Ceilings
 from ..errors import DeviceError
 from . import compute, hostlink, launch, memory
 from .timing import QUICK_TARGET_S, TARGET_S, Measurement, free_memory, warm_up_gpu

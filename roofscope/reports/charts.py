@@ -118,7 +118,7 @@ def _buckets(t: np.ndarray) -> np.ndarray:
 
 def _device_series(rows: pd.DataFrame, origin: int, dev: dict) -> dict[str, Any]:
     from ..analyzers.telemetry import THROTTLE_REASONS
-    from ..collectors.nvml import decode_reasons
+    from ..telemetry import decode_reasons
 
     rows = rows.sort_values("t_unix_ns", kind="stable")
     t = (rows["t_unix_ns"].to_numpy(dtype=np.int64) - origin) / 1e9

@@ -6,29 +6,14 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
 from ..run.layout import REPORT_FILE
+from ..units import si
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
     from ..devices import Ceilings
-    from ..collectors.session import SessionResult
+    from ..pipeline import SessionResult
 
 _NAME_WIDTH = 64
-
-
-def si_scale(value: float) -> tuple[float, str]:
-    """The SI factor and prefix for ``value``: 3.35e12 -> (1e12, "T")."""
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return factor, prefix
-    return 1.0, ""
-
-
-def si(value: float | None, unit: str = "", digits: int = 3) -> str:
-    """3.35e12, "B/s" -> "3.35 TB/s"; NaN -> "-"."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    factor, prefix = si_scale(value)
-    return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
 
 
 def plural(n: int, noun: str) -> str:

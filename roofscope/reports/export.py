@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .. import __version__
+from ..jsonsafe import json_safe
+from ..version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
@@ -17,19 +17,6 @@ KERNEL_COLUMNS = ["name", "cat", "category", "device", "stream", "step", "region
                   "cost_op_name", "cost_source", "dtype", "tensor_core", "flops", "bytes", "intensity",
                   "achieved_flops", "achieved_bw", "roof", "roof_precision", "attainable", "floor_s",
                   "efficiency", "cls", "unattributed"]
-
-
-def json_safe(value: Any) -> Any:
-    """JSON has no NaN: NaN and infinities become null; numpy scalars become Python ones."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _records(df: pd.DataFrame, key: str, top: int | None) -> list[dict[str, Any]]:

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from ..analyzers.counters import l2_bandwidth
 from ..analyzers.roofline import CLASSES
 from .charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
 from .console import above_roof_text, memory_text, number, pct, shorten, si
-from .export import json_safe
+from ..jsonsafe import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis

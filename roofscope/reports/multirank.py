@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from .charts import CLASS_COLORS
 from .console import pct, shorten, si
 from .html import PLOTLY_FILE, _asset, _col, _sha, script_json

@@ -22,7 +22,7 @@ STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 def summary_text(summary: dict[str, Any]) -> str:
     """``summary`` as summary.json holds it: JSON (NaN as null), stamped."""
-    from ..reports.export import json_safe
+    from ..jsonsafe import json_safe
 
     return json.dumps({**json_safe(summary), STAMP: ANALYSIS_VERSION}, indent=1, allow_nan=False)
 

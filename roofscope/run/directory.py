@@ -17,20 +17,19 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from .. import __version__
 from ..errors import OutputExistsError, RoofscopeError, TraceError
 from ..fileio import atomic_write
+from ..version import __version__
 from . import derived
 from .layout import CEILINGS_FILE, META_FILE, SUMMARY_FILE, TELEMETRY_FILE, TRACE_FILE
 from .schema import RUN_SCHEMA_VERSION, RunMeta, read_versioned
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analyzers.analysis import Analysis
-    from ..devices import Ceilings
+    from ..ceilings import Ceilings
 
 SCHEMA_VERSION = RUN_SCHEMA_VERSION
 
@@ -50,6 +49,8 @@ class Run:
     path: Path
     meta: dict[str, Any]
     info: RunMeta
+    # path -> a fresh summary, for a stored one an older analysis wrote (see summary())
+    recompute: Callable[[Path], dict[str, Any]] | None = None
 
     @property
     def trace_path(self) -> Path:
@@ -67,18 +68,13 @@ class Run:
 
     def summary(self) -> dict[str, Any] | None:
         """The Run's analysis summary: the stored one when this roofscope's analysis wrote it,
-        else computed afresh from the trace (never an outdated file); None when it has none."""
+        else computed afresh from the trace by ``recompute`` (never an outdated file; the Run
+        package sits below the analyzers, so :func:`roofscope.load` supplies it); None when
+        the Run has none, or a stale one and nothing to recompute it with."""
         stored = derived.read_summary(self.path)
         if stored is None or derived.is_current(stored):
             return derived.unstamped(stored)
-        from ..reports.export import json_safe
-
-        return json_safe(self.analyze().summary())
-
-    def analyze(self, **kwargs: Any) -> "Analysis":
-        from ..analyzers.analysis import analyze
-
-        return analyze(self.path, **kwargs)
+        return self.recompute(self.path) if self.recompute is not None else None
 
 
 def is_run_dir(path: str | os.PathLike) -> bool:
@@ -102,8 +98,9 @@ def read_meta(path: str | os.PathLike) -> tuple[dict[str, Any], RunMeta]:
     return raw, info
 
 
-def load(path: str | os.PathLike) -> Run:
-    """Open a Run directory; :class:`RunError` when it is not one this version can read."""
+def load(path: str | os.PathLike, recompute: Callable[[Path], dict[str, Any]] | None = None) -> Run:
+    """Open a Run directory; :class:`RunError` when it is not one this version can read.
+    ``recompute`` gives :meth:`Run.summary` a fresh summary when the stored one is stale."""
     p = Path(path)
     if not p.exists():
         raise RunError(f"{p}: no such directory")
@@ -112,7 +109,7 @@ def load(path: str | os.PathLike) -> Run:
     meta, info = read_meta(p)
     if not (p / TRACE_FILE).is_file():
         raise TraceError(f"{p}: Run has no {TRACE_FILE}")
-    return Run(path=p, meta=meta, info=info)
+    return Run(path=p, meta=meta, info=info, recompute=recompute)
 
 
 def update_meta(run: Run, **fields: Any) -> Run:
@@ -159,7 +156,7 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
     is stored stamped with the analysis version that computed it."""
     import gzip
 
-    from ..devices import save_ceilings_file
+    from ..ceilings import save_ceilings_file
 
     target = Path(out)
     if target.exists() and not force:

@@ -1,7 +1,9 @@
 """Diagnosis rules (see base.py for the engine and docs/diagnosis.md for each rule)."""
 from __future__ import annotations
 
-from .base import Context, Diagnosis, Finding, Rule, diagnose
+from typing import TYPE_CHECKING
+
+from .base import Context, Diagnosis, Finding, Rule, run_rules
 from .communication import ExposedCommunication
 from .fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
 from .hardware import SmallGrid, Throttling, Underutilized
@@ -10,9 +12,18 @@ from .inference import KvBoundDecode, LaunchBoundDecode, WeightBoundDecode
 from .overhead import CudaGraphs, HostCopies, HostSyncs
 from .precision import Alignment, Tf32, WeightBoundGemm
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analysis import Analysis
+
 RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), ElementwiseFusion(), UnfusedAttention(),
                      UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(), SmallGrid(),
                      Underutilized(), ExposedCommunication(), IdleOther(), WeightBoundDecode(), KvBoundDecode(),
                      LaunchBoundDecode()]
+
+
+def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
+    """:func:`.base.run_rules` with every rule unless ``rules`` names some."""
+    return run_rules(a, RULES if rules is None else rules)
+
 
 __all__ = ["RULES", "Context", "Diagnosis", "Finding", "Rule", "diagnose"]

@@ -158,11 +158,8 @@ class Diagnosis:
                         " saving counts its findings' overlapping time once"}
 
 
-def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
+def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
     """Run every rule whose binding term holds enough of the step; rank findings by saving."""
-    from . import RULES
-
-    rules = RULES if rules is None else rules
     if a.cpu_only:
         return Diagnosis([], {}, 0.0, [{"rule": r.name, "reason": "CPU-only trace: the rules read GPU kernels"}
                                        for r in rules])

@@ -11,6 +11,9 @@ from typing import Any
 
 from .base import Context, Finding, Rule, top_kernels
 
+# A CUDA graph replays the step with one launch; what remains of the launch cost.
+GRAPH_LAUNCH_S = 10e-6
+
 # Bytes kept by a weight-only / KV-cache quantization from 16-bit values.
 INT8_KEEPS = 0.5
 INT4_KEEPS = 0.25
@@ -115,8 +118,6 @@ class LaunchBoundDecode(Rule):
         return None
 
     def match(self, ctx: Context) -> list[Finding]:
-        from .overhead import GRAPH_LAUNCH_S
-
         d = inference_block(ctx)["decode"]  # type: ignore[index]
         idle = ctx.terms["host"]
         saving = max(0.0, idle - GRAPH_LAUNCH_S)

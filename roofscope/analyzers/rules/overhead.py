@@ -6,9 +6,8 @@ import pandas as pd
 
 from ..runtime_names import GRAPH_LAUNCHES
 from .base import Context, Finding, Rule, top_kernels
+from .inference import GRAPH_LAUNCH_S, is_inference
 
-# A CUDA graph replays the step with one launch; what remains of the launch cost.
-GRAPH_LAUNCH_S = 10e-6
 # Pinned host memory copies at about twice the rate of pageable memory (staged through
 # a pinned bounce buffer by the driver); docs/diagnosis.md.
 PAGEABLE_SLOWDOWN = 2.0
@@ -24,8 +23,6 @@ class CudaGraphs(Rule):
     min_share = 0.10
 
     def precondition(self, ctx: Context) -> str | None:
-        from .inference import is_inference
-
         if is_inference(ctx.analysis):
             return "inference Run: launch_bound_decode covers it"
         rt = ctx.analysis.trace.runtime
@@ -95,8 +92,6 @@ class HostSyncs(Rule):
         callers = (syncs.groupby(["kind", "caller"]).size() / ctx.steps).sort_values(ascending=False)
         where = ", ".join(f"{n:g}x {kind} in {caller or '(top level)'}" for (kind, caller), n in callers.head(4).items())
         bubble = ctx.terms["sync"]
-        from .inference import is_inference
-
         if is_inference(ctx.analysis):  # a decode loop has no loss to accumulate
             fix = ("Keep generated tokens on the GPU: check stop conditions (EOS, length) every N tokens instead "
                    "of every token, and avoid .item()/.cpu()/.tolist() of logits or tokens inside the loop.")

@@ -7,28 +7,31 @@
     print(prof.summary())
     prof.analysis.by_kernel()
 
-The Run is written when the block ends, also when it ends with an exception (which
-then propagates unchanged). Works in notebooks: nothing here touches signals.
+The Run is written when the block ends (roofscope/pipeline.py), also when it ends with an
+exception (which then propagates unchanged). Works in notebooks: nothing here touches signals.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from ..errors import RoofscopeError
-from .session import Session, SessionConfig, SessionResult
-from .torchprof import Schedule
+from .collectors.session import Session, SessionConfig
+from .collectors.torchprof import Schedule
+from .errors import RoofscopeError
+from .pipeline import PipelineOptions, SessionResult, announce, finish
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analyzers.analysis import Analysis
+    from .analyzers.analysis import Analysis
 
 
 class Profile:
     """The object ``roofscope.profile()`` returns; a context manager, used once."""
 
-    def __init__(self, config: SessionConfig, quiet: bool, merge_timeout_s: float = 300.0) -> None:
+    def __init__(self, config: SessionConfig, options: PipelineOptions, quiet: bool,
+                 merge_timeout_s: float = 300.0) -> None:
         self._session = Session(config)
+        self._options = options
         self._quiet = quiet
         self._merge_timeout_s = merge_timeout_s
         self._used = False
@@ -46,30 +49,16 @@ class Profile:
         self._session.step()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        from ..reports.console import render_session
-
         status = _status(exc)
         try:
-            self.result = self._session.finish(status)
+            self.result = finish(self._session, status, self._options)
         except RoofscopeError as e:
             if exc is None:
                 raise
             print(f"roofscope: error: {e}", file=sys.stderr)  # the user's exception matters more
             return False
-        part = self._session.part
-        if part is None:
-            text, problem = render_session(self.result, quiet=self._quiet)
-            if not self._quiet:
-                sys.stdout.write(text)
-        else:
-            from .distributed import conclude
-
-            problem = conclude(part, self.result, exit_code=status["code"], merge_timeout_s=self._merge_timeout_s,
-                               quiet=self._quiet)
-        for w in self.result.warnings:
-            print(f"roofscope: warning: {w}", file=sys.stderr)
-        if problem:
-            print(f"roofscope: error: {problem}", file=sys.stderr)
+        announce(self._session, self.result, exit_code=status["code"], merge_timeout_s=self._merge_timeout_s,
+                 quiet=self._quiet, paths_when_quiet=False)
         return False
 
     def _done(self) -> SessionResult:
@@ -88,7 +77,7 @@ class Profile:
 
     def summary(self, top: int = 15) -> str:
         """The terminal summary as text."""
-        from ..reports.console import render_summary
+        from .reports.console import render_summary
 
         a = self._done().analysis
         if a is None:
@@ -112,7 +101,7 @@ def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path |
             model_flops_per_step: float | None = None, modules: bool = False, nvml_hz: float = 50.0,
             report: bool = True, quiet: bool = False, name: str | None = None, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
-            ceilings: str | None = None, merge_timeout: float = 300.0) -> Profile:
+            ceilings: str | None = None, merge_timeout: float = 300.0, formats: Sequence[str] = ()) -> Profile:
     """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones.
 
     Step boundaries: ``prof.step()`` / ``roofscope.step()`` when called, else each
@@ -121,7 +110,9 @@ def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path |
     give tokens/s and MFU. ``modules`` labels kernels with their ``nn.Module``.
     Under torchrun (or srun, or an initialized ``torch.distributed``) each rank writes
     ``out/rank-NNNN`` and rank 0 merges them after waiting up to ``merge_timeout`` seconds
-    for the others (0: it prints the ``roofscope merge`` command instead).
+    for the others (0: it prints the ``roofscope merge`` command instead). ``formats`` names
+    further outputs written into the Run (``console``, ``markdown``, ``json``, ``csv``, ``junit``,
+    ``html``: reports/registry.py), each under its default file name.
     """
     if merge_timeout < 0:
         raise RoofscopeError(f"merge_timeout must be >= 0 seconds, got {merge_timeout:g}")
@@ -129,9 +120,11 @@ def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path |
         main = sys.modules.get("__main__")
         main_file = getattr(main, "__file__", None)
         name = Path(main_file).stem if main_file else "profile"
+    if isinstance(formats, str):  # formats="json" would otherwise ask for "j", "s", "o", "n"
+        formats = [formats]
+    options = PipelineOptions(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
+                              ceilings_file=ceilings, report=report, formats=tuple(formats))
     config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name,
                            schedule=Schedule(wait, warmup, steps), nvml_hz=nvml_hz, modules=modules,
-                           tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step,
-                           report=report, device=device, peak_tflops=peak_tflops,
-                           peak_bandwidth_gbs=peak_bandwidth_gbs, ceilings_file=ceilings)
-    return Profile(config, quiet, merge_timeout)
+                           tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step)
+    return Profile(config, options, quiet, merge_timeout)

@@ -1,0 +1,236 @@
+"""The one place that composes a profile: collect → write the Run → analyze → render.
+
+``roofscope run`` (commands/run.py) and ``roofscope.profile()`` (roofscope/context.py) start a
+:class:`~.collectors.session.Session`, let the program run, then call :func:`finish`: the
+session stops and hands over what it recorded, this module writes the Run from it
+(roofscope/run.py), analyzes it (analyzers/), renders report.html and any ``--format``
+outputs into it (reports/registry.py), and :func:`announce` ends the profile on the terminal:
+the summary, or for one rank of a distributed job its note and, on rank 0, the job's merge.
+Collectors import none of this: they only record.
+"""
+from __future__ import annotations
+
+import gzip
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import RoofscopeError
+from .run import TELEMETRY_FILE, TRACE_FILE, new_meta, write_run
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .analyzers.analysis import Analysis
+    from .analyzers.roofline import RooflineParams
+    from .ceilings import Ceilings
+    from .collectors.distributed import JobPart
+    from .collectors.session import Collected, Session
+    from .run import Run
+
+
+@dataclass
+class PipelineOptions:
+    """What becomes of a session's recording: the ceilings it is analyzed with (as for
+    `roofscope analyze`) and the outputs rendered into its Run."""
+
+    device: str | None = None
+    peak_tflops: float | None = None
+    peak_bandwidth_gbs: float | None = None
+    ceilings_file: str | None = None
+    params: "RooflineParams | None" = None
+    report: bool = True                      # report.html
+    formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), each written into the Run
+    top: int = 15                            # rows of the console summary and its `console` output
+
+    def __post_init__(self) -> None:
+        from .reports.registry import check_formats
+
+        check_formats(self.formats)
+
+    def outputs(self) -> list[str]:
+        """Renderer names to write into the Run: report.html unless turned off, then the formats asked for."""
+        return list(dict.fromkeys((["html"] if self.report else []) + list(self.formats)))
+
+
+@dataclass
+class SessionResult:
+    run: "Run | None"
+    analysis: "Analysis | None"
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None           # analysis failed (e.g. unknown GPU); the Run is still written
+
+
+def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOptions) -> SessionResult:
+    """Stop ``session``, write its Run, analyze and render it; the session's files are dropped
+    afterwards whatever happens. Call once, whatever ended the program."""
+    try:
+        return _complete(session, session.stop(exit_status), options)
+    finally:
+        session.close()
+
+
+def _complete(session: "Session", c: "Collected", options: PipelineOptions) -> SessionResult:
+    if c.trace is None:
+        return SessionResult(run=None, analysis=None, warnings=c.warnings)
+    from .run.layout import CAPTURE_FILES
+
+    files: dict[str, bytes | str] = {}
+    if c.telemetry is not None:
+        files[TELEMETRY_FILE] = gzip.compress(c.telemetry.to_json())
+    for i, path in enumerate(c.captures):
+        if path.exists():
+            files[CAPTURE_FILES.format(i)] = gzip.compress(path.read_bytes(), compresslevel=6)
+    meta = new_meta(session.config.command, **c.fields)
+    analysis, error, ceilings = _analyze(session, c, meta, options)
+    summary = None
+    if analysis is not None:
+        # The summary and outputs name the trace the Run keeps, not the temporary one deleted after.
+        analysis.trace.path = str(Path(session.out) / TRACE_FILE)
+        summary = analysis.summary()
+        # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
+        # datasheet ones come back from the trace's device name.
+        if analysis.ceilings.source not in ("datasheet", "none"):
+            ceilings = analysis.ceilings
+        meta["steps"]["recorded"] = summary["steps"]
+        files.update(render_outputs(analysis, options))
+    run = write_run(session.out, meta=meta, trace=c.trace, ceilings=ceilings, summary=summary, files=files,
+                    force=session.config.force)
+    if analysis is not None:
+        analysis.trace.path = str(run.trace_path)
+    return SessionResult(run=run, analysis=analysis, warnings=c.warnings, error=error)
+
+
+def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, bytes | str]:
+    """The Run's rendered files by name: each output's renderer under its default file name."""
+    from .reports.registry import RenderOptions, renderer
+
+    render_options = RenderOptions(top=options.top)
+    return {r.file_name: r.render(analysis, render_options) for r in map(renderer, options.outputs())}
+
+
+def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
+             options: PipelineOptions) -> tuple["Analysis | None", str | None, "Ceilings | None"]:
+    """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
+    from .analyzers.analysis import analyze
+    from .analyzers.trace import load_trace
+
+    trace = load_trace(c.trace)
+    ceilings = None
+    overridden = options.device or options.peak_tflops or options.peak_bandwidth_gbs or options.ceilings_file
+    device = meta.get("device") or {}
+    if len(trace.kernels) == 0 and device.get("type") == "cuda":
+        return None, _no_gpu_kernels(session, meta), None
+    if len(trace.kernels) == 0 and device.get("cuda_available"):
+        c.warnings.append("this machine has a GPU that the program never used: profiled as a CPU program")
+    if len(trace.kernels) == 0 and not overridden:
+        ceilings = _cpu_ceilings(c.warnings)
+    try:
+        a = analyze(trace, device=options.device, peak_tflops=options.peak_tflops,
+                    peak_bandwidth_gbs=options.peak_bandwidth_gbs, ceilings_file=options.ceilings_file,
+                    ceilings=ceilings, params=options.params, telemetry=c.telemetry, run_meta=meta,
+                    graph_capture=[str(p) for p in c.captures] if c.captures else None)
+    except RoofscopeError as e:
+        return None, str(e), ceilings
+    return a, None, ceilings
+
+
+def _cpu_ceilings(warnings: list[str]) -> "Ceilings":
+    """CPU-only: the CPU's datasheet is unknown, so use this machine's cached measurement (same
+    torch and thread count, which set the CPU roofs), else measure it here and cache it."""
+    import torch
+
+    from .microbench import cache
+    from .microbench.cpu import cpu_name, measure_cpu
+
+    ceilings = None
+    if cache.enabled():
+        ceilings = cache.lookup(cpu_name(), torch_version=torch.__version__, threads=torch.get_num_threads(),
+                                exact=True)
+    if ceilings is None:
+        ceilings = measure_cpu()
+        if cache.enabled():
+            try:
+                cache.save(ceilings)
+            except (RoofscopeError, OSError) as e:  # a read-only home must not fail the Run
+                warnings.append(f"could not cache the CPU ceilings: {e}")
+    return ceilings
+
+
+def _no_gpu_kernels(session: "Session", meta: dict[str, Any]) -> str:
+    """A CUDA machine whose profiled window holds no GPU kernel: say so, never analyze it as a CPU trace."""
+    steps = meta.get("steps", {})
+    cfg = session.config
+    if cfg.duration_s is not None:
+        when = (f"the {cfg.duration_s:g} s window (opened {cfg.delay_s:g} s after the program's "
+                f"{steps.get('delay_from', 'start')})")
+        fix = ("open the window later or for longer (--delay/--duration), or drop them: inference loops get "
+               "steps automatically (one per outermost forward; --step-on generate for whole generate() calls)")
+    else:
+        when = "the profiled steps"
+        fix = ("check that the model and inputs are on the GPU, or choose the steps with --step-on "
+               "forward|generate|MODULE.FUNC or roofscope.step()")
+    return (f"NO GPU KERNEL was recorded on this CUDA machine: {when} held only host work (model "
+            f"construction, loading, tokenization); the Run is not a CPU profile and was not analyzed. Fix: {fix}")
+
+
+def announce(session: "Session", result: SessionResult, *, exit_code: int, merge_timeout_s: float, top: int = 15,
+             quiet: bool = False, paths_when_quiet: bool = True) -> str | None:
+    """End a profile on the terminal: the summary and the Run's paths (``paths_when_quiet``: also
+    with ``quiet``), or for one rank of a job :func:`conclude`; then the warnings and the problem,
+    which is returned."""
+    from .reports.console import render_session
+
+    if session.part is None:
+        text, problem = render_session(result, top=top, quiet=quiet)
+        if paths_when_quiet or not quiet:
+            sys.stdout.write(text)
+    else:
+        problem = conclude(session.part, result, exit_code=exit_code, merge_timeout_s=merge_timeout_s, quiet=quiet)
+    for w in result.warnings:
+        print(f"roofscope: warning: {w}", file=sys.stderr)
+    if problem:
+        print(f"roofscope: error: {problem}", file=sys.stderr)
+    return problem
+
+
+def _ranks(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:16])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 16 else "")
+    return ("rank " if len(ranks) == 1 else "ranks ") + shown
+
+
+def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_timeout_s: float,
+             quiet: bool) -> str | None:
+    """After this rank's part is written: a one-line note on every rank but 0; rank 0 waits up to
+    ``merge_timeout_s`` for the other parts and merges the job (0: only prints the command).
+    Returns the problem to report, as ``render_session`` does."""
+    from .reports.console import render_session
+
+    _, problem = render_session(result, quiet=True)
+    if result.run is None:
+        return problem
+    info = part.info
+    who = f"roofscope: rank {info.rank} of {info.world_size}: wrote {result.run.path}"
+    if info.rank != 0:
+        print(f"{who}; rank 0 merges the job in {part.job_dir}")
+        return problem
+    command = part.merge_command()
+    if merge_timeout_s == 0 or exit_code != 0:
+        # A failed rank 0 does not wait: its peers are likely failing or being torn down too.
+        print(f"{who}; merge the ranks' parts with: {command}")
+        return problem
+    print(f"{who}; waiting up to {merge_timeout_s:g} s for the other ranks' parts", flush=True)
+    missing = part.wait_for_parts(merge_timeout_s)
+    if missing:
+        print(f"roofscope: {_ranks(missing)} of {info.world_size} wrote no part in {part.job_dir} within"
+              f" {merge_timeout_s:g} s; once every rank-* directory is on one machine, run: {command}",
+              file=sys.stderr)
+        return problem
+    from .commands.merge import MergeOptions, run
+
+    try:
+        code = run(MergeOptions(sources=[str(part.job_dir)], out=str(part.job_dir), force=True, quiet=quiet))
+    except RoofscopeError as e:
+        return problem or f"merging the ranks' parts failed: {e}; retry with: {command}"
+    if code != 0:
+        return problem or f"merging the ranks' parts failed (exit code {code}); retry with: {command}"
+    return problem
