@@ -139,8 +139,9 @@ def test_recorder_labels_captures_and_replays(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     idle = [True]
+    given_back = []
     originals = dict(FakeGraph.__dict__)
-    rec = GraphRecorder(tmp_path / "g", lambda: idle[0])
+    rec = GraphRecorder(tmp_path / "g", lambda: idle[0], lambda: given_back.append(1))
     rec.install()
     assert FakeGraph.__dict__["replay"] is not originals["replay"]
     g = FakeGraph()
@@ -149,7 +150,8 @@ def test_recorder_labels_captures_and_replays(tmp_path: Path, monkeypatch: pytes
     torch.ones(3).add(1)  # an op issued during the capture
     g.capture_end()
     assert rec.capturing == 0 and len(rec.files) == 1
-    idle[0] = False  # the session's profiler warms up: the next capture is skipped, with a note
+    assert given_back == [1]  # the session's profiler may come back once the capture is recorded
+    idle[0] = False  # the session's profiler cannot step aside: the next capture is skipped, with a note
     g2 = FakeGraph()
     g2.capture_begin()
     g2.capture_end()
@@ -165,3 +167,37 @@ def test_recorder_labels_captures_and_replays(tmp_path: Path, monkeypatch: pytes
     assert "roofscope: graph capture 0" in set(trace.annotations["name"])
     assert "aten::add" in set(trace.ops["name"])
     assert any(e.name == "roofscope: graph replay 0" for e in p.events())
+
+
+def test_warming_up_profiler_steps_aside_for_a_capture_and_records_its_steps(tmp_path):
+    """Inductor's cudagraph trees capture during the first steps, which warm-up covers; a second
+    Kineto session started then cancels the first (its trace is lost). The collector drops its
+    warming-up profiler for the capture's own and starts it again: the active steps are recorded,
+    numbered on from the steps seen (wait 1 + warmup 2: steps 3 and 4)."""
+    import torch
+
+    from roofscope.analyzers.trace import load_trace
+    from roofscope.collectors.torchprof import Schedule, TorchCollector
+
+    c = TorchCollector(tmp_path / "trace.json", Schedule(wait=1, warmup=2, active=2))
+    c.start()
+    x = torch.randn(32, 32)
+    for step in range(5):
+        torch.mm(x, x)
+        if step == 1:
+            assert c.phase == "warmup" and c.make_room() and c.phase == "idle"
+            own = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            own.start()
+            torch.add(x, 1)
+            own.stop()
+            assert any(e.name == "aten::add" for e in own.events())
+            c.give_back_room()
+            assert c.phase == "warmup"
+        c.step()
+    assert c.stop() and c.trace_ready
+    trace = load_trace(tmp_path / "trace.json")
+    names = set(trace.annotations["name"])
+    assert {"ProfilerStep#3", "ProfilerStep#4"} <= names and "ProfilerStep#1" not in names
+    # the active steps' two matmuls, and nothing of the capture's own profile
+    assert (trace.ops["name"] == "aten::mm").sum() == 2 and "aten::add" not in set(trace.ops["name"])
+    assert c.phase == "done" and c.make_room()   # nothing left to step aside

@@ -6,7 +6,7 @@ is wrapped in the annotation ``roofscope: graph capture N`` and every replay in 
 graph replay N`` (analyzers/graphs.py matches the two). A capture that happens while the
 session's profiler is not recording (graphs are usually captured during warm-up) is recorded
 by a short profiler of its own, from ``capture_begin`` to ``capture_end``, into
-``capture-NNNN.json``; the Run keeps those as ``graph-capture-NNNN.json.gz``. While the session records,
+``capture-NNNN.json`` (a warming-up session profiler steps aside for it and starts again after); the Run keeps those as ``graph-capture-NNNN.json.gz``. While the session records,
 the capture lands in the main trace itself. The first ``limit`` captures are recorded.
 """
 from __future__ import annotations
@@ -21,9 +21,13 @@ _ID_ATTR = "_roofscope_graph_id"
 
 
 class GraphRecorder:
-    def __init__(self, directory: Path, can_record: Callable[[], bool], limit: int = 64) -> None:
+    def __init__(self, directory: Path, make_room: Callable[[], bool], give_back_room: Callable[[], None],
+                 limit: int = 64) -> None:
         self.directory = directory
-        self.can_record = can_record      # the session's profiler is idle: a capture profiler may run
+        # The session's profiler steps aside for a capture's own (True when it did, or was idle)
+        # and comes back after it (torchprof.TorchCollector.make_room).
+        self.make_room = make_room
+        self.give_back_room = give_back_room
         self.limit = limit
         self.files: list[Path] = []
         self.skipped = 0                  # captures not recorded (limit, or the session was warming up)
@@ -90,7 +94,7 @@ class GraphRecorder:
         self.captures += 1
         own = None
         if not torch.autograd.profiler._is_profiler_enabled:
-            if len(self.files) >= self.limit or not self.can_record():
+            if len(self.files) >= self.limit or not self.make_room():
                 self.skipped += 1
                 return
             from torch.profiler import ProfilerActivity, profile
@@ -117,10 +121,12 @@ class GraphRecorder:
             path = self.directory / f"capture-{gid:04d}.json"
             own.export_chrome_trace(str(path))
             self.files.append(path)
+        if not any(o is not None for _, o in self._open.values()):
+            self.give_back_room()
 
     def notes(self) -> list[str]:
         if not self.skipped:
             return []
         return [f"{self.skipped} CUDA-graph capture{'s were' if self.skipped != 1 else ' was'} not recorded "
-                f"(at most {self.limit} are, and none while the profiler warms up): replays of "
+                f"(at most {self.limit} are): replays of "
                 "those graphs have time only"]

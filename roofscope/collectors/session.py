@@ -225,7 +225,7 @@ class Session:
             from .graphs import GraphRecorder
 
             collector = self._collector
-            self._graphs = GraphRecorder(Path(self._tmp.name) / "graphs", lambda: collector.phase in ("idle", "done"))
+            self._graphs = GraphRecorder(Path(self._tmp.name) / "graphs", collector.make_room, collector.give_back_room)
             self._graphs.install()
         self._collector.start()
 

@@ -76,6 +76,7 @@ class TorchCollector:
         self._prof: Any = None
         self._old_alarm: Any = None
         self.delay_from = "start"      # what --delay counted from
+        self._paused = False           # dropped while warming up (make_room)
 
     @property
     def windowed(self) -> bool:
@@ -154,6 +155,36 @@ class TorchCollector:
         self.window = "done"
         self._sync()
         self._prof.stop()
+
+    def make_room(self) -> bool:
+        """Let another profiler run now (a CUDA-graph capture's own, collectors/graphs.py): True
+        when none of this one's is active. Kineto runs one session at a time, and a second one
+        started while this one warms up cancels it (the trace is lost), so a warming-up profiler
+        is dropped, nothing of it being kept, and :meth:`give_back_room` starts it again.
+        Inductor's cudagraph trees capture during the first steps, the ones warm-up covers."""
+        if self.phase in ("idle", "done"):
+            return True
+        if self.phase != "warmup" or self.windowed:
+            return False
+        prof, self._prof = self._prof, None
+        prof.stop()          # WARMUP -> None starts and stops a trace: no export, nothing kept
+        self._paused = True
+        return True
+
+    def give_back_room(self) -> None:
+        """Start the profiler dropped by :meth:`make_room` again, in the warm-up steps that remain,
+        numbering its steps on from the ones seen."""
+        if not self._paused:
+            return
+        from torch.profiler import schedule
+
+        self._paused = False
+        s = self.schedule
+        offset = self.steps
+        inner = schedule(wait=0, warmup=max(1, s.wait + s.warmup - offset), active=s.active, repeat=1)
+        self._prof = self._new_profile(lambda n: inner(max(0, n - offset)))
+        self._prof.step_num = offset   # ProfilerStep#N goes on from the steps already seen
+        self._prof.start()
 
     @property
     def phase(self) -> str:
