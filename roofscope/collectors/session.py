@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..config import Collection
 from ..errors import OutputExistsError, RoofscopeError
 from .distributed import job_part
 from .frameworks import loaded_frameworks
@@ -40,20 +41,22 @@ class ProfileComplete(SystemExit):
 
 @dataclass
 class SessionConfig:
+    """A session's settings; the options among them default as roofscope/config.py declares."""
+
     out: Path | None = None
     force: bool = False
     name: str = "profile"
     schedule: Schedule = field(default_factory=Schedule)
-    duration_s: float | None = None
-    delay_s: float = 0.0
-    nvml_hz: float = 50.0                    # 0 turns telemetry off
-    modules: bool = False
-    tokens_per_step: float | None = None
-    model_flops_per_step: float | None = None
-    exit_after_profile: bool = False
+    duration_s: float | None = Collection.duration
+    delay_s: float = Collection.delay
+    nvml_hz: float = Collection.nvml_hz      # 0 turns telemetry off
+    modules: bool = Collection.modules
+    tokens_per_step: float | None = Collection.tokens_per_step
+    model_flops_per_step: float | None = Collection.model_flops_per_step
+    exit_after_profile: bool = Collection.exit_after_profile
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     experimental_config: Any = None          # torch.profiler's, for --counters cupti on builds where it works
-    step_on: str | None = None               # "forward", "generate" or "MODULE.FUNC" (collectors/steps.py)
+    step_on: str | None = Collection.step_on  # "forward", "generate" or "MODULE.FUNC" (collectors/steps.py)
 
     def __post_init__(self) -> None:
         for label, v in (("tokens_per_step", self.tokens_per_step),

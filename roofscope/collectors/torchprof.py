@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analyzers.trace import DRAIN_LABEL
+from ..config import Collection
 from ..errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
@@ -26,9 +27,9 @@ INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 
 @dataclass(frozen=True)
 class Schedule:
-    wait: int = 1
-    warmup: int = 2
-    active: int = 3
+    wait: int = Collection.wait
+    warmup: int = Collection.warmup
+    active: int = Collection.active
 
     def __post_init__(self) -> None:
         if self.wait < 0 or self.warmup < 0 or self.active < 1:

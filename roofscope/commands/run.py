@@ -5,33 +5,24 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import Collection, RankMerge
 from ..errors import RoofscopeError
 from .options import CeilingOptions
 
 
 @dataclass
-class RunOptions(CeilingOptions):
+class RunOptions(CeilingOptions, Collection, RankMerge):
+    """`roofscope run`'s own options; the profile's, ceilings and merge come from roofscope/config.py."""
+
     target: str
     args: tuple[str, ...] = ()
     module: bool = False
     out: str | None = None
-    wait: int = 1
-    warmup: int = 2
-    active: int = 3
-    duration: float | None = None
-    delay: float = 0.0
-    modules: bool = False
-    nvml_hz: float = 50.0
-    tokens_per_step: float | None = None
-    model_flops_per_step: float | None = None
-    exit_after_profile: bool = False
     no_report: bool = False
     counters: str | None = None              # "ncu" or "cupti"
     counters_sample: int | None = None
     top: int = 15
     quiet: bool = False
-    merge_timeout: float = 300.0
-    step_on: str | None = None               # forward | generate | MODULE.FUNC (collectors/steps.py)
     formulas: tuple[str, ...] = ()
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
