@@ -31,22 +31,30 @@ def option(default: Any, help: str, *, flags: tuple[str, ...] = (), metavar: str
                                             "max": max, "min_open": min_open, "path": path})
 
 
-def check_ranges(cls: type, **values: float | None) -> None:
-    """Refuse values outside their fields' bounds, as the command line's range types do, for
-    callers that bypass it (``roofscope.profile()``); None (an option not given) passes."""
-    meta = {f.name: f.metadata for f in fields(cls)}
-    for name, v in values.items():
-        lo, hi, lo_open = meta[name]["min"], meta[name]["max"], meta[name]["min_open"]
-        if v is None:
-            continue
-        if lo is not None and (v <= lo if lo_open else v < lo):
-            raise RoofscopeError(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {v:g}")
-        if hi is not None and v > hi:
-            raise RoofscopeError(f"{name} must be <= {hi:g}, got {v:g}")
+class Bounded:
+    """Base of the config dataclasses: a value outside its field's bounds is refused on
+    construction, as the command line's range types refuse it, for callers that bypass them
+    (``roofscope.profile()``, ``SessionConfig``). None (an option not given) passes."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            lo, hi = f.metadata.get("min"), f.metadata.get("max")
+            v = getattr(self, f.name) if lo is not None or hi is not None else None
+            if v is None:
+                continue
+            if lo is not None and (v <= lo if f.metadata["min_open"] else v < lo):
+                raise RoofscopeError(f"{f.name} must be {'>' if f.metadata['min_open'] else '>='} {lo:g}, got {v:g}")
+            if hi is not None and v > hi:
+                raise RoofscopeError(f"{f.name} must be <= {hi:g}, got {v:g}")
+
+
+def values(cls: type, obj: Any) -> dict[str, Any]:
+    """The options of the config dataclass ``cls`` as ``obj`` (an instance of a subclass) holds them."""
+    return {f.name: getattr(obj, f.name) for f in fields(cls)}
 
 
 @dataclass(kw_only=True)
-class Collection:
+class Collection(Bounded):
     """What a profile records: the step schedule (or time window), telemetry, labels and the
     per-step figures that metrics need. ``roofscope.profile()`` calls ``active`` ``steps``."""
 
@@ -69,7 +77,7 @@ class Collection:
 
 
 @dataclass(kw_only=True)
-class RankMerge:
+class RankMerge(Bounded):
     """What rank 0 of a distributed job does once its own part is written (pipeline.conclude)."""
 
     merge_timeout: float = option(300.0, "Under torchrun/srun: how long rank 0 waits for the other ranks' parts "
@@ -78,7 +86,7 @@ class RankMerge:
 
 
 @dataclass(kw_only=True)
-class CeilingOverrides:
+class CeilingOverrides(Bounded):
     """The ceilings a roofline is drawn with, when not the trace's device's (devices.resolve_ceilings)."""
 
     device: str | None = option(None, "Datasheet device (key or name) to take ceilings from, instead of the trace's "
@@ -93,7 +101,7 @@ class CeilingOverrides:
 
 
 @dataclass(kw_only=True)
-class RooflineThresholds:
+class RooflineThresholds(Bounded):
     """Where a kernel's bound class changes (analyzers/roofline.py, docs/roofline.md)."""
 
     latency_floor_us: float = option(3.0, "Roofline floor time below which a kernel is latency-bound.", min=0)

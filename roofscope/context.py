@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .collectors.session import Session, SessionConfig
-from .collectors.torchprof import Schedule
-from .config import CeilingOverrides, Collection, RankMerge, RooflineThresholds, check_ranges
+from .config import CeilingOverrides, Collection, RankMerge, RooflineThresholds
 from .errors import RoofscopeError
 from .pipeline import PipelineOptions, SessionResult, announce, finish
 
@@ -124,8 +123,7 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
     """
     from .analyzers.roofline import params_from
 
-    check_ranges(RankMerge, merge_timeout=merge_timeout)
-    check_ranges(RooflineThresholds, latency_floor_us=latency_floor_us, underutilized_below=underutilized_below)
+    merge = RankMerge(merge_timeout=merge_timeout)   # the config classes refuse out-of-range values
     thresholds = RooflineThresholds(latency_floor_us=latency_floor_us, underutilized_below=underutilized_below)
     if name is None:
         main = sys.modules.get("__main__")
@@ -136,7 +134,7 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
     options = PipelineOptions(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
                               ceilings_file=ceilings, params=params_from(thresholds), report=report,
                               formats=tuple(formats))
-    config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name,
-                           schedule=Schedule(wait, warmup, steps), nvml_hz=nvml_hz, modules=modules,
+    config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name, wait=wait,
+                           warmup=warmup, active=steps, nvml_hz=nvml_hz, modules=modules,
                            tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step)
-    return Profile(config, options, quiet, merge_timeout)
+    return Profile(config, options, quiet, merge.merge_timeout)

@@ -160,8 +160,8 @@ def _no_gpu_kernels(session: "Session", meta: dict[str, Any]) -> str:
     """A CUDA machine whose profiled window holds no GPU kernel: say so, never analyze it as a CPU trace."""
     steps = meta.get("steps", {})
     cfg = session.config
-    if cfg.duration_s is not None:
-        when = (f"the {cfg.duration_s:g} s window (opened {cfg.delay_s:g} s after the program's "
+    if cfg.duration is not None:
+        when = (f"the {cfg.duration:g} s window (opened {cfg.delay:g} s after the program's "
                 f"{steps.get('delay_from', 'start')})")
         fix = ("open the window later or for longer (--delay/--duration), or drop them: inference loops get "
                "steps automatically (one per outermost forward; --step-on generate for whole generate() calls)")

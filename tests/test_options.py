@@ -17,9 +17,9 @@ from roofscope import context
 from roofscope.cli import cli
 from roofscope.collectors.nvml import NvmlSampler
 from roofscope.collectors.session import SessionConfig
-from roofscope.collectors.torchprof import Schedule
+from roofscope.collectors.torchprof import Schedule, TorchCollector
 from roofscope.commands.run import RunOptions
-from roofscope.config import CeilingOverrides, Collection, RankMerge, RooflineThresholds
+from roofscope.config import CeilingOverrides, Collection, RankMerge, RooflineThresholds, values
 from roofscope.errors import RoofscopeError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,14 +46,12 @@ def test_run_options_default_as_the_config() -> None:
     assert {name: getattr(opts, name) for name in DEFAULTS} == DEFAULTS
 
 
-def test_session_schedule_and_sampler_default_as_the_config() -> None:
+def test_session_schedule_collector_and_sampler_default_as_the_config() -> None:
     s = SessionConfig()
+    assert values(Collection, s) == values(Collection, Collection())
     assert Schedule() == Schedule(Collection.wait, Collection.warmup, Collection.active) == s.schedule
-    session_names = {"duration_s": "duration", "delay_s": "delay", "nvml_hz": "nvml_hz", "modules": "modules",
-                     "tokens_per_step": "tokens_per_step", "model_flops_per_step": "model_flops_per_step",
-                     "exit_after_profile": "exit_after_profile", "step_on": "step_on"}
-    assert {mine: getattr(s, mine) for mine in session_names} == {
-        mine: DEFAULTS[theirs] for mine, theirs in session_names.items()}
+    collector = inspect.signature(TorchCollector).parameters
+    assert (collector["duration_s"].default, collector["delay_s"].default) == (Collection.duration, Collection.delay)
     assert inspect.signature(NvmlSampler).parameters["hz"].default == Collection.nvml_hz
 
 
@@ -83,6 +81,15 @@ def test_a_default_is_written_in_one_module(literal: str) -> None:
 def test_profile_refuses_what_the_command_line_refuses(kwargs: dict, message: str) -> None:
     with pytest.raises(RoofscopeError, match=message):
         roofscope.profile(**kwargs)
+
+
+def test_a_session_refuses_what_the_command_line_refuses() -> None:
+    with pytest.raises(RoofscopeError, match="tokens_per_step must be > 0, got 0"):
+        SessionConfig(tokens_per_step=0)
+    with pytest.raises(RoofscopeError, match="nvml_hz must be >= 0, got -1"):
+        SessionConfig(nvml_hz=-1)
+    with pytest.raises(RoofscopeError, match="active must be >= 1, got 0"):
+        roofscope.profile(steps=0)
 
 
 def test_profile_classifies_with_its_thresholds(tmp_path: Path) -> None:

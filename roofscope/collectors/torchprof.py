@@ -60,7 +60,8 @@ class TorchCollector:
     """Owns one ``torch.profiler.profile``; the trace lands in ``trace_path`` when recording ends."""
 
     def __init__(self, trace_path: Path, schedule: Schedule | None = None,
-                 duration_s: float | None = None, delay_s: float = 0.0, experimental_config: Any = None) -> None:
+                 duration_s: float | None = Collection.duration, delay_s: float = Collection.delay,
+                 experimental_config: Any = None) -> None:
         if duration_s is not None and duration_s <= 0:
             raise RoofscopeError("--duration must be positive")
         if delay_s < 0:

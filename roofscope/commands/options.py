@@ -3,10 +3,10 @@
 analyze, report, diff, merge and run alike."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from ..config import CeilingOverrides, RooflineThresholds
+from ..config import CeilingOverrides, RooflineThresholds, values
 
 
 @dataclass(kw_only=True)
@@ -22,4 +22,4 @@ class CeilingOptions(CeilingOverrides, RooflineThresholds):
 
     def ceiling_options(self) -> dict[str, Any]:
         """These options under their own names, to hand them to another command's options."""
-        return {f.name: getattr(self, f.name) for f in fields(CeilingOptions)}
+        return values(CeilingOptions, self)

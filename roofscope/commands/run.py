@@ -5,7 +5,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Collection, RankMerge
+from ..config import Collection, RankMerge, values
 from ..errors import RoofscopeError
 from .options import CeilingOptions
 
@@ -35,7 +35,6 @@ def _name(opts: RunOptions) -> str:
 def run(opts: RunOptions) -> int:
     from ..collectors.script import check_target, run_target
     from ..collectors.session import Session, SessionConfig
-    from ..collectors.torchprof import Schedule
     from ..pipeline import PipelineOptions, announce, finish
 
     check_target(opts.target, opts.module)
@@ -53,12 +52,8 @@ def run(opts: RunOptions) -> int:
         from ..collectors.cupti_probe import experimental_config
 
         experimental = experimental_config()
-    config = SessionConfig(
-        out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
-        schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
-        nvml_hz=opts.nvml_hz, modules=opts.modules, tokens_per_step=opts.tokens_per_step,
-        model_flops_per_step=opts.model_flops_per_step, exit_after_profile=opts.exit_after_profile,
-        command=opts.argv, experimental_config=experimental, step_on=opts.step_on)
+    config = SessionConfig(out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
+                           command=opts.argv, experimental_config=experimental, **values(Collection, opts))
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()
