@@ -6,7 +6,8 @@ from typing import Sequence
 
 import click
 
-from .commands.clickopts import RUN_CONTEXT, ceiling_options, run_options
+from .commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options
+from .config import MergeWorkers
 from .errors import RoofscopeError
 from .version import __version__
 
@@ -192,10 +193,7 @@ def gate_cmd(**kwargs: object) -> int:
               help="Also write the cross-rank summary as JSON here.")
 @click.option("--baseline", type=click.Path(dir_okay=True, path_type=str),
               help="Single-GPU Run or trace of the same step, for the scaling tax.")
-@click.option("--jobs", type=click.IntRange(min=1), help="Worker processes [default: one per CPU].")
-@click.option("--scheduler", metavar="ADDRESS",
-              help="Analyze the ranks on a Dask distributed cluster: its scheduler address (tcp://host:8786), or "
-                   "'local[:N]' for N worker processes here. Needs `pip install roofscope[distributed]`.")
+@config_options(MergeWorkers, "jobs", "scheduler")
 @ceiling_options
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 def merge_cmd(**kwargs: object) -> int:

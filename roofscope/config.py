@@ -2,7 +2,8 @@
 command-line help and its valid range.
 
 One dataclass per concern: :class:`Collection` (what the profiler records), :class:`RankMerge`
-(rank 0's wait for a distributed job's parts), :class:`CeilingOverrides` (what the roofline is
+(rank 0's wait for a distributed job's parts), :class:`MergeWorkers` (where `roofscope merge`
+analyzes the ranks), :class:`CeilingOverrides` (what the roofline is
 drawn with) and :class:`RooflineThresholds` (where a kernel's bound class changes). Their
 fields are the options' canonical names. commands/clickopts.py turns the fields' metadata into
 click options; the commands' options inherit the dataclasses; ``SessionConfig``,
@@ -83,6 +84,16 @@ class RankMerge(Bounded):
     merge_timeout: float = option(300.0, "Under torchrun/srun: how long rank 0 waits for the other ranks' parts "
                                          "before merging them (0: do not wait; print the `roofscope merge` command).",
                                   metavar="SECONDS", min=0)
+
+
+@dataclass(kw_only=True)
+class MergeWorkers(Bounded):
+    """Where `roofscope merge` analyzes the ranks (analyzers/ranks.analyze_parts)."""
+
+    jobs: int | None = option(None, "Worker processes [default: one per CPU].", min=1)
+    scheduler: str | None = option(None, "Analyze the ranks on a Dask distributed cluster: its scheduler address "
+                                         "(tcp://host:8786), or 'local[:N]' for N worker processes here. Needs `pip "
+                                         "install roofscope[distributed]`.", metavar="ADDRESS")
 
 
 @dataclass(kw_only=True)

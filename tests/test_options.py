@@ -18,32 +18,44 @@ from roofscope.cli import cli
 from roofscope.collectors.nvml import NvmlSampler
 from roofscope.collectors.session import SessionConfig
 from roofscope.collectors.torchprof import Schedule, TorchCollector
+from roofscope.commands.merge import MergeOptions
 from roofscope.commands.run import RunOptions
-from roofscope.config import CeilingOverrides, Collection, RankMerge, RooflineThresholds, values
+from roofscope.config import CeilingOverrides, Collection, MergeWorkers, RankMerge, RooflineThresholds, values
 from roofscope.errors import RoofscopeError
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = (Collection, RankMerge, CeilingOverrides, RooflineThresholds)
+CONFIGS = (Collection, RankMerge, MergeWorkers, CeilingOverrides, RooflineThresholds)
 DEFAULTS = {f.name: f.default for cls in CONFIGS for f in fields(cls)}
 HELP = {f.name: f.metadata["help"] for cls in CONFIGS for f in fields(cls)}
-# Each command that analyzes, with its required arguments.
-ANALYZING = {"analyze": ["t.json"], "report": ["t.json"], "diff": ["a", "b"], "merge": ["job"], "run": ["train.py"]}
+CEILINGS = (CeilingOverrides, RooflineThresholds)
+# Each command that takes config options: its required arguments, and the config classes it takes.
+COMMANDS = {"analyze": (["t.json"], CEILINGS), "report": (["t.json"], CEILINGS), "diff": (["a", "b"], CEILINGS),
+            "merge": (["job"], CEILINGS + (MergeWorkers,)),
+            "run": (["train.py"], CEILINGS + (Collection, RankMerge))}
 
 
-@pytest.mark.parametrize("command", ANALYZING)
+def _names(classes: tuple[type, ...]) -> list[str]:
+    return [f.name for cls in classes for f in fields(cls)]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_click_defaults_and_help_are_the_configs(command: str) -> None:
     cmd = cli.commands[command]
-    given = cmd.make_context(command, ANALYZING[command]).params    # what the command receives, no flag given
-    declared = [f.name for cls in (CONFIGS if command == "run" else (CeilingOverrides, RooflineThresholds))
-                for f in fields(cls)]
+    args, classes = COMMANDS[command]
+    given = cmd.make_context(command, args).params    # what the command receives when no flag is given
+    declared = _names(classes)
     assert {name: given[name] for name in declared} == {name: DEFAULTS[name] for name in declared}
     helps = {p.name: p.help for p in cmd.params if isinstance(p, click.Option)}
     assert {name: helps[name] for name in declared} == {name: HELP[name] for name in declared}
 
 
-def test_run_options_default_as_the_config() -> None:
-    opts = RunOptions(target="train.py")
-    assert {name: getattr(opts, name) for name in DEFAULTS} == DEFAULTS
+@pytest.mark.parametrize("options, classes", [
+    (RunOptions(target="train.py"), COMMANDS["run"][1]),
+    (MergeOptions(sources=["job"]), COMMANDS["merge"][1]),
+])
+def test_command_options_default_as_the_config(options: object, classes: tuple[type, ...]) -> None:
+    assert {name: getattr(options, name) for name in _names(classes)} == {name: DEFAULTS[name]
+                                                                        for name in _names(classes)}
 
 
 def test_session_schedule_collector_and_sampler_default_as_the_config() -> None:
@@ -59,7 +71,7 @@ def test_profile_signature_defaults_are_the_configs() -> None:
     sig = inspect.signature(context.profile).parameters
     # profile() calls the active steps `steps` (its first, positional argument); the time window,
     # exit_after_profile and step_on are the command line's alone.
-    own = {"steps": "active"} | {n: n for n in DEFAULTS if n not in (
+    own = {"steps": "active"} | {n: n for n in _names(COMMANDS["run"][1]) if n not in (
         "active", "duration", "delay", "exit_after_profile", "step_on")}
     assert {mine: sig[mine].default for mine in own} == {mine: DEFAULTS[theirs] for mine, theirs in own.items()}
     assert inspect.signature(roofscope.profile).parameters["steps"].default == Collection.active

@@ -17,11 +17,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-def config_options(cls: type, *names: str) -> tuple[Callable[[F], F], ...]:
+def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """One decorator applying ``decorators`` so that `--help` lists them in the order given."""
+    def apply(fn: F) -> F:
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+    return apply
+
+
+def config_options(cls: type, *names: str) -> Callable[[F], F]:
     """The click options of the fields ``names`` of the config dataclass ``cls``, in that order."""
     declared = {f.name: f for f in fields(cls)}
     hints = get_type_hints(cls)
-    return tuple(_click_option(name, declared[name].default, declared[name].metadata, hints[name]) for name in names)
+    return stack(*(_click_option(name, declared[name].default, declared[name].metadata, hints[name])
+                   for name in names))
 
 
 def _click_option(name: str, default: Any, meta: Any, hint: Any) -> Callable[[F], F]:
@@ -33,32 +43,31 @@ def _click_option(name: str, default: Any, meta: Any, hint: Any) -> Callable[[F]
         kwargs["is_flag"] = True
     elif meta["path"]:
         kwargs["type"] = click.Path(dir_okay=False, path_type=str)
-    elif kind in (int, float) and (meta["min"] is not None or meta["max"] is not None):
-        bounds = click.IntRange if kind is int else click.FloatRange
-        kwargs["type"] = bounds(min=meta["min"], max=meta["max"], min_open=meta["min_open"])
+    elif kind in (int, float):
+        bounded = meta["min"] is not None or meta["max"] is not None
+        rng = click.IntRange if kind is int else click.FloatRange
+        kwargs["type"] = rng(min=meta["min"], max=meta["max"], min_open=meta["min_open"]) if bounded else kind
     if default is not None and kind is not bool:
         kwargs.update(default=default, show_default=True)
     flags = meta["flags"] or ("--" + name.replace("_", "-"),)
     return click.option(*flags, name, **kwargs)
 
 
-def ceiling_options(fn: F) -> F:
-    """Options that choose the ceilings the roofline is drawn with (analyze, report, diff, run, merge)."""
-    for opt in reversed((
-        *config_options(CeilingOverrides, "device", "peak_tflops", "peak_bandwidth_gbs", "ceilings"),
-        *config_options(RooflineThresholds, "latency_floor_us", "underutilized_below"),
-        click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),
-    )):
-        fn = opt(fn)
-    return fn
+# Options that choose the ceilings the roofline is drawn with (analyze, report, diff, run, merge).
+ceiling_options = stack(
+    config_options(CeilingOverrides, "device", "peak_tflops", "peak_bandwidth_gbs", "ceilings"),
+    config_options(RooflineThresholds, "latency_floor_us", "underutilized_below"),
+    click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),
+)
 
 
-_RUN_OPTIONS: tuple[Callable[[Any], Any], ...] = (
+# `roofscope run`'s options and arguments, in the order `--help` lists them.
+run_options = stack(
     click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`."),
     click.option("-o", "--out", type=click.Path(file_okay=False, path_type=str),
                  help="Run directory to write [default: roofscope-out/<script>-<timestamp>]."),
-    *config_options(Collection, "wait", "warmup", "active", "duration", "delay", "modules", "nvml_hz",
-                    "tokens_per_step", "model_flops_per_step", "exit_after_profile"),
+    config_options(Collection, "wait", "warmup", "active", "duration", "delay", "modules", "nvml_hz",
+                   "tokens_per_step", "model_flops_per_step", "exit_after_profile"),
     click.option("--no-report", is_flag=True, help="Do not render report.html."),
     click.option("--format", "formats", multiple=True, metavar="NAME",
                  help="Also render this output into the Run (repeatable): "
@@ -73,20 +82,13 @@ _RUN_OPTIONS: tuple[Callable[[Any], Any], ...] = (
     click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
                  help="Kernels listed in the terminal summary."),
     click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),
-    *config_options(RankMerge, "merge_timeout"),
-    *config_options(Collection, "step_on"),
+    config_options(RankMerge, "merge_timeout"),
+    config_options(Collection, "step_on"),
     click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
                  help="Import cost formulas for custom ops (roofscope.register_formula; repeatable)."),
     click.argument("target"),
     click.argument("args", nargs=-1, type=click.UNPROCESSED),
 )
-
-
-def run_options(fn: F) -> F:
-    """`roofscope run`'s options and arguments, in the order `--help` lists them."""
-    for option in reversed(_RUN_OPTIONS):
-        fn = option(fn)
-    return fn
 
 
 def parse_run_argv(argv: list[str]) -> dict[str, Any]:
