@@ -7,7 +7,7 @@ from typing import Sequence
 import click
 
 from .commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options
-from .config import MergeWorkers
+from .config import MergeWorkers, Presentation
 from .errors import RoofscopeError
 from .version import __version__
 
@@ -28,8 +28,7 @@ def cli() -> None:
 @click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
               help="Write a markdown summary (GitHub job summary, PR comment); '-' prints it instead of "
                    "the terminal summary.")
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
-              help="Kernels listed in the terminal summary.")
+@config_options(Presentation, "top")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 @click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(dir_okay=False, path_type=str),
               metavar="CAPTURE_TRACE", help="A profiler trace of CUDA-graph captures: costs the replayed kernels "
@@ -72,7 +71,7 @@ def report_cmd(**kwargs: object) -> int:
 @click.option("--applied", metavar="CHANGE",
               help="The change B applied (e.g. torch_compile), or a finding's rule id; checked against the"
                    " change's combined saving [default: the finding whose kernels lost most time].")
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+@click.option("--top", type=click.IntRange(min=1), default=Presentation.top, show_default=True,
               help="Kernel changes listed.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal view.")
 def diff_cmd(**kwargs: object) -> int:

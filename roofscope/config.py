@@ -3,7 +3,8 @@ command-line help and its valid range.
 
 One dataclass per concern: :class:`Collection` (what the profiler records), :class:`RankMerge`
 (rank 0's wait for a distributed job's parts), :class:`MergeWorkers` (where `roofscope merge`
-analyzes the ranks), :class:`CeilingOverrides` (what the roofline is
+analyzes the ranks), :class:`Presentation` (the terminal summary's length),
+:class:`CeilingOverrides` (what the roofline is
 drawn with) and :class:`RooflineThresholds` (where a kernel's bound class changes). Their
 fields are the options' canonical names. commands/clickopts.py turns the fields' metadata into
 click options; the commands' options inherit the dataclasses; ``SessionConfig``,
@@ -94,6 +95,13 @@ class MergeWorkers(Bounded):
     scheduler: str | None = option(None, "Analyze the ranks on a Dask distributed cluster: its scheduler address "
                                          "(tcp://host:8786), or 'local[:N]' for N worker processes here. Needs `pip "
                                          "install roofscope[distributed]`.", metavar="ADDRESS")
+
+
+@dataclass(kw_only=True)
+class Presentation(Bounded):
+    """How much the terminal summary (and the outputs that follow it) lists."""
+
+    top: int = option(15, "Kernels listed in the terminal summary.", min=1)
 
 
 @dataclass(kw_only=True)

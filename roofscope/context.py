@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .collectors.session import Session, SessionConfig
-from .config import CeilingOverrides, Collection, RankMerge, RooflineThresholds
+from .config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
 from .errors import RoofscopeError
 from .pipeline import PipelineOptions, SessionResult, announce, finish
 
@@ -74,7 +74,7 @@ class Profile:
         run = self._done().run
         return run.path if run is not None else None
 
-    def summary(self, top: int = 15) -> str:
+    def summary(self, top: int = Presentation.top) -> str:
         """The terminal summary as text."""
         from .reports.console import render_summary
 

@@ -18,20 +18,23 @@ from roofscope.cli import cli
 from roofscope.collectors.nvml import NvmlSampler
 from roofscope.collectors.session import SessionConfig
 from roofscope.collectors.torchprof import Schedule, TorchCollector
+from roofscope.commands.analyze import AnalyzeOptions
+from roofscope.commands.diff import DiffOptions
 from roofscope.commands.merge import MergeOptions
 from roofscope.commands.run import RunOptions
-from roofscope.config import CeilingOverrides, Collection, MergeWorkers, RankMerge, RooflineThresholds, values
+from roofscope.config import (CeilingOverrides, Collection, MergeWorkers, Presentation, RankMerge, RooflineThresholds,
+                              values)
 from roofscope.errors import RoofscopeError
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = (Collection, RankMerge, MergeWorkers, CeilingOverrides, RooflineThresholds)
+CONFIGS = (Collection, RankMerge, MergeWorkers, Presentation, CeilingOverrides, RooflineThresholds)
 DEFAULTS = {f.name: f.default for cls in CONFIGS for f in fields(cls)}
 HELP = {f.name: f.metadata["help"] for cls in CONFIGS for f in fields(cls)}
 CEILINGS = (CeilingOverrides, RooflineThresholds)
 # Each command that takes config options: its required arguments, and the config classes it takes.
-COMMANDS = {"analyze": (["t.json"], CEILINGS), "report": (["t.json"], CEILINGS), "diff": (["a", "b"], CEILINGS),
-            "merge": (["job"], CEILINGS + (MergeWorkers,)),
-            "run": (["train.py"], CEILINGS + (Collection, RankMerge))}
+COMMANDS = {"analyze": (["t.json"], CEILINGS + (Presentation,)), "report": (["t.json"], CEILINGS),
+            "diff": (["a", "b"], CEILINGS), "merge": (["job"], CEILINGS + (MergeWorkers,)),
+            "run": (["train.py"], CEILINGS + (Collection, RankMerge, Presentation))}
 
 
 def _names(classes: tuple[type, ...]) -> list[str]:
@@ -52,6 +55,8 @@ def test_click_defaults_and_help_are_the_configs(command: str) -> None:
 @pytest.mark.parametrize("options, classes", [
     (RunOptions(target="train.py"), COMMANDS["run"][1]),
     (MergeOptions(sources=["job"]), COMMANDS["merge"][1]),
+    (AnalyzeOptions(trace="t.json"), COMMANDS["analyze"][1]),
+    (DiffOptions(run_a="a", run_b="b"), CEILINGS + (Presentation,)),
 ])
 def test_command_options_default_as_the_config(options: object, classes: tuple[type, ...]) -> None:
     assert {name: getattr(options, name) for name in _names(classes)} == {name: DEFAULTS[name]
@@ -70,11 +75,12 @@ def test_session_schedule_collector_and_sampler_default_as_the_config() -> None:
 def test_profile_signature_defaults_are_the_configs() -> None:
     sig = inspect.signature(context.profile).parameters
     # profile() calls the active steps `steps` (its first, positional argument); the time window,
-    # exit_after_profile and step_on are the command line's alone.
+    # exit_after_profile and step_on are the command line's alone; `top` is prof.summary()'s.
     own = {"steps": "active"} | {n: n for n in _names(COMMANDS["run"][1]) if n not in (
-        "active", "duration", "delay", "exit_after_profile", "step_on")}
+        "active", "duration", "delay", "exit_after_profile", "step_on", "top")}
     assert {mine: sig[mine].default for mine in own} == {mine: DEFAULTS[theirs] for mine, theirs in own.items()}
     assert inspect.signature(roofscope.profile).parameters["steps"].default == Collection.active
+    assert inspect.signature(context.Profile.summary).parameters["top"].default == Presentation.top
 
 
 @pytest.mark.parametrize("literal", ["50.0", "300.0"])  # the NVML rate, the merge timeout

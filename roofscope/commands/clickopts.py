@@ -9,7 +9,7 @@ from typing import Any, Callable, TypeVar, get_args, get_type_hints
 
 import click
 
-from ..config import CeilingOverrides, Collection, RankMerge, RooflineThresholds
+from ..config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
 from ..reports.registry import names, renderer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -79,8 +79,7 @@ run_options = stack(
                  help="With --counters ncu: profile only the first N kernel launches (bounds the replay cost; "
                       "as `roofscope counters --sample`; --counters-sample is the old name)."),
     ceiling_options,
-    click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
-                 help="Kernels listed in the terminal summary."),
+    config_options(Presentation, "top"),
     click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),
     config_options(RankMerge, "merge_timeout"),
     config_options(Collection, "step_on"),

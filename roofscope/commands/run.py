@@ -5,13 +5,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Collection, RankMerge, values
+from ..config import Collection, Presentation, RankMerge, values
 from ..errors import RoofscopeError
 from .options import CeilingOptions
 
 
 @dataclass
-class RunOptions(CeilingOptions, Collection, RankMerge):
+class RunOptions(CeilingOptions, Collection, RankMerge, Presentation):
     """`roofscope run`'s own options; the profile's, ceilings and merge come from roofscope/config.py."""
 
     target: str
@@ -21,7 +21,6 @@ class RunOptions(CeilingOptions, Collection, RankMerge):
     no_report: bool = False
     counters: str | None = None              # "ncu" or "cupti"
     counters_sample: int | None = None
-    top: int = 15
     quiet: bool = False
     formulas: tuple[str, ...] = ()
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
