@@ -4,13 +4,13 @@ command-line help and its valid range.
 One dataclass per concern: :class:`Collection` (what the profiler records), :class:`RankMerge`
 (rank 0's wait for a distributed job's parts), :class:`MergeWorkers` (where `roofscope merge`
 analyzes the ranks), :class:`Presentation` (the terminal summary's length),
-:class:`CeilingOverrides` (what the roofline is
-drawn with) and :class:`RooflineThresholds` (where a kernel's bound class changes). Their
-fields are the options' canonical names. commands/clickopts.py turns the fields' metadata into
-click options; the commands' options inherit the dataclasses; ``SessionConfig``,
-``collectors.torchprof.Schedule`` and ``roofscope.profile()`` read defaults off these classes
-(a dataclass field's default is also its class attribute: ``Collection.nvml_hz == 50.0``).
-It imports only errors.py and no click, so any layer may import it.
+:class:`CeilingOverrides` (what the roofline is drawn with) and :class:`RooflineThresholds`
+(where a kernel's bound class changes). Their fields are the options' canonical names.
+commands/clickopts.py turns the fields' metadata into click options; the commands' options and
+``SessionConfig`` inherit the dataclasses; ``Schedule``, ``roofscope.profile()`` and the
+renderers read defaults off these classes (a dataclass field's default is also its class
+attribute: ``Collection.nvml_hz == 50.0``). It imports only errors.py, and not click, so any
+layer may import it.
 """
 from __future__ import annotations
 
