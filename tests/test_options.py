@@ -114,12 +114,13 @@ def test_profile_classifies_with_its_thresholds(tmp_path: Path) -> None:
     a, b = torch.randn(256, 256), torch.randn(256, 256)
     # 1 TFLOP/s and 10 GB/s: a 256x256 matmul moves 786 kB, a 79 µs floor, far above the default 3 µs.
     with roofscope.profile(steps=2, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
-                           nvml_hz=0, quiet=True, report=False, latency_floor_us=1e6) as prof:
+                           nvml_hz=0, quiet=True, report=False, latency_floor_us=1e6,
+                           underutilized_below=0.5) as prof:
         for _ in range(3):
             a @ b
             prof.step()
     costed = prof.analysis.kernels[prof.analysis.kernels["cls"] != "unknown"]
-    assert prof.analysis.params.latency_floor_s == 1.0
+    assert (prof.analysis.params.latency_floor_s, prof.analysis.params.underutilized_below) == (1.0, 0.5)
     assert len(costed) and (costed["cls"] == "latency").all()
     # The same Run under the default thresholds: the matmul is no longer latency-bound.
     default = roofscope.analyze(prof.run_dir)
