@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .collectors.regions import region
+from .config import Collection
 from .version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,7 +42,7 @@ def _fresh_summary(path: Any) -> dict:
     return json_safe(_analyze(path).summary())
 
 
-def profile(steps: int = 3, **kwargs: Any) -> "Profile":
+def profile(steps: int = Collection.active, **kwargs: Any) -> "Profile":
     """Profile a loop in your own code; see :func:`roofscope.context.profile`."""
     from .context import profile as _profile
 

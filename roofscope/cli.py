@@ -6,7 +6,8 @@ from typing import Sequence
 
 import click
 
-from .commands.clickopts import RUN_CONTEXT, ceiling_options, run_options
+from .commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options
+from .config import MergeWorkers, Presentation
 from .errors import RoofscopeError
 from .version import __version__
 
@@ -27,8 +28,7 @@ def cli() -> None:
 @click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
               help="Write a markdown summary (GitHub job summary, PR comment); '-' prints it instead of "
                    "the terminal summary.")
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
-              help="Kernels listed in the terminal summary.")
+@config_options(Presentation, "top")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 @click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(dir_okay=False, path_type=str),
               metavar="CAPTURE_TRACE", help="A profiler trace of CUDA-graph captures: costs the replayed kernels "
@@ -71,7 +71,7 @@ def report_cmd(**kwargs: object) -> int:
 @click.option("--applied", metavar="CHANGE",
               help="The change B applied (e.g. torch_compile), or a finding's rule id; checked against the"
                    " change's combined saving [default: the finding whose kernels lost most time].")
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+@click.option("--top", type=click.IntRange(min=1), default=Presentation.top, show_default=True,
               help="Kernel changes listed.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal view.")
 def diff_cmd(**kwargs: object) -> int:
@@ -192,10 +192,7 @@ def gate_cmd(**kwargs: object) -> int:
               help="Also write the cross-rank summary as JSON here.")
 @click.option("--baseline", type=click.Path(dir_okay=True, path_type=str),
               help="Single-GPU Run or trace of the same step, for the scaling tax.")
-@click.option("--jobs", type=click.IntRange(min=1), help="Worker processes [default: one per CPU].")
-@click.option("--scheduler", metavar="ADDRESS",
-              help="Analyze the ranks on a Dask distributed cluster: its scheduler address (tcp://host:8786), or "
-                   "'local[:N]' for N worker processes here. Needs `pip install roofscope[distributed]`.")
+@config_options(MergeWorkers, "jobs", "scheduler")
 @ceiling_options
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 def merge_cmd(**kwargs: object) -> int:

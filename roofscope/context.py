@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .collectors.session import Session, SessionConfig
-from .collectors.torchprof import Schedule
+from .config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
 from .errors import RoofscopeError
 from .pipeline import PipelineOptions, SessionResult, announce, finish
 
@@ -28,8 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class Profile:
     """The object ``roofscope.profile()`` returns; a context manager, used once."""
 
-    def __init__(self, config: SessionConfig, options: PipelineOptions, quiet: bool,
-                 merge_timeout_s: float = 300.0) -> None:
+    def __init__(self, config: SessionConfig, options: PipelineOptions, quiet: bool, merge_timeout_s: float) -> None:
         self._session = Session(config)
         self._options = options
         self._quiet = quiet
@@ -75,7 +74,7 @@ class Profile:
         run = self._done().run
         return run.path if run is not None else None
 
-    def summary(self, top: int = 15) -> str:
+    def summary(self, top: int = Presentation.top) -> str:
         """The terminal summary as text."""
         from .reports.console import render_summary
 
@@ -96,12 +95,18 @@ def _status(exc: BaseException | None) -> dict[str, Any]:
     return {"code": 1, "reason": "exception", "detail": f"{type(exc).__name__}: {exc}"}
 
 
-def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path | None = None,
-            force: bool = False, tokens_per_step: float | None = None,
-            model_flops_per_step: float | None = None, modules: bool = False, nvml_hz: float = 50.0,
-            report: bool = True, quiet: bool = False, name: str | None = None, device: str | None = None,
-            peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
-            ceilings: str | None = None, merge_timeout: float = 300.0, formats: Sequence[str] = ()) -> Profile:
+def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warmup: int = Collection.warmup,
+            out: str | Path | None = None, force: bool = False,
+            tokens_per_step: float | None = Collection.tokens_per_step,
+            model_flops_per_step: float | None = Collection.model_flops_per_step,
+            modules: bool = Collection.modules, nvml_hz: float = Collection.nvml_hz,
+            report: bool = True, quiet: bool = False, name: str | None = None,
+            device: str | None = CeilingOverrides.device, peak_tflops: float | None = CeilingOverrides.peak_tflops,
+            peak_bandwidth_gbs: float | None = CeilingOverrides.peak_bandwidth_gbs,
+            ceilings: str | None = CeilingOverrides.ceilings,
+            latency_floor_us: float = RooflineThresholds.latency_floor_us,
+            underutilized_below: float = RooflineThresholds.underutilized_below,
+            merge_timeout: float = RankMerge.merge_timeout, formats: Sequence[str] = ()) -> Profile:
     """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones.
 
     Step boundaries: ``prof.step()`` / ``roofscope.step()`` when called, else each
@@ -112,10 +117,14 @@ def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path |
     ``out/rank-NNNN`` and rank 0 merges them after waiting up to ``merge_timeout`` seconds
     for the others (0: it prints the ``roofscope merge`` command instead). ``formats`` names
     further outputs written into the Run (``console``, ``markdown``, ``json``, ``csv``, ``junit``,
-    ``html``: reports/registry.py), each under its default file name.
+    ``html``: reports/registry.py), each under its default file name. The ceiling and threshold
+    options are the command line's (``--datasheet``, ``--peak-tflops``, ``--peak-bandwidth``,
+    ``--ceilings``, ``--latency-floor-us``, ``--underutilized-below``; roofscope/config.py).
     """
-    if merge_timeout < 0:
-        raise RoofscopeError(f"merge_timeout must be >= 0 seconds, got {merge_timeout:g}")
+    from .analyzers.roofline import params_from
+
+    merge = RankMerge(merge_timeout=merge_timeout)   # the config classes refuse out-of-range values
+    thresholds = RooflineThresholds(latency_floor_us=latency_floor_us, underutilized_below=underutilized_below)
     if name is None:
         main = sys.modules.get("__main__")
         main_file = getattr(main, "__file__", None)
@@ -123,8 +132,9 @@ def profile(steps: int = 3, *, wait: int = 1, warmup: int = 2, out: str | Path |
     if isinstance(formats, str):  # formats="json" would otherwise ask for "j", "s", "o", "n"
         formats = [formats]
     options = PipelineOptions(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
-                              ceilings_file=ceilings, report=report, formats=tuple(formats))
-    config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name,
-                           schedule=Schedule(wait, warmup, steps), nvml_hz=nvml_hz, modules=modules,
+                              ceilings_file=ceilings, params=params_from(thresholds), report=report,
+                              formats=tuple(formats))
+    config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name, wait=wait,
+                           warmup=warmup, active=steps, nvml_hz=nvml_hz, modules=modules,
                            tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step)
-    return Profile(config, options, quiet, merge_timeout)
+    return Profile(config, options, quiet, merge.merge_timeout)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .config import Presentation
 from .errors import RoofscopeError
 from .run import TELEMETRY_FILE, TRACE_FILE, new_meta, write_run
 
@@ -40,7 +41,7 @@ class PipelineOptions:
     params: "RooflineParams | None" = None
     report: bool = True                      # report.html
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), each written into the Run
-    top: int = 15                            # rows of the console summary and its `console` output
+    top: int = Presentation.top              # rows of the console summary and its `console` output
 
     def __post_init__(self) -> None:
         from .reports.registry import check_formats
@@ -160,8 +161,8 @@ def _no_gpu_kernels(session: "Session", meta: dict[str, Any]) -> str:
     """A CUDA machine whose profiled window holds no GPU kernel: say so, never analyze it as a CPU trace."""
     steps = meta.get("steps", {})
     cfg = session.config
-    if cfg.duration_s is not None:
-        when = (f"the {cfg.duration_s:g} s window (opened {cfg.delay_s:g} s after the program's "
+    if cfg.duration is not None:
+        when = (f"the {cfg.duration:g} s window (opened {cfg.delay:g} s after the program's "
                 f"{steps.get('delay_from', 'start')})")
         fix = ("open the window later or for longer (--delay/--duration), or drop them: inference loops get "
                "steps automatically (one per outermost forward; --step-on generate for whole generate() calls)")
@@ -173,7 +174,7 @@ def _no_gpu_kernels(session: "Session", meta: dict[str, Any]) -> str:
             f"construction, loading, tokenization); the Run is not a CPU profile and was not analyzed. Fix: {fix}")
 
 
-def announce(session: "Session", result: SessionResult, *, exit_code: int, merge_timeout_s: float, top: int = 15,
+def announce(session: "Session", result: SessionResult, *, exit_code: int, merge_timeout_s: float, top: int = Presentation.top,
              quiet: bool = False, paths_when_quiet: bool = True) -> str | None:
     """End a profile on the terminal: the summary and the Run's paths (``paths_when_quiet``: also
     with ``quiet``), or for one rank of a job :func:`conclude`; then the warnings and the problem,

@@ -20,9 +20,9 @@ Classes, first match wins (docs/roofline.md):
 
 * ``communication``: NCCL and other collectives (outside the roofline),
 * ``unknown``: no cost could be attributed,
-* ``latency``: floor time below ``latency_floor_s`` (default 3 µs): too little work
-  for the kernel's time to be anything but launch and latency,
-* ``underutilized``: efficiency below ``underutilized_below`` (default 0.25),
+* ``latency``: floor time below ``latency_floor_s`` (``--latency-floor-us``, roofscope/config.py):
+  too little work for the kernel's time to be anything but launch and latency,
+* ``underutilized``: efficiency below ``underutilized_below`` (``--underutilized-below``),
 * ``compute``: intensity at or above the ridge, else ``memory``.
 """
 from __future__ import annotations
@@ -32,11 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..config import RooflineThresholds
 from ..devices import Ceilings
 from .runtime_names import copy_direction
 
-LATENCY_FLOOR_S = 3e-6
-UNDERUTILIZED_BELOW = 0.25
 CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "unknown")
 # An fp32 GEMM running this much above the fp32 CUDA-core roof can only have used TF32.
 _TF32_EVIDENCE = 1.10
@@ -46,15 +45,16 @@ ABOVE_ROOF_TOLERANCE = 0.005
 
 @dataclass(frozen=True)
 class RooflineParams:
-    latency_floor_s: float = LATENCY_FLOOR_S
-    underutilized_below: float = UNDERUTILIZED_BELOW
+    """The thresholds in the analysis's units (seconds, not the options' microseconds)."""
+
+    latency_floor_s: float = RooflineThresholds.latency_floor_us / 1e6
+    underutilized_below: float = RooflineThresholds.underutilized_below
 
 
-def params_from(latency_floor_us: float | None, underutilized_below: float | None) -> RooflineParams:
-    """Parameters from the command-line flags; an absent flag keeps its default."""
-    return RooflineParams(
-        latency_floor_s=LATENCY_FLOOR_S if latency_floor_us is None else latency_floor_us * 1e-6,
-        underutilized_below=UNDERUTILIZED_BELOW if underutilized_below is None else underutilized_below)
+def params_from(thresholds: RooflineThresholds) -> RooflineParams:
+    """Parameters from the options (``--latency-floor-us``, ``--underutilized-below``)."""
+    return RooflineParams(latency_floor_s=thresholds.latency_floor_us / 1e6,
+                          underutilized_below=thresholds.underutilized_below)
 
 
 def _roofs(ceilings: Ceilings, dtype: np.ndarray, tensor_core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from ..config import Collection
 from ..telemetry import FIELDS, Telemetry
 
 # nvmlDeviceGetTotalEnergyConsumption busy-waits in the driver: 3.9 ms of CPU per call on
@@ -122,7 +123,7 @@ def _text(value: Any) -> str:
 class NvmlSampler:
     """Samples every selected GPU each ``1/hz`` seconds from a daemon thread."""
 
-    def __init__(self, hz: float = 50.0, devices: Sequence[int] | None = None,
+    def __init__(self, hz: float = Collection.nvml_hz, devices: Sequence[int] | None = None,
                  cuda_device: int | None = None) -> None:
         if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not math.isfinite(hz) or hz <= 0:
             raise ValueError(f"sampling rate must be a positive number of Hz, got {hz!r}")

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..config import Collection
 from ..errors import OutputExistsError, RoofscopeError
 from .distributed import job_part
 from .frameworks import loaded_frameworks
@@ -38,30 +39,21 @@ class ProfileComplete(SystemExit):
         super().__init__(0)
 
 
-@dataclass
-class SessionConfig:
+@dataclass(kw_only=True)
+class SessionConfig(Collection):
+    """A session's settings: the profile's options (roofscope/config.py: the schedule, time
+    window, NVML rate (0 turns telemetry off), labels, per-step figures) and where it writes."""
+
     out: Path | None = None
     force: bool = False
     name: str = "profile"
-    schedule: Schedule = field(default_factory=Schedule)
-    duration_s: float | None = None
-    delay_s: float = 0.0
-    nvml_hz: float = 50.0                    # 0 turns telemetry off
-    modules: bool = False
-    tokens_per_step: float | None = None
-    model_flops_per_step: float | None = None
-    exit_after_profile: bool = False
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     experimental_config: Any = None          # torch.profiler's, for --counters cupti on builds where it works
-    step_on: str | None = None               # "forward", "generate" or "MODULE.FUNC" (collectors/steps.py)
+    schedule: Schedule = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for label, v in (("tokens_per_step", self.tokens_per_step),
-                         ("model_flops_per_step", self.model_flops_per_step)):
-            if v is not None and not v > 0:
-                raise RoofscopeError(f"{label} must be positive, got {v}")
-        if self.nvml_hz < 0:
-            raise RoofscopeError(f"NVML sampling rate must be >= 0 Hz, got {self.nvml_hz:g}")
+        super().__post_init__()
+        self.schedule = Schedule(self.wait, self.warmup, self.active)
 
 
 @dataclass
@@ -202,7 +194,7 @@ class Session:
         self.inductor = enable_inductor_metadata()
         self._tmp = tempfile.TemporaryDirectory(prefix="roofscope-")
         self._collector = TorchCollector(Path(self._tmp.name) / "trace.json", self.config.schedule,
-                                         self.config.duration_s, self.config.delay_s,
+                                         self.config.duration, self.config.delay,
                                          experimental_config=self.config.experimental_config)
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
             from .nvml import NvmlSampler
@@ -309,7 +301,7 @@ class Session:
         s = self.config.schedule
         fields: dict[str, Any] = dict(
             started=self._started_at, wall_s=round(wall_s, 3), exit_status=exit_status, device=device_metadata(),
-            steps={"requested": ({"duration_s": self.config.duration_s, "delay_s": self.config.delay_s}
+            steps={"requested": ({"duration_s": self.config.duration, "delay_s": self.config.delay}
                                  if c.windowed else {"wait": s.wait, "warmup": s.warmup, "active": s.active}),
                    "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on,
                    **({"delay_from": c.delay_from} if c.windowed else {})},
@@ -336,7 +328,7 @@ class Session:
                 _active = None
 
     def _step_hint(self, exit_status: dict[str, Any]) -> str:
-        if self.config.duration_s is not None:
+        if self.config.duration is not None:
             return ""
         if exit_status.get("reason") not in (None, "ok", "stopped"):
             # The script failed or was stopped: a missing step marker is not what cut the run short.

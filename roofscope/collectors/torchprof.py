@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analyzers.trace import DRAIN_LABEL
+from ..config import Collection
 from ..errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
@@ -26,9 +27,9 @@ INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 
 @dataclass(frozen=True)
 class Schedule:
-    wait: int = 1
-    warmup: int = 2
-    active: int = 3
+    wait: int = Collection.wait
+    warmup: int = Collection.warmup
+    active: int = Collection.active
 
     def __post_init__(self) -> None:
         if self.wait < 0 or self.warmup < 0 or self.active < 1:
@@ -59,7 +60,8 @@ class TorchCollector:
     """Owns one ``torch.profiler.profile``; the trace lands in ``trace_path`` when recording ends."""
 
     def __init__(self, trace_path: Path, schedule: Schedule | None = None,
-                 duration_s: float | None = None, delay_s: float = 0.0, experimental_config: Any = None) -> None:
+                 duration_s: float | None = Collection.duration, delay_s: float = Collection.delay,
+                 experimental_config: Any = None) -> None:
         if duration_s is not None and duration_s <= 0:
             raise RoofscopeError("--duration must be positive")
         if delay_s < 0:

@@ -6,13 +6,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import Presentation
 from ..errors import RoofscopeError
 from ..fileio import atomic_write, check_writable
 from .options import CeilingOptions
 
 
 @dataclass
-class AnalyzeOptions(CeilingOptions):
+class AnalyzeOptions(CeilingOptions, Presentation):
     trace: str
     json_out: str | None = None
     csv_out: str | None = None
@@ -20,7 +21,6 @@ class AnalyzeOptions(CeilingOptions):
     markdown_out: str | None = None     # "-" prints the markdown instead of the terminal summary
     cdn: bool = False
     open_browser: bool = False
-    top: int = 15
     quiet: bool = False
     graph_capture: tuple[str, ...] = ()
     formulas: tuple[str, ...] = ()

@@ -6,18 +6,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import Presentation
 from ..fileio import atomic_write, check_writable
 from .options import CeilingOptions
 
 
 @dataclass
-class DiffOptions(CeilingOptions):
+class DiffOptions(CeilingOptions, Presentation):
     run_a: str
     run_b: str
     json_out: str | None = None
     markdown_out: str | None = None
     applied: str | None = None
-    top: int = 15
     quiet: bool = False
 
 

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import MergeWorkers
 from ..errors import RoofscopeError
 from ..fileio import atomic_write, check_writable
 from ..run import is_run_dir
@@ -28,13 +29,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @dataclass
-class MergeOptions(CeilingOptions):
+class MergeOptions(CeilingOptions, MergeWorkers):
     sources: list[str]
     out: str | None = None
     json_out: str | None = None
     baseline: str | None = None
-    jobs: int | None = None
-    scheduler: str | None = None      # Dask scheduler address, or "local" (analyzers/cluster.py)
     quiet: bool = False
 
 

@@ -5,33 +5,23 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import Collection, Presentation, RankMerge, values
 from ..errors import RoofscopeError
 from .options import CeilingOptions
 
 
 @dataclass
-class RunOptions(CeilingOptions):
+class RunOptions(CeilingOptions, Collection, RankMerge, Presentation):
+    """`roofscope run`'s own options; the profile's, ceilings and merge come from roofscope/config.py."""
+
     target: str
     args: tuple[str, ...] = ()
     module: bool = False
     out: str | None = None
-    wait: int = 1
-    warmup: int = 2
-    active: int = 3
-    duration: float | None = None
-    delay: float = 0.0
-    modules: bool = False
-    nvml_hz: float = 50.0
-    tokens_per_step: float | None = None
-    model_flops_per_step: float | None = None
-    exit_after_profile: bool = False
     no_report: bool = False
     counters: str | None = None              # "ncu" or "cupti"
     counters_sample: int | None = None
-    top: int = 15
     quiet: bool = False
-    merge_timeout: float = 300.0
-    step_on: str | None = None               # forward | generate | MODULE.FUNC (collectors/steps.py)
     formulas: tuple[str, ...] = ()
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
@@ -44,7 +34,6 @@ def _name(opts: RunOptions) -> str:
 def run(opts: RunOptions) -> int:
     from ..collectors.script import check_target, run_target
     from ..collectors.session import Session, SessionConfig
-    from ..collectors.torchprof import Schedule
     from ..pipeline import PipelineOptions, announce, finish
 
     check_target(opts.target, opts.module)
@@ -62,12 +51,8 @@ def run(opts: RunOptions) -> int:
         from ..collectors.cupti_probe import experimental_config
 
         experimental = experimental_config()
-    config = SessionConfig(
-        out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
-        schedule=Schedule(opts.wait, opts.warmup, opts.active), duration_s=opts.duration, delay_s=opts.delay,
-        nvml_hz=opts.nvml_hz, modules=opts.modules, tokens_per_step=opts.tokens_per_step,
-        model_flops_per_step=opts.model_flops_per_step, exit_after_profile=opts.exit_after_profile,
-        command=opts.argv, experimental_config=experimental, step_on=opts.step_on)
+    config = SessionConfig(out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
+                           command=opts.argv, experimental_config=experimental, **values(Collection, opts))
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()

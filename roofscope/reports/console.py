@@ -5,6 +5,7 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
+from ..config import Presentation
 from ..run.layout import REPORT_FILE
 from ..units import si
 
@@ -89,7 +90,7 @@ def _ceilings_line(a: "Analysis") -> str:
             + (f"; {'; '.join(noisy)}" if noisy else ""))
 
 
-def render_summary(a: "Analysis", top: int = 15) -> str:
+def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
     s = a.summary()
     k = a.kernels
     out: list[str] = []
@@ -288,7 +289,7 @@ def _skipped_lines(s: dict) -> list[str]:
         f"  {r['rule']}: {r['reason']}" for r in skipped] + [""]
 
 
-def render_session(result: "SessionResult", top: int = 15, quiet: bool = False) -> tuple[str, str | None]:
+def render_session(result: "SessionResult", top: int = Presentation.top, quiet: bool = False) -> tuple[str, str | None]:
     """Text for the end of a profiling session and the problem to report, if any."""
     if result.run is None:
         return "", "no trace was recorded, so no Run was written"

@@ -5,6 +5,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from ..analyzers.diff import UNCHANGED_ABS_S, UNCHANGED_REL
+from ..config import Presentation
 from .console import pct, shorten, si, table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,7 +101,7 @@ def _prediction_items(p: "Prediction") -> list[tuple[str, str]]:
     return out
 
 
-def render_terminal(d: "Diff", top: int = 15) -> str:
+def render_terminal(d: "Diff", top: int = Presentation.top) -> str:
     """The diff for a terminal: metrics, top ``top`` kernel changes, class changes, prediction."""
     out = [f"roofscope diff: A {d.a}", f"                B {d.b}",
            f"  device  A {d.device_a}" + ("" if d.device_b == d.device_a else f", B {d.device_b}"),
@@ -149,7 +150,7 @@ def render_terminal(d: "Diff", top: int = 15) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(d: "Diff", top: int = 15) -> str:
+def render_markdown(d: "Diff", top: int = Presentation.top) -> str:
     """The diff as GitHub-flavoured markdown (full kernel names, every table)."""
     from .markdown import md_code, md_table as _md_table, md_text
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
+from ..config import Presentation
 from ..errors import RoofscopeError
 from ..run import REPORT_FILE
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class RenderOptions:
-    top: int = 15          # kernels listed by the terminal summary (console); the others list their own number
+    top: int = Presentation.top  # kernels listed by the terminal summary (console); the others list their own number
     cdn: bool = False      # html: load plotly.js from its CDN instead of inlining it
 
 

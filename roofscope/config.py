@@ -1,0 +1,127 @@
+"""Every user-facing option of a profile and an analysis, declared once: its default, its
+command-line help and its valid range.
+
+One dataclass per concern: :class:`Collection` (what the profiler records), :class:`RankMerge`
+(rank 0's wait for a distributed job's parts), :class:`MergeWorkers` (where `roofscope merge`
+analyzes the ranks), :class:`Presentation` (the terminal summary's length),
+:class:`CeilingOverrides` (what the roofline is drawn with) and :class:`RooflineThresholds`
+(where a kernel's bound class changes). Their fields are the options' canonical names.
+commands/clickopts.py turns the fields' metadata into click options; the commands' options and
+``SessionConfig`` inherit the dataclasses; ``Schedule``, ``roofscope.profile()`` and the
+renderers read defaults off these classes (a dataclass field's default is also its class
+attribute: ``Collection.nvml_hz == 50.0``). It imports only errors.py, and not click, so any
+layer may import it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .errors import RoofscopeError
+
+
+def option(default: Any, help: str, *, flags: tuple[str, ...] = (), metavar: str | None = None,
+           min: float | None = None, max: float | None = None, min_open: bool = False,
+           path: bool = False) -> Any:
+    """A field and the command-line option made from it.
+
+    ``flags`` replaces the flag ``--field-name`` (an old spelling stays accepted by listing it
+    too); ``min``/``max``/``min_open`` bound a number; ``path`` makes it a file path. A bool
+    field becomes an on/off flag; a default other than None is shown in ``--help``.
+    """
+    return field(default=default, metadata={"help": help, "flags": flags, "metavar": metavar, "min": min,
+                                            "max": max, "min_open": min_open, "path": path})
+
+
+class Bounded:
+    """Base of the config dataclasses: a value outside its field's bounds is refused on
+    construction, as the command line's range types refuse it, for callers that bypass them
+    (``roofscope.profile()``, ``SessionConfig``). None (an option not given) passes."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            lo, hi = f.metadata.get("min"), f.metadata.get("max")
+            v = getattr(self, f.name) if lo is not None or hi is not None else None
+            if v is None:
+                continue
+            if lo is not None and (v <= lo if f.metadata["min_open"] else v < lo):
+                raise RoofscopeError(f"{f.name} must be {'>' if f.metadata['min_open'] else '>='} {lo:g}, got {v:g}")
+            if hi is not None and v > hi:
+                raise RoofscopeError(f"{f.name} must be <= {hi:g}, got {v:g}")
+
+
+def values(cls: type, obj: Any) -> dict[str, Any]:
+    """The options of the config dataclass ``cls`` as ``obj`` (an instance of a subclass) holds them."""
+    return {f.name: getattr(obj, f.name) for f in fields(cls)}
+
+
+@dataclass(kw_only=True)
+class Collection(Bounded):
+    """What a profile records: the step schedule (or time window), telemetry, labels and the
+    per-step figures that metrics need. ``roofscope.profile()`` calls ``active`` ``steps``."""
+
+    wait: int = option(1, "Steps to skip before profiling (start-up, compilation).", min=0)
+    warmup: int = option(2, "Steps profiled but discarded (the profiler's own warm-up).", min=0)
+    active: int = option(3, "Steps recorded and analyzed.", min=1)
+    duration: float | None = option(None, "Profile a time window of SECONDS instead of steps (for scripts without "
+                                          "steps).", min=0, min_open=True)
+    delay: float = option(0.0, "With --duration: seconds to wait before the window opens.", min=0)
+    modules: bool = option(False, "Label kernels with the nn.Module that launched them.")
+    nvml_hz: float = option(50.0, "NVML telemetry sampling rate (0: off).", min=0)
+    tokens_per_step: float | None = option(None, "Tokens processed per step, for tokens/s.", min=0, min_open=True)
+    model_flops_per_step: float | None = option(None, "Model FLOPs per step (e.g. 6*params*tokens), for MFU.",
+                                                min=0, min_open=True)
+    exit_after_profile: bool = option(False, "End the script (exit code 0) as soon as the profiled steps are "
+                                             "recorded.")
+    step_on: str | None = option(None, "What one step is when the script has no optimizer or roofscope.step(): one "
+                                       "outermost nn.Module forward (the default then), one generate() call, or one "
+                                       "call of MODULE.FUNC.", metavar="forward|generate|MODULE.FUNC")
+
+
+@dataclass(kw_only=True)
+class RankMerge(Bounded):
+    """What rank 0 of a distributed job does once its own part is written (pipeline.conclude)."""
+
+    merge_timeout: float = option(300.0, "Under torchrun/srun: how long rank 0 waits for the other ranks' parts "
+                                         "before merging them (0: do not wait; print the `roofscope merge` command).",
+                                  metavar="SECONDS", min=0)
+
+
+@dataclass(kw_only=True)
+class MergeWorkers(Bounded):
+    """Where `roofscope merge` analyzes the ranks (analyzers/ranks.analyze_parts)."""
+
+    jobs: int | None = option(None, "Worker processes [default: one per CPU].", min=1)
+    scheduler: str | None = option(None, "Analyze the ranks on a Dask distributed cluster: its scheduler address "
+                                         "(tcp://host:8786), or 'local[:N]' for N worker processes here. Needs `pip "
+                                         "install roofscope[distributed]`.", metavar="ADDRESS")
+
+
+@dataclass(kw_only=True)
+class Presentation(Bounded):
+    """How much the terminal summary (and the outputs that follow it) lists."""
+
+    top: int = option(15, "Kernels listed in the terminal summary.", min=1)
+
+
+@dataclass(kw_only=True)
+class CeilingOverrides(Bounded):
+    """The ceilings a roofline is drawn with, when not the trace's device's (devices.resolve_ceilings)."""
+
+    device: str | None = option(None, "Datasheet device (key or name) to take ceilings from, instead of the trace's "
+                                      "device (`roofscope devices` lists them; --device is the old name).",
+                                flags=("--datasheet", "--device"), metavar="KEY")
+    peak_tflops: float | None = option(None, "Peak compute in TFLOP/s (used for every precision).",
+                                       min=0, min_open=True)
+    peak_bandwidth_gbs: float | None = option(None, "Peak memory bandwidth in GB/s.", flags=("--peak-bandwidth",),
+                                              min=0, min_open=True)
+    ceilings: str | None = option(None, "Measured-ceilings JSON file (from `roofscope microbench --out`).",
+                                  path=True)
+
+
+@dataclass(kw_only=True)
+class RooflineThresholds(Bounded):
+    """Where a kernel's bound class changes (analyzers/roofline.py, docs/roofline.md)."""
+
+    latency_floor_us: float = option(3.0, "Roofline floor time below which a kernel is latency-bound.", min=0)
+    underutilized_below: float = option(0.25, "Efficiency below which a kernel is under-utilized.", min=0, max=1)
