@@ -57,7 +57,7 @@ class Profile:
             print(f"roofscope: error: {e}", file=sys.stderr)  # the user's exception matters more
             return False
         announce(self._session, self.result, exit_code=status["code"], merge_timeout_s=self._merge_timeout_s,
-                 quiet=self._quiet, paths_when_quiet=False)
+                 quiet=self._quiet, paths_when_quiet=False, options=self._options)
         return False
 
     def _done(self) -> SessionResult:

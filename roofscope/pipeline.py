@@ -48,6 +48,15 @@ class PipelineOptions:
 
         check_formats(self.formats)
 
+    def merge_ceilings(self) -> dict[str, Any]:
+        """The ceilings and thresholds as `roofscope merge`'s options name them: rank 0's merge
+        analyzes the job with what each rank was analyzed with."""
+        p = self.params
+        return {"device": self.device, "peak_tflops": self.peak_tflops, "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
+                "ceilings": self.ceilings_file,
+                **({} if p is None else {"latency_floor_us": p.latency_floor_s * 1e6,
+                                         "underutilized_below": p.underutilized_below})}
+
     def outputs(self) -> list[str]:
         """Renderer names to write into the Run: report.html unless turned off, then the formats asked for."""
         return list(dict.fromkeys((["html"] if self.report else []) + list(self.formats)))
@@ -175,7 +184,8 @@ def _no_gpu_kernels(session: "Session", meta: dict[str, Any]) -> str:
 
 
 def announce(session: "Session", result: SessionResult, *, exit_code: int, merge_timeout_s: float, top: int = Presentation.top,
-             quiet: bool = False, paths_when_quiet: bool = True) -> str | None:
+             quiet: bool = False, paths_when_quiet: bool = True,
+             options: PipelineOptions | None = None) -> str | None:
     """End a profile on the terminal: the summary and the Run's paths (``paths_when_quiet``: also
     with ``quiet``), or for one rank of a job :func:`conclude`; then the warnings and the problem,
     which is returned."""
@@ -186,7 +196,8 @@ def announce(session: "Session", result: SessionResult, *, exit_code: int, merge
         if paths_when_quiet or not quiet:
             sys.stdout.write(text)
     else:
-        problem = conclude(session.part, result, exit_code=exit_code, merge_timeout_s=merge_timeout_s, quiet=quiet)
+        problem = conclude(session.part, result, exit_code=exit_code, merge_timeout_s=merge_timeout_s, quiet=quiet,
+                           merge_ceilings=options.merge_ceilings() if options is not None else {})
     for w in result.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)
     if problem:
@@ -200,7 +211,7 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_timeout_s: float,
-             quiet: bool) -> str | None:
+             quiet: bool, merge_ceilings: dict[str, Any] | None = None) -> str | None:
     """After this rank's part is written: a one-line note on every rank but 0; rank 0 waits up to
     ``merge_timeout_s`` for the other parts and merges the job (0: only prints the command).
     Returns the problem to report, as ``render_session`` does."""
@@ -229,7 +240,8 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
     from .commands.merge import MergeOptions, run
 
     try:
-        code = run(MergeOptions(sources=[str(part.job_dir)], out=str(part.job_dir), force=True, quiet=quiet))
+        code = run(MergeOptions(sources=[str(part.job_dir)], out=str(part.job_dir), force=True, quiet=quiet,
+                                **(merge_ceilings or {})))
     except RoofscopeError as e:
         return problem or f"merging the ranks' parts failed: {e}; retry with: {command}"
     if code != 0:

@@ -461,3 +461,22 @@ def test_torchrun_two_gpus_nccl_flags_the_delayed_rank(tmp_path: Path) -> None:
     assert [s["rank"] for s in summary["stragglers"]] == [1]
     per_rank = {p["rank"]: p for p in summary["per_rank"]}
     assert per_rank[0]["comm_exposed_s"] > per_rank[1]["comm_exposed_s"] + 0.010
+
+
+def test_rank_0_merges_with_the_ceilings_the_ranks_were_analyzed_with(tmp_path: Path, script: Path, monkeypatch,
+                                                                       capsys) -> None:
+    """rank 0's merge analyzes the job with the run's --peak-* and thresholds, not the defaults
+    (`--latency-floor-us 10` classified each rank with 10 us and the merged job with 3)."""
+    import roofscope.commands.merge as merge
+
+    seen = []
+    real = merge.run
+    monkeypatch.setattr(merge, "run", lambda opts: seen.append(opts) or real(opts))
+    out = tmp_path / "job"
+    for rank in (1, 0):
+        _as_rank(monkeypatch, rank)
+        assert _run(out, script, "--latency-floor-us", "10", "--underutilized-below", "0.5") == 0
+    (opts,) = seen
+    assert (opts.latency_floor_us, opts.underutilized_below) == (pytest.approx(10.0), 0.5)
+    assert (opts.peak_tflops, opts.peak_bandwidth_gbs) == (float(PEAKS[1]), float(PEAKS[3]))
+    assert "roofscope job: 2 of 2 ranks" in capsys.readouterr().out

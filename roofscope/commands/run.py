@@ -63,7 +63,7 @@ def run(opts: RunOptions) -> int:
         print(f"roofscope: error: could not write the Run: {e}", file=sys.stderr)
         return outcome.code or RoofscopeError.exit_code
     problem = announce(session, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout, top=opts.top,
-                       quiet=opts.quiet)
+                       quiet=opts.quiet, options=options)
     if opts.counters == "ncu":
         from .counters import after_run
 
