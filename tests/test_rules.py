@@ -247,3 +247,18 @@ def test_ncu_filter_names_the_kernel_function() -> None:
     name = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float)"
     assert kernel_function(name) == "vectorized_layer_norm_kernel"
     assert kernel_function("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
+
+
+def test_sum_by_name_matches_a_groupby_on_names():
+    """Host activity per name: b 1 + 3 = 4, a 2; sorted by name as a groupby gives it, for string
+    and categorical name columns alike (the trace's op names are categorical)."""
+    import numpy as np
+    import pandas as pd
+
+    from roofscope.analyzers.rules.idle import _sum_by_name
+
+    values = np.array([1.0, 2.0, 3.0])
+    for names in (pd.Series(["b", "a", "b"], dtype=object),
+                  pd.Series(["b", "a", "b"], dtype=pd.CategoricalDtype(["z", "b", "a"]))):
+        got = _sum_by_name(values, names)
+        assert got.index.tolist() == ["a", "b"] and got.tolist() == [2.0, 4.0]

@@ -52,11 +52,27 @@ def host_activity(ctx: Context, gaps: pd.DataFrame) -> tuple[pd.Series, pd.Serie
     ops = ctx.analysis.trace.ops
     top = ops[ops["parent"] < 0]
     ov = overlap_with(st, en, top["ts_ns"].to_numpy(), top["end_ns"].to_numpy())
-    by_op = pd.Series(ov, index=top["name"].astype(str).to_numpy()).groupby(level=0).sum() / 1e9 / ctx.steps
+    by_op = _sum_by_name(ov, top["name"]) / 1e9 / ctx.steps
     rt = ctx.analysis.trace.runtime
     ov = overlap_with(st, en, rt["ts_ns"].to_numpy(), (rt["ts_ns"] + rt["dur_ns"]).to_numpy())
-    by_call = pd.Series(ov, index=rt["name"].astype(str).to_numpy()).groupby(level=0).sum() / 1e9 / ctx.steps
+    by_call = _sum_by_name(ov, rt["name"]) / 1e9 / ctx.steps
     return by_op.sort_values(ascending=False), by_call.sort_values(ascending=False)
+
+
+def _sum_by_name(values: np.ndarray, names: pd.Series) -> pd.Series:
+    """``values`` summed per name, indexed by name in sorted order (as a groupby gives it). Summed
+    over the names' category codes: a groupby on a million-row string index took 0.3-0.5 s."""
+    if isinstance(names.dtype, pd.CategoricalDtype) and not names.isna().any():
+        codes = names.cat.codes.to_numpy()
+        uniques = np.asarray(names.cat.categories.astype(str), dtype=object)
+    else:
+        codes, uniques = pd.factorize(names)
+        if (codes < 0).any():  # missing names: grouped as astype(str) spells them
+            codes, uniques = pd.factorize(names.astype(str))
+        uniques = np.asarray(uniques, dtype=object).astype(str).astype(object)
+    sums = np.bincount(codes, weights=values, minlength=len(uniques))
+    present = np.bincount(codes, minlength=len(uniques)) > 0
+    return pd.Series(sums[present], index=pd.Index(uniques[present], dtype=object)).sort_index()
 
 
 def _fix(by_call: pd.Series, idle_s: float, pageable_share: float) -> tuple[str, str, str]:
