@@ -185,14 +185,16 @@ def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
     costed = k["floor_s"].notna() & k["dur_s"].notna()
     sub = k[keys + ["dur_s", "flops", "bytes", "floor_s"]].assign(_costed_s=k["dur_s"].where(costed), _costed=costed)
     g = sub.groupby(keys, observed=True, sort=False)
+    # one grouped pass for the sums (a pass per column cost ~80 ms per table on 77k kernels)
+    sums = g[["dur_s", "flops", "bytes", "floor_s", "_costed_s"]].sum(min_count=1)
     out = pd.DataFrame({
         "calls": g.size(),
-        "time_s": g["dur_s"].sum(min_count=1),
-        "flops": g["flops"].sum(min_count=1),
-        "bytes": g["bytes"].sum(min_count=1),
-        "floor_s": g["floor_s"].sum(min_count=1),
+        "time_s": sums["dur_s"],
+        "flops": sums["flops"],
+        "bytes": sums["bytes"],
+        "floor_s": sums["floor_s"],
         "costed_calls": g["_costed"].sum(),
-        "costed_time_s": g["_costed_s"].sum(min_count=1),
+        "costed_time_s": sums["_costed_s"],
     })
     out["mean_s"] = out["time_s"] / out["calls"]
     with np.errstate(divide="ignore", invalid="ignore"):
