@@ -29,6 +29,8 @@ class Part:
 
     @classmethod
     def from_dict(cls: type[P], d: Mapping[str, Any]) -> P:
+        if not isinstance(d, Mapping):   # a hand-edited file: TypeError is what dict(d) raised
+            raise TypeError(f"{cls.__name__}: expected an object, got {type(d).__name__}")
         kinds = _kinds(cls)
         return cls(**{k: _load(kinds[k], v) for k, v in d.items() if k in kinds},
                    extra={k: v for k, v in d.items() if k not in kinds}, source_keys=tuple(d))
