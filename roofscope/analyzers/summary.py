@@ -202,6 +202,24 @@ class TelemetryBlock(Part):
 
 
 @dataclass(kw_only=True)
+class KernelTime(Part):
+    kernels: int = 0
+    time_s: float = 0.0
+
+
+@dataclass(kw_only=True)
+class CountersBlock(Part):
+    """Coverage and agreement of measured counters (analyzers/counters.py), in Runs that have them."""
+
+    kernels: int = 0
+    kernels_total: int = 0
+    time_share: float | None = None
+    tensor_cores_unused: KernelTime = field(default_factory=KernelTime)
+    class_agreement: float | None = None
+    ncu_version: str | None = None
+
+
+@dataclass(kw_only=True)
 class Fix(Part):
     text: str = ""
     snippet: str = ""
@@ -268,7 +286,7 @@ class Summary(Part):
     distributed: dict[str, Any] | None = None                # the trace's distributedInfo, as recorded
     modules: bool = False
     inference: dict[str, Any] | None = None                  # analyzers/inference.py's block
-    counters: dict[str, Any] | None = None                   # analyzers/counters.py's block, with counters only
+    counters: CountersBlock | None = None
     metrics: Metrics = field(default_factory=Metrics)
     telemetry: TelemetryBlock | None = None
     findings: list[Recommendation] = field(default_factory=list)

@@ -11,7 +11,7 @@ from ..units import si
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
-    from ..analyzers.summary import AboveRoof, Recommendation, Summary
+    from ..analyzers.summary import AboveRoof, CountersBlock, Recommendation, Summary
     from ..devices import Ceilings
     from ..pipeline import SessionResult
 
@@ -119,7 +119,7 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
     out += _run_lines(s)
     if s.above_roof.kernels:
         out += above_roof_lines(s.above_roof)
-    if s.counters:
+    if s.counters is not None:
         out.append(_counters_line(s.counters))
     if s.untimed_kernels:
         out.append(f"  note      {s.untimed_kernels:,} GPU activities are CUPTI counter ranges recorded in "
@@ -200,13 +200,13 @@ def above_roof_lines(above: "AboveRoof") -> list[str]:
     return textwrap.wrap(above_roof_text(above), 78, initial_indent="  warning   ", subsequent_indent=" " * 12)
 
 
-def _counters_line(c: dict) -> str:
+def _counters_line(c: "CountersBlock") -> str:
     """Coverage and agreement of the measured counters (analyzers/counters.py)."""
-    tool = "ncu" + (f" {c['ncu_version']}" if c.get("ncu_version") else "")
-    unused = c["tensor_cores_unused"]
-    return (f"  counters  {tool}: {c['kernels']:,} of {c['kernels_total']:,} kernels ({pct(c['time_share'])} of kernel time);"
-            f" class as analytic on {pct(c['class_agreement'])} of it; tensor cores unused on"
-            f" {ms(unused['time_s'])} ms of matmul time ({unused['kernels']:,} kernels)")
+    tool = "ncu" + (f" {c.ncu_version}" if c.ncu_version else "")
+    unused = c.tensor_cores_unused
+    return (f"  counters  {tool}: {c.kernels:,} of {c.kernels_total:,} kernels ({pct(c.time_share)} of kernel time);"
+            f" class as analytic on {pct(c.class_agreement)} of it; tensor cores unused on"
+            f" {ms(unused.time_s)} ms of matmul time ({unused.kernels:,} kernels)")
 
 
 def _run_lines(s: "Summary") -> list[str]:
