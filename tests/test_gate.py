@@ -13,6 +13,7 @@ from roofscope.errors import RoofscopeError
 from roofscope.gate import check, load_baseline
 from roofscope.gate.evaluate import check_regression, warnings_for
 from roofscope.gate.render import markdown
+from roofscope.analyzers.summary import Metrics
 from roofscope.gate.snapshot import VERSION, GateInputError, Snapshot
 from roofscope.gate.thresholds import metric, parse_limit
 from roofscope.reports.github import annotations, append_step_summary, escape_data, escape_property, in_actions
@@ -45,7 +46,8 @@ def snap(step_ms, mfu=None, *, device="NVIDIA H200", env=None, ceilings=None, id
         samples[f"region:{name}"] = np.array(values, dtype=float) * MS
     return Snapshot(source=source, device=device, environment=dict(env or ENV), ceilings=dict(ceilings or CEILINGS),
                     steps=list(range(len(step_ms))), samples=samples,
-                    metrics={"step_time_s": float(np.median(step_ms)) * MS, "throttled_fraction": throttled},
+                    metrics=Metrics.from_dict({"step_time_s": float(np.median(step_ms)) * MS,
+                                               "throttled_fraction": throttled}),
                     throttle_reasons=list(reasons), kernels=kernels(kern), kernels_total=len(kern))
 
 

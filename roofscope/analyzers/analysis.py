@@ -11,6 +11,7 @@ import pandas as pd
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
 from .roofline import CLASSES, RooflineParams, above_roof, aggregate, place
+from .summary import Summary
 from .trace import Trace, load_trace, regions_at, steps_at
 
 
@@ -165,6 +166,10 @@ class Analysis:
         if self._summary is None:
             self._summary = self._compute_summary()
         return self._summary
+
+    def typed_summary(self) -> Summary:
+        """:meth:`summary` with typed fields (summary.py); the dict stays what the JSON writes."""
+        return Summary.from_dict(self.summary())
 
     def _base_summary(self) -> dict[str, Any]:
         k = self.kernels

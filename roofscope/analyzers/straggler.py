@@ -190,11 +190,11 @@ def _straggler_finding(s: Straggler, step_s: float) -> Finding:
     what = ", ".join(f"{k['name'][:60]} +{k['excess_ms']:.2f} ms" for k in s.kernels[:3]) or "no kernel stands out"
     host = f"; host-bound idle +{s.host_idle_excess_s * 1e3:.2f} ms/step" if s.host_idle_excess_s > 0 else ""
     return Finding(
-        "straggler", f"Rank {s.rank} is a straggler: the other ranks wait for it", "straggler", s.excess_s, "high"
-        if s.positive_share >= 0.95 else "medium",
-        f"rank {s.rank} spends {s.excess_s * 1e3:.2f} ms/step more on its own work than the other ranks (median), in"
-        f" {100 * s.positive_share:.0f}% of the steps; slower kernels: {what}{host}",
-        "Find what differs on that rank: its GPU (clocks, throttling, a noisy neighbour: nvidia-smi -q -d"
+        rule="straggler", title=f"Rank {s.rank} is a straggler: the other ranks wait for it",
+        binding="straggler", saving_s=s.excess_s, confidence="high" if s.positive_share >= 0.95 else "medium",
+        summary=f"rank {s.rank} spends {s.excess_s * 1e3:.2f} ms/step more on its own work than the other ranks"
+        f" (median), in {100 * s.positive_share:.0f}% of the steps; slower kernels: {what}{host}",
+        fix="Find what differs on that rank: its GPU (clocks, throttling, a noisy neighbour: nvidia-smi -q -d"
         " PERFORMANCE), its data (uneven batch or sequence lengths: balance the sampler), its host (data loading,"
         " logging or checkpointing only on that rank). The saving assumes the rank catches up with the others.",
         kernels=[{"name": k["name"], "op": "", "calls": 0.0, "time_s": k["excess_ms"] / 1e3, "cls": ""}

@@ -127,6 +127,7 @@ def run(opts: MergeOptions) -> int:
 
 def render_console(job: "Job", top: int = 5) -> str:
     """Terminal summary of a job: per-rank table, straggler verdict, collectives, recommendations."""
+    from ..analyzers.summary import Recommendation
     from ..reports.console import _finding_lines, pct, shorten, table
 
     def ms(x: float) -> str:
@@ -166,5 +167,5 @@ def render_console(job: "Job", top: int = 5) -> str:
                    f" (exposed comm {ms(t['exposed_comm_s'])}, straggler wait {ms(t['straggler_wait_s'])},"
                    f" other {ms(t['other_s'])}); scaling efficiency {pct(t['efficiency'])}")
         out.append("")
-    out += _finding_lines({"findings": [f.to_dict() for f in job.findings]}, top)
+    out += _finding_lines([Recommendation.from_dict(f.to_dict()) for f in job.findings], top)
     return "\n".join(out) + "\n"

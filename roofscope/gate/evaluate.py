@@ -140,7 +140,7 @@ def same_figure(s: Snapshot, name: str, other: str) -> bool:
 
 def op_counted(s: Snapshot) -> bool:
     """MFU from the FLOPs the kernels did (no model FLOPs given): wasted work raises it."""
-    return s.metrics.get("mfu_source") == "op_counted"
+    return s.metrics.mfu_source == "op_counted"
 
 
 def regression_checks(run: Snapshot, base: Snapshot, limits: Mapping[str, Limit | None],
@@ -183,7 +183,7 @@ def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
     ceilings, and throttling."""
     out = []
     for who, s in (("run", run), ("baseline", base)):
-        frac = (s.metrics.get("throttled_fraction") if s is not None else None) or 0.0
+        frac = (s.metrics.throttled_fraction if s is not None else None) or 0.0
         if frac > THROTTLE_WARN:
             why = f" ({', '.join(s.throttle_reasons)})" if s.throttle_reasons else ""
             out.append(f"the {who} throttled in {frac:.0%} of telemetry samples{why}: its clocks were lowered")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..analyzers.summary import Metrics
 from ..version import __version__
 from ..errors import RoofscopeError
 from ..run.schema import check_version
@@ -54,7 +55,7 @@ class Snapshot:
     ceilings: dict[str, Any]                 # source, device, peak_roof, peak_flops, bandwidth
     steps: list[int]
     samples: dict[str, np.ndarray]           # metric name -> one value per step (NaN unknown)
-    metrics: dict[str, Any]                  # summary["metrics"]: the headline figures
+    metrics: Metrics                         # the summary's headline figures
     throttle_reasons: list[str]              # telemetry throttle reasons seen while profiling
     kernels: pd.DataFrame                    # per_step_kernels(): index name; calls, time_s, cls, category
     kernels_total: int                       # distinct kernels in the run (kernels may keep fewer)
@@ -82,22 +83,21 @@ class Snapshot:
         if not len(samples):
             raise GateInputError(f"{where}: no profiled steps (ProfilerStep#N spans); the gate compares per-step"
                                  " samples: profile with `roofscope run` or a torch.profiler schedule")
-        s = a.summary()
-        m = s["metrics"]
+        s = a.typed_summary()
+        m = s.metrics
         env = (a.run_meta or {}).get("environment") or {}
-        devices = (s.get("telemetry") or {}).get("devices") or []
-        reasons = sorted({r for d in devices for r, share in (d.get("throttle") or {}).items()
+        devices = s.telemetry.devices if s.telemetry is not None else []
+        reasons = sorted({r for d in devices for r, share in (d.throttle or {}).items()
                           if r in THROTTLE_REASONS and share})
         kernels = per_step_kernels(a).sort_values("time_s", ascending=False, kind="stable")
-        return cls(source=where, device=s.get("device"),
+        return cls(source=where, device=s.device,
                    environment={k: env.get(k) for k in ENVIRONMENT_KEYS},
                    ceilings={"source": a.ceilings.source, "device": a.ceilings.device,
-                             "peak_roof": m.get("peak_roof"), "peak_flops": m.get("peak_flops"),
-                             "bandwidth": m.get("bandwidth")},
+                             "peak_roof": m.peak_roof, "peak_flops": m.peak_flops, "bandwidth": m.bandwidth},
                    steps=[int(i) for i in samples.index],
                    samples={mt.name: samples[mt.column].to_numpy(dtype=np.float64)
                             for mt in metrics_for(samples.columns)},
-                   metrics=dict(m), throttle_reasons=reasons,
+                   metrics=m, throttle_reasons=reasons,
                    kernels=kernels[list(KERNEL_COLUMNS)], kernels_total=int(len(kernels)))
 
     def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
@@ -113,7 +113,7 @@ class Snapshot:
             "format": FORMAT, "version": VERSION, "roofscope_version": __version__, "created": self.created,
             "source": self.source, "device": self.device, "environment": self.environment,
             "ceilings": self.ceilings, "steps": self.steps, "throttle_reasons": self.throttle_reasons,
-            "metrics": metrics, "summary_metrics": self.metrics,
+            "metrics": metrics, "summary_metrics": self.metrics.to_dict(),
             "kernels": {"kept": int(len(k)), "total": self.kernels_total,
                         "rows": k.rename_axis("name").reset_index().to_dict("records")},
         })
@@ -139,7 +139,7 @@ class Snapshot:
             return cls(source=str(d.get("source")), device=d.get("device"),
                        environment={k: (d.get("environment") or {}).get(k) for k in ENVIRONMENT_KEYS},
                        ceilings=dict(d.get("ceilings") or {}), steps=[int(s) for s in d.get("steps", [])],
-                       samples=samples, metrics=dict(d.get("summary_metrics") or {}),
+                       samples=samples, metrics=Metrics.from_dict(d.get("summary_metrics") or {}),
                        throttle_reasons=list(d.get("throttle_reasons") or []), kernels=kernels,
                        kernels_total=int(d["kernels"].get("total", len(rows))), created=str(d.get("created")))
         except (KeyError, TypeError, ValueError, RoofscopeError) as e:

@@ -11,6 +11,7 @@ from ..units import si
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
+    from ..analyzers.summary import AboveRoof, CountersBlock, Recommendation, Summary
     from ..devices import Ceilings
     from ..pipeline import SessionResult
 
@@ -91,42 +92,42 @@ def _ceilings_line(a: "Analysis") -> str:
 
 
 def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
-    s = a.summary()
+    s = a.typed_summary()
     k = a.kernels
     out: list[str] = []
     what = "CPU ops (CPU-only trace)" if a.cpu_only else "GPU activities"
     out.append(f"roofscope analyze: {a.trace.path}")
     spec = a.ceilings.datasheet
-    out.append(f"  device    {s['device']}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
+    out.append(f"  device    {s.device}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
     out.append(f"  ceilings  {_ceilings_line(a)}")
-    steps = s["steps"]
-    partial = s.get("partial_steps") or []
+    steps = s.steps
+    partial = s.partial_steps
     step_txt = (f", {step_range(steps)}" if steps else "") + (
         f" ({step_range(partial)} cut short by the script's end: left out of step figures)" if partial else "")
-    dist = s.get("distributed") or {}
+    dist = s.distributed or {}
     rank_txt = f", rank {dist.get('rank')}/{dist.get('world_size')}" if "rank" in dist and "world_size" in dist else ""
-    out.append(f"  trace     {s['events']:,} events, {s['kernels']:,} {what}{step_txt}{rank_txt}")
-    total = s["kernel_time_s"]
-    comm = s["communication_time_s"]
+    out.append(f"  trace     {s.events:,} events, {s.kernels:,} {what}{step_txt}{rank_txt}")
+    total = s.kernel_time_s
+    comm = s.communication_time_s
     out.append(f"  time      {ms(total)} ms summed over {what}"
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
-    out.append(f"  work      {si(s['total_flops'], 'FLOP')}, {si(s['total_bytes'], 'B')} attributed")
-    if s.get("skipped_events"):
+    out.append(f"  work      {si(s.total_flops, 'FLOP')}, {si(s.total_bytes, 'B')} attributed")
+    if s.skipped_events:
         from ..analyzers.kineto import skipped_line
 
-        out.append(f"  note      {skipped_line(s['skipped_events'])}")
+        out.append(f"  note      {skipped_line(s.skipped_events)}")
     out += _run_lines(s)
-    if (s.get("above_roof") or {}).get("kernels"):
-        out += above_roof_lines(s["above_roof"])
-    if s.get("counters"):
-        out.append(_counters_line(s["counters"]))
-    if s["untimed_kernels"]:
-        out.append(f"  note      {s['untimed_kernels']:,} GPU activities are CUPTI counter ranges recorded in "
-                   f"counter-replay mode: {si(s['counter_flops'], 'FLOP')} measured by hardware counters, "
+    if s.above_roof.kernels:
+        out += above_roof_lines(s.above_roof)
+    if s.counters is not None:
+        out.append(_counters_line(s.counters))
+    if s.untimed_kernels:
+        out.append(f"  note      {s.untimed_kernels:,} GPU activities are CUPTI counter ranges recorded in "
+                   f"counter-replay mode: {si(s.counter_flops, 'FLOP')} measured by hardware counters, "
                    "but no kernel timings, so they are not placed on the roofline")
     out.append("")
 
-    rows = [[c, ms(v["time_s"]), pct(v["share"])] for c, v in s["time_by_class"].items() if v["time_s"] > 0]
+    rows = [[c, ms(v.time_s), pct(v.share)] for c, v in s.time_by_class.items() if v.time_s > 0]
     out.append("Time by class")
     out += ["  " + r for r in table(["class", "time ms", "share"], rows, "<>>")]
     out.append("")
@@ -139,7 +140,7 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
         out += ["  " + r for r in table(["region", "time ms", "share", "kernels", "class"], rows, "<>>><")]
         out.append("")
 
-    if s.get("modules"):
+    if s.modules:
         mods = a.by_module().head(10)
         rows = [[str(name)[-56:], ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"])]
                 for name, r in mods.iterrows()]
@@ -147,21 +148,20 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
         out += ["  " + r for r in table(["module", "time ms", "share", "kernels", "class"], rows, "<>>><")]
         out.append("")
 
-    out += _finding_lines(s)
+    out += _finding_lines(s.findings)
     out += _skipped_lines(s)
 
-    if s.get("inference"):
+    if s.inference:
         from ..analyzers.inference import inference_lines
 
-        out += inference_lines(s["inference"]) + [""]
+        out += inference_lines(s.inference) + [""]
 
-    u = s["unattributed"]
-    out.append(f"Cost coverage: {pct(u['share'])} of non-communication time has no cost model")
-    rows = [[r, ms(v["time_s"]), pct(v["share"]), f"{v['kernels']:,}"]
-            for r, v in u["by_reason"].items() if v["kernels"]]
+    u = s.unattributed
+    out.append(f"Cost coverage: {pct(u.share)} of non-communication time has no cost model")
+    rows = [[r, ms(v.time_s), pct(v.share), f"{v.kernels:,}"] for r, v in u.by_reason.items() if v.kernels]
     if rows:
         out += ["  " + r for r in table(["reason", "time ms", "share", "kernels"], rows, "<>>>")]
-    out += ["  " + n for n in u.get("notes", [])]
+    out += ["  " + n for n in u.notes]
     out.append("")
 
     agg = a.by_kernel().head(top)
@@ -185,108 +185,105 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
     return "\n".join(out) + "\n"
 
 
-def above_roof_text(above: dict) -> str:
+def above_roof_text(above: "AboveRoof") -> str:
     """One sentence on the kernels that ran faster than their roof allows."""
-    worst = ", ".join(f"{shorten(t['name'], 40)} {pct(t['efficiency'])}" + (f" ({t['level']})" if t["level"] else "")
-                      for t in above["top"][:3])
-    n, calls = above["kernels"], above.get("calls", 0)
+    worst = ", ".join(f"{shorten(t.name, 40)} {pct(t.efficiency)}" + (f" ({t.level})" if t.level else "")
+                      for t in above.top[:3])
+    n, calls = above.kernels, above.calls
     return (f"{n} {'kernel' if n == 1 else 'kernels'} ({plural(calls, 'call')}) ran above {'its' if n == 1 else 'their'}"
             f" roof (ceilings stale or wrong level): {worst}; re-measure with `roofscope microbench`")
 
 
-def above_roof_lines(above: dict) -> list[str]:
+def above_roof_lines(above: "AboveRoof") -> list[str]:
     import textwrap
 
     return textwrap.wrap(above_roof_text(above), 78, initial_indent="  warning   ", subsequent_indent=" " * 12)
 
 
-def _counters_line(c: dict) -> str:
+def _counters_line(c: "CountersBlock") -> str:
     """Coverage and agreement of the measured counters (analyzers/counters.py)."""
-    tool = "ncu" + (f" {c['ncu_version']}" if c.get("ncu_version") else "")
-    unused = c["tensor_cores_unused"]
-    return (f"  counters  {tool}: {c['kernels']:,} of {c['kernels_total']:,} kernels ({pct(c['time_share'])} of kernel time);"
-            f" class as analytic on {pct(c['class_agreement'])} of it; tensor cores unused on"
-            f" {ms(unused['time_s'])} ms of matmul time ({unused['kernels']:,} kernels)")
+    tool = "ncu" + (f" {c.ncu_version}" if c.ncu_version else "")
+    unused = c.tensor_cores_unused
+    return (f"  counters  {tool}: {c.kernels:,} of {c.kernels_total:,} kernels ({pct(c.time_share)} of kernel time);"
+            f" class as analytic on {pct(c.class_agreement)} of it; tensor cores unused on"
+            f" {ms(unused.time_s)} ms of matmul time ({unused.kernels:,} kernels)")
 
 
-def _run_lines(s: dict) -> list[str]:
+def _run_lines(s: "Summary") -> list[str]:
     """Step time, throughput and NVML telemetry lines, where the summary has them."""
     out = []
-    m = s.get("metrics") or {}
-    if m.get("step_time_s"):
-        extra = [f"{si(m['tokens_per_s'], 'tokens/s')}"] if m.get("tokens_per_s") else []
-        if m.get("busy_fraction") is not None:
-            extra.append(f"GPU busy {pct(m['busy_fraction'])}")
-        what = f"{m['steps']} profiled, median" if m["steps"] != 1 else "1 profiled,"
-        out.append(f"  steps     {what} {ms(m['step_time_s'])} ms/step" + (f" ({', '.join(extra)})" if extra else ""))
-    if m.get("peak_flops") and m.get("step_time_s"):
-        mfu = f"MFU {pct(m['mfu'])}" + (" (op-counted)" if m.get("mfu_source") == "op_counted" else "")
-        out.append(f"  util      {mfu}, HFU {pct(m['hfu'])}, MBU {pct(m['mbu'])}; "
-                   f"{si(m['achieved_flops_per_s'], 'FLOP/s')} vs the {m['peak_roof']} peak {si(m['peak_flops'], 'FLOP/s')}")
-    tel = s.get("telemetry") or {}
-    for d in tel.get("devices", []):
-        if not d.get("samples"):
+    m = s.metrics
+    if m.step_time_s:
+        extra = [f"{si(m.tokens_per_s, 'tokens/s')}"] if m.tokens_per_s else []
+        if m.busy_fraction is not None:
+            extra.append(f"GPU busy {pct(m.busy_fraction)}")
+        what = f"{m.steps} profiled, median" if m.steps != 1 else "1 profiled,"
+        out.append(f"  steps     {what} {ms(m.step_time_s)} ms/step" + (f" ({', '.join(extra)})" if extra else ""))
+        if m.peak_flops:
+            mfu = f"MFU {pct(m.mfu)}" + (" (op-counted)" if m.mfu_source == "op_counted" else "")
+            out.append(f"  util      {mfu}, HFU {pct(m.hfu)}, MBU {pct(m.mbu)}; "
+                       f"{si(m.achieved_flops_per_s, 'FLOP/s')} vs the {m.peak_roof} peak {si(m.peak_flops, 'FLOP/s')}")
+    for d in s.telemetry.devices if s.telemetry is not None else []:
+        if not d.samples:
             continue
-        clock = d.get("sm_clock_mhz") or {}
-        power = d.get("power_w") or {}
+        clock = d.sm_clock_mhz or {}
+        power = d.power_w or {}
         parts = []
         if clock.get("mean") is not None:
             parts.append(f"SM {clock['mean']:.0f} MHz mean (min {clock['min']:.0f}"
-                         + (f", {pct(d['sm_clock_ratio'])} of max" if d.get("sm_clock_ratio") is not None else "")
+                         + (f", {pct(d.sm_clock_ratio)} of max" if d.sm_clock_ratio is not None else "")
                          + ")")
         if power.get("mean") is not None:
             parts.append(f"{power['mean']:.0f} W mean")
-        if d.get("energy_per_step_j") is not None:
-            parts.append(f"{d['energy_per_step_j']:.3g} J/step")
-        if d.get("temp_c") is not None:
-            parts.append(f"{d['temp_c']:.0f} °C max")
+        if d.energy_per_step_j is not None:
+            parts.append(f"{d.energy_per_step_j:.3g} J/step")
+        if d.temp_c is not None:
+            parts.append(f"{d.temp_c:.0f} °C max")
         # NVML's clock-event reasons, by share of samples: Hopper sets sw_power_cap often, even
         # far below the power limit, so each reason is named rather than summed into "throttled".
-        events = [f"{name} {pct(share)}" for name, share in (d.get("throttle") or {}).items()
+        events = [f"{name} {pct(share)}" for name, share in (d.throttle or {}).items()
                   if name not in ("throttled_share", "gpu_idle") and share]
         if events:
             parts.append("clock events: " + ", ".join(events))
-        out.append(f"  gpu {d.get('cuda_index', d.get('nvml_index'))}     " + ", ".join(parts)
-                   + f" [{d['samples']} NVML samples]")
+        out.append(f"  gpu {d.cuda_index}     " + ", ".join(parts) + f" [{d.samples} NVML samples]")
     return out
 
 
-def _finding_lines(s: dict, top: int = 5) -> list[str]:
+def _finding_lines(findings: "list[Recommendation]", top: int = 5) -> list[str]:
     """The top recommendations, each with its saving, evidence and fix, wrapped to 80 columns."""
     import textwrap
 
-    findings = s.get("findings") or []
     if not findings:
         return []
     out = [f"Recommendations (estimated saving per step; savings overlap){'' if len(findings) <= top else f', top {top} of {len(findings)}'}"]
     for f in findings[:top]:
-        out.append(f"  {f['rank']}. {f['title']}: -{f['saving_s'] * 1e3:.3f} ms ({pct(f['saving_pct'])}),"
-                   f" {f['confidence']} confidence")
-        out += textwrap.wrap(f['summary'], 78, initial_indent="     ", subsequent_indent="     ")
-        code = (f["fix"]["snippet"] or "").splitlines()
+        out.append(f"  {f.rank}. {f.title}: -{f.saving_s * 1e3:.3f} ms ({pct(f.saving_pct)}),"
+                   f" {f.confidence} confidence")
+        out += textwrap.wrap(f.summary, 78, initial_indent="     ", subsequent_indent="     ")
+        code = (f.fix.snippet or "").splitlines()
         if code:
             # Code is printed whole, one line each, never wrapped: it is meant to be copied.
             out += ["     fix: " + code[0]] + ["          " + line for line in code[1:]]
         else:
-            out += textwrap.wrap("fix: " + f["fix"]["text"], 78, initial_indent="     ", subsequent_indent="       ")
+            out += textwrap.wrap("fix: " + f.fix.text, 78, initial_indent="     ", subsequent_indent="       ")
     out.append("")
     return out
 
 
-def _skipped_lines(s: dict) -> list[str]:
+def _skipped_lines(s: "Summary") -> list[str]:
     """Rules that did not run, with their reasons; collapsed to one line when they share it."""
-    skipped = (s.get("diagnosis") or {}).get("skipped") or []
+    skipped = s.diagnosis.skipped
     if not skipped:
         return []
-    reasons = {r["reason"] for r in skipped}
-    head = "No recommendations: " if not s.get("findings") else "Rules not applied: "
+    reasons = {r.reason for r in skipped}
+    head = "No recommendations: " if not s.findings else "Rules not applied: "
     if len(reasons) == 1:
         import textwrap
 
         return textwrap.wrap(f"{head}{len(skipped)} rules skipped: {reasons.pop()}", 80,
                              subsequent_indent="  ") + [""]
     return [head.rstrip(": ") + f" ({len(skipped)} rules skipped)"] + [
-        f"  {r['rule']}: {r['reason']}" for r in skipped] + [""]
+        f"  {r.rule}: {r.reason}" for r in skipped] + [""]
 
 
 def render_session(result: "SessionResult", top: int = Presentation.top, quiet: bool = False) -> tuple[str, str | None]:

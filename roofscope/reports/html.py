@@ -340,6 +340,7 @@ def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> s
     scripts = [page_js] if cdn else [plotly_js, page_js]
     sources = [f"'{_sha(x)}'" for x in scripts] + ([PLOTLY_CDN] if cdn else [])
     csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data: blob:; script-src {' '.join(sources)}"
+    above = a.typed_summary().above_roof
     return env.get_template("report.html.j2").render(
         title=title or f"roofscope: {os.path.basename(os.path.dirname(path) if a.run_meta else path)}", s=s, a=a,
         metrics=s.get("metrics") or {}, findings=s.get("findings") or [],
@@ -347,7 +348,7 @@ def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> s
         class_bar=_bar(by_class, CLASS_COLORS), category_bar=_bar(by_category, CATEGORY_COLORS),
         binding_bar=_bar([(t, None, v) for t, v in sorted(binding.items(), key=lambda kv: -kv[1])], BINDING_COLORS),
         ceilings_notes=list(a.ceilings.notes), memory=memory_text(a.ceilings),
-        above_roof=above_roof_text(s["above_roof"]) if (s.get("above_roof") or {}).get("kernels") else None, d=data, data_json=script_json(data), csp=csp, cdn=cdn,
+        above_roof=above_roof_text(above) if above.kernels else None, d=data, data_json=script_json(data), csp=csp, cdn=cdn,
         css=_asset("report.css"),
         plotly_js=plotly_js, page_js=page_js, plotly_cdn=PLOTLY_CDN, plotly_sri=_sha(plotly_js, "sha384"),
         version=__version__)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
+    from ..analyzers.summary import Recommendation
     from ..gate.result import GateResult
 
 SUITE = "roofscope gate"
@@ -67,16 +68,16 @@ def junit_xml(result: "GateResult") -> str:
 def diagnosis_xml(a: "Analysis") -> str:
     """The diagnosis as tests: each rule with findings fails (its findings' savings per step and
     fixes, largest first), each rule that did not apply is skipped with the engine's reason."""
-    s = a.summary()
-    by_rule: dict[str, list[dict]] = {}
-    for f in s.get("findings") or []:
-        by_rule.setdefault(f["rule"], []).append(f)
+    s = a.typed_summary()
+    by_rule: dict[str, list[Recommendation]] = {}
+    for f in s.findings:
+        by_rule.setdefault(f.rule, []).append(f)
     cases = []
     for rule, found in by_rule.items():
-        heads = [f"{f['title']}: -{f['saving_s'] * 1e3:.3f} ms per step ({100 * f['saving_pct']:.1f}%),"
-                 f" {f['confidence']} confidence" for f in found]
-        text = "\n\n".join(f"{head}. {f['summary']}. Fix: {f['fix']['text']}" for head, f in zip(heads, found))
-        cases.append(Case(rule, "fail", heads[0], text=text, kind=found[0]["binding"]))
-    cases += [Case(r["rule"], "skip", r["reason"]) for r in (s.get("diagnosis") or {}).get("skipped") or []]
-    return document(RULES_SUITE, RULES_CLASSNAME, cases, [("trace", str(a.trace.path)), ("device", str(s["device"]))],
+        heads = [f"{f.title}: -{f.saving_s * 1e3:.3f} ms per step ({100 * f.saving_pct:.1f}%),"
+                 f" {f.confidence} confidence" for f in found]
+        text = "\n\n".join(f"{head}. {f.summary}. Fix: {f.fix.text}" for head, f in zip(heads, found))
+        cases.append(Case(rule, "fail", heads[0], text=text, kind=found[0].binding))
+    cases += [Case(r.rule, "skip", r.reason) for r in s.diagnosis.skipped]
+    return document(RULES_SUITE, RULES_CLASSNAME, cases, [("trace", str(a.trace.path)), ("device", str(s.device))],
                     [])

@@ -77,14 +77,15 @@ def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
 
 
 def _ceilings(s: dict[str, Any]) -> str:
+    from ..analyzers.summary import AboveRoof
     from ..devices import Ceilings
     from .console import above_roof_text, memory_text
 
     c = s["ceilings"]
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c["peaks"].items(), key=lambda kv: -kv[1]))
     line = f"{md_text(c['source'])} ceilings: {peaks}; {md_text(memory_text(Ceilings.from_dict(c)))}"
-    above = s.get("above_roof") or {}
-    return line + (f"\n\n> **warning:** {md_text(above_roof_text(above))}" if above.get("kernels") else "")
+    above = AboveRoof.from_dict(s.get("above_roof") or {})
+    return line + (f"\n\n> **warning:** {md_text(above_roof_text(above))}" if above.kernels else "")
 
 
 def _finding_rows(findings: list[dict[str, Any]]) -> list[list[str]]:

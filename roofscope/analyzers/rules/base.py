@@ -37,9 +37,10 @@ NEEDS_CEILINGS = frozenset(("compute", "memory", "latency", "underutilized", "op
 CONFIDENCE = ("high", "medium", "low")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Finding:
-    """One recommendation: what binds, the evidence, the estimated saving, the fix."""
+    """One recommendation: what binds, the evidence, the estimated saving, the fix (keywords only:
+    fourteen fields, several of them strings, are easy to pass in the wrong order)."""
 
     rule: str
     title: str

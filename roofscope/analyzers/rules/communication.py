@@ -83,15 +83,16 @@ def exposed_comm_finding(exposed_s: float, comm_s: float, step_s: float, collect
         bw = f", bus bandwidth {c['busbw'] / 1e9:.1f} GB/s" if np.isfinite(c.get("busbw", np.nan)) else ""
         top = f"; most time in {c['collective']} ({c['time_s'] * 1e3:.2f} ms/step{bw})"
     return Finding(
-        "exposed_communication", "Exposed communication: overlap the collectives with compute", "communication",
-        HIDEABLE_SHARE * exposed_s, "medium" if share >= 0.1 and not peers else "low",
-        f"{exposed_s * 1e3:.2f} ms/step ({100 * share:.0f}% of the step) of communication runs with nothing"
+        rule="exposed_communication", title="Exposed communication: overlap the collectives with compute",
+        binding="communication",
+        saving_s=HIDEABLE_SHARE * exposed_s, confidence="medium" if share >= 0.1 and not peers else "low",
+        summary=f"{exposed_s * 1e3:.2f} ms/step ({100 * share:.0f}% of the step) of communication runs with nothing"
         f" beside it; {100 * overlap:.0f}% of the {comm_s * 1e3:.2f} ms/step of NCCL time overlaps compute{top}."
         f" Saving assumes {100 * HIDEABLE_SHARE:.0f}% of the exposed time can be hidden"
         + (f"; on one rank of {peers} it includes waiting for slower ranks (`roofscope merge` of all ranks"
            " separates the two)" if peers else ""),
-        FIX, snippet, kernels or [],
-        {"exposed_comm_s": exposed_s, "comm_s": comm_s, "exposed_share": share, "overlap_share": overlap,
+        fix=FIX, snippet=snippet, kernels=kernels or [],
+        figures={"exposed_comm_s": exposed_s, "comm_s": comm_s, "exposed_share": share, "overlap_share": overlap,
          "hideable_share": HIDEABLE_SHARE},
         saving_pct=HIDEABLE_SHARE * share)
 

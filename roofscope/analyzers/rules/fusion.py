@@ -54,15 +54,16 @@ class ElementwiseFusion(Rule):
         patterns = per.assign(ops=ops).groupby("ops")["saving_s"].agg(["size", "sum"]).sort_values("sum", ascending=False)
         example = "; ".join(f"{o} (x{n / ctx.steps:g})" for o, n in patterns["size"].head(2).items())
         return [Finding(
-            self.name, "Fuse memory-bound elementwise chains (torch.compile)", self.binding, saving, "medium",
-            f"{len(per) / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} kernels,"
+            rule=self.name, title="Fuse memory-bound elementwise chains (torch.compile)",
+            binding=self.binding, saving_s=saving, confidence="medium",
+            summary=f"{len(per) / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} kernels,"
             f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step, {avoided / 1e9:.3g} GB/step of intermediates"
             f" (e.g. {example})",
-            "Compile the model so Inductor fuses each chain into one kernel that reads inputs and writes"
+            fix="Compile the model so Inductor fuses each chain into one kernel that reads inputs and writes"
             " outputs once; saving = the intermediate traffic at the measured bandwidth.",
-            "model = torch.compile(model)",
-            top_kernels(c, ctx.steps),
-            {"chains_per_step": len(per) / ctx.steps, "kernels_per_step": len(c) / ctx.steps,
+            snippet="model = torch.compile(model)",
+            kernels=top_kernels(c, ctx.steps),
+            figures={"chains_per_step": len(per) / ctx.steps, "kernels_per_step": len(c) / ctx.steps,
              "chain_time_s": float(c["dur_s"].sum()) / ctx.steps, "intermediate_bytes": avoided,
              "bandwidth": bw})]
 
@@ -92,13 +93,15 @@ class UnfusedAttention(Rule):
         sxs = nongemm[np.isin(numel, list(scores))]
         saving = float(sxs["dur_s"].sum()) / ctx.steps
         return [Finding(
-            self.name, "Unfused attention: use scaled_dot_product_attention", self.binding, saving, "medium",
-            f"{len(sxs) / ctx.steps:.0f} kernels/step on S x S score tensors ({max(scores):,} elements),"
+            rule=self.name, title="Unfused attention: use scaled_dot_product_attention",
+            binding=self.binding, saving_s=saving, confidence="medium",
+            summary=f"{len(sxs) / ctx.steps:.0f} kernels/step on S x S score tensors ({max(scores):,} elements),"
             f" {saving * 1e3:.3f} ms/step (softmax, masking, scaling, dropout)",
-            "Flash/memory-efficient SDPA never writes the S x S scores; the matmuls' FLOPs remain,"
+            fix="Flash/memory-efficient SDPA never writes the S x S scores; the matmuls' FLOPs remain,"
             " the kernels on the scores go away.",
-            "y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
-            top_kernels(sxs, ctx.steps), {"score_elements": max(scores), "sxs_kernels_per_step": len(sxs) / ctx.steps})]
+            snippet="y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
+            kernels=top_kernels(sxs, ctx.steps),
+            figures={"score_elements": max(scores), "sxs_kernels_per_step": len(sxs) / ctx.steps})]
 
 
 class UnfusedOptimizer(Rule):
@@ -130,11 +133,12 @@ class UnfusedOptimizer(Rule):
         facts = (a.run_meta or {}).get("optimizer") or {}
         what = f"{facts['class']} over {facts['tensors']} tensors" if facts.get("class") else "the optimizer"
         return [Finding(
-            self.name, "Per-parameter optimizer: use fused=True / foreach=True", "host", saving, "medium",
-            f"{what}: {per_step:.0f} kernels/step of its own, {kernel_s * 1e3:.3f} ms of kernels"
+            rule=self.name, title="Per-parameter optimizer: use fused=True / foreach=True",
+            binding="host", saving_s=saving, confidence="medium",
+            summary=f"{what}: {per_step:.0f} kernels/step of its own, {kernel_s * 1e3:.3f} ms of kernels"
             f" and {idle * 1e3:.3f} ms GPU idle waiting for their launches",
-            "A fused (one kernel per group) or foreach (multi-tensor) optimizer launches a handful of kernels"
+            fix="A fused (one kernel per group) or foreach (multi-tensor) optimizer launches a handful of kernels"
             " instead of several per parameter.",
-            "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
-            top_kernels(opt, ctx.steps),
-            {"kernels_per_step": per_step, "idle_s": idle, "kernel_s": kernel_s, "fused_estimate_s": fused_s})]
+            snippet="opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
+            kernels=top_kernels(opt, ctx.steps),
+            figures={"kernels_per_step": per_step, "idle_s": idle, "kernel_s": kernel_s, "fused_estimate_s": fused_s})]

@@ -48,12 +48,13 @@ class Throttling(Rule):
         saving = ctx.terms["compute"] * (1 - ratio)
         reasons = ", ".join(f"{r} {v:.0%}" for r, v in sorted(shares.items(), key=lambda kv: -kv[1])) or "none reported"
         return [Finding(
-            self.name, "GPU clocks throttled during the run", self.binding, saving, "low",
-            f"SM clock at {ratio:.0%} of max on average; throttled in {throttled:.0%} of samples ({reasons})",
-            "Check cooling, power limit and clock settings (nvidia-smi -q -d PERFORMANCE,POWER); compare"
+            rule=self.name, title="GPU clocks throttled during the run",
+            binding=self.binding, saving_s=saving, confidence="low",
+            summary=f"SM clock at {ratio:.0%} of max on average; throttled in {throttled:.0%} of samples ({reasons})",
+            fix="Check cooling, power limit and clock settings (nvidia-smi -q -d PERFORMANCE,POWER); compare"
             " with the microbenchmark ceilings measured on the same machine.",
-            "nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE",
-            [], {"sm_clock_ratio": ratio, "throttled_share": throttled, **shares})]
+            snippet="nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE",
+            kernels=[], figures={"sm_clock_ratio": ratio, "throttled_share": throttled, **shares})]
 
 
 class SmallGrid(Rule):
@@ -78,13 +79,14 @@ class SmallGrid(Rule):
         # Spread over all SMs the same work could run up to SMs/blocks times faster.
         saving = float((small["dur_s"].to_numpy() * (1 - f)).sum()) / ctx.steps
         return [Finding(
-            self.name, "Kernels with fewer blocks than SMs", self.binding, saving, "low",
-            f"{len(small) / ctx.steps:.0f} kernels/step of >= 20 us use < half of the {sms} SMs"
+            rule=self.name, title="Kernels with fewer blocks than SMs",
+            binding=self.binding, saving_s=saving, confidence="low",
+            summary=f"{len(small) / ctx.steps:.0f} kernels/step of >= 20 us use < half of the {sms} SMs"
             f" (median {np.median(f * sms):.0f} blocks), {small['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
-            "Give these kernels more parallel work: a larger batch, split-K GEMMs, or torch.compile"
+            fix="Give these kernels more parallel work: a larger batch, split-K GEMMs, or torch.compile"
             " (max-autotune) to pick other tilings; confirm occupancy with Nsight Compute.",
-            'model = torch.compile(model, mode="max-autotune")',
-            top_kernels(small, ctx.steps), {"sms": sms, "median_blocks": float(np.median(f * sms))})]
+            snippet='model = torch.compile(model, mode="max-autotune")',
+            kernels=top_kernels(small, ctx.steps), figures={"sms": sms, "median_blocks": float(np.median(f * sms))})]
 
 
 class Underutilized(Rule):
@@ -106,10 +108,11 @@ class Underutilized(Rule):
         sel = k[k["name"].astype(str).isin(names)]
         first = re.escape(kernel_function(heavy["time_s"].idxmax()))
         return [Finding(
-            self.name, "Under-utilized heavy kernels: inspect with Nsight Compute", self.binding, saving, "low",
-            f"{len(heavy)} kernels below {ctx.analysis.params.underutilized_below:.0%} of their roofline floor,"
+            rule=self.name, title="Under-utilized heavy kernels: inspect with Nsight Compute",
+            binding=self.binding, saving_s=saving, confidence="low",
+            summary=f"{len(heavy)} kernels below {ctx.analysis.params.underutilized_below:.0%} of their roofline floor,"
             f" {heavy['time_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
-            "These kernels neither hit a roof nor are too small to; measure them with hardware counters"
+            fix="These kernels neither hit a roof nor are too small to; measure them with hardware counters"
             " (occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",
-            f'ncu --kernel-name regex:"{first}" --launch-count 3 --set full python train.py',
-            top_kernels(sel, ctx.steps), {"kernels": len(heavy)})]
+            snippet=f'ncu --kernel-name regex:"{first}" --launch-count 3 --set full python train.py',
+            kernels=top_kernels(sel, ctx.steps), figures={"kernels": len(heavy)})]

@@ -125,13 +125,13 @@ class IdleOther(Rule):
         calls = ", ".join(f"{name} {1e3 * t:.3f} ms" for name, t in by_call.head(3).items() if t > 0)
         longest = float(gaps["dur_s"].max())
         return [Finding(
-            self.name, title, self.binding, RECOVERABLE_SHARE * idle, "low",
-            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('idle_other'):.0f}%) with work queued:"
+            rule=self.name, title=title, binding=self.binding, saving_s=RECOVERABLE_SHARE * idle, confidence="low",
+            summary=f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('idle_other'):.0f}%) with work queued:"
             f" {len(gaps) / ctx.steps:.0f} gaps/step, the longest {longest * 1e3:.3f} ms"
             + (f"; meanwhile the host ran {ops}" if ops else "")
             + (f" (runtime: {calls})" if calls else "")
             + f". Saving assumes {100 * RECOVERABLE_SHARE:.0f}% of it overlaps with GPU work once moved",
-            text, snippet, [],
-            {"idle_other_s": idle, "gaps_per_step": len(gaps) / ctx.steps, "longest_gap_s": longest,
+            fix=text, snippet=snippet, kernels=[],
+            figures={"idle_other_s": idle, "gaps_per_step": len(gaps) / ctx.steps, "longest_gap_s": longest,
              **{f"host op: {n}": float(t) for n, t in by_op.head(3).items() if t > 0},
              **{f"runtime: {n}": float(t) for n, t in by_call.head(3).items() if t > 0}})]

@@ -67,17 +67,18 @@ class WeightBoundDecode(_Decode):
         batch = d["batch"] or 1
         k = ctx.kernels[ctx.kernels["category"] == "gemm"]
         return [Finding(
-            self.name, "Weight-bound decode: more sequences per weight read, or smaller weights", self.binding, saving,
-            "high" if share >= 0.7 else "medium",
-            f"decode reads {w / 1e6:,.1f} MB of weights per step ({100 * share:.0f}% of its bytes) for {batch} "
-            f"token{'s' if batch != 1 else ''}; MBU {100 * (inf['decode_mbu'] or 0):.0f}%",  # type: ignore[index]
+            rule=self.name, title="Weight-bound decode: more sequences per weight read, or smaller weights",
+            binding=self.binding, saving_s=saving,
+            confidence="high" if share >= 0.7 else "medium",
+            summary=f"decode reads {w / 1e6:,.1f} MB of weights per step ({100 * share:.0f}% of its bytes) for {batch} "
+            f"token{'s' if batch != 1 else ''}; MBU {100 * (inf['decode_mbu'] or 0):.0f}%",  fix=# type: ignore[index]
             f"Batch more sequences per decode step (the weights are read once for the whole batch: weight bytes per "
             f"token fall by the batch factor), or quantize the weights only: INT8/FP8 halves them "
             f"({w / 1e6:,.1f} -> {w * INT8_KEEPS / 1e6:,.1f} MB per step, saving shown), INT4 quarters them "
             f"(-> {w * INT4_KEEPS / 1e6:,.1f} MB).",
-            "from torchao.quantization import quantize_, int8_weight_only\nquantize_(model, int8_weight_only())",
-            top_kernels(k, ctx.steps),
-            {"weight_bytes_per_step": w, "weight_share": share, "batch": batch,
+            snippet="from torchao.quantization import quantize_, int8_weight_only\nquantize_(model, int8_weight_only())",
+            kernels=top_kernels(k, ctx.steps),
+            figures={"weight_bytes_per_step": w, "weight_share": share, "batch": batch,
              "int8_bytes_per_step": w * INT8_KEEPS, "int4_bytes_per_step": w * INT4_KEEPS})]
 
 
@@ -95,12 +96,13 @@ class KvBoundDecode(_Decode):
         saving = self._memory_s(ctx) * share * (1 - INT8_KEEPS)
         k = ctx.kernels[ctx.kernels["category"] == "attention"]
         return [Finding(
-            self.name, "KV-bound decode: a smaller KV cache", self.binding, saving, "medium",
-            f"decode reads {kv / 1e6:,.1f} MB of KV cache per step ({100 * share:.0f}% of its bytes)",
-            "Quantize the KV cache (FP8/INT8 halves the bytes read per token, saving shown), or use fewer key/value "
+            rule=self.name, title="KV-bound decode: a smaller KV cache",
+            binding=self.binding, saving_s=saving, confidence="medium",
+            summary=f"decode reads {kv / 1e6:,.1f} MB of KV cache per step ({100 * share:.0f}% of its bytes)",
+            fix="Quantize the KV cache (FP8/INT8 halves the bytes read per token, saving shown), or use fewer key/value "
             "heads (grouped-query attention: Hq/Hkv times fewer KV bytes) in models you train.",
-            'model.generation_config.cache_implementation = "quantized"  # HF; vLLM: kv_cache_dtype="fp8"',
-            top_kernels(k, ctx.steps), {"kv_bytes_per_step": kv, "kv_share": share})]
+            snippet='model.generation_config.cache_implementation = "quantized"  # HF; vLLM: kv_cache_dtype="fp8"',
+            kernels=top_kernels(k, ctx.steps), figures={"kv_bytes_per_step": kv, "kv_share": share})]
 
 
 class LaunchBoundDecode(Rule):
@@ -123,15 +125,16 @@ class LaunchBoundDecode(Rule):
         saving = max(0.0, idle - GRAPH_LAUNCH_S)
         k = ctx.kernels[ctx.kernels["cat"] == "kernel"]
         return [Finding(
-            self.name, "Launch-bound decode: replay each token's step as a CUDA graph", self.binding, saving,
-            "high" if ctx.share("host") >= 0.3 else "medium",
-            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches; "
+            rule=self.name, title="Launch-bound decode: replay each token's step as a CUDA graph",
+            binding=self.binding, saving_s=saving,
+            confidence="high" if ctx.share("host") >= 0.3 else "medium",
+            summary=f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches; "
             f"{d['kernels_per_step']:.0f} kernels per decode step, {d['gpu_busy_s'] * 1e3:.3f} ms of them busy",
-            "Capture the decode step once and replay it per token (static shapes: a preallocated KV cache). "
+            fix="Capture the decode step once and replay it per token (static shapes: a preallocated KV cache). "
             "Hugging Face: a static cache and torch.compile(mode=\"reduce-overhead\"); your own loop: "
             "torch.cuda.graph around a step with static inputs (examples/decode.py --cuda-graph). Saving ~ the "
             "host-bound idle time.",
-            'model.generation_config.cache_implementation = "static"\n'
+            snippet='model.generation_config.cache_implementation = "static"\n'
             'model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)',
-            top_kernels(k, ctx.steps), {"host_idle_s": idle, "host_idle_share": ctx.share("host"),
+            kernels=top_kernels(k, ctx.steps), figures={"host_idle_s": idle, "host_idle_share": ctx.share("host"),
                                         "kernels_per_step": d["kernels_per_step"]})]

@@ -45,17 +45,18 @@ class CudaGraphs(Rule):
         short = median_us < 20
         conf = "high" if short and ctx.share("host") >= 0.3 else "medium" if short else "low"
         return [Finding(
-            self.name, "Launch-bound: capture the step in a CUDA graph", self.binding, saving, conf,
-            f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches,"
+            rule=self.name, title="Launch-bound: capture the step in a CUDA graph",
+            binding=self.binding, saving_s=saving, confidence=conf,
+            summary=f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches,"
             f" {min(idle, captured) * 1e3:.3f} ms of it inside forward/backward; {per_step:.0f} kernels/step,"
             f" median {median_us:.1f} us",
-            "Replay the step as a CUDA graph so the CPU launches it once: torch.compile with"
+            fix="Replay the step as a CUDA graph so the CPU launches it once: torch.compile with"
             " mode=\"reduce-overhead\" (also fuses), or torch.cuda.graphs for static shapes. Saving ~ the"
             " host-bound idle time.",
-            'model = torch.compile(model, mode="reduce-overhead")\n'
+            snippet='model = torch.compile(model, mode="reduce-overhead")\n'
             "# or: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(static_input)",
-            top_kernels(k, ctx.steps),
-            {"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
+            kernels=top_kernels(k, ctx.steps),
+            figures={"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
              "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host")})]
 
 
@@ -103,9 +104,11 @@ class HostSyncs(Rule):
             snippet = ("loss_sum += loss.detach()          # instead of loss.item() every step\n"
                        "if step % 100 == 0: print(loss_sum.item() / 100)")
         return [Finding(
-            self.name, "Host-device syncs inside the step", self.binding, bubble, "medium",
-            f"{len(syncs) / ctx.steps:g} syncs/step ({where}); GPU idle {bubble * 1e3:.3f} ms/step after them",
-            fix, snippet, [], {"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble})]
+            rule=self.name, title="Host-device syncs inside the step",
+            binding=self.binding, saving_s=bubble, confidence="medium",
+            summary=f"{len(syncs) / ctx.steps:g} syncs/step ({where}); GPU idle {bubble * 1e3:.3f} ms/step after them",
+            fix=fix, snippet=snippet, kernels=[],
+            figures={"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble})]
 
 
 class HostCopies(Rule):
@@ -131,13 +134,15 @@ class HostCopies(Rule):
         # 4.231 ms is not worth a word); otherwise the lever is overlap alone.
         pin = pageable * (1 - 1 / PAGEABLE_SLOWDOWN) >= PIN_MIN_SHARE * saving
         return [Finding(
-            self.name, "Host-to-device copies: " + ("pin memory and overlap them" if pin else "overlap them with compute"),
-            "copy", saving, "medium" if pin else "low",
-            f"H2D {copies['time_s'] / n * 1e3:.3f} ms/step, {pageable * 1e3:.3f} ms from pageable memory,"
+            rule=self.name,
+            title="Host-to-device copies: " + ("pin memory and overlap them" if pin else "overlap them with compute"),
+            binding="copy", saving_s=saving, confidence="medium" if pin else "low",
+            summary=f"H2D {copies['time_s'] / n * 1e3:.3f} ms/step, {pageable * 1e3:.3f} ms from pageable memory,"
             f" {exposed * 1e3:.3f} ms not overlapped with kernels",
-            ("Load batches into pinned memory and copy them asynchronously, ahead of use." if pin else
+            fix=("Load batches into pinned memory and copy them asynchronously, ahead of use." if pin else
              "The copies already come from pinned memory; issue them ahead of use (non_blocking, on a side stream"
              " or a step early) so kernels run while they transfer."),
-            ("loader = DataLoader(ds, batch_size=B, pin_memory=True, num_workers=4)\n" if pin else "")
+            snippet=("loader = DataLoader(ds, batch_size=B, pin_memory=True, num_workers=4)\n" if pin else "")
             + "x = x.to('cuda', non_blocking=True)   # the next batch, while this one computes",
-            top_kernels(k, n), {"h2d_s": copies["time_s"] / n, "pageable_s": pageable, "exposed_s": exposed})]
+            kernels=top_kernels(k, n),
+            figures={"h2d_s": copies["time_s"] / n, "pageable_s": pageable, "exposed_s": exposed})]

@@ -47,14 +47,16 @@ class Tf32(Rule):
             new_bf16 = t * _floor(f, b / 2, c.peaks["bf16"], c.bandwidth) / old
             figures["bf16_saving_s"] = float((t - new_bf16).sum()) / ctx.steps
         return [Finding(
-            self.name, "fp32 matmuls on CUDA cores: enable TF32 or bf16 autocast", self.binding, saving, "high",
-            f"{len(g) / ctx.steps:.0f} fp32 GEMM/conv kernels/step, {figures['fp32_gemm_s'] * 1e3:.3f} ms/step at"
+            rule=self.name, title="fp32 matmuls on CUDA cores: enable TF32 or bf16 autocast",
+            binding=self.binding, saving_s=saving, confidence="high",
+            summary=f"{len(g) / ctx.steps:.0f} fp32 GEMM/conv kernels/step,"
+            f" {figures['fp32_gemm_s'] * 1e3:.3f} ms/step at"
             f" the fp32 roof ({c.peaks['fp32'] / 1e12:.0f} TFLOP/s) vs TF32 {c.peaks['tf32'] / 1e12:.0f}",
-            "Allow TF32 tensor cores for fp32 matmuls (10-bit mantissa inputs, fp32 accumulate), or run the"
+            fix="Allow TF32 tensor cores for fp32 matmuls (10-bit mantissa inputs, fp32 accumulate), or run the"
             " model under bf16 autocast for the bf16 roof and half the bytes.",
-            'torch.set_float32_matmul_precision("high")   # TF32\n'
+            snippet='torch.set_float32_matmul_precision("high")   # TF32\n'
             "with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)",
-            top_kernels(g, ctx.steps), figures)]
+            kernels=top_kernels(g, ctx.steps), figures=figures)]
 
 
 class Alignment(Rule):
@@ -89,16 +91,16 @@ class Alignment(Rule):
                   .groupby("shape")["dur_s"].sum().sort_values(ascending=False).head(3))
         measured = all(len(ok[ok["dtype"] == d]) for d in ref_used)
         return [Finding(
-            self.name, "Pad GEMM dimensions to tensor-core multiples", self.binding, saving,
-            "medium" if measured else "low",
-            f"{len(mis) / ctx.steps:.0f} misaligned GEMM kernels/step (MxNxK {', '.join(shapes.index)}),"
+            rule=self.name, title="Pad GEMM dimensions to tensor-core multiples", binding=self.binding, saving_s=saving,
+            confidence="medium" if measured else "low",
+            summary=f"{len(mis) / ctx.steps:.0f} misaligned GEMM kernels/step (MxNxK {', '.join(shapes.index)}),"
             f" {mis['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step at efficiency"
             f" {mis['floor_s'].sum() / mis['dur_s'].sum():.0%} vs {', '.join(f'{v:.0%}' for v in ref_used.values())}"
             f" for aligned ones{'' if measured else ' (assumed)'}",
-            "Pad vocabulary/hidden/head sizes to multiples of 8 for 16-bit (16 for 8-bit) types, e.g. a"
+            fix="Pad vocabulary/hidden/head sizes to multiples of 8 for 16-bit (16 for 8-bit) types, e.g. a"
             " vocabulary of 50257 -> 50304.",
-            "vocab = (vocab + 63) // 64 * 64   # pad, and ignore the extra logits",
-            top_kernels(mis, ctx.steps), {"reference_efficiency": ref_used})]
+            snippet="vocab = (vocab + 63) // 64 * 64   # pad, and ignore the extra logits",
+            kernels=top_kernels(mis, ctx.steps), figures={"reference_efficiency": ref_used})]
 
 
 class WeightBoundGemm(Rule):
@@ -128,11 +130,13 @@ class WeightBoundGemm(Rule):
         int4 = float((t * share * np.clip(1 - 0.5 / elt, 0, None)).sum()) / ctx.steps
         m_med = float(np.median(g["m"]))
         return [Finding(
-            self.name, "Weight-bound GEMMs: quantize weights or batch more", self.binding, int8, "medium",
-            f"{len(g) / ctx.steps:.0f} memory-bound GEMM kernels/step (median M = {m_med:.0f} rows),"
+            rule=self.name, title="Weight-bound GEMMs: quantize weights or batch more",
+            binding=self.binding, saving_s=int8, confidence="medium",
+            summary=f"{len(g) / ctx.steps:.0f} memory-bound GEMM kernels/step (median M = {m_med:.0f} rows),"
             f" {t.sum() / ctx.steps * 1e3:.3f} ms/step, intensity {g['flops'].sum() / g['bytes'].sum():.1f} FLOP/B",
-            "With few rows the GEMM reads every weight to do little work: weight-only INT8 (saving shown)"
+            fix="With few rows the GEMM reads every weight to do little work: weight-only INT8 (saving shown)"
             " or INT4/FP8 cuts the bytes; a larger batch raises FLOPs per byte (more tokens/s per step).",
-            "# torchao: from torchao.quantization import quantize_, int8_weight_only\n"
+            snippet="# torchao: from torchao.quantization import quantize_, int8_weight_only\n"
             "quantize_(model, int8_weight_only())",
-            top_kernels(g, ctx.steps), {"int8_saving_s": int8, "int4_saving_s": int4, "median_m": m_med})]
+            kernels=top_kernels(g, ctx.steps),
+            figures={"int8_saving_s": int8, "int4_saving_s": int4, "median_m": m_med})]
