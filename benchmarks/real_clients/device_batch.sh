@@ -4,13 +4,7 @@
 # summarize every Run into $OUT/summary.md. Run from the repository root on the GPU machine:
 #   bash benchmarks/real_clients/device_batch.sh hf_trainer_llama lightning_cnn ...
 set -u
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1 OUT=${OUT:-out}
+. "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 timeout "${TOTAL:-480}" bash benchmarks/real_clients/run_device.sh "$@"
 runs=$(ls -d rc/*/ 2>/dev/null | sed 's:/$::' | grep -v '_compile$')

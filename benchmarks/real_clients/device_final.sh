@@ -2,13 +2,7 @@
 # Third device call: the GPU test suite, then the Lightning client eager and with the fix the
 # report now gives it (torch.compile(model, mode="reduce-overhead")), summarized in $OUT.
 set -u
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1 OUT=${OUT:-out}
+. "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 timeout "${TESTS_S:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -40 > "$OUT/pytest_gpu.txt"
 NO_MICROBENCH=1 VARIANTS="${VARIANTS:-,--compile reduce-overhead}" timeout "${TOTAL:-200}" \
