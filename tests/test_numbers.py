@@ -474,3 +474,17 @@ def test_gpu_kernel_roof_is_hbm_unless_it_beat_hbm():
     assert not p["above_roof"].any()
     # ncu: 30 MB of DRAM bytes in 10 us = 3 TB/s on HBM: 91.5%
     assert p.loc["ncu", "roof_level"] == "HBM" and p.loc["ncu", "efficiency"] == pytest.approx(30e6 / 3.28e12 / 10e-6)
+
+
+def test_above_roof_names_the_compute_peak_a_gemm_beat(tmp_path):
+    """A CPU mm above the fp32 peak is reported against that peak, not a memory level: 2*256^3 =
+    33.6 MFLOP in 100 us is 335.5 GFLOP/s against a 100 GFLOP/s roof (335.5%); its 3 x 256 KiB
+    = 786 kB at 20 GB/s would take 39 us, so the FLOPs set its floor."""
+    from roofscope.devices import Ceilings
+
+    b = TraceBuilder(device_name=None)
+    b.op("aten::mm", ts=0, dur=100, dims=[[256, 256], [256, 256]], types=["float", "float"])
+    c = Ceilings(device="cpu: test", source="measured", peaks={"fp32": 1e11}, bandwidth=20e9,
+                 levels=(("LLC", 32 << 20, 100e9), ("DRAM", float("inf"), 20e9)))
+    top = analyze(b.write(tmp_path / "mm.json"), ceilings=c).summary()["above_roof"]["top"]
+    assert top == [{"name": "aten::mm", "efficiency": pytest.approx(2 * 256 ** 3 / 1e11 / 100e-6), "level": "fp32"}]

@@ -163,11 +163,16 @@ def above_roof(k: pd.DataFrame, top: int = 5) -> dict:
     if "above_roof" not in k or not k["above_roof"].any():
         return {"kernels": 0, "calls": 0, "time_s": 0.0, "top": []}
     hot = k[k["above_roof"]]
-    # Each kernel's worst call, and the level whose roof that call beat.
+    # Each kernel's worst call, and the roof that call beat: its compute peak's precision when its
+    # FLOPs set the floor (an fp32 GEMM above the fp32 peak), else its memory level.
     worst = hot.sort_values("efficiency", ascending=False).drop_duplicates("name")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute = (np.nan_to_num(worst["flops"] / worst["roof"]) >= np.nan_to_num(worst["bytes"] / worst["roof_bw"]))
+    level = np.where(compute & (worst["roof_precision"].astype(str) != ""), worst["roof_precision"].astype(str),
+                     worst["roof_level"].astype(str))
     return {"kernels": int(len(worst)), "calls": int(len(hot)), "time_s": float(hot["dur_s"].sum()),
-            "top": [{"name": str(r.name), "efficiency": float(r.efficiency), "level": str(r.roof_level)}
-                    for r in worst.head(top).itertuples()]}
+            "top": [{"name": str(r.name), "efficiency": float(r.efficiency), "level": str(lv)}
+                    for r, lv in zip(worst.head(top).itertuples(), level[:top])]}
 
 
 def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
