@@ -201,3 +201,39 @@ def test_warming_up_profiler_steps_aside_for_a_capture_and_records_its_steps(tmp
     # the active steps' two matmuls, and nothing of the capture's own profile
     assert (trace.ops["name"] == "aten::mm").sum() == 2 and "aten::add" not in set(trace.ops["name"])
     assert c.phase == "done" and c.make_room()   # nothing left to step aside
+
+
+def test_a_failed_capture_recording_never_fails_the_capture(tmp_path, monkeypatch):
+    """Recording is roofscope's business: when it fails (here the session's profiler cannot step
+    aside), the user's capture still runs, the failure becomes a note, and nothing stays aside."""
+    import torch
+
+    from roofscope.collectors.graphs import GraphRecorder
+
+    calls = []
+
+    class FakeGraph:
+        def capture_begin(self, *a, **k):
+            calls.append("begin")
+
+        def capture_end(self):
+            calls.append("end")
+
+        def replay(self):
+            calls.append("replay")
+
+    def cannot_step_aside():
+        raise RuntimeError("profiler busy")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    rec = GraphRecorder(tmp_path / "g", cannot_step_aside, lambda: calls.append("back"))
+    rec.install()
+    try:
+        g = FakeGraph()
+        g.capture_begin()
+        g.capture_end()
+    finally:
+        rec.remove()
+    assert calls == ["begin", "end"] and rec.capturing == 0 and not rec.files
+    assert rec.notes() == ["recording a CUDA-graph capture failed (RuntimeError: profiler busy): replays of that"
+                           " graph have time only"]

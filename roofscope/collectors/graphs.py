@@ -32,6 +32,7 @@ class GraphRecorder:
         self.files: list[Path] = []
         self.skipped = 0                  # captures not recorded (limit, or the session was warming up)
         self.captures = 0
+        self.errors: list[str] = []       # recording failures (the captures themselves went on)
         self._ids = itertools.count()
         self._saved: dict[str, Any] = {}
         self._open: dict[int, tuple[Any, Any]] = {}   # graph id -> (annotation, own profiler or None)
@@ -50,7 +51,7 @@ class GraphRecorder:
 
         def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
             rec.capturing += 1
-            rec._begin(graph)
+            rec._guarded(rec._begin, graph)
             return begin(graph, *args, **kwargs)
 
         def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
@@ -58,7 +59,7 @@ class GraphRecorder:
                 return end(graph, *args, **kwargs)
             finally:
                 rec.capturing = max(0, rec.capturing - 1)
-                rec._end(graph)
+                rec._guarded(rec._end, graph)
 
         def replay_(graph: Any, *args: Any, **kwargs: Any) -> Any:
             with torch.profiler.record_function(f"{REPLAY_LABEL}{getattr(graph, _ID_ATTR, '?')}"):
@@ -83,6 +84,14 @@ class GraphRecorder:
         for gid in list(self._open):  # a capture still open (the program failed mid-capture)
             self._close(gid, export=False)
 
+    def _guarded(self, fn: Callable[[Any], None], graph: Any) -> None:
+        # The user's capture must go on whatever happens to its recording: a failure costs the
+        # capture's costs (its replays keep their time), never the program.
+        try:
+            fn(graph)
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"{type(e).__name__}: {e}")
+
     def _begin(self, graph: Any) -> None:
         import torch
 
@@ -99,8 +108,12 @@ class GraphRecorder:
                 return
             from torch.profiler import ProfilerActivity, profile
 
-            own = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
-            own.start()
+            try:
+                own = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+                own.start()
+            except Exception:
+                self.give_back_room()   # the session's profiler must not stay aside
+                raise
         ann = torch.profiler.record_function(f"{CAPTURE_LABEL}{gid}")
         ann.__enter__()
         self._open[gid] = (ann, own)
@@ -125,8 +138,11 @@ class GraphRecorder:
             self.give_back_room()
 
     def notes(self) -> list[str]:
+        failed = [f"recording a CUDA-graph capture failed ({self.errors[0]}"
+                  f"{f'; {len(self.errors) - 1} more' if len(self.errors) > 1 else ''}): replays of that graph have"
+                  " time only"] if self.errors else []
         if not self.skipped:
-            return []
-        return [f"{self.skipped} CUDA-graph capture{'s were' if self.skipped != 1 else ' was'} not recorded "
+            return failed
+        return failed + [f"{self.skipped} CUDA-graph capture{'s were' if self.skipped != 1 else ' was'} not recorded "
                 f"(at most {self.limit} are): replays of "
                 "those graphs have time only"]
