@@ -73,7 +73,7 @@ def op_phases(trace: Trace) -> np.ndarray:
     names = ops["name"]
     parent = ops["parent"].to_numpy()
     thread = ops["thread"].to_numpy()
-    ts, end = ops["ts_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    ts = ops["ts_ns"].to_numpy()
 
     evaluate = per_name(names, lambda s: s.str.startswith(_EVALUATE))
     backward = ancestor_where(parent, np.arange(n), evaluate) >= 0
