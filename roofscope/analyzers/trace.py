@@ -224,8 +224,8 @@ def _ops_piece(evs: list[_Event], sig_ids: dict[tuple, int], names: dict[str, in
             "kernel_flop": _floats([a.kernel_flop for a in args])}
 
 
-def _runtime_piece(evs: list[_Event]) -> dict[str, Any]:
-    return {**_interval_piece(evs), "correlation": _opt_ints([e.args.correlation for e in evs]),
+def _runtime_piece(evs: list[_Event], names: dict[str, int]) -> dict[str, Any]:
+    return {**_interval_piece(evs, names), "correlation": _opt_ints([e.args.correlation for e in evs]),
             "external_id": _opt_ints([e.args.external_id for e in evs]), "size": _floats([e.args.size for e in evs])}
 
 
@@ -353,6 +353,7 @@ class _Columns:
         self.sig_ids: dict[tuple, int] = {}
         self.op_names: dict[str, int] = {}
         self.kernel_names: dict[str, int] = {}
+        self.runtime_names: dict[str, int] = {}
         self.pieces: dict[str, list[dict[str, Any]]] = {c: [] for c in
                                                         ("cpu_op", "user_annotation", *_RUNTIME_CATS, *_KERNEL_CATS)}
         self.gpu_annotations = 0
@@ -379,7 +380,7 @@ class _Columns:
         self.t0 = t0
         self.gpu_annotations += len(buckets["gpu_user_annotation"])
         build = {"cpu_op": lambda b: _ops_piece(b, self.sig_ids, self.op_names), "user_annotation": _annotation_piece,
-                 **{c: _runtime_piece for c in _RUNTIME_CATS},
+                 **{c: lambda b: _runtime_piece(b, self.runtime_names) for c in _RUNTIME_CATS},
                  **{c: lambda b: _kernel_piece(b, self.kernel_names) for c in _KERNEL_CATS}}
         for cat, fn in build.items():
             if buckets[cat]:
@@ -394,7 +395,8 @@ class _Columns:
         threads: dict[tuple[str, str], int] = {}
         ops = _frame(self.pieces.pop("cpu_op"), _OPS_COLUMNS, t0, names=(self.op_names, True))
         ops["thread"] = _thread_codes(ops["pid"], ops["tid"], threads)
-        runtime = _frame([p for c in _RUNTIME_CATS for p in self.pieces.pop(c)], _INTERVAL_COLUMNS + ("size",), t0)
+        runtime = _frame([p for c in _RUNTIME_CATS for p in self.pieces.pop(c)], _INTERVAL_COLUMNS + ("size",), t0,
+                         names=(self.runtime_names, False))
         runtime["thread"] = _thread_codes(runtime["pid"], runtime["tid"], threads)
         runtime.insert(len(_INTERVAL_COLUMNS) + 1, "size", runtime.pop("size"))
         kernels = _frame([p for c in _KERNEL_CATS for p in self.pieces.pop(c)], _KERNEL_COLUMNS, t0,
