@@ -121,10 +121,7 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
     options are the command line's (``--datasheet``, ``--peak-tflops``, ``--peak-bandwidth``,
     ``--ceilings``, ``--latency-floor-us``, ``--underutilized-below``; roofscope/config.py).
     """
-    from .analyzers.roofline import params_from
-
     merge = RankMerge(merge_timeout=merge_timeout)   # the config classes refuse out-of-range values
-    thresholds = RooflineThresholds(latency_floor_us=latency_floor_us, underutilized_below=underutilized_below)
     if name is None:
         main = sys.modules.get("__main__")
         main_file = getattr(main, "__file__", None)
@@ -132,8 +129,8 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
     if isinstance(formats, str):  # formats="json" would otherwise ask for "j", "s", "o", "n"
         formats = [formats]
     options = PipelineOptions(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
-                              ceilings_file=ceilings, params=params_from(thresholds), report=report,
-                              formats=tuple(formats))
+                              ceilings=ceilings, latency_floor_us=latency_floor_us,
+                              underutilized_below=underutilized_below, report=report, formats=tuple(formats))
     config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name, wait=wait,
                            warmup=warmup, active=steps, nvml_hz=nvml_hz, modules=modules,
                            tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step)

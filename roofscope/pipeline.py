@@ -16,29 +16,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import Presentation
+from .config import CeilingOverrides, Presentation, RooflineThresholds, values
 from .errors import RoofscopeError
 from .run import TELEMETRY_FILE, TRACE_FILE, new_meta, write_run
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.analysis import Analysis
-    from .analyzers.roofline import RooflineParams
     from .ceilings import Ceilings
     from .collectors.distributed import JobPart
     from .collectors.session import Collected, Session
     from .run import Run
 
 
-@dataclass
-class PipelineOptions:
-    """What becomes of a session's recording: the ceilings it is analyzed with (as for
-    `roofscope analyze`) and the outputs rendered into its Run."""
+@dataclass(kw_only=True)
+class PipelineOptions(CeilingOverrides, RooflineThresholds):
+    """What becomes of a session's recording: the ceilings and thresholds it is analyzed with
+    (the command line's, config.py) and the outputs rendered into its Run."""
 
-    device: str | None = None
-    peak_tflops: float | None = None
-    peak_bandwidth_gbs: float | None = None
-    ceilings_file: str | None = None
-    params: "RooflineParams | None" = None
     report: bool = True                      # report.html
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), each written into the Run
     top: int = Presentation.top              # rows of the console summary and its `console` output
@@ -46,16 +40,13 @@ class PipelineOptions:
     def __post_init__(self) -> None:
         from .reports.registry import check_formats
 
+        super().__post_init__()
         check_formats(self.formats)
 
     def merge_ceilings(self) -> dict[str, Any]:
-        """The ceilings and thresholds as `roofscope merge`'s options name them: rank 0's merge
-        analyzes the job with what each rank was analyzed with."""
-        p = self.params
-        return {"device": self.device, "peak_tflops": self.peak_tflops, "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
-                "ceilings": self.ceilings_file,
-                **({} if p is None else {"latency_floor_us": p.latency_floor_s * 1e6,
-                                         "underutilized_below": p.underutilized_below})}
+        """The ceilings and thresholds under `roofscope merge`'s option names (the same classes):
+        rank 0's merge analyzes the job with what each rank was analyzed with."""
+        return {**values(CeilingOverrides, self), **values(RooflineThresholds, self)}
 
     def outputs(self) -> list[str]:
         """Renderer names to write into the Run: report.html unless turned off, then the formats asked for."""
@@ -122,11 +113,12 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
              options: PipelineOptions) -> tuple["Analysis | None", str | None, "Ceilings | None"]:
     """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
     from .analyzers.analysis import analyze
+    from .analyzers.roofline import params_from
     from .analyzers.trace import load_trace
 
     trace = load_trace(c.trace)
     ceilings = None
-    overridden = options.device or options.peak_tflops or options.peak_bandwidth_gbs or options.ceilings_file
+    overridden = options.device or options.peak_tflops or options.peak_bandwidth_gbs or options.ceilings
     device = meta.get("device") or {}
     if len(trace.kernels) == 0 and device.get("type") == "cuda":
         return None, _no_gpu_kernels(session, meta), None
@@ -136,8 +128,8 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
         ceilings = _cpu_ceilings(c.warnings)
     try:
         a = analyze(trace, device=options.device, peak_tflops=options.peak_tflops,
-                    peak_bandwidth_gbs=options.peak_bandwidth_gbs, ceilings_file=options.ceilings_file,
-                    ceilings=ceilings, params=options.params, telemetry=c.telemetry, run_meta=meta,
+                    peak_bandwidth_gbs=options.peak_bandwidth_gbs, ceilings_file=options.ceilings,
+                    ceilings=ceilings, params=params_from(options), telemetry=c.telemetry, run_meta=meta,
                     graph_capture=[str(p) for p in c.captures] if c.captures else None)
     except RoofscopeError as e:
         return None, str(e), ceilings

@@ -118,14 +118,12 @@ def test_cli_graph_capture(tmp_path: Path) -> None:
     assert np.isfinite(s["total_flops"])
 
 
-def test_recorder_labels_captures_and_replays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """GraphRecorder's patching on a stand-in CUDAGraph class (CPU): ids, a capture profiler of its own
-    while the session's is idle, replay annotations, and everything restored on remove()."""
+@pytest.fixture
+def fake_graph(monkeypatch: pytest.MonkeyPatch) -> tuple[type, list[str]]:
+    """A stand-in for torch.cuda.CUDAGraph (CPU) that logs its calls, installed as that class."""
     import torch
 
-    from roofscope.collectors.graphs import GraphRecorder
-
-    calls = []
+    calls: list[str] = []
 
     class FakeGraph:
         def capture_begin(self, *a, **k):
@@ -138,6 +136,17 @@ def test_recorder_labels_captures_and_replays(tmp_path: Path, monkeypatch: pytes
             calls.append("replay")
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    return FakeGraph, calls
+
+
+def test_recorder_labels_captures_and_replays(tmp_path: Path, fake_graph) -> None:
+    """GraphRecorder's patching on a stand-in CUDAGraph class (CPU): ids, a capture profiler of its own
+    while the session's is idle, replay annotations, and everything restored on remove()."""
+    import torch
+
+    from roofscope.collectors.graphs import GraphRecorder
+
+    FakeGraph, calls = fake_graph
     idle = [True]
     given_back = []
     originals = dict(FakeGraph.__dict__)
@@ -203,29 +212,16 @@ def test_warming_up_profiler_steps_aside_for_a_capture_and_records_its_steps(tmp
     assert c.phase == "done" and c.make_room()   # nothing left to step aside
 
 
-def test_a_failed_capture_recording_never_fails_the_capture(tmp_path, monkeypatch):
+def test_a_failed_capture_recording_never_fails_the_capture(tmp_path, fake_graph):
     """Recording is roofscope's business: when it fails (here the session's profiler cannot step
     aside), the user's capture still runs, the failure becomes a note, and nothing stays aside."""
-    import torch
-
     from roofscope.collectors.graphs import GraphRecorder
 
-    calls = []
-
-    class FakeGraph:
-        def capture_begin(self, *a, **k):
-            calls.append("begin")
-
-        def capture_end(self):
-            calls.append("end")
-
-        def replay(self):
-            calls.append("replay")
+    FakeGraph, calls = fake_graph
 
     def cannot_step_aside():
         raise RuntimeError("profiler busy")
 
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     rec = GraphRecorder(tmp_path / "g", cannot_step_aside, lambda: calls.append("back"))
     rec.install()
     try:

@@ -203,6 +203,8 @@ def _valid_utf8(data: bytes) -> bytes:
 _CONTROL = bytes.maketrans(bytes(range(32)), b" " * 32)
 # A cut file is closed after one of its last complete events: tried from the end, this many.
 _CUT_TRIES = 32
+# How a cut file's skipped-events reason begins (merge refuses such a rank: analyzers/ranks.py).
+CUT_SHORT = "file cut short"
 
 
 def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[bytes], Any],
@@ -230,7 +232,7 @@ def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[
                 doc = fn(candidate)
             except _Malformed:
                 continue
-            skipped[f"file cut short at byte {len(data):,}: the events after byte {end + 1:,} are lost"] += 1
+            skipped[f"{CUT_SHORT} at byte {len(data):,}: the events after byte {end + 1:,} are lost"] += 1
             return candidate, doc
     raise TraceError(f"{path}: not valid JSON ({error}); the file is truncated") from None
 

@@ -30,6 +30,8 @@ from ..errors import RoofscopeError, TraceError
 from ..run import RunError, is_run_dir, read_meta
 from ..run.layout import JOB_FILE, RANK_DIR, REPORT_FILE, TRACE_FILE
 from ..run.schema import JOB_SCHEMA_VERSION, JobDoc, read_versioned
+from .kineto import CUT_SHORT
+
 TOP_KERNELS = 40        # kernels per rank whose per-step time is kept (straggler evidence)
 ROOFLINE_ROWS = 300     # kernel aggregates per rank for the per-rank roofline
 _HEAD_BYTES = 1 << 16   # Kineto writes distributedInfo before the events: the head holds it
@@ -281,7 +283,7 @@ def _analyze_local(part: Part, path: Path, options: dict[str, Any]) -> RankResul
     from .collectives import collective_table, kernel_collectives
 
     a = analyze(path, **options)
-    cut = [r for r in a.trace.meta.get("skipped_events") or {} if r.startswith("file cut short")]
+    cut = [r for r in a.trace.meta.get("skipped_events") or {} if r.startswith(CUT_SHORT)]
     if cut:
         # `analyze` reads what is complete; among ranks, the part that is missing would make this
         # rank look faster or slower than the others, so the job is not judged on it

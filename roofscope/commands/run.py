@@ -5,7 +5,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Collection, Presentation, RankMerge, values
+from ..config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, values
 from ..errors import RoofscopeError
 from .options import CeilingOptions
 
@@ -38,7 +38,7 @@ def run(opts: RunOptions) -> int:
 
     check_target(opts.target, opts.module)
     options = PipelineOptions(report=not opts.no_report, formats=tuple(opts.formats), top=opts.top,
-                              **opts.ceiling_kwargs())
+                              **values(CeilingOverrides, opts), **values(RooflineThresholds, opts))
     from ..analyzers.formulas.custom import load_all
 
     load_all(opts.formulas)

@@ -61,15 +61,12 @@ def host_activity(ctx: Context, gaps: pd.DataFrame) -> tuple[pd.Series, pd.Serie
 
 def _sum_by_name(values: np.ndarray, names: pd.Series) -> pd.Series:
     """``values`` summed per name, indexed by name in sorted order (as a groupby gives it). Summed
-    over the names' category codes: a groupby on a million-row string index took 0.3-0.5 s."""
-    if isinstance(names.dtype, pd.CategoricalDtype) and not names.isna().any():
-        codes = names.cat.codes.to_numpy()
-        uniques = np.asarray(names.cat.categories.astype(str), dtype=object)
-    else:
-        codes, uniques = pd.factorize(names)
-        if (codes < 0).any():  # missing names: grouped as astype(str) spells them
-            codes, uniques = pd.factorize(names.astype(str))
-        uniques = np.asarray(uniques, dtype=object).astype(str).astype(object)
+    over the names' category codes (the trace's names are categorical): a groupby on the 339k-row
+    string index of the 1.09M-event trace took 0.3-0.7 s."""
+    if not isinstance(names.dtype, pd.CategoricalDtype) or names.isna().any():
+        names = names.astype(str).astype("category")   # missing names grouped as astype(str) spells them
+    codes = names.cat.codes.to_numpy()
+    uniques = np.asarray(names.cat.categories.astype(str), dtype=object)
     sums = np.bincount(codes, weights=values, minlength=len(uniques))
     present = np.bincount(codes, minlength=len(uniques)) > 0
     return pd.Series(sums[present], index=pd.Index(uniques[present], dtype=object)).sort_index()
