@@ -24,5 +24,5 @@ for c in "$@"; do
     echo "$name rc=$? $(( $(date +%s) - start ))s" | tee -a "$OUT/log.txt"
     tail -60 "rc/$name.txt" > "rc/$name.tail.txt"
   done
-  tar czf "$OUT/$c${NCU:+_ncu}${VARIANTS:+_v}.tgz" rc/$c* 2>>"$OUT/log.txt"
+  tar czf "$OUT/$c${NCU:+_ncu}${VARIANTS:+_v}.tgz" --exclude="*.ncu-rep" rc/$c* 2>>"$OUT/log.txt"
 done
