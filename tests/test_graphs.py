@@ -233,3 +233,22 @@ def test_a_failed_capture_recording_never_fails_the_capture(tmp_path, fake_graph
     assert calls == ["begin", "end"] and rec.capturing == 0 and not rec.files
     assert rec.notes() == ["recording a CUDA-graph capture failed (RuntimeError: profiler busy): replays of that"
                            " graph have time only"]
+
+
+LIGHTNING = DATA / "h100_lightning_cudagraph_trees"
+
+
+def test_cudagraph_trees_of_a_lightning_step_map_with_a_dropped_memset() -> None:
+    # `roofscope run benchmarks/real_clients/lightning_cnn.py --compile reduce-overhead` on an H100
+    # (2026-11-25): Inductor's cudagraph trees captured 3 graphs (one empty) during warm-up; each of the
+    # 3 steps replays the forward graph (63 captured launches: 57 kernels + 6 memsets; 62 replayed: 57
+    # kernels + 5 memsets) and the backward graph (80 and 80).
+    a = roofscope.analyze(LIGHTNING)
+    g = a.graphs.to_dict()
+    assert (g["graph_launches"], g["mapped"], g["captures"]) == (6, 6, 3)
+    assert a.unattributed()["share"] == 0.0
+    k = a.kernels[a.kernels["graph"] >= 0]
+    # every Triton kernel lands on the capture's launch of the same name: the order holds
+    tri = k[k["name"].astype(str).str.startswith("triton_")]
+    assert len(tri) == 294 and (tri["name"].astype(str) == tri["op_name"].astype(str)).all()
+    assert (k.loc[k["category"] != "memset", "cost_source"] == "capture").all()

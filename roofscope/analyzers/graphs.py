@@ -12,7 +12,10 @@ Captures come from the trace itself (captured while recording), from the Run (``
 run`` records each capture separately, collectors/graphs.py) or from ``--graph-capture
 FILE``. A replay is matched to a capture by the graph id roofscope's annotations carry
 (``roofscope: graph capture N`` / ``roofscope: graph replay N``), else by its kernel count
-when that singles out one capture (or several with the same ops and shapes). A mapped
+when that singles out one capture (or several with the same ops and shapes). Instantiation
+may drop a memset or copy node (an Inductor cudagraph-tree replay of a Lightning step, H100:
+63 captured launches, 62 replayed, the kernels 57 and 57): when the kernel counts agree, the
+i-th replayed kernel is the i-th captured kernel launch, and copies pair among copies. A mapped
 kernel takes the cost of the nearest op with a formula above its captured launch, split
 among that op's kernels in the replay by duration, as eager kernels are (attribution.py), and
 the capture's module label. An unmatched replay keeps its time only (reason ``graph_replay``),
@@ -48,6 +51,11 @@ class Capture:
     launches: np.ndarray            # rows of trace.runtime, in launch order
     label: str | None               # graph id from roofscope's annotation
     source: str
+
+    def copies(self) -> np.ndarray:
+        """Which launches are memset / memcpy nodes (not kernels)."""
+        names = self.trace.runtime["name"].astype(str).to_numpy(dtype=object)[self.launches]
+        return np.isin(names, list(ASYNC_COPIES))
 
     def fingerprint(self) -> tuple:
         ops = self.trace.runtime["op"].to_numpy()[self.launches]
@@ -125,18 +133,37 @@ def find_captures(trace: Trace, source: str = "") -> list[Capture]:
     return out
 
 
-def _match(group_label: Any, size: int, captures: list[Capture]) -> tuple[Capture | None, str]:
+def _fits(c: Capture, size: int, kernels: int) -> bool:
+    """Same launch count, or the same kernel count with memset/copy nodes dropped or added."""
+    return len(c.launches) == size or int((~c.copies()).sum()) == kernels
+
+
+def _match(group_label: Any, copies: np.ndarray, captures: list[Capture]) -> tuple[Capture | None, str]:
+    size, kernels = len(copies), int((~copies).sum())
     if group_label is not None:
         same = [c for c in captures if c.label == group_label]
         if same:
             c = same[-1]  # a graph re-captured under the same id: its latest capture
-            return (c, "") if len(c.launches) == size else (None, "count_mismatch")
-    by_size = [c for c in captures if len(c.launches) == size]
+            return (c, "") if _fits(c, size, kernels) else (None, "count_mismatch")
+    by_size = [c for c in captures if len(c.launches) == size] or [c for c in captures if _fits(c, size, kernels)]
     if not by_size:
         return None, "no_capture" if not captures else "count_mismatch"
     if len(by_size) == 1 or len({c.fingerprint() for c in by_size}) == 1:
         return by_size[0], ""
     return None, "ambiguous"
+
+
+def _paired(cap: Capture, copies: np.ndarray) -> np.ndarray:
+    """The capture's launch (a runtime row) behind each replayed kernel, -1 where none: in order,
+    kernels among kernels and copies among copies when their counts differ."""
+    if len(cap.launches) == len(copies):
+        return cap.launches
+    out = np.full(len(copies), -1, dtype=np.int64)
+    cap_copies = cap.copies()
+    for mine, theirs in ((~copies, ~cap_copies), (copies, cap_copies)):
+        if mine.sum() == theirs.sum():
+            out[mine] = cap.launches[theirs]
+    return out
 
 
 def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | None = None) -> GraphMap:
@@ -182,9 +209,11 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
              "cost_op_name", "unattributed", "module", "attn_q")}
     op_names_cache: dict[int, np.ndarray] = {}
     unmapped = np.zeros(n, dtype=bool)
+    is_copy = np.isin(cols["category"], ("memcpy", "memset"))
     for g, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
         members = rows[lo:hi]
-        cap, why = _match(labels[g], len(members), captures)
+        copies = is_copy[members]
+        cap, why = _match(labels[g], copies, captures)
         if cap is None:
             gm.unmapped_reasons[why] = gm.unmapped_reasons.get(why, 0) + 1
             unmapped[members] = True
@@ -192,11 +221,10 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
         gm.mapped += 1
         t = cap.trace
         oc, has_formula, parent, modules = trace_costs(t)
-        op = t.runtime["op"].to_numpy()[cap.launches]
+        op = take(t.runtime["op"].to_numpy(), _paired(cap, copies), -1)
         nearest = ancestor_where(parent, op, has_formula)
         ok = nearest >= 0
         ok[ok] = oc["reason"].to_numpy()[nearest[ok]] == ""
-        copies = np.isin(cols["category"][members], ("memcpy", "memset"))
         cost = np.where(ok & ~copies, nearest, -1)
         if id(t) not in op_names_cache:
             op_names_cache[id(t)] = t.ops["name"].astype(str).to_numpy(dtype=object)
@@ -226,7 +254,6 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
         cols["unattributed"][rest] = np.where(
             take(oc["reason"].to_numpy(), nearest[~sel & ~copies], "no_formula") == "no_shapes",
             "no_shapes", "no_formula")
-    is_copy = np.isin(cols["category"], ("memcpy", "memset"))
     cols["unattributed"][unmapped & ~is_copy] = REASON
     for col, values in cols.items():
         kernels[col] = values
