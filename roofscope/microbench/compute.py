@@ -42,29 +42,29 @@ def tf32_mode(enabled: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = cudnn
 
 
-def _operands(precision: str, n: int, b_col_major: bool = False):
-    """Random ``a`` (n x n) and ``b`` for ``precision``, plus the matmul to run."""
+def _operands(precision: str, shape: tuple[int, int, int], b_col_major: bool = False):
+    """Random ``a`` (m x k) and ``b`` (k x n) for ``precision``, plus the matmul to run."""
     import torch
 
+    m, n, k = shape
     if precision == "fp8":
         if not hasattr(torch, "float8_e4m3fn") or torch.cuda.get_device_capability() < (8, 9):
             raise Unsupported("fp8 needs compute capability 8.9+ and torch float8 types")
-        a = torch.randn(n, n, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn)
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn)
         # _scaled_mm wants a row-major and b column-major.
-        b = torch.randn(n, n, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn).t()
+        b = torch.randn(n, k, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn).t()
         one = torch.tensor(1.0, device="cuda")
         return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     if precision == "int8":
-        a = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
-        b = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
-        if b_col_major:
-            b = b.t()
+        a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+        b = (torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8).t() if b_col_major
+             else torch.randint(-128, 128, (k, n), device="cuda", dtype=torch.int8))
         return lambda: torch._int_mm(a, b)
     dtype = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32,
              "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-    a = torch.randn(n, n, device="cuda", dtype=dtype)
-    b = torch.randn(n, n, device="cuda", dtype=dtype)
-    out = torch.empty(n, n, device="cuda", dtype=dtype)
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    out = torch.empty(m, n, device="cuda", dtype=dtype)
     return lambda: torch.mm(a, b, out=out)
 
 
@@ -73,9 +73,10 @@ def _operands(precision: str, n: int, b_col_major: bool = False):
 COOL_S = 0.2
 
 
-def matmul_bench(precision: str, sizes: Sequence[int], target_s: float = TARGET_S,
+def matmul_bench(precision: str, sizes: Sequence[int | tuple[int, int, int]], target_s: float = TARGET_S,
                  cool_s: float = COOL_S) -> Callable[[], Measurement]:
-    """cuBLAS(Lt) n^3 matmul rate for ``precision``; fp32 runs with TF32 off, tf32 with it on."""
+    """cuBLAS(Lt) matmul rate for ``precision`` over ``sizes`` (n for n^3, or (m, n, k));
+    fp32 runs with TF32 off, tf32 with it on."""
 
     def run() -> Measurement:
         import time
@@ -83,14 +84,15 @@ def matmul_bench(precision: str, sizes: Sequence[int], target_s: float = TARGET_
         layouts = (False, True) if precision == "int8" else (False,)
         found = []
         with tf32_mode(precision == "tf32"):
-            for n in sizes:
+            for size in sizes:
+                m, n, k = (size,) * 3 if isinstance(size, int) else size
                 for col in layouts:
-                    fn = _operands(precision, n, col)
+                    fn = _operands(precision, (m, n, k), col)
                     time.sleep(cool_s)
                     s = time_cuda(fn, target_s=target_s)
                     del fn
-                    config = f"{n}x{n}x{n}" + (", b col-major" if col else "")
-                    found.append(rate(2.0 * n ** 3, s, config))
+                    config = f"{m}x{n}x{k}" + (", b col-major" if col else "")
+                    found.append(rate(2.0 * m * n * k, s, config))
         return best(found)
 
     return run

@@ -40,9 +40,11 @@ def plan(quick: bool) -> list[Benchmark]:
     # (clocks 1980 -> 1515 MHz, bf16 804 -> 689 TFLOP/s; docs/microbench.md), so
     # matmuls are timed in short bursts: the ceiling is the unthrottled rate.
     mt = min(t, 0.05)
-    # Shorter GEMMs finish before the cap bites: real 47-GFLOP GEMMs of an HF Llama ran at
-    # 850 TFLOP/s on an H100 where 8192^3 gave 790 at best, so quick mode times 4096^3 too.
-    big = (4096, 8192) if quick else (4096, 8192, 16384)
+    # Square GEMMs are not the fastest: an HF Llama's LM-head backward GEMMs (N = 1024 wide,
+    # K = 32000 or 8192 deep) ran at 850 TFLOP/s on an H100 where 8192^3 gave 790 at best
+    # (docs/validation.md), so a deep, narrow shape is timed too.
+    deep = (8192, 1024, 32768)
+    big = (4096, 8192, deep) if quick else (4096, 8192, 16384, deep, (32768, 1024, 8192))
     # fp64/fp32 are 15-20x slower than bf16: 16384^3 would take seconds per repetition.
     slow = (8192,) if quick else (4096, 8192)
     gib = (1.0,) if quick else (1.0, 2.0)
