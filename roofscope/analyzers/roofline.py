@@ -24,6 +24,12 @@ Classes, first match wins (docs/roofline.md):
   too little work for the kernel's time to be anything but launch and latency,
 * ``underutilized``: efficiency below ``underutilized_below`` (``--underutilized-below``),
 * ``compute``: intensity at or above the ridge, else ``memory``.
+
+Bytes measured by Nsight Compute (``--counters ncu``) carry L2 bytes beside the DRAM bytes: for
+streaming kernels (not GEMM, convolution or attention) the memory floor is then the larger of
+DRAM bytes / HBM rate and L2 bytes / L2 rate, and a kernel
+is compute-bound when its compute floor is the larger one (with one level, the same test as
+intensity against the ridge).
 """
 from __future__ import annotations
 
@@ -41,6 +47,8 @@ CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "un
 _TF32_EVIDENCE = 1.10
 # Timer rounding of a microsecond-long CPU op alone can put it a hair over its roof.
 ABOVE_ROOF_TOLERANCE = 0.005
+# Kernel categories whose L2 traffic is tile reuse, not the data they stream (_measured_l2).
+_TILED = ("gemm", "conv", "attention")
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,22 @@ def _memory_roof(k: pd.DataFrame, ceilings: Ceilings, nbytes: np.ndarray, dur: n
     return np.where(cached, bw, rate), np.where(cached, level, outer)
 
 
+def _measured_l2(k: pd.DataFrame, ceilings: Ceilings) -> tuple[np.ndarray, float] | None:
+    """L2 bytes Nsight Compute counted per streaming kernel (NaN elsewhere) and the L2 level's
+    rate, when both exist. DRAM bytes alone miss what L2 served: reads of a tensor the previous
+    kernel just wrote, and writes still dirty in L2 when the kernel ends (a 16 MB output on a
+    50 MB L2). GEMM, convolution and attention kernels are left out: their L2 bytes are mostly
+    tiles re-read by design, which the model's compulsory bytes leave out, and they
+    are judged on DRAM bytes, as roofline models of matmuls are."""
+    if "m_l2_bytes" not in k or len(ceilings.levels) < 2:
+        return None
+    inner = [rate for name, _, rate in ceilings.levels[:-1] if name.upper() == "L2"]
+    if not inner:
+        return None
+    tiled = np.isin(k["category"].astype(str).to_numpy(), _TILED) if "category" in k else np.zeros(len(k), bool)
+    return np.where(tiled, np.nan, k["m_l2_bytes"].to_numpy(dtype=np.float64)), inner[0]
+
+
 def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
     """Add roofline columns and ``cls`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
     ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
@@ -128,7 +152,16 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
         intensity = flops / nbytes
         f = np.nan_to_num(flops)
         b = np.nan_to_num(nbytes)
-        floor = np.maximum(np.where(roof > 0, f / roof, 0.0), b / bw)
+        compute_floor = np.where(roof > 0, f / roof, 0.0)
+        memory_floor = b / bw
+        l2 = _measured_l2(k, ceilings)
+        if l2 is not None:
+            # Measured traffic passes every level: the slowest level to move its share binds
+            # (Nsight Compute's hierarchical roofline).
+            l2_floor = np.nan_to_num(l2[0]) / l2[1]
+            level = np.where(l2_floor > memory_floor, "L2", level)
+            memory_floor = np.maximum(memory_floor, l2_floor)
+        floor = np.maximum(compute_floor, memory_floor)
         efficiency = floor / dur
         ridge = roof / bw
         attainable = np.minimum(roof, intensity * bw)
@@ -145,6 +178,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     k["floor_s"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, floor)
     k["efficiency"] = np.where(np.isnan(flops) & np.isnan(nbytes), np.nan, efficiency)
     k["above_roof"] = k["efficiency"].to_numpy() > 1.0 + ABOVE_ROOF_TOLERANCE
+    k["compute_bound"] = (compute_floor >= memory_floor) & (compute_floor > 0)
     k["cls"] = classify(k, params)
     return k
 
@@ -152,7 +186,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
 def classify(k: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     costed = k["floor_s"].notna().to_numpy() & k["dur_s"].notna().to_numpy()
     comm = (k["category"] == "communication").to_numpy()
-    bound = np.where(k["intensity"].to_numpy() >= k["ridge"].to_numpy(), "compute", "memory")
+    bound = np.where(k["compute_bound"].to_numpy(dtype=bool), "compute", "memory")
     conds = [comm, ~costed, k["floor_s"].to_numpy() < params.latency_floor_s,
              k["efficiency"].to_numpy() < params.underutilized_below]
     return np.select(conds, ["communication", "unknown", "latency", "underutilized"], bound).astype(object)
