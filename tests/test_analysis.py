@@ -280,3 +280,26 @@ def test_inductor_flops_of_a_pointwise_kernel_fused_from_a_convolution_are_not_t
     # 33.5 MB / 3.35 TB/s = 10 us of floor in 5 us: above the datasheet roof, as a copy, not by 3,800x
     assert poi["efficiency"] == pytest.approx(33.5e6 / 3.35e12 / 5e-6, rel=1e-3)
     assert tem["flops"] == 2147483648.0 and tem["cost_source"] == "inductor"
+
+
+def test_batch_norm_statistics_pass_carries_the_activations_it_rereads(tmp_path):
+    # Training batch norm on x [32, 64, 56, 56] bf16: 6,422,528 elements = 12,845,056 B.
+    # Compulsory bytes: x + y (2 x 12,845,056) + weight, bias, running mean/var read (4 x 64 x 4 = 1,024)
+    # + save_mean, save_invstd (512) + running mean/var written (512) = 25,692,160.
+    # CUDA runs it as a statistics pass (reads x) and a transform (reads x, writes y): on an H100
+    # (ResNet-50) they moved 1.06e8 and 1.91e8 DRAM bytes for a 1.03e8-byte x.
+    b = TraceBuilder()
+    bn = b.op("aten::native_batch_norm", 0, 300,
+              [[32, 64, 56, 56], [64], [64], [64], [64], [], [], []],
+              ["c10::BFloat16", "float", "float", "float", "float", "Scalar", "Scalar", "Scalar"],
+              ["", "", "", "", "", "True", "0.1", "1e-05"])
+    b.launch_kernel("void at::native::batch_norm_collect_statistics_channels_last_kernel<c10::BFloat16>()",
+                    10, 400, 100, ext=bn)
+    b.launch_kernel("void at::native::unrolled_elementwise_kernel<float>()", 20, 500, 2, ext=bn)
+    b.launch_kernel("void at::native::batch_norm_transform_input_channels_last_kernel<c10::BFloat16>()",
+                    30, 510, 100, ext=bn)
+    k = _analyze(b, tmp_path).kernels
+    # statistics: x once; the rest split the compulsory bytes by duration: 25,692,160 x 2/102 and x 100/102
+    assert k["bytes"].tolist() == pytest.approx([12_845_056, 503_767.84, 25_188_392.16])
+    # FLOPs still split by duration over all three (the formula's 8 per element: 51,380,224)
+    assert sum(k["flops"]) == pytest.approx(8 * 6_422_528)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,7 @@ import pytest
 
 import roofscope
 from roofscope.analyzers.counters import apply_counters, l2_bandwidth
-from roofscope.analyzers.roofline import place
+from roofscope.analyzers.roofline import RooflineParams, place
 from roofscope.devices import Ceilings
 
 from .kineto import TraceBuilder
@@ -334,3 +334,30 @@ def test_accuracy_suite_needs_cuda(monkeypatch, capsys):
     spec.loader.exec_module(suite)
     assert suite.main(["--steps", "1"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_measured_streaming_kernels_are_floored_by_l2_bytes_too(tmp_path):
+    # TOY with levels: L2 50 MB at 4 TB/s, HBM at 1 TB/s. The relu (1 Mi fp32 in, 1 Mi out: 8,388,608
+    # compulsory bytes) ran 20 us. Measured: 1 MB of DRAM traffic (its input was still in L2 and
+    # its output stayed dirty there) but 10 MB through L2.
+    # DRAM alone: floor 1e6 / 1e12 = 1 us, efficiency 0.05 -> under-utilized;
+    # with L2: floor max(1 us, 10e6 / 4e12 = 2.5 us) = 2.5 us, efficiency 0.125, level L2.
+    # The bf16 GEMM's 40 MB of L2 traffic (tiles re-read) is left out: floor stays its
+    # compute floor, 2.147e9 / 100 TFLOP/s = 21.47 us of 300 us.
+    levels = replace(TOY, levels=(("L2", 50e6, 4e12), ("HBM", float("inf"), 1e12)))
+    k = _toy(tmp_path)
+    corr = k["correlation"].to_numpy(dtype=np.int64)
+    f = 2 * 1024 ** 3
+    t = _table([corr[1], corr[2]], tensor_flops_bf16=[f, 0], dram_read_bytes=[6e6, 0.5e6],
+               dram_write_bytes=[0, 0.5e6], l2_bytes=[40e6, 10e6])
+    m = place(apply_counters(k, t), levels, RooflineParams(latency_floor_s=0.5e-6))
+    relu = m.iloc[2]
+    assert relu["floor_s"] == pytest.approx(2.5e-6) and relu["efficiency"] == pytest.approx(0.125)
+    assert relu["roof_level"] == "L2" and relu["cls"] == "underutilized"
+    gemm = m.iloc[1]
+    assert gemm["floor_s"] == pytest.approx(f / 100e12) and gemm["cls"] == "underutilized"
+    assert gemm["roof_level"] == "HBM" and bool(gemm["compute_bound"])
+    # the same relu in 8 us: 2.5 / 8 = 0.3125 -> memory-bound on L2, where DRAM alone gave 1 / 8 = 0.125
+    fast = k.assign(dur_ns=np.where(np.arange(len(k)) == 2, 8000, k["dur_ns"]))
+    m2 = place(apply_counters(fast, t), levels, RooflineParams(latency_floor_s=0.5e-6))
+    assert m2["efficiency"].iloc[2] == pytest.approx(0.3125) and m2["cls"].iloc[2] == "memory"

@@ -217,10 +217,11 @@ def _split_costs(cost_op: np.ndarray, costed: np.ndarray, layout: np.ndarray, du
     return flops, nbytes, is_aux
 
 
-# Normalization kernels that make a separate pass over the activations to reduce them
-# (batch-norm statistics and their backward sums, group-norm moments, layer-norm dgamma/dbeta)
-# before another kernel of the op reads them again to write the output.
-_STATS_PASS = re.compile(r"collect_statistics|batch_norm_backward_reduce|RowwiseMoments|GammaBetaBackward", re.I)
+# Batch-norm kernels that make a separate pass over the activations to reduce them (the
+# statistics; in channels-last backward, the sums) before another kernel of the op reads them
+# again to write the output. Layer-norm's GammaBetaBackward and group-norm's RowwiseMoments
+# follow the same pattern in the source but were not measured, so they keep the duration split.
+_STATS_PASS = re.compile(r"batch_norm_collect_statistics|batch_norm_backward_reduce", re.I)
 
 
 def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cost_op: np.ndarray,
@@ -237,6 +238,9 @@ def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cos
     codes, uniques = pd.factorize(names.astype(str))
     by_name = np.array([bool(_STATS_PASS.search(u)) for u in uniques] or [False], dtype=bool)
     stats = by_name[np.maximum(codes, 0)] & (cost_op >= 0)
+    # only where another kernel of the op writes the output: an op seen with its statistics
+    # kernel alone (a trace cut between them) keeps its bytes
+    stats &= np.isin(cost_op, cost_op[~stats & (cost_op >= 0)])
     if not stats.any():
         return
     ops = np.unique(cost_op[stats])
