@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", choices=sorted(SIZES), default="1b")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--static-compile", action="store_true",
-                    help='static KV cache + torch.compile(mode="reduce-overhead"): decode steps replay CUDA graphs')
+                    help="static KV cache: generate() then compiles the decode step itself "
+                         '(torch.compile mode="reduce-overhead"), so decode steps replay CUDA graphs')
     args = ap.parse_args(argv)
     cfg = LlamaConfig(**SIZES[args.size], max_position_embeddings=args.prompt_len + args.new_tokens + 8,
                       pad_token_id=0, bos_token_id=None, eos_token_id=None)
@@ -44,8 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     with torch.device(args.device):  # random init on the GPU: seconds instead of minutes on the CPU
         model = LlamaForCausalLM(cfg).to(dtype).eval()
     if args.static_compile:
+        # transformers compiles the decode step when the cache is static (GenerationConfig.compile_config);
+        # compiling model.forward by hand as well shares one graph between prefill and decode, and 5.17's
+        # generate() then reads a CUDA-graph output a later replay overwrote.
         model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     ids = torch.randint(1, cfg.vocab_size, (args.batch, args.prompt_len), device=args.device)
     kw = dict(do_sample=False, attention_mask=torch.ones_like(ids))
     model.generate(ids, max_new_tokens=3, min_new_tokens=3, **kw)  # warm-up: 3 forwards

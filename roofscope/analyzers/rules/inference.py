@@ -131,10 +131,11 @@ class LaunchBoundDecode(Rule):
             summary=f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches; "
             f"{d['kernels_per_step']:.0f} kernels per decode step, {d['gpu_busy_s'] * 1e3:.3f} ms of them busy",
             fix="Capture the decode step once and replay it per token (static shapes: a preallocated KV cache). "
-            "Hugging Face: a static cache and torch.compile(mode=\"reduce-overhead\"); your own loop: "
+            "Hugging Face: a static cache, with which generate() compiles the decode step into CUDA graphs itself "
+            "(do not also torch.compile model.forward); your own loop: "
             "torch.cuda.graph around a step with static inputs (examples/decode.py --cuda-graph). Saving ~ the "
             "host-bound idle time.",
-            snippet='model.generation_config.cache_implementation = "static"\n'
-            'model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)',
+            snippet='model.generation_config.cache_implementation = "static"'
+            '  # generate() then compiles each decode step (mode="reduce-overhead")',
             kernels=top_kernels(k, ctx.steps), figures={"host_idle_s": idle, "host_idle_share": ctx.share("host"),
                                         "kernels_per_step": d["kernels_per_step"]})]
