@@ -237,3 +237,37 @@ def test_delay_counts_from_the_first_gpu_work(tmp_path: Path, monkeypatch: pytes
         c.stop()
     assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
     assert "counted from its first GPU work" in c.shortfall()
+
+
+# A Hugging Face-style model whose decode steps go through get_compiled_call(): transformers
+# returns torch.compile(self.__call__) there, whose module hooks never run; a plain function
+# stands in for it (module hooks bypassed through forward()), as 5.17's generate() uses it:
+# one eager prefill forward, then the compiled call per decode token.
+COMPILED = textwrap.dedent('''
+    import torch
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+        def forward(self, x):
+            return self.lin(x)
+        def get_compiled_call(self, compile_config):
+            return lambda x: self.forward(x)
+    model = LM().eval()
+    with torch.no_grad():
+        for _ in range(2):
+            decode = model.get_compiled_call(None)
+            model(torch.randn(2, 5, 8))
+            for _ in range(4):
+                decode(torch.randn(2, 1, 8))
+''')
+
+
+def test_compiled_decode_calls_are_steps(tmp_path: Path) -> None:
+    meta, s = _run(tmp_path, COMPILED, "--wait", "0", "--warmup", "1", "--active", "6")
+    # the first generate fetched its compiled call before any forward (the root was not known yet):
+    # its 4 decode calls are unseen, so it is the warm-up step; the second generate's prefill and
+    # 4 compiled decode calls open steps 1..5 (without the wrapper: 1 boundary, nothing recorded)
+    assert meta["steps"]["source"] == "forward" and meta["steps"]["boundaries_seen"] == 5
+    assert s["inference"]["steps"] == {"prefill": [1], "decode": [2, 3, 4, 5]}
+    assert s["inference"]["decode"]["q_len"] == 1 and s["inference"]["prefill"]["q_len"] == 5

@@ -74,6 +74,7 @@ class StepHooks:
         self._handles: list[Any] = []
         self._open: list[Any] = []
         self._patched: tuple[Any, str, Any] | None = None
+        self._compiled_root: Any = None
         self._narrowed = False
         self._thread = threading.get_ident()
 
@@ -121,6 +122,37 @@ class StepHooks:
             owner, name, fn = self._patched
             setattr(owner, name, fn)
             self._patched = None
+        if self._compiled_root is not None:
+            self._compiled_root.__dict__.pop("get_compiled_call", None)
+            self._compiled_root = None
+
+    def _watch_compiled_calls(self, root: Any) -> None:
+        """Count calls of the root's compiled forward as forwards too.
+
+        Hugging Face ``generate()`` with a static cache decodes through
+        ``model.get_compiled_call(...)``, a ``torch.compile``'d ``__call__`` whose module hooks were
+        traced away: without this, every decode token of a compiled generate is one long step.
+        The instance's method is wrapped (the class is left alone) so that each call of the
+        compiled callable opens and closes a forward like an eager one."""
+        get = getattr(type(root), "get_compiled_call", None)
+        if get is None or self.mode not in (None, "forward"):
+            return
+        hooks = self
+
+        def get_compiled_call(*args: Any, **kwargs: Any) -> Any:
+            fn = get(root, *args, **kwargs)
+
+            def call(*a: Any, **kw: Any) -> Any:
+                hooks._pre(root, a, kw)
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    hooks._post(root, a, None)
+
+            return call
+
+        root.get_compiled_call = get_compiled_call
+        self._compiled_root = root
 
     def _pre(self, module: Any, args: Any, kwargs: Any = None) -> None:
         import torch
@@ -129,6 +161,7 @@ class StepHooks:
             return
         if self._root is None:
             self._root = module  # the first module called is the outermost one
+            self._watch_compiled_calls(module)
         elif module is not self._root:
             return
         self._depth += 1
