@@ -12,8 +12,17 @@ from .test_rules import F32, TOY, Step, _eltwise_chain
 
 
 def test_loaded_frameworks_from_modules():
-    mods = {"transformers": 1, "transformers.trainer": 1, "accelerate": 1, "accelerate.accelerator": 1}
+    class State:  # accelerate.state.AcceleratorState: its shared state fills when an Accelerator is made
+        _shared_state = {"device": "cuda"}
+
+    state = type("module", (), {"AcceleratorState": State})
+    mods = {"transformers": 1, "transformers.trainer": 1, "accelerate": 1, "accelerate.accelerator": 1,
+            "accelerate.state": state}
     assert loaded_frameworks(mods) == ["hf_trainer", "accelerate"]
+    # transformers imports accelerate when installed: loaded, but no Accelerator made
+    State._shared_state = {}
+    assert loaded_frameworks(mods) == ["hf_trainer"]
+    assert loaded_frameworks({"accelerate.accelerator": 1}) == []
     # transformers as a model library only (no Trainer) drives no loop
     assert loaded_frameworks({"transformers": 1, "pytorch_lightning": 1}) == ["lightning"]
     assert loaded_frameworks({}) == []

@@ -23,7 +23,18 @@ FRAMEWORK_MODULES: dict[str, tuple[str, ...]] = {
 # the trace say it ran (analyzers/rules/fixes.py).
 
 
+def _accelerator_created(modules: Mapping[str, object]) -> bool:
+    """Whether an ``Accelerator`` was made: transformers imports accelerate whenever it is
+    installed (an HF ``generate()`` script on the H100 had ``accelerate.accelerator`` loaded and was
+    told to use ``Accelerator(dynamo_backend=...)``), but only an Accelerator fills the state
+    singleton it shares."""
+    state = getattr(modules.get("accelerate.state"), "AcceleratorState", None)
+    return bool(getattr(state, "_shared_state", None))
+
+
 def loaded_frameworks(modules: Mapping[str, object] | None = None) -> list[str]:
-    """Keys of :data:`FRAMEWORK_MODULES` whose modules are loaded (``sys.modules`` by default)."""
+    """Keys of :data:`FRAMEWORK_MODULES` whose modules are loaded (``sys.modules`` by default);
+    accelerate only when an Accelerator was made."""
     modules = sys.modules if modules is None else modules
-    return [key for key, names in FRAMEWORK_MODULES.items() if any(n in modules for n in names)]
+    return [key for key, names in FRAMEWORK_MODULES.items() if any(n in modules for n in names)
+            and (key != "accelerate" or _accelerator_created(modules))]
