@@ -262,3 +262,27 @@ def test_sum_by_name_matches_a_groupby_on_names():
                   pd.Series(["b", "a", "b"], dtype=pd.CategoricalDtype(["z", "b", "a"]))):
         got = _sum_by_name(values, names)
         assert got.index.tolist() == ["a", "b"] and got.tolist() == [2.0, 4.0]
+
+
+def test_a_step_that_captured_a_cuda_graph_is_left_out_of_the_terms(tmp_path) -> None:
+    # Three steps of two 50-us relu kernels; the second is launched H us after the first ended
+    # (host-bound idle): H = 2,000 us in step 1, which also captured a CUDA graph (Inductor's
+    # cudagraph trees record in the first steps that run a new shape), 100 us in steps 2 and 3.
+    # Host term over all steps: (2000 + 100 + 100) / 3 = 733 us; over the steady steps: 100 us.
+    b = TraceBuilder()
+    t = 0.0
+    for step, host in ((1, 2000.0), (2, 100.0), (3, 100.0)):
+        b.annotation(f"ProfilerStep#{step}", t, host + 200)
+        if step == 1:
+            b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamBeginCapture", "pid": 100,
+                             "tid": 100, "ts": t + 20, "dur": 2, "args": {"correlation": 1}})
+        for i, (launch, start) in enumerate(((t + 1, t + 5), (t + 55 + host - 2, t + 55 + host))):
+            ext = b.op("aten::relu", launch - 1, 3, [[1 << 20]], [F32])
+            b.launch_kernel("relu_kernel", launch, start, 50, ext=ext)
+        t += host + 200
+    a = roofscope.analyze(b.write(tmp_path / "t.json"), ceilings=TOY)
+    d = a.summary()["diagnosis"]
+    assert d["capture_steps"] == [1]
+    assert d["terms_s"]["host"] == pytest.approx(100e-6, rel=0.05)
+    # the steady steps' wall: 100 us of host idle + 2 x 50 us of kernels + the annotation's edges
+    assert d["step_s"] == pytest.approx(300e-6, rel=0.05)

@@ -259,6 +259,7 @@ class DiagnosisBlock(Part):
     skipped: list[SkippedRule] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
     frameworks: list[str] = field(default_factory=list)
+    capture_steps: list[int] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

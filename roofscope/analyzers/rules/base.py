@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from ..names import per_name
 from ..roofline import CLASSES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,10 +115,32 @@ def top_kernels(k: pd.DataFrame, steps: int, n: int = 5) -> list[dict[str, Any]]
             for name, r in g.iterrows()]
 
 
-def step_terms(a: "Analysis", kernels: pd.DataFrame, steps: int) -> tuple[dict[str, float], float]:
-    """Seconds per step by term, and the median step's wall time."""
+def capture_steps(a: "Analysis") -> list[int]:
+    """Recorded steps that captured a CUDA graph (a ``*StreamBeginCapture`` call in the step's
+    window), when other steps did not: warm-up, not the steady state the rules judge. An HF
+    ``generate()`` with a static cache on an H100 recorded Inductor's third graph in its first
+    decode step: 43.5 ms with 40 ms of host-bound idle and two syncs of the recording, against
+    3.6-5.0 ms for the steps that replayed it."""
+    s = a.timeline().steps
+    rt = a.trace.runtime
+    if len(s) < 2 or not len(rt):
+        return []
+    begins = rt.loc[per_name(rt["name"], lambda n: n.str.contains("StreamBeginCapture", regex=False)), "ts_ns"]
+    if not len(begins):
+        return []
+    ts, end = s["ts_ns"].to_numpy(), s["end_ns"].to_numpy()
+    i = np.searchsorted(ts, begins.to_numpy(), side="right") - 1
+    inside = (i >= 0) & (begins.to_numpy() < end[np.maximum(i, 0)])
+    found = sorted({int(x) for x in s.index.to_numpy()[i[inside]]})
+    return found if len(found) < len(s) else []
+
+
+def step_terms(a: "Analysis", kernels: pd.DataFrame, steps: int,
+               skip: list[int] | None = None) -> tuple[dict[str, float], float]:
+    """Seconds per step by term, and the median step's wall time, over the recorded steps less
+    ``skip`` (``steps`` counts those that remain)."""
     tl = a.timeline()
-    s = tl.steps
+    s = tl.steps.drop(index=skip or [], errors="ignore")
     if len(s):
         wall = float(np.median(s["wall_s"]))
         busy = float(s["busy_s"].mean())
@@ -125,7 +148,7 @@ def step_terms(a: "Analysis", kernels: pd.DataFrame, steps: int) -> tuple[dict[s
         other = float(s["idle_other_s"].mean() + s["idle_edge_s"].mean())
     else:
         wall = busy = host = other = 0.0
-    gaps = tl.gaps
+    gaps = tl.gaps[~tl.gaps["step"].isin(skip or [])] if skip else tl.gaps
     sync = float(gaps.loc[gaps["after_sync"], "dur_s"].sum()) / steps if len(gaps) else 0.0
     # A gap after a sync is the sync's bubble, whatever else it is.
     after = gaps[gaps["after_sync"]] if len(gaps) else gaps
@@ -150,11 +173,12 @@ class Diagnosis:
     skipped: list[dict[str, str]]
     changes: list[dict[str, Any]] = field(default_factory=list)  # findings grouped per change (fixes.py)
     frameworks: list[str] = field(default_factory=list)
+    capture_steps: list[int] = field(default_factory=list)  # left out of the terms (capture_steps())
 
     def to_dict(self) -> dict[str, Any]:
         share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
         return {"step_s": self.step_s, "terms_s": self.terms, "binding": share, "skipped": self.skipped,
-                "changes": self.changes, "frameworks": self.frameworks,
+                "changes": self.changes, "frameworks": self.frameworks, "capture_steps": self.capture_steps,
                 "note": "savings are estimates per step and overlap: they do not add up; each change's"
                         " saving counts its findings' overlapping time once"}
 
@@ -166,10 +190,11 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
                                        for r in rules])
     k = a.kernels
     in_steps = k["step"] >= 0
-    steps = max(1, len(a.steps())) if in_steps.any() else 1
-    kernels = k[in_steps] if in_steps.any() else k
+    skip = capture_steps(a) if in_steps.any() else []
+    steps = max(1, len(a.steps()) - len(skip)) if in_steps.any() else 1
+    kernels = k[in_steps & ~k["step"].isin(skip)] if in_steps.any() else k
     kernels = kernels[kernels["dur_s"].notna()]
-    terms, wall = step_terms(a, kernels, steps)
+    terms, wall = step_terms(a, kernels, steps, skip)
     gpu_bound = max(0.0, 1.0 - terms["host"] / wall) if wall > 0 else 1.0
     ctx = Context(a, kernels, steps, wall, terms, gpu_bound)
     findings: list[Finding] = []
@@ -203,4 +228,4 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
     findings.sort(key=lambda f: -f.saving_s)
     for i, f in enumerate(findings, 1):
         f.rank = i
-    return Diagnosis(findings, terms, wall, skipped, fixes.group(findings, terms, wall), frameworks)
+    return Diagnosis(findings, terms, wall, skipped, fixes.group(findings, terms, wall), frameworks, skip)
