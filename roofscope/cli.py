@@ -101,6 +101,8 @@ def run_cmd(**kwargs: object) -> int:
 @click.argument("run", type=click.Path(file_okay=False, path_type=str))
 @click.option("--sample", type=click.IntRange(min=1), metavar="N",
               help="Profile only the first N kernel launches of the recorded steps (ncu --launch-count N).")
+@click.option("--skip", type=click.IntRange(min=0), default=0, metavar="K",
+              help="Leave out the first K kernel launches of the recorded steps (ncu --launch-skip K).")
 @click.option("--from-csv", type=click.Path(dir_okay=False, path_type=str),
               help="Join this ncu CSV export (long or raw page) instead of running ncu.")
 @click.option("-f", "--force", is_flag=True, help="Replace the Run's existing counters.")

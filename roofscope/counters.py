@@ -4,7 +4,7 @@
 :data:`roofscope.collectors.ncu_csv.COLUMNS` plus ``correlation``, the CUPTI correlation id
 of the trace kernel it matched, -1 when none), columnar::
 
-    {"version": 1, "tool": "ncu", "ncu_version": ..., "metrics": [...], "sample": N | null,
+    {"version": 1, "tool": "ncu", "ncu_version": ..., "metrics": [...], "sample": N | null, "skip": K,
      "join": {JoinStats}, "columns": {column: [values]}, ...}
 
 ``counters.ncu-rep`` is ncu's own report of the same pass, for the Nsight Compute UI.
@@ -91,9 +91,10 @@ def trace_kernels(trace: "Trace") -> pd.DataFrame:
     return pd.DataFrame({"name": k["name"].to_numpy()[order], "correlation": corr[order]})
 
 
-def join(ncu: pd.DataFrame, trace: "Trace") -> tuple[pd.DataFrame, JoinStats]:
-    """``ncu`` (parse_ncu_csv's frame) plus the ``correlation`` of the trace kernel each launch matched."""
-    tk = trace_kernels(trace)
+def join(ncu: pd.DataFrame, trace: "Trace", skip: int = 0) -> tuple[pd.DataFrame, JoinStats]:
+    """``ncu`` (parse_ncu_csv's frame) plus the ``correlation`` of the trace kernel each launch matched;
+    ``skip``: ncu left out the first launches of the recorded steps (``--launch-skip``)."""
+    tk = trace_kernels(trace).iloc[skip:]
     names = pd.concat([normalize_names(ncu["name"]), normalize_names(tk["name"])], ignore_index=True)
     codes = pd.factorize(names)[0]
     a, b = codes[:len(ncu)], codes[len(ncu):]
@@ -235,7 +236,7 @@ def save(run_dir: str | os.PathLike, table: pd.DataFrame, meta: dict[str, Any], 
     else:
         rep.unlink(missing_ok=True)  # it would belong to the counters just replaced
     entry = CountersEntry(file=COUNTERS_FILE, tool=header.tool, ncu_version=header.ncu_version, kernels=len(table),
-                          matched=(header.join or {}).get("matched"), sample=header.sample,
+                          matched=(header.join or {}).get("matched"), sample=header.sample, skip=header.skip,
                           command=header.command, report=COUNTERS_REPORT if report is not None else None)
     update_meta(run, counters=entry)
     return path

@@ -83,6 +83,14 @@ def test_join_launch_count_prefix(trace):
     assert joined["correlation"].tolist() == TRACE_CORR[:3]
 
 
+def test_join_after_skipped_launches(trace):
+    # ncu --launch-skip 4 --launch-count 3: the profiled launches are the trace's 5th to 7th
+    ncu_rows = _ncu("long").iloc[4:7].reset_index(drop=True)
+    joined, stats = counters.join(ncu_rows, trace, skip=4)
+    assert (stats.ncu_kernels, stats.trace_kernels, stats.matched, stats.name_mismatches) == (3, 10, 3, 0)
+    assert joined["correlation"].tolist() == TRACE_CORR[4:7]
+
+
 def test_extra_missing_and_renamed_launches_do_not_shift_the_rest(trace):
     base = _ncu("long")
     extra = base.iloc[[2]].assign(name="triton_poi_fused_add_0")
@@ -258,7 +266,7 @@ def test_counters_from_csv_in_process(run_dir, capsys):
     assert main(["counters", str(run_dir), "--from-csv", str(DATA / "h200_probe_count3.csv"), "--force"]) == 0
     assert len(counters.load(run_dir).table) == 3
     assert main(["counters", str(run_dir), "--from-csv", "x.csv", "--sample", "3", "--force"]) == 2
-    assert "--sample applies to ncu" in capsys.readouterr().err
+    assert "--sample and --skip apply to ncu" in capsys.readouterr().err
 
 
 def test_counters_from_csv_subprocess(run_dir):
@@ -313,6 +321,26 @@ def _fake_ncu(tmp_path: Path, monkeypatch, mode: str, csv: str = "h200_probe_cou
     exe.chmod(0o755)
     monkeypatch.setenv(ncu.NCU_ENV, str(exe))
     return log
+
+
+def test_ncu_pass_with_skip(run_dir, tmp_path, monkeypatch, capsys):
+    # ncu --launch-skip 2 --launch-count 3 profiles the 3rd to 5th launches, numbering them from 0
+    lines = (DATA / "h200_probe_long.csv").read_text().splitlines(keepends=True)
+    head = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    rows = [line for line in lines[head + 1:] if line.split(",", 1)[0].strip('"') in ("2", "3", "4")]
+    renumbered = [f'"{int(r.split(",", 1)[0].strip(chr(34))) - 2}",' + r.split(",", 1)[1] for r in rows]
+    csv = tmp_path / "skip2.csv"
+    csv.write_text("".join(lines[:head + 1] + renumbered))
+    log = _fake_ncu(tmp_path, monkeypatch, "ok", csv=str(csv))
+    assert main(["counters", str(run_dir), "--sample", "3", "--skip", "2"]) == 0
+    assert counters.load(run_dir).table["correlation"].tolist() == TRACE_CORR[2:5]
+    prof = [json.loads(line) for line in log.read_text().splitlines()][1]
+    assert prof[6:10] == ["--launch-skip", "2", "--launch-count", "3"]
+    out = capsys.readouterr().out
+    assert "sample:   3 launches after the first 2 of the recorded steps" in out
+    assert counters.load(run_dir).meta["skip"] == 2
+    assert main(["counters", str(run_dir), "--skip", "1", "--from-csv", str(tmp_path / "x.csv")]) == 2
+    assert "--sample and --skip apply to ncu's own pass" in capsys.readouterr().err
 
 
 def test_ncu_pass_command_line_report_and_version(run_dir, tmp_path, monkeypatch, capsys):

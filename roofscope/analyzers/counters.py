@@ -147,5 +147,6 @@ def counters_summary(k: pd.DataFrame, meta: dict[str, Any] | None = None) -> dic
         "no_analytic_cost_time_s": covered - known_s,
         "ncu_version": (meta or {}).get("ncu_version"),
         "sample": (meta or {}).get("sample"),
+        "skip": int((meta or {}).get("skip") or 0),
         "join": (meta or {}).get("join"),
     }

@@ -82,10 +82,12 @@ def ncu_version(ncu: str) -> str:
 
 
 def profile_command(ncu: str, target: Target, report_base: Path, sample: int | None = None,
-                    python: str = sys.executable) -> list[str]:
+                    python: str = sys.executable, skip: int = 0) -> list[str]:
     """The ncu command line of the counters pass (``report_base`` + ``.ncu-rep`` is written)."""
     s = target.schedule
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS)]
+    if skip:
+        cmd += ["--launch-skip", str(skip)]
     if sample is not None:
         cmd += ["--launch-count", str(sample)]
     cmd += ["-o", str(report_base), "--force-overwrite",
@@ -150,17 +152,19 @@ def _run_streaming(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[list[
     return kept, proc.wait()
 
 
-def collect(target: Target, cwd: str, workdir: Path, sample: int | None = None) -> NcuResult:
+def collect(target: Target, cwd: str, workdir: Path, sample: int | None = None, skip: int = 0) -> NcuResult:
     """Run the counters pass of ``target`` in ``cwd``; the report lands in ``workdir``."""
     if sample is not None and sample < 1:
         raise NcuError(f"--sample must be at least 1, got {sample}")
+    if skip < 0:
+        raise NcuError(f"--skip must be at least 0, got {skip}")
     if not Path(cwd).is_dir():
         raise NcuError(f"the Run's working directory {cwd} does not exist here; run the counters pass where "
                        "the Run was recorded, or export a CSV with ncu yourself and pass --from-csv")
     ncu = find_ncu()
     version = ncu_version(ncu)
     base = workdir / "counters"
-    cmd = profile_command(ncu, target, base, sample)
+    cmd = profile_command(ncu, target, base, sample, skip=skip)
     env = dict(os.environ)
     # The inner runner must be this roofscope, also when it runs from a source tree (an
     # installed one is found anyway, and its site-packages must not go ahead of the stdlib).

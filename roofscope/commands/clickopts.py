@@ -78,6 +78,9 @@ run_options = stack(
     click.option("--sample", "--counters-sample", "counters_sample", type=click.IntRange(min=1), metavar="N",
                  help="With --counters ncu: profile only the first N kernel launches (bounds the replay cost; "
                       "as `roofscope counters --sample`; --counters-sample is the old name)."),
+    click.option("--skip", "--counters-skip", "counters_skip", type=click.IntRange(min=0), default=0, metavar="K",
+                 help="With --counters ncu: leave out the first K kernel launches of the recorded steps (ncu "
+                      "--launch-skip), to sample later in the step."),
     ceiling_options,
     config_options(Presentation, "top"),
     click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),

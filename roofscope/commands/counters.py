@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class CountersOptions:
     run: str
     sample: int | None = None
+    skip: int = 0
     from_csv: str | None = None
     force: bool = False
     quiet: bool = False
@@ -60,12 +61,13 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
 
 
 def run(opts: CountersOptions) -> int:
-    if opts.from_csv and opts.sample is not None:
-        raise RoofscopeError("--sample applies to ncu's own pass, not to --from-csv")
-    return counters_pass(opts.run, sample=opts.sample, from_csv=opts.from_csv, force=opts.force, quiet=opts.quiet)
+    if opts.from_csv and (opts.sample is not None or opts.skip):
+        raise RoofscopeError("--sample and --skip apply to ncu's own pass, not to --from-csv")
+    return counters_pass(opts.run, sample=opts.sample, skip=opts.skip, from_csv=opts.from_csv, force=opts.force,
+                         quiet=opts.quiet)
 
 
-def counters_pass(run_dir: str | Path, *, sample: int | None = None, from_csv: str | None = None,
+def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int = 0, from_csv: str | None = None,
                   force: bool = False, quiet: bool = False) -> int:
     """Collect (or read) counters, join, store, re-render; 0 on success."""
     from ..collectors.ncu import check_metrics, collect
@@ -77,7 +79,8 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, from_csv: s
     # Before the (long) pass; save() checks again.
     if not force and ("counters" in r.meta or (r.path / COUNTERS_FILE).exists()):
         raise OutputExistsError(f"{r.path} already has counters ({COUNTERS_FILE}); pass --force to replace them")
-    meta: dict[str, Any] = {"tool": "ncu", "ncu_version": None, "metrics": list(METRICS), "sample": sample}
+    meta: dict[str, Any] = {"tool": "ncu", "ncu_version": None, "metrics": list(METRICS), "sample": sample,
+                            "skip": skip}
     if from_csv:
         table = parse_ncu_csv(_read_text(from_csv))
         warnings = check_metrics(table)
@@ -85,7 +88,7 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, from_csv: s
         return _store(r, table, meta, warnings, None, force, quiet)
     target = recorded_target(r.meta)
     with tempfile.TemporaryDirectory(prefix="roofscope-ncu-") as tmp:
-        res = collect(target, cwd=r.meta.get("cwd") or ".", workdir=Path(tmp), sample=sample)
+        res = collect(target, cwd=r.meta.get("cwd") or ".", workdir=Path(tmp), sample=sample, skip=skip)
         meta.update(source="ncu", ncu_version=res.version, command=res.command)
         return _store(r, res.table, meta, res.warnings, res.report, force, quiet)
 
@@ -102,16 +105,17 @@ def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list
     from ..analyzers.trace import load_trace
     from ..counters import COUNTERS_REPORT, check_join, join, save
 
-    joined, stats = join(table, load_trace(r.trace_path))
+    joined, stats = join(table, load_trace(r.trace_path), skip=int(meta.get("skip") or 0))
     warnings += check_join(stats)
     meta.update(join=asdict(stats), na_metrics=list(table.attrs.get("na_metrics", [])), warnings=warnings)
     path = save(r.path, joined, meta, report=report, force=force)
     warnings += rerender(r.path)
     if not quiet:
-        sample = meta.get("sample")
+        sample, skip = meta.get("sample"), int(meta.get("skip") or 0)
         print(f"counters: {stats.ncu_kernels} kernel launches profiled, {stats.matched} matched to the trace's "
               f"{stats.trace_kernels} kernels ({stats.name_mismatches} name mismatches)")
-        print(f"sample:   {f'first {sample} launches of the recorded steps' if sample else 'all launches'}")
+        window = f"{'first ' if not skip else ''}{sample} launches" if sample else "all launches"
+        print(f"sample:   {window}{f' after the first {skip}' if skip else ''} of the recorded steps")
         print(f"wrote:    {path}")
         if report is not None:
             print(f"report:   {r.path / COUNTERS_REPORT} (open it in Nsight Compute)")
@@ -138,10 +142,10 @@ def rerender(run_dir: Path) -> list[str]:
     return []
 
 
-def check_before_run(kind: str | None, duration: float | None, sample: int | None) -> None:
+def check_before_run(kind: str | None, duration: float | None, sample: int | None, skip: int = 0) -> None:
     """``roofscope run --counters KIND``: fail before the script starts when the pass cannot work."""
-    if sample is not None and kind != "ncu":
-        raise RoofscopeError("--sample needs --counters ncu")
+    if (sample is not None or skip) and kind != "ncu":
+        raise RoofscopeError(f"{'--sample' if sample is not None else '--skip'} needs --counters ncu")
     if kind == "cupti":
         from ..collectors.cupti_probe import require_cupti_counters
 
@@ -155,7 +159,7 @@ def check_before_run(kind: str | None, duration: float | None, sample: int | Non
     find_ncu()
 
 
-def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool) -> int:
+def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool, skip: int = 0) -> int:
     """``roofscope run --counters ncu``: the counters pass on the Run just written; its exit code."""
     if r is None:
         return 0
@@ -164,7 +168,7 @@ def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool
               f" (run `roofscope counters {r.path}` once it succeeds)", file=sys.stderr)
         return 0
     try:
-        return counters_pass(r.path, sample=sample, quiet=quiet)
+        return counters_pass(r.path, sample=sample, skip=skip, quiet=quiet)
     except RoofscopeError as e:
         print(f"roofscope: error: counters pass: {e} (the Run {r.path} was written without counters)",
               file=sys.stderr)

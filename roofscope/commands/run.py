@@ -21,6 +21,7 @@ class RunOptions(CeilingOptions, Collection, RankMerge, Presentation):
     no_report: bool = False
     counters: str | None = None              # "ncu" or "cupti"
     counters_sample: int | None = None
+    counters_skip: int = 0
     quiet: bool = False
     formulas: tuple[str, ...] = ()
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
@@ -42,10 +43,10 @@ def run(opts: RunOptions) -> int:
     from ..analyzers.formulas.custom import load_all
 
     load_all(opts.formulas)
-    if opts.counters is not None or opts.counters_sample is not None:
+    if opts.counters is not None or opts.counters_sample is not None or opts.counters_skip:
         from .counters import check_before_run
 
-        check_before_run(opts.counters, opts.duration, opts.counters_sample)
+        check_before_run(opts.counters, opts.duration, opts.counters_sample, opts.counters_skip)
     experimental = None
     if opts.counters == "cupti":
         from ..collectors.cupti_probe import experimental_config
@@ -67,7 +68,7 @@ def run(opts: RunOptions) -> int:
     if opts.counters == "ncu":
         from .counters import after_run
 
-        counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet)
+        counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip)
         if counters_code:
             return counters_code
     if outcome.code != 0:

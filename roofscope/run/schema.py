@@ -98,6 +98,7 @@ class CountersEntry(_Doc):
     kernels: int = 0
     matched: int | None = None
     sample: int | None = None
+    skip: int = 0
     command: list[str] | None = None
     report: str | None = None
 
@@ -141,6 +142,7 @@ class CountersHeader(_Doc):
     ncu_version: str | None = None
     metrics: list[str] = []
     sample: int | None = None
+    skip: int = 0
     join: dict[str, int] | None = None
     na_metrics: list[str] = []
     warnings: list[str] = []
