@@ -23,6 +23,8 @@ from tests.golden import GOLDEN, digests, shared_traces_dir
 # Re-recorded again the same day: summary.above_roof names the compute peak's precision (fp32) for a
 # kernel whose FLOPs set its floor, instead of the memory level (empty without levels); 8 traces,
 # that section only.
+# Re-recorded 2026-11-25 (fourth session): summary.diagnosis gained capture_steps (recorded steps that
+# captured a CUDA graph, left out of the terms); [] on all 32 traces, no other section moved.
 # Sections that only appear later are new output and pass.
 TOLERATED: dict[str, str] = {}
 
