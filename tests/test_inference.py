@@ -271,3 +271,26 @@ def test_compiled_decode_calls_are_steps(tmp_path: Path) -> None:
     assert meta["steps"]["source"] == "forward" and meta["steps"]["boundaries_seen"] == 5
     assert s["inference"]["steps"] == {"prefill": [1], "decode": [2, 3, 4, 5]}
     assert s["inference"]["decode"]["q_len"] == 1 and s["inference"]["prefill"]["q_len"] == 5
+
+
+HF_STATIC = ROOT / "tests" / "data" / "h100_hf_generate_static"
+
+
+def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
+    # `roofscope run examples/generate.py --static-compile` (H100, 2026-11-25, transformers 5.17): a
+    # 1.2B Llama decoding one token per step through generate()'s compiled forward (steps seen through
+    # get_compiled_call). Step 3 recorded Inductor's graph (43.5 ms); steps 4 and 5 replayed it.
+    a = roofscope.analyze(HF_STATIC)
+    s = a.summary()
+    g = s["graphs"]
+    assert (g["graph_launches"], g["mapped"], g["captures"]) == (3, 3, 3)
+    assert a.unattributed()["share"] < 0.01
+    inf = s["inference"]
+    assert inf["capture_steps"] == [3] and inf["steps"]["decode"] == [4, 5]
+    # median of the two replay steps' 4.974 and 3.614 ms: 4.294 ms; 1 token per step
+    assert inf["tpot_s"] == pytest.approx(4.294e-3, abs=2e-6) and inf["batch"] == 1
+    d = s["diagnosis"]
+    assert d["capture_steps"] == [3] and d["step_s"] == pytest.approx(4.294e-3, abs=2e-6)
+    # no finding claims the recording step's 40 ms of idle: each saving is under a fifth of the step
+    assert all(f["saving_s"] < 0.2 * d["step_s"] for f in s["findings"])
+    assert {"rule": "launch_bound_decode", "reason": "decode already replays CUDA graphs"} in d["skipped"]

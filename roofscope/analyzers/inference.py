@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .formulas.attention import _ATEN
+from .timeline import capture_steps
 from .trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -179,6 +180,11 @@ def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
     phases = step_phases(a)
     if not (phases["phase"] == "decode").any():
         return None
+    # Steps that captured a CUDA graph are warm-up: left out of the figures while others remain.
+    captured = capture_steps(a.trace, a.timeline().steps)
+    steady = ~phases["step"].isin(captured)
+    if (steady & (phases["phase"] == "decode")).any():
+        phases = phases[steady]
     steps = a.steps()
     decode = _phase_block(a, steps, phases, "decode")
     prefill = _phase_block(a, steps, phases, "prefill")
@@ -192,6 +198,7 @@ def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
         "decode_mbu": decode.get("mbu"),
         "phase_source": sorted(set(phases.loc[phases["phase"] != "other", "source"])),
         "steps": {p: [int(s) for s in phases.loc[phases["phase"] == p, "step"]] for p in ("prefill", "decode")},
+        "capture_steps": captured,
     }
     return out
 

@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from .linking import ancestor_where, take
+from .names import per_name
 from .runtime_names import HOST_SYNCS, LAUNCHES, copy_direction
 from .trace import DRAIN_LABEL, GPU_CATS, Trace
 
@@ -534,3 +535,21 @@ def _overall(table: pd.DataFrame, syncs: pd.DataFrame, k_dur: np.ndarray,
     if per_device:
         out["per_device"] = per_device
     return out
+
+
+def capture_steps(trace: Trace, steps: pd.DataFrame) -> list[int]:
+    """Ids of the steps (``Timeline.steps``) whose window holds a CUDA-graph capture (a
+    ``*StreamBeginCapture`` call), when other steps hold none: capturing is warm-up (Inductor's
+    cudagraph trees record a graph the first time a shape runs), not the steady state."""
+    rt = trace.runtime
+    if len(steps) < 2 or not len(rt):
+        return []
+    begins = rt.loc[per_name(rt["name"], lambda n: n.str.contains("StreamBeginCapture", regex=False)),
+                    "ts_ns"].to_numpy()
+    if not len(begins):
+        return []
+    ts, end = steps["ts_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    i = np.searchsorted(ts, begins, side="right") - 1
+    inside = (i >= 0) & (begins < end[np.maximum(i, 0)])
+    found = sorted({int(x) for x in steps.index.to_numpy()[i[inside]]})
+    return found if len(found) < len(steps) else []

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from ..names import per_name
+from ..timeline import capture_steps as timeline_capture_steps
 from ..roofline import CLASSES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,23 +116,11 @@ def top_kernels(k: pd.DataFrame, steps: int, n: int = 5) -> list[dict[str, Any]]
 
 
 def capture_steps(a: "Analysis") -> list[int]:
-    """Recorded steps that captured a CUDA graph (a ``*StreamBeginCapture`` call in the step's
-    window), when other steps did not: warm-up, not the steady state the rules judge. An HF
-    ``generate()`` with a static cache on an H100 recorded Inductor's third graph in its first
-    decode step: 43.5 ms with 40 ms of host-bound idle and two syncs of the recording, against
-    3.6-5.0 ms for the steps that replayed it."""
-    s = a.timeline().steps
-    rt = a.trace.runtime
-    if len(s) < 2 or not len(rt):
-        return []
-    begins = rt.loc[per_name(rt["name"], lambda n: n.str.contains("StreamBeginCapture", regex=False)), "ts_ns"]
-    if not len(begins):
-        return []
-    ts, end = s["ts_ns"].to_numpy(), s["end_ns"].to_numpy()
-    i = np.searchsorted(ts, begins.to_numpy(), side="right") - 1
-    inside = (i >= 0) & (begins.to_numpy() < end[np.maximum(i, 0)])
-    found = sorted({int(x) for x in s.index.to_numpy()[i[inside]]})
-    return found if len(found) < len(s) else []
+    """Recorded steps that captured a CUDA graph (timeline.capture_steps): warm-up, left out of the
+    terms. An HF ``generate()`` with a static cache on an H100 recorded Inductor's third graph in
+    its first decode step: 43.5 ms with 40 ms of host-bound idle and two syncs of the recording,
+    against 3.6-5.0 ms for the steps that replayed it."""
+    return timeline_capture_steps(a.trace, a.timeline().steps)
 
 
 def step_terms(a: "Analysis", kernels: pd.DataFrame, steps: int,
