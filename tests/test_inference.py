@@ -294,3 +294,34 @@ def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
     # no finding claims the recording step's 40 ms of idle: each saving is under a fifth of the step
     assert all(f["saving_s"] < 0.2 * d["step_s"] for f in s["findings"])
     assert {"rule": "launch_bound_decode", "reason": "decode already replays CUDA graphs"} in d["skipped"]
+
+
+def test_compiled_call_wrapper_counts_forwards_and_lets_go_on_remove() -> None:
+    import torch
+
+    from roofscope.collectors.steps import StepHooks
+
+    class LM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x)
+
+        def get_compiled_call(self, compile_config):
+            return lambda x: self.forward(x)
+
+    seen: list[str] = []
+    hooks = StepHooks(None, seen.append)
+    model = LM().eval()
+    hooks.install()
+    with torch.no_grad():
+        model(torch.randn(1, 4))                       # the root: forward 1, no boundary
+        decode = model.get_compiled_call(None)
+        decode(torch.randn(1, 1, 4))
+        decode(torch.randn(1, 1, 4))                   # forwards 2 and 3: two boundaries
+        assert seen == ["forward", "forward"] and hooks.forwards == 3
+        hooks.remove()                                 # the session ended: the kept callable runs unwatched
+        decode(torch.randn(1, 1, 4))
+    assert seen == ["forward", "forward"] and "get_compiled_call" not in model.__dict__

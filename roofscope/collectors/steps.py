@@ -143,6 +143,9 @@ class StepHooks:
             fn = get(root, *args, **kwargs)
 
             def call(*a: Any, **kw: Any) -> Any:
+                # generate() keeps the callable for the whole loop: after remove() it runs unwatched
+                if hooks._compiled_root is not root:
+                    return fn(*a, **kw)
                 hooks._pre(root, a, kw)
                 try:
                     return fn(*a, **kw)
