@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -52,8 +53,9 @@ class Capture:
     label: str | None               # graph id from roofscope's annotation
     source: str
 
+    @cached_property
     def copies(self) -> np.ndarray:
-        """Which launches are memset / memcpy nodes (not kernels)."""
+        """Which launches are memset / memcpy nodes (not kernels); asked once per replay."""
         names = self.trace.runtime["name"].astype(str).to_numpy(dtype=object)[self.launches]
         return np.isin(names, list(ASYNC_COPIES))
 
@@ -135,7 +137,7 @@ def find_captures(trace: Trace, source: str = "") -> list[Capture]:
 
 def _fits(c: Capture, size: int, kernels: int) -> bool:
     """Same launch count, or the same kernel count with memset/copy nodes dropped or added."""
-    return len(c.launches) == size or int((~c.copies()).sum()) == kernels
+    return len(c.launches) == size or int((~c.copies).sum()) == kernels
 
 
 def _match(group_label: Any, copies: np.ndarray, captures: list[Capture]) -> tuple[Capture | None, str]:
@@ -159,7 +161,7 @@ def _paired(cap: Capture, copies: np.ndarray) -> np.ndarray:
     if len(cap.launches) == len(copies):
         return cap.launches
     out = np.full(len(copies), -1, dtype=np.int64)
-    cap_copies = cap.copies()
+    cap_copies = cap.copies
     for mine, theirs in ((~copies, ~cap_copies), (copies, cap_copies)):
         if mine.sum() == theirs.sum():
             out[mine] = cap.launches[theirs]
