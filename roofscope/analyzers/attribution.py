@@ -226,7 +226,7 @@ _STATS_PASS = re.compile(r"batch_norm_collect_statistics|batch_norm_backward_red
 
 def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cost_op: np.ndarray,
                            dur: np.ndarray, nbytes: np.ndarray) -> None:
-    """Bytes of normalization ops that read their activations twice, in place.
+    """Bytes of batch-norm ops that read their activations twice, in place.
 
     The op's formula counts each tensor once (compulsory bytes), which the kernel that writes
     the output moves by itself; a statistics pass before it reads the activations once more
