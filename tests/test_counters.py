@@ -516,3 +516,10 @@ def test_run_with_counters(tmp_path, monkeypatch, capsys):
             f"{out} was written without counters)") in err
     assert (out / "run.json").exists() and not (out / counters.COUNTERS_FILE).exists()
     assert "counters" not in json.loads((out / "run.json").read_text())
+
+
+def test_run_skip_needs_counters_ncu(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    assert main(["run", *PEAKS, "-o", str(tmp_path / "r"), "--skip", "5", str(script), "0"]) == 2
+    assert "--skip needs --counters ncu" in capsys.readouterr().err and not (tmp_path / "r").exists()
