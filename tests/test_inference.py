@@ -294,6 +294,9 @@ def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
     # no finding claims the recording step's 40 ms of idle: each saving is under a fifth of the step
     assert all(f["saving_s"] < 0.2 * d["step_s"] for f in s["findings"])
     assert {"rule": "launch_bound_decode", "reason": "decode already replays CUDA graphs"} in d["skipped"]
+    from roofscope.reports.console import render_summary
+
+    assert "  Step 3 captured a CUDA graph (warm-up): left out of these estimates" in render_summary(a).splitlines()
 
 
 def test_compiled_call_wrapper_counts_forwards_and_lets_go_on_remove() -> None:

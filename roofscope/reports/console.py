@@ -149,6 +149,9 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
         out.append("")
 
     out += _finding_lines(s.findings)
+    if s.diagnosis.capture_steps:
+        out += [f"  {step_range(s.diagnosis.capture_steps).capitalize()} captured a CUDA graph (warm-up): left out"
+                " of these estimates", ""]
     out += _skipped_lines(s)
 
     if s.inference:
