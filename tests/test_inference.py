@@ -297,6 +297,9 @@ def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
     from roofscope.reports.console import render_summary
 
     assert "  Step 3 captured a CUDA graph (warm-up): left out of these estimates" in render_summary(a).splitlines()
+    from roofscope.reports.html import render_html
+
+    assert "Step 3 captured a CUDA graph (warm-up): left out of these estimates." in render_html(a)
 
 
 def test_compiled_call_wrapper_counts_forwards_and_lets_go_on_remove() -> None:
