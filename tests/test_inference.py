@@ -243,7 +243,7 @@ def test_delay_counts_from_the_first_gpu_work(tmp_path: Path, monkeypatch: pytes
 # returns torch.compile(self.__call__) there, whose module hooks never run; a plain function
 # stands in for it (module hooks bypassed through forward()), as 5.17's generate() uses it:
 # one eager prefill forward, then the compiled call per decode token.
-COMPILED = textwrap.dedent('''
+LM_SOURCE = textwrap.dedent('''
     import torch
     class LM(torch.nn.Module):
         def __init__(self):
@@ -253,6 +253,8 @@ COMPILED = textwrap.dedent('''
             return self.lin(x)
         def get_compiled_call(self, compile_config):
             return lambda x: self.forward(x)
+''')
+COMPILED = LM_SOURCE + textwrap.dedent('''
     model = LM().eval()
     with torch.no_grad():
         for _ in range(2):
@@ -307,27 +309,18 @@ def test_compiled_call_wrapper_counts_forwards_and_lets_go_on_remove() -> None:
 
     from roofscope.collectors.steps import StepHooks
 
-    class LM(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 4)
-
-        def forward(self, x):
-            return self.lin(x)
-
-        def get_compiled_call(self, compile_config):
-            return lambda x: self.forward(x)
-
+    ns: dict = {}
+    exec(LM_SOURCE, ns)  # the stand-in of the script test above
     seen: list[str] = []
     hooks = StepHooks(None, seen.append)
-    model = LM().eval()
+    model = ns["LM"]().eval()
     hooks.install()
     with torch.no_grad():
-        model(torch.randn(1, 4))                       # the root: forward 1, no boundary
+        model(torch.randn(1, 8))                       # the root: forward 1, no boundary
         decode = model.get_compiled_call(None)
-        decode(torch.randn(1, 1, 4))
-        decode(torch.randn(1, 1, 4))                   # forwards 2 and 3: two boundaries
+        decode(torch.randn(1, 1, 8))
+        decode(torch.randn(1, 1, 8))                   # forwards 2 and 3: two boundaries
         assert seen == ["forward", "forward"] and hooks.forwards == 3
         hooks.remove()                                 # the session ended: the kept callable runs unwatched
-        decode(torch.randn(1, 1, 4))
+        decode(torch.randn(1, 1, 8))
     assert seen == ["forward", "forward"] and "get_compiled_call" not in model.__dict__

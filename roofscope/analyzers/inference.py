@@ -29,7 +29,6 @@ import numpy as np
 import pandas as pd
 
 from .formulas.attention import _ATEN
-from .timeline import capture_steps
 from .trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -181,7 +180,7 @@ def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
     if not (phases["phase"] == "decode").any():
         return None
     # Steps that captured a CUDA graph are warm-up: left out of the figures while others remain.
-    captured = capture_steps(a.trace, a.timeline().steps)
+    captured = a.timeline().capture_steps
     steady = ~phases["step"].isin(captured)
     if (steady & (phases["phase"] == "decode")).any():
         phases = phases[steady]

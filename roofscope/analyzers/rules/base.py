@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from ..timeline import capture_steps as timeline_capture_steps
 from ..roofline import CLASSES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,14 +114,6 @@ def top_kernels(k: pd.DataFrame, steps: int, n: int = 5) -> list[dict[str, Any]]
             for name, r in g.iterrows()]
 
 
-def capture_steps(a: "Analysis") -> list[int]:
-    """Recorded steps that captured a CUDA graph (timeline.capture_steps): warm-up, left out of the
-    terms. An HF ``generate()`` with a static cache on an H100 recorded Inductor's third graph in
-    its first decode step: 43.5 ms with 40 ms of host-bound idle and two syncs of the recording,
-    against 3.6-5.0 ms for the steps that replayed it."""
-    return timeline_capture_steps(a.trace, a.timeline().steps)
-
-
 def step_terms(a: "Analysis", kernels: pd.DataFrame, steps: int,
                skip: list[int] | None = None) -> tuple[dict[str, float], float]:
     """Seconds per step by term, and the median step's wall time, over the recorded steps less
@@ -161,7 +152,7 @@ class Diagnosis:
     skipped: list[dict[str, str]]
     changes: list[dict[str, Any]] = field(default_factory=list)  # findings grouped per change (fixes.py)
     frameworks: list[str] = field(default_factory=list)
-    capture_steps: list[int] = field(default_factory=list)  # left out of the terms (capture_steps())
+    capture_steps: list[int] = field(default_factory=list)  # left out of the terms (Timeline.capture_steps)
 
     def to_dict(self) -> dict[str, Any]:
         share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
@@ -178,7 +169,7 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
                                        for r in rules])
     k = a.kernels
     in_steps = k["step"] >= 0
-    skip = capture_steps(a) if in_steps.any() else []
+    skip = a.timeline().capture_steps if in_steps.any() else []
     steps = max(1, len(a.steps()) - len(skip)) if in_steps.any() else 1
     kernels = k[in_steps & ~k["step"].isin(skip)] if in_steps.any() else k
     kernels = kernels[kernels["dur_s"].notna()]
