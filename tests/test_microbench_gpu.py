@@ -181,3 +181,26 @@ def test_measure_gpu_quick_is_sensible():
     if c.datasheet is not None:
         assert 0.5 <= c.peaks["bf16"] / c.datasheet.peaks["bf16"] <= 1.0
         assert 0.7 <= c.bandwidth / c.datasheet.bandwidth <= 1.0
+
+
+def test_tensor_core_matmuls_are_timed_on_zeros_too_and_feed_the_same_roof():
+    # Real gradients beat the random-operand rate (854 vs 827 TFLOP/s on an LM head's backward
+    # GEMM): each tensor-core precision has a zero-operand twin whose best joins the same key.
+    for quick in (True, False):
+        by_name = {b.name: b for b in plan(quick)}
+        for p in ("bf16", "fp16", "fp8", "int8", "tf32"):
+            assert by_name[f"matmul {p} zeros"].key == by_name[f"matmul {p}"].key == p
+        assert "matmul fp64 zeros" not in by_name  # CUDA-core and FP64 GEMMs: random only
+    results = [{"name": "matmul bf16", "kind": "compute", "key": "bf16", "value": 8.27e14, "error": None},
+               {"name": "matmul bf16 zeros", "kind": "compute", "key": "bf16", "value": 9.1e14, "error": None},
+               {"name": "hbm copy", "kind": "memory", "key": "bandwidth", "value": 3.0e12, "error": None}]
+    c = ceilings_from_results("H100", None, results, "2026-11-25T00:00:00+00:00", {})
+    assert c.peaks["bf16"] == 9.1e14
+
+
+def test_matmul_operands_reject_unknown_data_before_touching_cuda():
+    pytest.importorskip("torch")
+    from roofscope.microbench.compute import _operands
+
+    with pytest.raises(ValueError, match="random.*zeros"):
+        _operands("bf16", (8, 8, 8), data="ones")

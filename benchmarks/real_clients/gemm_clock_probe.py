@@ -68,7 +68,8 @@ def lm_head_data() -> None:
     p[torch.arange(tokens), torch.randint(0, vocab, (tokens,))] -= 1
     grad = (p / tokens).to(torch.bfloat16)
     rand = torch.randn(tokens, vocab, device="cuda", dtype=torch.bfloat16)
-    for name, a in (("random", rand), ("softmax-gradient", grad)):
+    zeros = torch.zeros(tokens, vocab, device="cuda", dtype=torch.bfloat16)
+    for name, a in (("random", rand), ("softmax-gradient", grad), ("zero", zeros)):
         time.sleep(0.4)
         print(f"dlogits @ W {tokens}x{hidden}x{vocab} {name} operands: {best_rate(a, w):.0f} TFLOP/s", flush=True)
         time.sleep(0.4)

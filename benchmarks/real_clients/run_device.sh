@@ -4,6 +4,7 @@
 # optionally with --counters ncu. One tarball per client lands in $OUT as soon as it exists.
 #   benchmarks/real_clients/run_device.sh hf_trainer_llama lightning_cnn ...   # baseline + --compile
 #   NCU=1 SAMPLE=400 benchmarks/real_clients/run_device.sh resnet50_channels_last   # --counters ncu only
+#   NCU=1 SAMPLE=621 SKIP=620 ...   # the launches after the first 620 (ncu --launch-skip)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}; mkdir -p "$OUT" rc
@@ -16,7 +17,7 @@ for c in "$@"; do
   [ -n "${VARIANTS:-}" ] && IFS=, read -r -a variants <<< "$VARIANTS"   # e.g. VARIANTS="--compile reduce-overhead"
   for v in "${variants[@]}"; do
     name=$c${v:+_$(echo "${v#--}" | tr ' ' '_')}
-    flags=(); [ "$v" = ncu ] && flags=(--counters ncu --counters-sample "${SAMPLE:-400}")
+    flags=(); [ "$v" = ncu ] && flags=(--counters ncu --counters-sample "${SAMPLE:-400}" --counters-skip "${SKIP:-0}")
     extra=(); [ "${v:0:9}" = --compile ] && read -r -a extra <<< "$v"
     start=$(date +%s)
     timeout "${LIMIT:-240}" $RS run -o "rc/$name" --force "${flags[@]}" "benchmarks/real_clients/$c.py" "${extra[@]}" \

@@ -1,7 +1,10 @@
 """Compute ceilings: cuBLAS matmuls per precision and Triton CUDA-core FMA kernels.
 
-Every benchmark searches a few shapes on random data (zeros run faster on Hopper
-tensor cores) and keeps the best median rate, counted as 2*M*N*K FLOPs.
+Every benchmark searches a few shapes and keeps the best rate, counted as 2*M*N*K FLOPs.
+Tensor-core matmuls run twice, on random operands and on zeros: Hopper tensor cores draw
+less power on low-entropy data and run faster on it (an LM head's backward GEMM ran at 854
+TFLOP/s on softmax-gradient operands, 827 on random ones; docs/microbench.md), so the
+random-operand rate is a roof that real gradients beat. Zeros draw the least power of all.
 """
 from __future__ import annotations
 
@@ -42,28 +45,40 @@ def tf32_mode(enabled: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = cudnn
 
 
-def _operands(precision: str, shape: tuple[int, int, int], b_col_major: bool = False):
-    """Random ``a`` (m x k) and ``b`` (k x n) for ``precision``, plus the matmul to run."""
+DATA = ("random", "zeros")
+
+
+def _operands(precision: str, shape: tuple[int, int, int], b_col_major: bool = False, data: str = "random"):
+    """The matmul of ``a`` (m x k) by ``b`` (k x n) for ``precision`` on ``data`` operands."""
     import torch
 
+    if data not in DATA:
+        raise ValueError(f"data must be one of {DATA}, got {data!r}")
     m, n, k = shape
+
+    def fill(rows: int, cols: int, dtype):
+        if data == "zeros":
+            return torch.zeros(rows, cols, device="cuda", dtype=dtype)
+        if dtype == torch.int8:
+            return torch.randint(-128, 128, (rows, cols), device="cuda", dtype=dtype)
+        if dtype == getattr(torch, "float8_e4m3fn", None):
+            return torch.randn(rows, cols, device="cuda", dtype=torch.float16).to(dtype)
+        return torch.randn(rows, cols, device="cuda", dtype=dtype)
+
     if precision == "fp8":
         if not hasattr(torch, "float8_e4m3fn") or torch.cuda.get_device_capability() < (8, 9):
             raise Unsupported("fp8 needs compute capability 8.9+ and torch float8 types")
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn)
         # _scaled_mm wants a row-major and b column-major.
-        b = torch.randn(n, k, device="cuda", dtype=torch.float16).to(torch.float8_e4m3fn).t()
+        a, b = fill(m, k, torch.float8_e4m3fn), fill(n, k, torch.float8_e4m3fn).t()
         one = torch.tensor(1.0, device="cuda")
         return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     if precision == "int8":
-        a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
-        b = (torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8).t() if b_col_major
-             else torch.randint(-128, 128, (k, n), device="cuda", dtype=torch.int8))
+        a = fill(m, k, torch.int8)
+        b = fill(n, k, torch.int8).t() if b_col_major else fill(k, n, torch.int8)
         return lambda: torch._int_mm(a, b)
     dtype = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32,
              "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-    a = torch.randn(m, k, device="cuda", dtype=dtype)
-    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    a, b = fill(m, k, dtype), fill(k, n, dtype)
     out = torch.empty(m, n, device="cuda", dtype=dtype)
     return lambda: torch.mm(a, b, out=out)
 
@@ -74,9 +89,9 @@ COOL_S = 0.2
 
 
 def matmul_bench(precision: str, sizes: Sequence[int | tuple[int, int, int]], target_s: float = TARGET_S,
-                 cool_s: float = COOL_S) -> Callable[[], Measurement]:
-    """cuBLAS(Lt) matmul rate for ``precision`` over ``sizes`` (n for n^3, or (m, n, k));
-    fp32 runs with TF32 off, tf32 with it on."""
+                 cool_s: float = COOL_S, data: str = "random") -> Callable[[], Measurement]:
+    """cuBLAS(Lt) matmul rate for ``precision`` over ``sizes`` (n for n^3, or (m, n, k)) on
+    ``data`` operands (:data:`DATA`); fp32 runs with TF32 off, tf32 with it on."""
 
     def run() -> Measurement:
         import time
@@ -87,7 +102,7 @@ def matmul_bench(precision: str, sizes: Sequence[int | tuple[int, int, int]], ta
             for size in sizes:
                 m, n, k = (size,) * 3 if isinstance(size, int) else size
                 for col in layouts:
-                    fn = _operands(precision, (m, n, k), col)
+                    fn = _operands(precision, (m, n, k), col, data)
                     time.sleep(cool_s)
                     s = time_cuda(fn, target_s=target_s)
                     del fn
