@@ -453,7 +453,8 @@ def test_gate_cli_takes_bounds_with_units(tmp_path, capsys):
 def test_gpu_kernel_roof_is_hbm_unless_it_beat_hbm():
     """H100-like levels: L2 50 MB at 7.9 TB/s, HBM at 3.28 TB/s. A kernel is placed against HBM,
     the rate its compulsory bytes move at from memory, unless it moved them faster: then part came
-    from L2 and its roof is the levels' blend. Nsight Compute's DRAM bytes always sit on HBM."""
+    from L2 and its roof is the levels' blend. Nsight Compute's DRAM bytes (a replay from flushed
+    caches) follow the same rule."""
     import pandas as pd
 
     from roofscope.analyzers.roofline import place
@@ -462,10 +463,10 @@ def test_gpu_kernel_roof_is_hbm_unless_it_beat_hbm():
     c = Ceilings(device="gpu", source="measured", peaks={"bf16": 790e12}, bandwidth=3.28e12,
                  levels=(("L2", 50e6, 7.9e12), ("HBM", float("inf"), 3.28e12)))
     k = pd.DataFrame({
-        "name": ["slow", "fast", "ncu"], "dur_ns": [40_000, 10_000, 10_000],
-        "flops": [0.0, 0.0, 0.0], "bytes": [40e6, 40e6, 30e6], "dtype": ["bf16"] * 3,
-        "tensor_core": [False] * 3, "category": ["elementwise"] * 3,
-        "cost_source": ["formula", "formula", "ncu"]})
+        "name": ["slow", "fast", "ncu", "ncu_fast"], "dur_ns": [40_000, 10_000, 10_000, 3_490],
+        "flops": [0.0] * 4, "bytes": [40e6, 40e6, 30e6, 11.8e6], "dtype": ["bf16"] * 4,
+        "tensor_core": [False] * 4, "category": ["elementwise", "elementwise", "elementwise", "reduction"],
+        "cost_source": ["formula", "formula", "ncu", "ncu"]})
     p = place(k, c).set_index("name")
     # slow: 40 MB in 40 us = 1 TB/s, under HBM: roof HBM, floor 40e6 / 3.28e12 = 12.2 us, 30.5%
     assert p.loc["slow", "roof_level"] == "HBM" and p.loc["slow", "efficiency"] == pytest.approx(40e6 / 3.28e12 / 40e-6)
@@ -474,6 +475,10 @@ def test_gpu_kernel_roof_is_hbm_unless_it_beat_hbm():
     assert not p["above_roof"].any()
     # ncu: 30 MB of DRAM bytes in 10 us = 3 TB/s on HBM: 91.5%
     assert p.loc["ncu", "roof_level"] == "HBM" and p.loc["ncu", "efficiency"] == pytest.approx(30e6 / 3.28e12 / 10e-6)
+    # ncu_fast (Lightning's cuDNN split-K reduction on an H100): 11.8 MB of cold-cache DRAM bytes
+    # in the traced 3.49 us = 3.38 TB/s, 103% of HBM; its partials sat in L2: 3.38 / 7.9 = 42.8%
+    assert p.loc["ncu_fast", "roof_level"] == "L2"
+    assert p.loc["ncu_fast", "efficiency"] == pytest.approx(11.8e6 / 7.9e12 / 3.49e-6)
 
 
 def test_above_roof_names_the_compute_peak_a_gemm_beat(tmp_path):

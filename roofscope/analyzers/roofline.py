@@ -101,15 +101,15 @@ def _memory_roof(k: pd.DataFrame, ceilings: Ceilings, nbytes: np.ndarray, dur: n
     one that keeps classes in line with Nsight Compute's DRAM bytes. A kernel that moved its
     bytes faster than that was served in part by the caches: it is placed against the levels'
     roof (Ceilings.level_of), the lowest roof it does not beat. Bytes measured by Nsight Compute
-    are DRAM bytes (what the caches did not serve), always on the outermost level."""
+    are DRAM bytes of a replay that began with flushed caches (ncu's default --cache-control all):
+    they too sit on the outermost level unless the traced kernel moved them faster than it allows,
+    as a split-K reduction of partials its GEMM had just left in L2 does."""
     bw, level = ceilings.level_of(nbytes)
     if not ceilings.levels:
         return bw, level
     outer, _, rate = ceilings.levels[-1]
     with np.errstate(divide="ignore", invalid="ignore"):
         cached = nbytes / dur > rate
-    if "cost_source" in k:
-        cached &= (k["cost_source"].astype(str) != "ncu").to_numpy()
     return np.where(cached, bw, rate), np.where(cached, level, outer)
 
 
