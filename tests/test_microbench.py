@@ -219,3 +219,21 @@ def test_devices_lists_datasheets_and_cache(capsys):
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
     assert re.search(rf"{H100}\s+2025-01-01T00:00:00\+00:00\s+550.54\s+2.4.0\s+3 TB/s\s+500 TFLOP/s\s+{path}", out)
+
+
+def test_cached_gpu_ceilings_without_zero_operand_matmuls_carry_a_note():
+    # An H100 entry measured before the zero-operand matmuls: its bf16 peak (822 TFLOP/s on random
+    # operands) is one that an LM head's backward GEMM on real gradients beat (855).
+    def entry(names: list[str], when: str, driver: str) -> None:
+        results = [{"name": n, "kind": "compute", "key": n.split()[1], "value": 8.22e14} for n in names]
+        cache.save(Ceilings(device=H100, source="measured", peaks={"bf16": 8.22e14}, bandwidth=3.28e12,
+                            measured_at=when, env={"driver": driver, "torch": "2.11", "results": results}))
+
+    entry(["matmul bf16", "matmul fp16", "hbm copy"], "2026-11-24T00:00:00+00:00", "580.1")
+    assert any("random operands only" in n for n in cache.lookup(H100, driver="580.1").notes)
+    entry(["matmul bf16", "matmul bf16 zeros", "hbm copy"], "2026-11-25T00:00:00+00:00", "580.2")
+    assert not any("random operands only" in n for n in cache.lookup(H100, driver="580.2").notes)
+    # CPU ceilings (fp32 matmul only) and results-less files never get the note.
+    assert cache.random_operands_only(Ceilings(device="cpu", source="measured", peaks={"fp32": 1e12},
+                                               bandwidth=1e11, env={"results": [{"name": "matmul fp32"}]})) == []
+    assert cache.random_operands_only(Ceilings(device=H100, source="measured", peaks={}, bandwidth=1e12)) == []

@@ -22,7 +22,7 @@ from ..ceilings import Ceilings, ceilings_payload, load_ceilings_file
 from ..errors import RoofscopeError
 from ..fileio import atomic_write
 
-__all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup"]
+__all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only"]
 
 _KEY_FIELDS = ("device", "driver", "torch", "threads")
 
@@ -152,5 +152,17 @@ def lookup(device_name: str, driver: str | None = None, torch_version: str | Non
     pick = (matching or found)[0]
     when = pick.measured_at or "an unknown date"
     notes = [*pick.ceilings.notes, f"using ceilings measured on {when} from {pick.path}",
-             *mismatches(pick), *skipped]
+             *mismatches(pick), *random_operands_only(pick.ceilings), *skipped]
     return replace(pick.ceilings, notes=tuple(notes))
+
+
+def random_operands_only(c: Ceilings) -> list[str]:
+    """A note when GPU ceilings come from a microbenchmark that timed tensor-core matmuls on random
+    operands only (roofscope before the zero-operand matmuls): GEMMs on real, low-entropy data
+    beat those peaks by up to 4% (docs/microbench.md)."""
+    names = {str(r.get("name", "")) for r in c.env.get("results") or () if isinstance(r, Mapping)}
+    tensor_core = {n for n in names if n.startswith("matmul ") and n.split()[1] in ("bf16", "fp16", "fp8", "tf32")}
+    if not tensor_core or any(n.endswith(" zeros") for n in tensor_core):
+        return []
+    return ["compute peaks timed on random operands only: GEMMs on real data can beat them;"
+            " re-run `roofscope microbench` for zero-operand peaks"]
