@@ -16,7 +16,7 @@ from typing import Any
 
 from .layout import SUMMARY_FILE
 
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 
