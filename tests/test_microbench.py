@@ -237,3 +237,20 @@ def test_cached_gpu_ceilings_without_zero_operand_matmuls_carry_a_note():
     assert cache.random_operands_only(Ceilings(device="cpu", source="measured", peaks={"fp32": 1e12},
                                                bandwidth=1e11, env={"results": [{"name": "matmul fp32"}]})) == []
     assert cache.random_operands_only(Ceilings(device=H100, source="measured", peaks={}, bandwidth=1e12)) == []
+
+
+def test_cpu_timings_repeat_until_the_target_time(monkeypatch):
+    from roofscope.microbench import cpu
+
+    # A fake clock: each call of fn takes 10 ms, so 0.095 s of target needs 10 timings besides the
+    # warm-up; 3 repeats with no target stop at 3; the cap bounds a target that is never reached.
+    now = [0.0]
+    monkeypatch.setattr(cpu.time, "perf_counter", lambda: now[0])
+
+    def fn() -> None:
+        now[0] += 0.01
+
+    assert len(cpu._times(fn, 3)) == 3
+    assert len(cpu._times(fn, 3, target_s=0.095)) == 10  # 9 timings: 0.09 s, short of it
+    monkeypatch.setattr(cpu, "_MAX_REPEATS", 4)
+    assert len(cpu._times(fn, 3, target_s=100.0)) == 4
