@@ -213,7 +213,7 @@ def _nvml_handle(nv: Any, index: int) -> Any:
 
 
 def measure_gpu(index: int = 0, *, quick: bool = False, progress: Progress | None = None) -> Ceilings:
-    """Measure the ceilings of CUDA device ``index`` (about 30 s; ``quick`` about 10 s)."""
+    """Measure the ceilings of CUDA device ``index`` (about 40 s; ``quick`` 15-20 s on an H100)."""
     import torch
 
     if not torch.cuda.is_available():
