@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from ..ceilings import Ceilings, ceilings_payload, load_ceilings_file
 from ..errors import RoofscopeError
 from ..fileio import atomic_write
+from .compute import TENSOR_CORE
 
 __all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only"]
 
@@ -161,7 +162,7 @@ def random_operands_only(c: Ceilings) -> list[str]:
     operands only (roofscope before the zero-operand matmuls): GEMMs on real, low-entropy data
     beat those peaks by up to 4% (docs/microbench.md)."""
     names = {str(r.get("name", "")) for r in c.env.get("results") or () if isinstance(r, Mapping)}
-    tensor_core = {n for n in names if n.startswith("matmul ") and n.split()[1] in ("bf16", "fp16", "fp8", "tf32")}
+    tensor_core = {n for n in names if n.startswith("matmul ") and n.split()[1] in TENSOR_CORE}
     if not tensor_core or any(n.endswith(" zeros") for n in tensor_core):
         return []
     return ["compute peaks timed on random operands only: GEMMs on real data can beat them;"

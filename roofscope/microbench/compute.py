@@ -46,6 +46,8 @@ def tf32_mode(enabled: bool) -> Iterator[None]:
 
 
 DATA = ("random", "zeros")
+# Precisions cuBLAS runs on tensor cores: the ones timed on both kinds of DATA.
+TENSOR_CORE = ("bf16", "fp16", "fp8", "int8", "tf32")
 
 
 def _operands(precision: str, shape: tuple[int, int, int], b_col_major: bool = False, data: str = "random"):

@@ -49,13 +49,13 @@ def plan(quick: bool) -> list[Benchmark]:
     slow = (8192,) if quick else (4096, 8192)
     gib = (1.0,) if quick else (1.0, 2.0)
     B, mm, fma = Benchmark, compute.matmul_bench, compute.fma_bench
-    tensor_core = (("bf16", big), ("fp16", big), ("fp8", big), ("int8", big), ("tf32", slow))
     return [
         # Each tensor-core precision on random operands, then on zeros: real operands (softmax
         # gradients, padded batches) draw less power than random ones and run faster, so the
         # roof no kernel beats is the zero-operand rate (compute.py).
-        *(B(f"matmul {p}{' zeros' if data == 'zeros' else ''}", "compute", p, mm(p, sizes, mt, data=data))
-          for p, sizes in tensor_core for data in compute.DATA),
+        *(B(f"matmul {p}{' zeros' if data == 'zeros' else ''}", "compute", p,
+            mm(p, slow if p == "tf32" else big, mt, data=data))
+          for p in compute.TENSOR_CORE for data in compute.DATA),
         B("matmul fp32", "compute", "fp32", mm("fp32", slow, t)),
         B("fma fp32", "compute", "fp32", fma("fp32", (512,) if quick else (256, 1024), t)),
         B("matmul fp64", "compute", "fp64", mm("fp64", slow, t)),
