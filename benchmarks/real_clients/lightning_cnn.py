@@ -10,11 +10,12 @@ import argparse
 import lightning as L
 import torch
 from torch import nn
+from own_clock import StepClock
 
 p = argparse.ArgumentParser()
 p.add_argument("--compile", nargs="?", const="default", metavar="MODE",
                help="model = torch.compile(model, mode=MODE) before fit")
-p.add_argument("--steps", type=int, default=7)
+p.add_argument("--steps", type=int, default=60)
 p.add_argument("--batch", type=int, default=256)
 args = p.parse_args()
 
@@ -43,6 +44,16 @@ loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch
 model = SmallCNN()
 if args.compile:
     model = torch.compile(model, mode=args.compile)
+clock = StepClock()
+
+
+class Tick(L.Callback):
+    def on_train_batch_end(self, *_):
+        clock.tick()
+
+
 trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=args.steps, logger=False,
-                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                    callbacks=[Tick()])
 trainer.fit(model, loader)
+clock.report()

@@ -10,10 +10,11 @@ import argparse
 
 import torch
 import torchvision
+from own_clock import StepClock
 
 p = argparse.ArgumentParser()
 p.add_argument("--compile", nargs="?", const="default", metavar="MODE", help="model = torch.compile(model, mode=MODE)")
-p.add_argument("--steps", type=int, default=7)
+p.add_argument("--steps", type=int, default=40)
 p.add_argument("--batch", type=int, default=64)
 args = p.parse_args()
 
@@ -22,10 +23,13 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 step_fn = torch.compile(model, mode=args.compile) if args.compile else model
 x = torch.randn(args.batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
 y = torch.randint(0, 1000, (args.batch,), device="cuda")
+clock = StepClock()
 for _ in range(args.steps):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = torch.nn.functional.cross_entropy(step_fn(x), y)
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
+    clock.tick()
 torch.cuda.synchronize()
+clock.report()
