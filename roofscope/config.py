@@ -71,6 +71,14 @@ class Collection(Bounded):
     tokens_per_step: float | None = option(None, "Tokens processed per step, for tokens/s.", min=0, min_open=True)
     model_flops_per_step: float | None = option(None, "Model FLOPs per step (e.g. 6*params*tokens), for MFU.",
                                                 min=0, min_open=True)
+    settle: int = option(3, "Profile only once this many consecutive unprofiled steps lie within --settle-tolerance "
+                            "of their median (0: profile right after --wait).", min=0)
+    settle_tolerance: float = option(0.15, "How far (a fraction of their median) the settling steps may lie from "
+                                           "their median.", min=0, min_open=True)
+    settle_max_steps: int = option(30, "Profile anyway this many steps after --wait if the step times never settle.",
+                                   min=0)
+    settle_max_s: float = option(60.0, "Profile anyway this many seconds after --wait if the step times never "
+                                       "settle.", min=0)
     exit_after_profile: bool = option(False, "End the script (exit code 0) as soon as the profiled steps are "
                                              "recorded.")
     step_on: str | None = option(None, "What one step is when the script has no optimizer or roofscope.step(): one "

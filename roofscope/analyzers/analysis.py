@@ -119,6 +119,13 @@ class Analysis:
         partial = self.partial_steps()
         return samples.drop(index=partial) if partial else samples
 
+    def step_time(self) -> dict[str, Any] | None:
+        """The program's own step time, without and with the profiler (programtime.py); None when
+        the Run kept no step times (an older Run, a bare trace)."""
+        from .programtime import step_time
+
+        return step_time(self.run_meta)
+
     def metrics(self) -> dict[str, Any]:
         """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""
         if self._metrics is None:
@@ -246,8 +253,8 @@ class Analysis:
     def _run_figures(self) -> dict[str, Any]:
         """Step metrics, timeline, telemetry and diagnosis over the profiled steps."""
         meta = self.run_meta or {}
-        out: dict[str, Any] = {"metrics": self.metrics(), "telemetry": self.telemetry_summary(),
-                               "timeline": self.timeline().to_dict()}
+        out: dict[str, Any] = {"metrics": self.metrics(), "step_time": self.step_time(),
+                               "telemetry": self.telemetry_summary(), "timeline": self.timeline().to_dict()}
         if meta:
             out["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
         return out

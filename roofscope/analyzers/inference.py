@@ -140,7 +140,10 @@ def step_phases(a: "Analysis") -> pd.DataFrame:
     return out
 
 
-def _phase_block(a: "Analysis", steps: pd.DataFrame, phases: pd.DataFrame, phase: str) -> dict[str, Any] | None:
+def _phase_block(a: "Analysis", steps: pd.DataFrame, phases: pd.DataFrame, phase: str,
+                 own: float | None = None) -> dict[str, Any] | None:
+    """One phase's figures; ``own``: the program's own (unprofiled) step time of this phase, when
+    the Run measured it (programtime.py), which then times the phase instead of the profiled steps."""
     sel = phases["phase"] == phase
     if not sel.any():
         return None
@@ -149,13 +152,15 @@ def _phase_block(a: "Analysis", steps: pd.DataFrame, phases: pd.DataFrame, phase
     k = a.kernels[a.kernels["step"].isin(ids)]
     per = k.groupby("step").agg(flops=("flops", "sum"), bytes=("bytes", "sum")).reindex(ids).fillna(0.0)
     cat_bytes = k.groupby(["step", "category"])["bytes"].sum().unstack(fill_value=0.0).reindex(ids).fillna(0.0)
-    time = float(st["dur_s"].median())
+    profiled = float(st["dur_s"].median())
+    time = own or profiled
     total_k = float(k["dur_s"].sum())
     by_class = k.groupby("cls")["dur_s"].sum()
     batch = phases.loc[sel, "batch"].median()
     q_len = phases.loc[sel, "q_len"].median()
     block: dict[str, Any] = {
-        "steps": int(sel.sum()), "step_time_s": time,
+        "steps": int(sel.sum()), "step_time_s": time, "profiled_step_time_s": profiled,
+        "step_time_source": "unprofiled" if own else "profiled",
         "batch": None if np.isnan(batch) else int(batch), "q_len": None if np.isnan(q_len) else int(q_len),
         "flops_per_step": float(per["flops"].median()), "bytes_per_step": float(per["bytes"].median()),
         "weight_bytes_per_step": float(cat_bytes["gemm"].median()) if "gemm" in cat_bytes else 0.0,
@@ -185,8 +190,9 @@ def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
     if (steady & (phases["phase"] == "decode")).any():
         phases = phases[steady]
     steps = a.steps()
-    decode = _phase_block(a, steps, phases, "decode")
-    prefill = _phase_block(a, steps, phases, "prefill")
+    own = a.step_time() or {}
+    decode = _phase_block(a, steps, phases, "decode", own.get("decode_median_s"))
+    prefill = _phase_block(a, steps, phases, "prefill", own.get("prefill_median_s"))
     assert decode is not None
     tpot = decode["step_time_s"]
     out: dict[str, Any] = {

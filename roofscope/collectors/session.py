@@ -23,13 +23,56 @@ from ..config import Collection
 from ..errors import OutputExistsError, RoofscopeError
 from .distributed import job_part
 from .frameworks import loaded_frameworks
-from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
+from .steptimes import StepTimer
+from .torchprof import Schedule, TorchCollector, enable_inductor_metadata, quiet_cupti_after_profile
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..telemetry import Telemetry
 
 _lock = threading.Lock()
 _active: "Session | None" = None
+
+
+# The collector's phase while a step ran -> the step's phase in run.json's step_times.
+STEP_PHASES = {"warmup": "warmup", "recording": "active"}
+
+
+class SettleState:
+    """When the wait ended and whether the bound on settling was reached (run.json's steps.settle)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None     # perf_counter when the wait ended
+        self.boundaries = 0                 # boundaries seen since then
+        self.outcome: str | None = None     # "settled", "never settled", "off"
+        self.waited_steps = 0
+        self.waited_s = 0.0
+
+    @staticmethod
+    def words(cfg: Collection) -> str:
+        if cfg.settle <= 0:
+            return ""
+        return (f"{cfg.settle} steps within {100 * cfg.settle_tolerance:g}% of their median, at most "
+                f"{cfg.settle_max_steps} steps or {cfg.settle_max_s:g} s")
+
+    def check(self, timer: StepTimer, cfg: Collection) -> bool:
+        now = time.perf_counter()
+        if self.since is None:
+            self.since = now
+        else:
+            self.boundaries += 1
+        self.waited_steps, self.waited_s = self.boundaries, now - self.since
+        if cfg.settle <= 0:
+            self.outcome = "off"
+        elif timer.settled(cfg.settle, cfg.settle_tolerance):
+            self.outcome = "settled"
+        elif self.boundaries >= cfg.settle_max_steps or now - self.since >= cfg.settle_max_s:
+            self.outcome = "never settled"
+        return self.outcome is not None
+
+    def to_dict(self, cfg: Collection) -> dict[str, Any]:
+        return {"k": cfg.settle, "tolerance": cfg.settle_tolerance, "max_steps": cfg.settle_max_steps,
+                "max_s": cfg.settle_max_s, "outcome": self.outcome or "waiting",
+                "waited_steps": self.waited_steps, "waited_s": round(self.waited_s, 3)}
 
 
 class ProfileComplete(SystemExit):
@@ -161,6 +204,11 @@ class Session:
         self.optimizer: dict[str, Any] | None = None
         self._step_hooks: Any = None
         self._graphs: Any = None
+        self.timer: Any = None             # StepTimer: every step's own time (collectors/steptimes.py)
+        self._settle = SettleState()
+        self._provisional: Path | None = None   # a first generate() call's profile, kept until a later one's is complete
+        self.rearmed: str | None = None
+        self._provisional_telemetry: Any = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -193,9 +241,24 @@ class Session:
         self._t0 = time.perf_counter()
         self.inductor = enable_inductor_metadata()
         self._tmp = tempfile.TemporaryDirectory(prefix="roofscope-")
+        quiet_cupti_after_profile()
+        self.timer = StepTimer(cuda=torch.cuda.is_available())
         self._collector = TorchCollector(Path(self._tmp.name) / "trace.json", self.config.schedule,
                                          self.config.duration, self.config.delay,
-                                         experimental_config=self.config.experimental_config)
+                                         experimental_config=self.config.experimental_config, ready=self._settled)
+        self._collector.settle_words = self._settle.words(self.config)
+        self._start_aids()
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        from .steps import StepHooks
+
+        self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step, on_round=self._on_round)
+        self._step_hooks.install()
+        self._collector.start()
+
+    def _start_aids(self) -> None:
+        """What runs beside the profiler while it may record: NVML, module labels, graph captures."""
+        import torch
+
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
             from .nvml import NvmlSampler
 
@@ -203,23 +266,18 @@ class Session:
                                         cuda_device=self.part.cuda_device() if self.part is not None else None)
             self._sampler.energy_every_pass = self._collector.recording_next or self._collector.windowed
             self._sampler.start()
+            self.telemetry = None
         if self.config.modules:
             from .modules import ModuleLabels
 
             self._labels = ModuleLabels()
             self._labels.install()
-        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
-        from .steps import StepHooks
-
-        self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step)
-        self._step_hooks.install()
         if torch.cuda.is_available():
             from .graphs import GraphRecorder
 
             collector = self._collector
             self._graphs = GraphRecorder(Path(self._tmp.name) / "graphs", collector.make_room, collector.give_back_room)
             self._graphs.install()
-        self._collector.start()
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -248,36 +306,76 @@ class Session:
 
     def _advance(self) -> None:
         c = self._collector
-        if c is None or c.done or (self._graphs is not None and self._graphs.capturing):
+        if c is None or self._finished or (self._graphs is not None and self._graphs.capturing):
             return
+        hooks = self._step_hooks
+        self.timer.mark(STEP_PHASES.get(c.phase, "unprofiled"), hooks.tokens if hooks is not None else None)
+        if c.done:
+            return  # after the profile: the boundary is only timed
         c.step()
         if self._sampler is not None and c.recording_next:
             self._sampler.energy_every_pass = True
         if c.done:
-            # Keep the rest of the program free of hooks and sampling.
-            self._stop_collectors()
+            # Keep the rest of the program free of profiling: only the step boundaries stay, timed.
+            self._stop_aids()
             if self.config.exit_after_profile:
                 raise ProfileComplete()
 
+    def _settled(self) -> bool:
+        """The collector's steady-state test (collectors/steptimes.py), bounded in steps and seconds."""
+        return self._settle.check(self.timer, self.config)
+
+    def _on_round(self, calls: int) -> None:
+        """A ``generate()`` call began. The first call's tokens are cold (cuBLAS handles, the
+        allocator's first blocks for each new cache size): when a second call comes and the profile
+        was made in the first, it is kept aside and the schedule runs again in this call."""
+        c = self._collector
+        if calls != 2 or c is None or self._finished or self.rearmed or c.windowed:
+            return
+        if c.phase == "recording":
+            c.stop()   # cut short: it is the first call's, and only kept if the next one fails
+        if c.trace_ready:
+            self._provisional = c.trace_path.with_name("trace.first-call.json")
+            c.trace_path.replace(self._provisional)
+        elif c.phase == "idle" and c.begin is None:
+            return     # still waiting for steady steps: they will come in this call
+        if not c.rearm():
+            return
+        self.rearmed = "the first generate() call was cold: its steps were profiled again in the second call"
+        self._settle = SettleState()
+        self._provisional_telemetry = self.telemetry
+        if self._sampler is None and self._labels is None and self._graphs is None:
+            self._start_aids()
+
     # -- finish ------------------------------------------------------------------------------
 
-    def _stop_collectors(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-        for extra in (self._step_hooks, self._graphs):
-            if extra is not None:
-                extra.remove()
-        self._step_hooks = None
+    def _stop_aids(self) -> None:
+        """Stop the profiler and what runs beside it; the step boundaries stay (timed only)."""
+        if self._graphs is not None:
+            self._graphs.remove()
+            self._graphs = None
         if self._labels is not None:
             self._labels.remove()
+            self._labels = None
+        if self._step_hooks is not None:
+            self._step_hooks.label = False
         if self.part is not None:
             self.part.info.observe_backend()
         if self._collector is not None:
             self._collector.stop()
         # Also when the sampler never ran (no NVML) or its thread stopped: its notes say why.
-        if self._sampler is not None and self.telemetry is None:
+        if self._sampler is not None:
             self.telemetry = self._sampler.stop()
+            self._sampler = None
+
+    def _stop_collectors(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._step_hooks is not None:
+            self._step_hooks.remove()
+            self._step_hooks = None
+        self._stop_aids()
 
     def stop(self, exit_status: dict[str, Any]) -> Collected:
         """Stop every collector; what they recorded. Call once, whatever ended the program."""
@@ -289,8 +387,19 @@ class Session:
         c = self._collector
         assert c is not None
         shortfall = c.shortfall()
-        if shortfall:
+        if shortfall and self._provisional is not None:
+            # The later call's profile did not complete: the first call's stands, cold as it was.
+            self._provisional.replace(c.trace_path)
+            self.telemetry = self._provisional_telemetry
+            self.warnings.append("the second generate() call ended before its steps were profiled: the profile is"
+                                 " of the first call, whose steps are cold")
+            self.rearmed = None
+        elif shortfall:
             self.warnings.append(shortfall + self._step_hint(exit_status))
+        if self._settle.outcome == "never settled":
+            self.warnings.append(f"the step times never settled ({self._settle.words(self.config)}): profiled after"
+                                 f" {self._settle.waited_steps} steps / {self._settle.waited_s:.1f} s of waiting")
+        step_times = self.timer.finish() if self.timer is not None else []
         if not c.trace_path.exists():
             return Collected(trace=None, fields={}, telemetry=None, captures=[], warnings=self.warnings)
         from .metadata import device_metadata
@@ -304,7 +413,10 @@ class Session:
             steps={"requested": ({"duration_s": self.config.duration, "delay_s": self.config.delay}
                                  if c.windowed else {"wait": s.wait, "warmup": s.warmup, "active": s.active}),
                    "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on,
-                   **({"delay_from": c.delay_from} if c.windowed else {})},
+                   **({"delay_from": c.delay_from} if c.windowed else
+                      {"profiled_from": (c.begin + s.warmup) if c.begin is not None else None,
+                       "settle": self._settle.to_dict(self.config), "rearmed": self.rearmed})},
+            step_times=step_times_columns(step_times, self.timer.dropped if self.timer is not None else 0),
             tokens_per_step=self.config.tokens_per_step, model_flops_per_step=self.config.model_flops_per_step,
             inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,
             modules={"enabled": self.config.modules, "calls": self._labels.calls if self._labels is not None else 0},
@@ -351,3 +463,12 @@ class Session:
         if self.config.nvml_hz == 0:
             return {"file": None, "notes": ["NVML telemetry turned off"]}
         return {"file": None, "notes": ["no CUDA device: no NVML telemetry"]}
+
+
+def step_times_columns(steps: list[Any], dropped: int) -> dict[str, Any] | None:
+    """run.json's ``step_times``: the StepTimer's records column by column (run/schema.StepTimes)."""
+    if not steps:
+        return None
+    return {"index": [t.index for t in steps], "phase": [t.phase for t in steps],
+            "host_s": [round(t.host_s, 9) for t in steps], "gpu_s": [t.gpu_s for t in steps],
+            "tokens": [t.tokens for t in steps], "dropped": dropped}

@@ -15,6 +15,7 @@ launch-bound loops being measured); another root module later is not seen.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import Any, Callable
 
@@ -50,6 +51,16 @@ def resolve_function(spec: str) -> tuple[Any, str, Any]:
     return owner, attrs[-1], fn
 
 
+def _inside_generate() -> bool:
+    """Whether a Hugging Face ``generate()`` is on the calling stack (once per run: cheap enough)."""
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "generate" and "transformers" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
 def _first_shape(args: Any, kwargs: Any) -> list[int] | None:
     import torch
 
@@ -65,9 +76,16 @@ class StepHooks:
     ``mode`` None: forward steps, which the session counts only while neither an optimizer
     nor an explicit ``roofscope.step()`` has been seen."""
 
-    def __init__(self, mode: str | None, on_boundary: Callable[[str], None]) -> None:
+    def __init__(self, mode: str | None, on_boundary: Callable[[str], None],
+                 on_round: Callable[[int], None] | None = None) -> None:
         self.mode = mode
         self.on_boundary = on_boundary
+        # Called with the count of the root model's generate() calls as each begins.
+        self.on_round = on_round
+        self.rounds = 0
+        self.tokens: int | None = None   # tokens per sequence of the forward starting at the latest boundary
+        self.label = True                # annotate forwards (off once nothing is profiled any more)
+        self._generate_owner: Any = None
         self.forwards = 0
         self._depth = 0
         self._root: Any = None
@@ -125,6 +143,30 @@ class StepHooks:
         if self._compiled_root is not None:
             self._compiled_root.__dict__.pop("get_compiled_call", None)
             self._compiled_root = None
+        if self._generate_owner is not None:
+            self._generate_owner.__dict__.pop("generate", None)
+            self._generate_owner = None
+
+    def _watch_generate_calls(self, root: Any) -> None:
+        """Count the root model's ``generate()`` calls (Hugging Face), wrapping the instance's method
+        (the class is left alone). The call already running when the root is first seen counts as
+        the first: the first forward of a generate() script comes from its first call."""
+        utils = sys.modules.get("transformers.generation.utils")
+        mixin = getattr(utils, "GenerationMixin", None)
+        if self.on_round is None or mixin is None or not isinstance(root, mixin) or self.mode not in (None, "forward"):
+            return
+        gen = root.generate
+        hooks = self
+        hooks.rounds = 1 if _inside_generate() else 0
+
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            if hooks._generate_owner is root:
+                hooks.rounds += 1
+                hooks.on_round(hooks.rounds)
+            return gen(*args, **kwargs)
+
+        root.generate = generate
+        self._generate_owner = root
 
     def _watch_compiled_calls(self, root: Any) -> None:
         """Count calls of the root's compiled forward as forwards too.
@@ -165,16 +207,20 @@ class StepHooks:
         if self._root is None:
             self._root = module  # the first module called is the outermost one
             self._watch_compiled_calls(module)
+            self._watch_generate_calls(module)
         elif module is not self._root:
             return
         self._depth += 1
         if self._depth != 1:
             return
+        # The global hook gets no keyword arguments, so the first call may show no shape.
+        shape = _first_shape(args, kwargs or {})
+        self.tokens = shape[1] if shape is not None and len(shape) > 1 else None
         if self.forwards and self.mode in (None, "forward") and not torch.is_grad_enabled():
             self.on_boundary(self.source)
         self.forwards += 1
-        # The global hook gets no keyword arguments, so the first call may show no shape.
-        shape = _first_shape(args, kwargs or {})
+        if not self.label:
+            return
         rf = torch.autograd.profiler.record_function(f"{FORWARD_LABEL}{shape if shape is not None else '[]'}")
         rf.__enter__()
         self._open.append(rf)

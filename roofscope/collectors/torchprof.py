@@ -2,7 +2,11 @@
 
 Step mode follows ``torch.profiler.schedule(wait, warmup, active)``: ``wait`` steps run
 unprofiled (start-up, compilation), ``warmup`` steps run with the profiler started but
-discarded (its own start-up cost), ``active`` steps are recorded. Time-window mode
+discarded (its own start-up cost), ``active`` steps are recorded. The profiler is created only
+when the wait is over *and* the step times have settled (``ready``, the session's steady-state
+test, collectors/steptimes.py), so cold steps (allocator and library warm-up, a first
+``generate()`` call) are not what gets profiled; ``rearm`` drops a finished profile's claim to
+be the steady one and records the schedule again (a later ``generate()`` call). Time-window mode
 (``duration_s``) is for scripts with no step boundary at all: a ``SIGALRM`` timer starts
 the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs the main
 thread; step boundaries that do arrive are still marked. On a CUDA machine the delay counts
@@ -16,13 +20,14 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..analyzers.trace import DRAIN_LABEL
 from ..config import Collection
 from ..errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
+CUPTI_TEARDOWN_ENV = "TEARDOWN_CUPTI"
 
 
 @dataclass(frozen=True)
@@ -56,12 +61,26 @@ def enable_inductor_metadata() -> str:
     return "enabled"
 
 
+def quiet_cupti_after_profile() -> str:
+    """Have Kineto detach CUPTI when a profile ends (``TEARDOWN_CUPTI=1``); says how.
+
+    Without it CUPTI stays attached to every later launch and the rest of the program runs
+    slower than it would unprofiled (GPT-2 generate() on an H200: 7.2 against 5.8 ms per token
+    after the profile, docs/overhead.md). torch.profiler sets ``TEARDOWN_CUPTI=0`` itself for
+    CUDA graphs on CUDA older than 12.6, where tearing down crashed; a user's own setting wins.
+    """
+    if os.environ.get(CUPTI_TEARDOWN_ENV) not in (None, ""):
+        return f"left as set ({CUPTI_TEARDOWN_ENV}={os.environ[CUPTI_TEARDOWN_ENV]})"
+    os.environ[CUPTI_TEARDOWN_ENV] = "1"
+    return "enabled"
+
+
 class TorchCollector:
     """Owns one ``torch.profiler.profile``; the trace lands in ``trace_path`` when recording ends."""
 
     def __init__(self, trace_path: Path, schedule: Schedule | None = None,
                  duration_s: float | None = Collection.duration, delay_s: float = Collection.delay,
-                 experimental_config: Any = None) -> None:
+                 experimental_config: Any = None, ready: Callable[[], bool] | None = None) -> None:
         if duration_s is not None and duration_s <= 0:
             raise RoofscopeError("--duration must be positive")
         if delay_s < 0:
@@ -73,6 +92,11 @@ class TorchCollector:
         # torch._C._profiler._ExperimentalConfig (CUPTI counters; see cupti_probe.py), or None.
         self.experimental_config = experimental_config
         self.steps = 0                 # step boundaries seen
+        # Step mode: the boundary count at which the profiler was created (None while waiting for
+        # the wait steps and for ``ready``: the steady-state test).
+        self.begin: int | None = None
+        self.ready = ready
+        self.settle_words = ""         # how ``ready`` decides, for the shortfall's message
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._prof: Any = None
@@ -107,11 +131,7 @@ class TorchCollector:
         from torch.profiler import schedule
 
         if not self.windowed:
-            s = self.schedule
-            self._prof = self._new_profile(schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=1))
-            if s.wait + s.warmup == 0:
-                self._sync()
-            self._prof.start()
+            self._maybe_begin()
             return
         if threading.current_thread() is not threading.main_thread():
             raise RoofscopeError("a time window (--duration) needs the main thread (it uses SIGALRM)")
@@ -125,6 +145,42 @@ class TorchCollector:
             self._delay_from_first_gpu_work()
         else:
             self._on_alarm()
+
+    def _maybe_begin(self) -> None:
+        """Create and start the profiler once the wait is over and the steps have settled."""
+        if self.steps < self.schedule.wait or (self.ready is not None and not self.ready()):
+            return
+        self._begin(self.schedule.warmup)
+
+    def _begin(self, warmup: int) -> None:
+        from torch.profiler import schedule
+
+        s = self.schedule
+        inner = schedule(wait=0, warmup=warmup, active=s.active, repeat=1)
+        offset = self.steps
+        self._prof = self._new_profile(lambda n: inner(max(0, n - offset)))
+        self._prof.step_num = offset   # ProfilerStep#N counts every boundary seen
+        # Recording starts ``warmup`` boundaries from here, wherever the profile began.
+        self.begin = offset - (s.warmup - warmup)
+        if warmup == 0:
+            self._sync()
+        self._prof.start()
+
+    def rearm(self) -> bool:
+        """Record the schedule again from the next settled step (a finished profile's trace is
+        kept by the caller until the new one is complete). False in time-window mode, or while
+        the profile is recording. A profile still waiting or warming up is dropped."""
+        if self.windowed or self.phase == "recording":
+            return False
+        if self._prof is not None and not self.trace_ready:
+            prof, self._prof = self._prof, None
+            prof.stop()
+        self._prof = None
+        self._paused = False
+        self.trace_ready = False
+        self.begin = None
+        self.schedule = Schedule(0, self.schedule.warmup, self.schedule.active)
+        return True
 
     def _delay_from_first_gpu_work(self) -> None:
         """--delay counts from the program's first GPU work (CUDA's lazy initialization, which
@@ -178,15 +234,9 @@ class TorchCollector:
         numbering its steps on from the ones seen."""
         if not self._paused:
             return
-        from torch.profiler import schedule
-
         self._paused = False
-        s = self.schedule
-        offset = self.steps
-        inner = schedule(wait=0, warmup=max(1, s.wait + s.warmup - offset), active=s.active, repeat=1)
-        self._prof = self._new_profile(lambda n: inner(max(0, n - offset)))
-        self._prof.step_num = offset   # ProfilerStep#N goes on from the steps already seen
-        self._prof.start()
+        assert self.begin is not None
+        self._begin(max(1, self.begin + self.schedule.warmup - self.steps))
 
     @property
     def phase(self) -> str:
@@ -195,34 +245,37 @@ class TorchCollector:
             return "done"
         if self.windowed:
             return "recording" if self.window == "recording" else "idle"
-        if self._prof is None:
+        if self._prof is None or self.begin is None:
             return "idle"
-        s = self.schedule
-        if self.steps < s.wait:
-            return "idle"
-        return "warmup" if self.steps < s.wait + s.warmup else "recording"
+        return "warmup" if self.steps < self.begin + self.schedule.warmup else "recording"
 
     @property
     def recording_next(self) -> bool:
         """The next step is recorded (or recording has begun): time to sample energy closely."""
         if self.windowed:
             return self.window == "recording"
-        return self.steps + 1 >= self.schedule.wait + self.schedule.warmup
+        return self.begin is not None and self.steps + 1 >= self.begin + self.schedule.warmup
 
     def step(self) -> None:
-        if self._prof is None or self.done:
+        if self.done or (self.windowed and self._prof is None):
             return
         self.steps += 1
-        if not self.windowed:
-            s = self.schedule
-            # The GPU runs behind the CPU: drain it where recording starts and ends, or the first
-            # recorded step holds the previous step's kernels (without their launches) and the
-            # last one loses its tail.
-            if self.steps in (s.wait + s.warmup, s.steps):
-                self._sync()
-            self._prof.step()
-        elif self.window == "recording":
-            self._prof.step()
+        if self.windowed:
+            if self.window == "recording":
+                self._prof.step()
+            return
+        if self._prof is None:
+            if not self._paused:
+                self._maybe_begin()
+            return
+        assert self.begin is not None
+        s = self.schedule
+        # The GPU runs behind the CPU: drain it where recording starts and ends, or the first
+        # recorded step holds the previous step's kernels (without their launches) and the
+        # last one loses its tail.
+        if self.steps - self.begin in (s.warmup, s.warmup + s.active):
+            self._sync()
+        self._prof.step()
 
     @staticmethod
     def _sync() -> None:
@@ -259,12 +312,16 @@ class TorchCollector:
                         f"its {self.delay_from})")
             return None
         s = self.schedule
-        if self.steps >= s.steps:
+        if self.begin is not None and self.steps >= self.begin + s.warmup + s.active:
             return None
         got = (f"requested {s.wait} wait + {s.warmup} warmup + {s.active} active steps, but only "
                f"{self.steps} step boundar{'y' if self.steps == 1 else 'ies'} arrived")
-        if self.steps < s.wait + s.warmup:
+        if self.begin is None:
+            settling = (f" (after the wait, roofscope waited for the step times to settle: {self.settle_words})"
+                        if self.steps >= s.wait and self.settle_words else "")
+            return got + settling + "; nothing was recorded"
+        complete = self.steps - self.begin - s.warmup
+        if complete < 0:
             return got + "; nothing was recorded"
-        complete = self.steps - s.wait - s.warmup
         return got + (f"; recorded {complete} complete active step{'' if complete == 1 else 's'}"
                       " and the step that was running when profiling stopped")

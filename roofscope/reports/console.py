@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
 from ..config import Presentation
 from ..run.layout import REPORT_FILE
+from .programtime import savings_note, step_time_lines
 from ..units import si
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,6 +118,8 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
 
         out.append(f"  note      {skipped_line(s.skipped_events)}")
     out += _run_lines(s)
+    if not a.cpu_only or a.run_meta:
+        out += step_time_lines(s.extra.get("step_time"), (a.run_meta or {}).get("steps"))
     if s.above_roof.kernels:
         out += above_roof_lines(s.above_roof)
     if s.counters is not None:
@@ -149,6 +152,8 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
         out.append("")
 
     out += _finding_lines(s.findings)
+    if s.findings:
+        out += savings_note(s.diagnosis.extra.get("program_time"))
     if s.diagnosis.capture_steps:
         out += [f"  {step_range(s.diagnosis.capture_steps).capitalize()} captured a CUDA graph (warm-up): left out"
                 " of these estimates", ""]
@@ -220,7 +225,8 @@ def _run_lines(s: "Summary") -> list[str]:
         extra = [f"{si(m.tokens_per_s, 'tokens/s')}"] if m.tokens_per_s else []
         if m.busy_fraction is not None:
             extra.append(f"GPU busy {pct(m.busy_fraction)}")
-        what = f"{m.steps} profiled, median" if m.steps != 1 else "1 profiled,"
+        what = (f"{m.steps} profiled, median" if m.steps != 1 else "1 profiled,") \
+            if m.extra.get("step_time_source") != "unprofiled" else "without the profiler, median"
         out.append(f"  steps     {what} {ms(m.step_time_s)} ms/step" + (f" ({', '.join(extra)})" if extra else ""))
         if m.peak_flops:
             mfu = f"MFU {pct(m.mfu)}" + (" (op-counted)" if m.mfu_source == "op_counted" else "")

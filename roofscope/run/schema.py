@@ -65,6 +65,24 @@ class Steps(_Doc):
     step_on: str | None = None
     delay_from: str | None = None
     recorded: list[int] = []
+    # The boundary from which steps were recorded (wait + settling + warm-up), how the steady
+    # state was judged (collectors/steptimes.py) and why the schedule ran again, if it did.
+    profiled_from: int | None = None
+    settle: dict[str, Any] | None = None
+    rearmed: str | None = None
+
+
+class StepTimes(_Doc):
+    """Every step's own time, profiled or not (collectors/steptimes.py), column by column: step
+    ``index`` N is the interval from boundary N to N+1, the trace's ``ProfilerStep#N``; ``phase`` is
+    unprofiled, warmup or active."""
+
+    index: list[int] = []
+    phase: list[str] = []
+    host_s: list[float] = []
+    gpu_s: list[float | None] = []
+    tokens: list[int | None] = []
+    dropped: int = 0
 
 
 class Distributed(_Doc):
@@ -120,6 +138,7 @@ class RunMeta(_Doc):
     distributed: Distributed | None = None
     telemetry: TelemetryEntry | None = None
     counters: CountersEntry | None = None
+    step_times: StepTimes | None = None
     warnings: list[str] = []
 
 

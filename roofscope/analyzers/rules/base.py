@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from ..programtime import ProgramTime
 from ..roofline import CLASSES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,11 +154,13 @@ class Diagnosis:
     changes: list[dict[str, Any]] = field(default_factory=list)  # findings grouped per change (fixes.py)
     frameworks: list[str] = field(default_factory=list)
     capture_steps: list[int] = field(default_factory=list)  # left out of the terms (Timeline.capture_steps)
+    program_time: dict[str, Any] | None = None  # ProgramTime.to_dict(): savings in the program's own time
 
     def to_dict(self) -> dict[str, Any]:
         share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
         return {"step_s": self.step_s, "terms_s": self.terms, "binding": share, "skipped": self.skipped,
                 "changes": self.changes, "frameworks": self.frameworks, "capture_steps": self.capture_steps,
+                "program_time": self.program_time,
                 "note": "savings are estimates per step and overlap: they do not add up; each change's"
                         " saving counts its findings' overlapping time once"}
 
@@ -174,7 +177,10 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
     kernels = k[in_steps & ~k["step"].isin(skip)] if in_steps.any() else k
     kernels = kernels[kernels["dur_s"].notna()]
     terms, wall = step_terms(a, kernels, steps, skip)
-    gpu_bound = max(0.0, 1.0 - terms["host"] / wall) if wall > 0 else 1.0
+    # Savings in the program's own time: host-side terms scaled to the unprofiled step (programtime.py).
+    pt = ProgramTime.of(a.step_time(), terms, wall, _unprofiled_step(a))
+    step, own_terms = (pt.unprofiled_step_s, pt.terms(terms)) if pt is not None else (wall, terms)
+    gpu_bound = max(0.0, 1.0 - own_terms["host"] / step) if step > 0 else 1.0
     ctx = Context(a, kernels, steps, wall, terms, gpu_bound)
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
@@ -184,8 +190,10 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
             skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --datasheet KEY, --peak-tflops and"
                                                           " --peak-bandwidth, or --ceilings FILE"})
             continue
-        if term in ctx.terms and ctx.share(term) < rule.min_share:
-            skipped.append({"rule": rule.name, "reason": f"not binding: {term} is {100 * ctx.share(term):.1f}% of"
+        # Binding is judged in the program's own time: the profiler's inflated host time binds nothing.
+        share = own_terms.get(term, 0.0) / step if step > 0 else 0.0
+        if term in ctx.terms and share < rule.min_share:
+            skipped.append({"rule": rule.name, "reason": f"not binding: {term} is {100 * share:.1f}% of"
                                                           f" the step (needs {100 * rule.min_share:.0f}%)"})
             continue
         why = rule.precondition(ctx)
@@ -198,8 +206,10 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
         for f in found:
             if f.binding in KERNEL_TERMS:
                 f.saving_s *= gpu_bound
-            f.saving_s = min(f.saving_s, wall) if wall > 0 else f.saving_s
-            f.saving_pct = f.saving_s / wall if wall > 0 else 0.0
+            if pt is not None:
+                pt.apply(f)
+            f.saving_s = min(f.saving_s, step) if step > 0 else f.saving_s
+            f.saving_pct = f.saving_s / step if step > 0 else 0.0
         findings.extend(found)
     from . import fixes
 
@@ -207,4 +217,22 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
     findings.sort(key=lambda f: -f.saving_s)
     for i, f in enumerate(findings, 1):
         f.rank = i
-    return Diagnosis(findings, terms, wall, skipped, fixes.group(findings, terms, wall), frameworks, skip)
+    changes = fixes.group(findings, own_terms, step)
+    if pt is not None:
+        for c in changes:   # a change's combined saving is bounded like its findings'
+            c["saving_s"] = min(c["saving_s"], max(pt.bound(r) for r in c["rules"]))
+            c["saving_pct"] = c["saving_s"] / step if step > 0 else 0.0
+    return Diagnosis(findings, own_terms, step, skipped, changes, frameworks, skip,
+                     program_time=pt.to_dict() if pt is not None else None)
+
+
+def _unprofiled_step(a: "Analysis") -> float | None:
+    """The program's own step time comparable with the profiled steps: decode tokens' when the
+    profiled steps decode (inference), else every steady step's."""
+    own = a.step_time()
+    if not own:
+        return None
+    inf = a.inference()
+    if inf is not None and own.get("decode_median_s") and not inf["steps"].get("prefill"):
+        return float(own["decode_median_s"])
+    return own.get("unprofiled_median_s")
