@@ -13,7 +13,7 @@ for spec in "$@"; do
   c=${words[0]}; rest=("${words[@]:1}")
   name=$c$(printf '_%s' "${rest[@]#--}" | tr -d ' ' | sed 's/_$//')
   for m in ${MODES:-plain roofscope}; do
-    start=$(date +%s.%N)
+    start=$(date +%s)
     if [ "$m" = plain ]; then
       timeout "${LIMIT:-300}" python3 "benchmarks/real_clients/$c.py" "${rest[@]}" > "rc/$name.$m.txt" 2>&1
     else
@@ -21,9 +21,9 @@ for spec in "$@"; do
         "${rest[@]}" > "rc/$name.$m.txt" 2>&1
     fi
     rc=$?
-    printf '== %s [%s] rc=%s %.0fs\n' "$name" "$m" "$rc" "$(echo "$(date +%s.%N) - $start" | bc)" | tee -a "$OUT/own_time.txt"
-    grep -E "^(own |round |step time|TPOT|TTFT)|Step|step time|unprofiled|inflation|MFU|saving|never settled|cold" \
-      "rc/$name.$m.txt" | grep -v "times ms" | head -40 >> "$OUT/own_time.txt"
+    echo "== $name [$m] rc=$rc $(( $(date +%s) - start ))s" | tee -a "$OUT/own_time.txt"
+    grep -E "^(own |round )" "rc/$name.$m.txt" >> "$OUT/own_time.txt"
+    sed -n '/own time/,/^$/p;/^Recommendations/,/^Rules not applied/p' "rc/$name.$m.txt" | head -40 >> "$OUT/own_time.txt"
     [ $rc -ne 0 ] && tail -20 "rc/$name.$m.txt" >> "$OUT/own_time.txt"
   done
 done

@@ -2,6 +2,7 @@
 
     python benchmarks/real_clients/hf_bert_trainer.py              # eager
     python benchmarks/real_clients/hf_bert_trainer.py --compile    # TrainingArguments(torch_compile=True)
+    python benchmarks/real_clients/hf_bert_trainer.py --compile reduce-overhead   # + CUDA graphs
     roofscope run benchmarks/real_clients/hf_bert_trainer.py
 
 Used as its users use it: TrainingArguments + Trainer with the fused AdamW and gradient clipping,
@@ -18,7 +19,8 @@ from own_clock import StepClock
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 p = argparse.ArgumentParser()
-p.add_argument("--compile", action="store_true", help="TrainingArguments(torch_compile=True)")
+p.add_argument("--compile", nargs="?", const="default", metavar="MODE",
+               help="TrainingArguments(torch_compile=True, torch_compile_mode=MODE)")
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--seq", type=int, default=256)
@@ -54,7 +56,8 @@ clock = StepClock()
 with tempfile.TemporaryDirectory() as out:
     targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch, max_steps=args.steps,
                               fp16=True, optim="adamw_torch_fused", max_grad_norm=1.0, report_to=[],
-                              save_strategy="no", logging_steps=1000, torch_compile=args.compile,
-                              dataloader_num_workers=0, disable_tqdm=True)
+                              save_strategy="no", logging_steps=1000, torch_compile=bool(args.compile),
+                              dataloader_num_workers=0, disable_tqdm=True,
+                              **({"torch_compile_mode": args.compile} if args.compile not in (None, "default") else {}))
     Trainer(model=model, args=targs, train_dataset=data, callbacks=[Tick(clock)]).train()
 clock.report()

@@ -52,9 +52,10 @@ def step_frame(meta: dict[str, Any] | None) -> pd.DataFrame | None:
 
 
 def _steady(df: pd.DataFrame, steps_meta: dict[str, Any]) -> tuple[pd.Series, pd.Series]:
-    """(steady unprofiled samples, cold unprofiled steps before them) as boolean masks."""
+    """(steady unprofiled samples, cold unprofiled steps before them) as boolean masks. Steps of
+    a profile that was dropped and made again (phase ``dropped``) are neither."""
     unprof = df["phase"] == "unprofiled"
-    profiled = df.loc[~unprof, "index"]
+    profiled = df.loc[df["phase"].isin(("warmup", "active")), "index"]
     if not len(profiled):
         wait = int((steps_meta.get("requested") or {}).get("wait") or 0)
         steady = unprof & (df["index"] > wait)
@@ -64,6 +65,7 @@ def _steady(df: pd.DataFrame, steps_meta: dict[str, Any]) -> tuple[pd.Series, pd
     before = unprof & (df["index"] < first)
     settle = steps_meta.get("settle") or {}
     k = int(settle.get("k") or 0) if settle.get("outcome") == "settled" else 0
+    # The settling steps are the k unprofiled ones just before the profile's warm-up.
     settled = before & (df["index"] >= first - k) if k else before & False
     steady = after | settled
     if not steady.any():   # a program that ended with the profile: the waited steps are all there is
@@ -79,7 +81,7 @@ def step_time(meta: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     steady, cold = _steady(df, (meta or {}).get("steps") or {})
     t = df.loc[steady, "time_s"].dropna()
-    active = df.loc[df["phase"] == "active", "time_s"].dropna()
+    active = df.loc[(df["phase"] == "active"), "time_s"].dropna()
     unprof = float(t.median()) if len(t) else None
     prof = float(active.median()) if len(active) else None
     out: dict[str, Any] = {

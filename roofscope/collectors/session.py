@@ -42,6 +42,7 @@ class SettleState:
 
     def __init__(self) -> None:
         self.since: float | None = None     # perf_counter when the wait ended
+        self.since_step = 0                 # the first step that may count as settled
         self.boundaries = 0                 # boundaries seen since then
         self.outcome: str | None = None     # "settled", "never settled", "off"
         self.waited_steps = 0
@@ -57,13 +58,13 @@ class SettleState:
     def check(self, timer: StepTimer, cfg: Collection) -> bool:
         now = time.perf_counter()
         if self.since is None:
-            self.since = now
+            self.since, self.since_step = now, len(timer)
         else:
             self.boundaries += 1
         self.waited_steps, self.waited_s = self.boundaries, now - self.since
         if cfg.settle <= 0:
             self.outcome = "off"
-        elif timer.settled(cfg.settle, cfg.settle_tolerance):
+        elif timer.settled(cfg.settle, cfg.settle_tolerance, self.since_step):
             self.outcome = "settled"
         elif self.boundaries >= cfg.settle_max_steps or now - self.since >= cfg.settle_max_s:
             self.outcome = "never settled"
@@ -311,13 +312,15 @@ class Session:
         hooks = self._step_hooks
         self.timer.mark(STEP_PHASES.get(c.phase, "unprofiled"), hooks.tokens if hooks is not None else None)
         if c.done:
-            return  # after the profile: the boundary is only timed
+            c.step()  # after the profile: the boundary is only counted and timed
+            return
         c.step()
         if self._sampler is not None and c.recording_next:
             self._sampler.energy_every_pass = True
         if c.done:
             # Keep the rest of the program free of profiling: only the step boundaries stay, timed.
             self._stop_aids()
+            self.timer.restart()   # writing the trace out is no step's time
             if self.config.exit_after_profile:
                 raise ProfileComplete()
 
@@ -341,6 +344,7 @@ class Session:
             return     # still waiting for steady steps: they will come in this call
         if not c.rearm():
             return
+        self.timer.relabel(("warmup", "active"), "dropped")
         self.rearmed = "the first generate() call was cold: its steps were profiled again in the second call"
         self._settle = SettleState()
         self._provisional_telemetry = self.telemetry

@@ -49,6 +49,9 @@ class StepTimer:
         self._phases: list[str] = []      # the phase of the step that *ends* at each boundary
         self._tokens: list[int | None] = []
         self._done_upto = 0               # events known complete (settle checks, no sync)
+        # Where the step after a boundary began, when not at the boundary itself (restart()).
+        self._start_host: dict[int, int] = {}
+        self._start_events: dict[int, Any] = {}
         self.dropped = 0
 
     def __len__(self) -> int:
@@ -63,17 +66,36 @@ class StepTimer:
         self._phases.append(phase)
         self._tokens.append(tokens)
         if self.cuda:
-            import torch
+            self._events.append(self._event())
 
-            e = torch.cuda.Event(enable_timing=True)
-            try:
-                e.record()
-            except RuntimeError:  # a broken context: keep the host time
-                e = None
-            self._events.append(e)
+    def restart(self) -> None:
+        """The step after the latest boundary starts now: roofscope's own work at that boundary
+        (writing the trace out) is nobody's step."""
+        i = len(self._host) - 1
+        if i < 0:
+            return
+        self._start_host[i] = time.perf_counter_ns()
+        if self.cuda:
+            self._start_events[i] = self._event()
+
+    def relabel(self, old: tuple[str, ...], new: str) -> None:
+        """Steps of a profile that was dropped (a rearm) are neither profiled nor the program's."""
+        self._phases = [new if p in old else p for p in self._phases]
+
+    def _event(self) -> Any:
+        import torch
+
+        if not torch.cuda.is_initialized():
+            return None
+        e = torch.cuda.Event(enable_timing=True)
+        try:
+            e.record()
+        except RuntimeError:  # a broken context: keep the host time
+            return None
+        return e
 
     def _gpu_interval(self, i: int) -> float | None:
-        a, b = self._events[i - 1], self._events[i]
+        a, b = self._start_events.get(i - 1, self._events[i - 1]), self._events[i]
         if a is None or b is None:
             return None
         try:
@@ -81,8 +103,12 @@ class StepTimer:
         except RuntimeError:
             return None
 
-    def recent(self, n: int) -> list[float]:
-        """The last ``n`` complete unprofiled step times (GPU where known, else host), no sync."""
+    def _host_interval(self, i: int) -> float:
+        return (self._host[i] - self._start_host.get(i - 1, self._host[i - 1])) / 1e9
+
+    def recent(self, n: int, since: int = 0) -> list[float]:
+        """The last ``n`` complete unprofiled step times (GPU where known, else host) of the steps
+        from index ``since`` on (the step after boundary ``since``), without a sync."""
         if self.cuda:
             while self._done_upto < len(self._events):
                 e = self._events[self._done_upto]
@@ -90,18 +116,19 @@ class StepTimer:
                     break
                 self._done_upto += 1
             last = self._done_upto
-            vals = [self._gpu_interval(i) for i in range(max(1, last - n), last)
+            vals = [self._gpu_interval(i) for i in range(max(1, since, last - n), last)
                     if self._phases[i] == "unprofiled"]
             return [v for v in vals if v is not None]
         last = len(self._host)
-        return [(self._host[i] - self._host[i - 1]) / 1e9 for i in range(max(1, last - n), last)
+        return [self._host_interval(i) for i in range(max(1, since, last - n), last)
                 if self._phases[i] == "unprofiled"]
 
-    def settled(self, k: int, tolerance: float) -> bool:
-        """The last ``k`` complete steps (all unprofiled) lie within ``tolerance`` of their median."""
+    def settled(self, k: int, tolerance: float, since: int = 0) -> bool:
+        """The last ``k`` complete steps from index ``since`` on (all unprofiled) lie within
+        ``tolerance`` of their median."""
         if k <= 0:
             return True
-        vals = self.recent(k)
+        vals = self.recent(k, since)
         if len(vals) < k:
             return False
         med = statistics.median(vals)
@@ -117,6 +144,6 @@ class StepTimer:
         out = []
         for i in range(1, len(self._host)):
             gpu = self._gpu_interval(i) if self.cuda else None
-            out.append(StepTime(i, self._phases[i], (self._host[i] - self._host[i - 1]) / 1e9,
+            out.append(StepTime(i, self._phases[i], self._host_interval(i),
                                 None if gpu is None else round(gpu, 9), self._tokens[i - 1]))
         return out

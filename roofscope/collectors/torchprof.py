@@ -257,9 +257,11 @@ class TorchCollector:
         return self.begin is not None and self.steps + 1 >= self.begin + self.schedule.warmup
 
     def step(self) -> None:
-        if self.done or (self.windowed and self._prof is None):
+        if self.windowed and self._prof is None:
             return
-        self.steps += 1
+        self.steps += 1   # counted after the profile too: boundaries number the steps for a rearm
+        if self.done:
+            return
         if self.windowed:
             if self.window == "recording":
                 self._prof.step()
