@@ -106,8 +106,14 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
             ceilings: str | None = CeilingOverrides.ceilings,
             latency_floor_us: float = RooflineThresholds.latency_floor_us,
             underutilized_below: float = RooflineThresholds.underutilized_below,
-            merge_timeout: float = RankMerge.merge_timeout, formats: Sequence[str] = ()) -> Profile:
-    """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones.
+            merge_timeout: float = RankMerge.merge_timeout, formats: Sequence[str] = (),
+            settle: int = Collection.settle, settle_tolerance: float = Collection.settle_tolerance,
+            settle_max_steps: int = Collection.settle_max_steps,
+            settle_max_s: float = Collection.settle_max_s) -> Profile:
+    """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones, once the step
+    times have settled (``settle`` steps within ``settle_tolerance`` of their median; at most
+    ``settle_max_steps`` steps or ``settle_max_s`` seconds of waiting; ``settle=0`` profiles right
+    after ``wait``). Every step is timed without the profiler too (docs/overhead.md).
 
     Step boundaries: ``prof.step()`` / ``roofscope.step()`` when called, else each
     ``step()`` of the first optimizer. ``out`` defaults to
@@ -133,5 +139,7 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
                               underutilized_below=underutilized_below, report=report, formats=tuple(formats))
     config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name, wait=wait,
                            warmup=warmup, active=steps, nvml_hz=nvml_hz, modules=modules,
-                           tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step)
+                           tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step,
+                           settle=settle, settle_tolerance=settle_tolerance, settle_max_steps=settle_max_steps,
+                           settle_max_s=settle_max_s)
     return Profile(config, options, quiet, merge.merge_timeout)

@@ -21,7 +21,8 @@ import roofscope
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
 
-PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+# --settle 0: these tests count the schedule's steps exactly (settling is tested in test_program_time.py).
+PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0"]
 
 TRAIN = textwrap.dedent('''
     import os, pathlib, sys, time
@@ -75,9 +76,10 @@ def test_script_exception_writes_run_and_exits_1(script: Path, tmp_path: Path) -
     assert meta["exit_status"]["reason"] == "exception"
     assert meta["exit_status"]["code"] == 1
     assert "ValueError: boom at step 6" in meta["exit_status"]["detail"]
-    # The schedule needs 1+2+3 = 6 boundaries; the step hook is removed once they have arrived,
-    # so the seventh optimizer step is not counted, and all three active steps are recorded.
-    assert meta["steps"]["boundaries_seen"] == 6
+    # The schedule needs 1+2+3 = 6 boundaries; the seventh optimizer step is still counted (and
+    # timed, without the profiler), and all three active steps are recorded.
+    assert meta["steps"]["boundaries_seen"] == 7
+    assert meta["step_times"]["phase"] == ["warmup", "warmup", "active", "active", "active", "unprofiled"]
     assert meta["steps"]["recorded"] == [3, 4, 5]
     assert (out / "report.html").exists() and (out / "summary.json").exists()
     assert f"run:    {out}" in res.stdout
@@ -187,7 +189,7 @@ def test_no_steps_warns_and_duration_window_works(tmp_path: Path, capsys) -> Non
 def test_profile_context_manager(tmp_path: Path, capsys) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
     x = torch.randn(16, 32)
-    with roofscope.profile(steps=2, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10, modules=True, quiet=True,
+    with roofscope.profile(steps=2, settle=0, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10, modules=True, quiet=True,
                            tokens_per_step=16, model_flops_per_step=6 * 32 * 64 * 2 * 16) as prof:
         with pytest.raises(RoofscopeError, match="not finished"):
             prof.summary()
@@ -212,7 +214,7 @@ def test_profile_context_manager(tmp_path: Path, capsys) -> None:
 def test_profile_writes_run_on_exception_and_refuses_nesting(tmp_path: Path) -> None:
     x = torch.randn(8, 8)
     with pytest.raises(KeyError):
-        with roofscope.profile(steps=1, wait=0, warmup=0, out=tmp_path / "p", peak_tflops=1,
+        with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=tmp_path / "p", peak_tflops=1,
                                peak_bandwidth_gbs=10, quiet=True) as prof:
             with pytest.raises(RoofscopeError, match="already active"):
                 with roofscope.profile(out=tmp_path / "q"):
@@ -257,7 +259,7 @@ def test_explicit_steps_still_record_the_optimizer(tmp_path: Path) -> None:
     model = torch.nn.Linear(16, 16)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(8, 16)
-    with roofscope.profile(steps=2, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
+    with roofscope.profile(steps=2, settle=0, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
                            quiet=True, report=False) as prof:
         for _ in range(6):
             prof.step()  # before the optimizer's first step(), which therefore never marks a boundary
@@ -265,5 +267,6 @@ def test_explicit_steps_still_record_the_optimizer(tmp_path: Path) -> None:
             opt.step()
             opt.step()   # twice per iteration: counted as boundaries, this would end profiling early
     meta = _meta(tmp_path / "p")
-    assert meta["steps"]["source"] == "explicit" and meta["steps"]["boundaries_seen"] == 3
+    # All six prof.step() calls are boundaries (the ones after the profile timed only); no optimizer step is.
+    assert meta["steps"]["source"] == "explicit" and meta["steps"]["boundaries_seen"] == 6
     assert meta["optimizer"] == {"class": "SGD", "tensors": 2, "params": 272, "fused": None, "foreach": None}

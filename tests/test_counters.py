@@ -489,7 +489,7 @@ TRAIN = textwrap.dedent("""
         opt.step()
     sys.exit(int(sys.argv[1]))
 """)
-PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0"]  # exact step counts
 
 
 def test_run_with_counters(tmp_path, monkeypatch, capsys):

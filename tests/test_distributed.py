@@ -30,7 +30,7 @@ from roofscope.errors import OutputExistsError, RoofscopeError
 from tests.test_nvml import FakeNvml
 
 REPO = Path(__file__).resolve().parents[1]
-PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0"]  # exact step counts
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                  "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
                  "SLURM_NODEID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE",

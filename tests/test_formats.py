@@ -99,7 +99,7 @@ def test_run_refuses_an_unknown_format_before_the_script_runs(script: Path, tmp_
 
 def test_profile_formats(tmp_path: Path) -> None:
     x = torch.randn(32, 32)
-    with roofscope.profile(steps=2, wait=0, warmup=0, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
+    with roofscope.profile(steps=2, settle=0, wait=0, warmup=0, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
                            quiet=True, report=False, formats="console") as prof:
         for _ in range(2):
             torch.tanh(x @ x)

@@ -17,6 +17,7 @@ from tests.kineto import TraceBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+RUN = [*PEAKS, "--settle", "0"]  # these tests count the schedule's steps exactly
 
 # Greedy decoding with the KV-cache GPT of examples/gpt.py, and no roofscope call, no optimizer:
 # 4 prompts of 6 tokens, 5 new tokens each (1 prefill + 4 decode forwards per generate), twice.
@@ -43,16 +44,17 @@ def _run(tmp_path: Path, source: str, *flags: str) -> tuple[dict, dict]:
     script = tmp_path / "infer.py"
     script.write_text(source)
     out = tmp_path / "run"
-    assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", *flags, str(script)]) == 0
+    assert main(["run", "-o", str(out), *RUN, "--no-report", "-q", *flags, str(script)]) == 0
     return json.loads((out / "run.json").read_text()), json.loads((out / "summary.json").read_text())
 
 
 def test_outermost_forwards_are_steps_and_decode_is_told_apart(tmp_path: Path) -> None:
     meta, s = _run(tmp_path, DECODE, "--wait", "0", "--warmup", "1", "--active", "6")
     assert meta["steps"]["source"] == "forward"
-    # boundaries at the start of forwards 2..8: forward 1 (prefill) is the warm-up step; steps 1-6 recorded:
-    # decode x4, then the second generate's prefill, then one decode
-    assert meta["steps"]["boundaries_seen"] == 7 and s["steps"] == [1, 2, 3, 4, 5, 6]
+    # boundaries at the start of forwards 2..10 (two generate() calls of 1 prefill + 4 decode): forward 1
+    # (prefill) is the warm-up step; steps 1-6 recorded: decode x4, then the second generate's prefill,
+    # then one decode; the boundaries after the profile are still counted (and timed)
+    assert meta["steps"]["boundaries_seen"] == 9 and s["steps"] == [1, 2, 3, 4, 5, 6]
     inf = s["inference"]
     assert inf["steps"] == {"prefill": [5], "decode": [1, 2, 3, 4, 6]}
     assert inf["batch"] == 4 and inf["prefill"]["q_len"] == 6 and inf["decode"]["q_len"] == 1
@@ -75,7 +77,8 @@ def test_step_on_a_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
           "        serve_lib.generate(torch.randint(64, (2, 6)), 3)\n"
     meta, s = _run(tmp_path, src, "--step-on", "serve_lib.generate", "--wait", "1", "--warmup", "0", "--active", "2")
     assert meta["steps"]["source"] == "function" and meta["steps"]["step_on"] == "serve_lib.generate"
-    assert meta["steps"]["boundaries_seen"] == 3 and s["steps"] == [1, 2]
+    # five calls, five boundaries (each call's end); steps 1-2 recorded after the one waited for
+    assert meta["steps"]["boundaries_seen"] == 5 and s["steps"] == [1, 2]
     sys.modules.pop("serve_lib", None)
 
 
@@ -94,7 +97,7 @@ def test_step_on_generate_without_transformers_is_one_line(tmp_path: Path, capsy
         pytest.skip("transformers installed")
     script = tmp_path / "s.py"
     script.write_text("pass\n")
-    assert main(["run", "-o", str(tmp_path / "r"), *PEAKS, "--step-on", "generate", str(script)]) == 2
+    assert main(["run", "-o", str(tmp_path / "r"), *RUN, "--step-on", "generate", str(script)]) == 2
     assert "--step-on generate needs transformers" in capsys.readouterr().err
 
 
@@ -105,7 +108,7 @@ def test_no_gpu_kernel_on_a_cuda_machine_is_an_error_not_a_cpu_trace(tmp_path: P
     from roofscope.collectors import metadata
 
     monkeypatch.setattr(metadata, "device_metadata", lambda: {"type": "cuda", "name": "NVIDIA H100 80GB HBM3"})
-    with roofscope.profile(steps=1, wait=0, warmup=0, out=tmp_path / "r", report=False, quiet=True,
+    with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=tmp_path / "r", report=False, quiet=True,
                            peak_tflops=1, peak_bandwidth_gbs=10) as prof:
         torch.ones(4).sum()
         prof.step()

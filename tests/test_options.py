@@ -113,7 +113,7 @@ def test_a_session_refuses_what_the_command_line_refuses() -> None:
 def test_profile_classifies_with_its_thresholds(tmp_path: Path) -> None:
     a, b = torch.randn(256, 256), torch.randn(256, 256)
     # 1 TFLOP/s and 10 GB/s: a 256x256 matmul moves 786 kB, a 79 µs floor, far above the default 3 µs.
-    with roofscope.profile(steps=2, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
+    with roofscope.profile(steps=2, settle=0, wait=0, warmup=1, out=tmp_path / "p", peak_tflops=1, peak_bandwidth_gbs=10,
                            nvml_hz=0, quiet=True, report=False, latency_floor_us=1e6,
                            underutilized_below=0.5) as prof:
         for _ in range(3):

@@ -23,7 +23,7 @@ for spec in "$@"; do
     rc=$?
     echo "== $name [$m] rc=$rc $(( $(date +%s) - start ))s" | tee -a "$OUT/own_time.txt"
     grep -E "^(own |round )" "rc/$name.$m.txt" >> "$OUT/own_time.txt"
-    sed -n '/own time/,/^$/p;/^Recommendations/,/^Rules not applied/p' "rc/$name.$m.txt" | head -40 >> "$OUT/own_time.txt"
+    sed -n '/^  own time/,/^$/p;/^Recommendations/,/^Rules not applied/p' "rc/$name.$m.txt" | head -40 >> "$OUT/own_time.txt"
     [ $rc -ne 0 ] && tail -20 "rc/$name.$m.txt" >> "$OUT/own_time.txt"
   done
 done

@@ -325,7 +325,12 @@ class Session:
                 raise ProfileComplete()
 
     def _settled(self) -> bool:
-        """The collector's steady-state test (collectors/steptimes.py), bounded in steps and seconds."""
+        """The collector's steady-state test (collectors/steptimes.py), bounded in steps and seconds.
+        Off for one rank of several: every rank must profile the same steps, and each would
+        judge its own settling differently."""
+        if self.part is not None:
+            self._settle.outcome = "off"
+            return True
         return self._settle.check(self.timer, self.config)
 
     def _on_round(self, calls: int) -> None:
