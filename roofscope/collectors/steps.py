@@ -51,11 +51,11 @@ def resolve_function(spec: str) -> tuple[Any, str, Any]:
     return owner, attrs[-1], fn
 
 
-def _inside_generate() -> bool:
-    """Whether a Hugging Face ``generate()`` is on the calling stack (once per run: cheap enough)."""
+def _inside_generate(model: Any) -> bool:
+    """Whether ``model.generate()`` is on the calling stack (looked up once per run)."""
     f: Any = sys._getframe(1)
     while f is not None:
-        if f.f_code.co_name == "generate" and "transformers" in f.f_code.co_filename:
+        if f.f_code.co_name == "generate" and f.f_locals.get("self") is model:
             return True
         f = f.f_back
     return False
@@ -157,7 +157,7 @@ class StepHooks:
             return
         gen = root.generate
         hooks = self
-        hooks.rounds = 1 if _inside_generate() else 0
+        hooks.rounds = 1 if _inside_generate(root) else 0
 
         def generate(*args: Any, **kwargs: Any) -> Any:
             if hooks._generate_owner is root:
