@@ -420,6 +420,9 @@ def test_recorded_target():
                     steps={"requested": {"wait": 2, "warmup": 0, "active": 5}})
     t = recorded_target(meta)
     assert t == ncu.Target("pkg.train", ("--lr", "3e-4", "-m", "x"), True, Schedule(2, 0, 5))
+    # The profile began where the steps settled: boundary 9 less 2 warm-up steps, not --wait 2.
+    settled = dict(meta, steps={"requested": {"wait": 2, "warmup": 2, "active": 5}, "profiled_from": 9})
+    assert recorded_target(settled).schedule == Schedule(7, 2, 5)
     window = dict(meta, steps={"requested": {"duration_s": 5.0, "delay_s": 0.0}})
     with pytest.raises(RoofscopeError, match="time window"):
         recorded_target(window)

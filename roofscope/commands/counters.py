@@ -56,8 +56,12 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
     params = parse_run_argv(command[2:])
     if not params.get("target"):
         raise RoofscopeError(f"no script in the Run's recorded command {' '.join(command)!r}")
+    # The profile began where the steps settled (profiled_from - warmup), not at --wait: under ncu the
+    # steps run far slower and settle elsewhere, so the pass waits for that boundary itself.
+    begun = steps.get("profiled_from") if isinstance(steps, dict) else None
+    wait = begun - requested["warmup"] if isinstance(begun, int) else requested["wait"]
     return Target(target=params["target"], args=tuple(params.get("args") or ()), module=bool(params.get("module")),
-                  schedule=Schedule(requested["wait"], requested["warmup"], requested["active"]))
+                  schedule=Schedule(wait, requested["warmup"], requested["active"]))
 
 
 def run(opts: CountersOptions) -> int:
