@@ -103,6 +103,10 @@ def run_cmd(**kwargs: object) -> int:
               help="Profile only the first N kernel launches of the recorded steps (ncu --launch-count N).")
 @click.option("--skip", type=click.IntRange(min=0), default=0, metavar="K",
               help="Leave out the first K kernel launches of the recorded steps (ncu --launch-skip K).")
+@click.option("--kernel-name", metavar="REGEX",
+              help="Profile only kernels whose function name matches REGEX (ncu --kernel-name regex:REGEX).")
+@click.option("--nvtx", metavar="RANGE",
+              help="Profile only kernels inside the NVTX range / roofscope.region() RANGE (ncu --nvtx-include).")
 @click.option("--from-csv", type=click.Path(dir_okay=False, path_type=str),
               help="Join this ncu CSV export (long or raw page) instead of running ncu.")
 @click.option("-f", "--force", is_flag=True, help="Replace the Run's existing counters.")
