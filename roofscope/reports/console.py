@@ -200,6 +200,8 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
         from ..analyzers.inference import inference_lines
 
         out += inference_lines(s.inference) + [""]
+    elif s.extra.get("inference_note"):
+        out += [str(s.extra["inference_note"]), ""]
 
     u = s.unattributed
     out.append(f"Cost coverage: {pct(u.share)} of non-communication time has no cost model")
