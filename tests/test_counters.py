@@ -603,3 +603,23 @@ def test_kernel_filter_errors_are_one_line(run_dir, tmp_path, capsys):
 def test_no_kernels_profiled_under_a_filter_says_so():
     with pytest.raises(ncu.NcuError, match="no launch of the profiled steps matched --kernel-name / --nvtx"):
         ncu.check_output(["==WARNING== No kernels were profiled."], 0, Schedule(1, 1, 2), filtered=True)
+
+
+def test_run_passes_kernel_filters_to_the_counters_pass(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    base = ["run", *PEAKS, "--wait", "1", "--warmup", "1", "--active", "2", "-q"]
+    # Without --counters ncu, or with a bad regex: refused before the script runs.
+    assert main([*base, "-o", str(tmp_path / "a"), "--kernel-name", "gemm", str(script), "0"]) == 2
+    assert "--kernel-name needs --counters ncu" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    log = _fake_ncu(tmp_path, monkeypatch, "ok")
+    assert main([*base, "-o", str(tmp_path / "b"), "--counters", "ncu", "--kernel-name", "[", str(script), "0"]) == 2
+    assert "is not a regular expression" in capsys.readouterr().err and not (tmp_path / "b").exists()
+    # The filters reach ncu's command line; the CPU trace has no kernel they select, which the join says.
+    out = tmp_path / "ok"
+    assert main([*base, "-o", str(out), "--counters", "ncu", "--kernel-name", "gemm", "--nvtx", "fwd", str(script),
+                 "0"]) == 2
+    prof = [json.loads(line) for line in log.read_text().splitlines()][1]
+    assert prof[6:11] == ["--kernel-name", "regex:gemm", "--nvtx", "--nvtx-include", "fwd/"]
+    assert "no kernel of the Run's recorded steps matches --kernel-name 'gemm' and --nvtx 'fwd'" in \
+        capsys.readouterr().err

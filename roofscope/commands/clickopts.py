@@ -103,6 +103,12 @@ run_options = stack(
     click.option("--skip", "--counters-skip", "counters_skip", type=click.IntRange(min=0), default=0, metavar="K",
                  help="With --counters ncu: leave out the first K kernel launches of the recorded steps (ncu "
                       "--launch-skip), to sample later in the step."),
+    click.option("--kernel-name", "counters_kernel_name", metavar="REGEX",
+                 help="With --counters ncu: profile only kernels whose function name matches REGEX (ncu "
+                      "--kernel-name regex:REGEX)."),
+    click.option("--nvtx", "counters_nvtx", metavar="RANGE",
+                 help="With --counters ncu: profile only kernels inside the NVTX range / roofscope.region() "
+                      "RANGE (ncu --nvtx-include)."),
     ceiling_options,
     config_options(Presentation, "top"),
     click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),

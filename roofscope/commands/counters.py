@@ -161,10 +161,16 @@ def rerender(run_dir: Path) -> list[str]:
     return []
 
 
-def check_before_run(kind: str | None, duration: float | None, sample: int | None, skip: int = 0) -> None:
+def check_before_run(kind: str | None, duration: float | None, sample: int | None, skip: int = 0,
+                     kernel_name: str | None = None, nvtx: str | None = None) -> None:
     """``roofscope run --counters KIND``: fail before the script starts when the pass cannot work."""
-    if (sample is not None or skip) and kind != "ncu":
-        raise RoofscopeError(f"{'--sample' if sample is not None else '--skip'} needs --counters ncu")
+    given = [flag for flag, v in (("--sample", sample is not None), ("--skip", bool(skip)),
+                                  ("--kernel-name", kernel_name is not None), ("--nvtx", nvtx is not None)) if v]
+    if given and kind != "ncu":
+        raise RoofscopeError(f"{given[0]} needs --counters ncu")
+    from ..counters import kernel_filter
+
+    kernel_filter(kernel_name)
     if kind == "cupti":
         from ..collectors.cupti_probe import require_cupti_counters
 
@@ -178,7 +184,8 @@ def check_before_run(kind: str | None, duration: float | None, sample: int | Non
     find_ncu()
 
 
-def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool, skip: int = 0) -> int:
+def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool, skip: int = 0,
+              kernel_name: str | None = None, nvtx: str | None = None) -> int:
     """``roofscope run --counters ncu``: the counters pass on the Run just written; its exit code."""
     if r is None:
         return 0
@@ -187,7 +194,7 @@ def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool
               f" (run `roofscope counters {r.path}` once it succeeds)", file=sys.stderr)
         return 0
     try:
-        return counters_pass(r.path, sample=sample, skip=skip, quiet=quiet)
+        return counters_pass(r.path, sample=sample, skip=skip, quiet=quiet, kernel_name=kernel_name, nvtx=nvtx)
     except RoofscopeError as e:
         print(f"roofscope: error: counters pass: {e} (the Run {r.path} was written without counters)",
               file=sys.stderr)
