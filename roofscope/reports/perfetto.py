@@ -17,9 +17,9 @@ Timestamps are microseconds on the analysis' clock (0 = the trace's first event)
 from __future__ import annotations
 
 import gzip
-import json
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -34,13 +34,16 @@ _ARG_COLUMNS = (("class", "cls"), ("category", "category"), ("op", "op_name"), (
                 ("roof_level", "roof_level"), ("efficiency", "efficiency"))
 
 
-def _clean(value: Any) -> Any:
-    """JSON-ready scalars: NaN and empty strings dropped (None), numpy numbers as Python's."""
-    if isinstance(value, (float, np.floating)):
-        return None if not np.isfinite(value) else float(value)
-    if isinstance(value, (np.integer, np.bool_)):
-        return value.item()
-    return value if value != "" else None
+def _column(values: pd.Series) -> list[Any]:
+    """A column as Python values, None where absent (NaN, infinite, empty string): left out of args."""
+    if pd.api.types.is_integer_dtype(values) or pd.api.types.is_bool_dtype(values):
+        return values.tolist()
+    if pd.api.types.is_numeric_dtype(values):
+        v = values.to_numpy(dtype=np.float64)
+        out = v.astype(object)
+        out[~np.isfinite(v)] = None
+        return out.tolist()
+    return [None if x is None or x == "" or (isinstance(x, float) and x != x) else x for x in values.tolist()]
 
 
 def _findings_by_kernel(a: "Analysis") -> dict[str, list[str]]:
@@ -84,13 +87,13 @@ def _counters(pid: int, ts: np.ndarray, end: np.ndarray, flops: np.ndarray, bw: 
     t = t[order]
     # One sample per instant: the state after all of its events.
     keep = np.append(t[1:] != t[:-1], True)
-    out = []
-    for ti, fi, bi, ei in zip(t[keep].tolist(), f[keep].tolist(), b[keep].tolist(), e[keep].tolist()):
-        us = ti / 1e3
-        out.append({"ph": "C", "pid": pid, "name": "achieved FLOP/s", "ts": us, "args": {"FLOP/s": max(fi, 0.0)}})
-        out.append({"ph": "C", "pid": pid, "name": "achieved bytes/s", "ts": us, "args": {"bytes/s": max(bi, 0.0)}})
-        out.append({"ph": "C", "pid": pid, "name": "efficiency %", "ts": us, "args": {"efficiency %": ei}})
-    return out
+    us = (t[keep] / 1e3).tolist()
+    # Rounding leaves sums of cancelled rates a hair below 0.
+    f, b, e = np.maximum(f[keep], 0.0).tolist(), np.maximum(b[keep], 0.0).tolist(), e[keep].tolist()
+    return ([{"ph": "C", "pid": pid, "name": "achieved FLOP/s", "ts": x, "args": {"FLOP/s": v}} for x, v in zip(us, f)]
+            + [{"ph": "C", "pid": pid, "name": "achieved bytes/s", "ts": x, "args": {"bytes/s": v}} for x, v in zip(us, b)]
+            + [{"ph": "C", "pid": pid, "name": "efficiency %", "ts": x, "args": {"efficiency %": v}}
+               for x, v in zip(us, e)])
 
 
 def trace_events(a: "Analysis") -> list[dict[str, Any]]:
@@ -104,20 +107,24 @@ def trace_events(a: "Analysis") -> list[dict[str, Any]]:
     end = ts + k["dur_ns"].to_numpy(dtype=np.int64)
     findings = _findings_by_kernel(a)
     names = k["name"].astype(str).tolist()
-    cols = [(key, k[c].tolist()) for key, c in _ARG_COLUMNS if c in k]
+    present = [(key, c) for key, c in _ARG_COLUMNS if c in k]
+    keys = [key for key, _ in present]
+    rows = zip(*(_column(k[c]) for _, c in present)) if present else iter([()] * len(k))
     events: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "steps"}}]
     events += [{"ph": "M", "pid": p, "name": "process_name", "args": {"name": n}} for p, n in procs.items()]
     events += [{"ph": "M", "pid": p, "tid": t, "name": "thread_name", "args": {"name": n}}
                for (p, t), n in threads.items()]
-    for i, name in enumerate(names):
-        args = {key: v for key, values in cols if (v := _clean(values[i])) is not None}
+    for name, row, pid, tid, t0, dur in zip(names, rows, pids.tolist(), tids.tolist(), (ts / 1e3).tolist(),
+                                            ((end - ts) / 1e3).tolist()):
+        args = {key: v for key, v in zip(keys, row) if v is not None}
         if name in findings:
             args["findings"] = findings[name]
-        events.append({"ph": "X", "name": name, "cat": str(args.get("class") or "kernel"), "pid": int(pids[i]),
-                       "tid": int(tids[i]), "ts": ts[i] / 1e3, "dur": (end[i] - ts[i]) / 1e3, "args": args})
+        events.append({"ph": "X", "name": name, "cat": str(args.get("class") or "kernel"), "pid": pid, "tid": tid,
+                       "ts": t0, "dur": dur, "args": args})
     for s in a.steps().itertuples():
-        events.append({"ph": "X", "name": f"step {s.step}", "cat": "step", "pid": 0, "tid": 0, "ts": s.ts_ns / 1e3,
-                       "dur": (s.end_ns - s.ts_ns) / 1e3, "args": {"step": int(s.step), "dur_s": float(s.dur_s)}})
+        events.append({"ph": "X", "name": f"step {s.step}", "cat": "step", "pid": 0, "tid": 0,
+                       "ts": float(s.ts_ns) / 1e3, "dur": float(s.end_ns - s.ts_ns) / 1e3,
+                       "args": {"step": int(s.step), "dur_s": float(s.dur_s)}})
     num = {c: k[c].to_numpy(dtype=np.float64) if c in k else np.full(len(k), np.nan)
            for c in ("achieved_flops", "achieved_bw", "efficiency")}
     for p in np.unique(pids):
@@ -132,4 +139,4 @@ def render_perfetto(a: "Analysis") -> bytes:
     doc = {"traceEvents": trace_events(a), "displayTimeUnit": "ns",
            "otherData": {"producer": "roofscope", "device": str(a.ceilings.device or ""),
                          "trace": str(a.trace.meta.get("path") or "")}}
-    return gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    return gzip.compress(msgspec.json.encode(doc), compresslevel=6, mtime=0)
