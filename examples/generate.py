@@ -8,7 +8,8 @@ prefill, then one per new token) is a step. A warm-up generate() of 3 tokens com
 forwards are what roofscope's default schedule skips (wait 1, warm-up 2), so the profiled steps
 are the measured generate()'s prefill and its first decode tokens. ``--size 1b``: 16 layers,
 hidden 2048, 32 query heads and 8 key/value heads (1.2 B parameters, bf16 on CUDA); ``tiny``:
-2 layers, hidden 256, 8 query and 2 key/value heads. Needs transformers.
+2 layers, hidden 256, 8 query and 2 key/value heads. Needs transformers (``pip install transformers``,
+not a roofscope dependency); without it the script says so in one line and exits 1.
 """
 from __future__ import annotations
 
@@ -26,8 +27,6 @@ SIZES = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt-len", type=int, default=128)
@@ -38,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="static KV cache: generate() then compiles the decode step itself "
                          '(torch.compile mode="reduce-overhead"), so decode steps replay CUDA graphs')
     args = ap.parse_args(argv)
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        # roofscope does not depend on transformers; this example alone needs it.
+        raise SystemExit("examples/generate.py needs Hugging Face transformers, which roofscope does not install:"
+                         " pip install transformers (examples/decode.py decodes in plain PyTorch)") from None
     cfg = LlamaConfig(**SIZES[args.size], max_position_embeddings=args.prompt_len + args.new_tokens + 8,
                       pad_token_id=0, bos_token_id=None, eos_token_id=None)
     torch.manual_seed(0)

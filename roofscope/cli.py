@@ -25,6 +25,9 @@ def cli() -> None:
               help="Write the summary and aggregate tables as JSON.")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write one CSV row per kernel with all roofline columns.")
+@click.option("--perfetto", "perfetto_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the annotated trace (each kernel's roofline verdict and findings, counter tracks) for "
+                   "Perfetto (ui.perfetto.dev) as gzipped Chrome JSON.")
 @click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
               help="Write a markdown summary (GitHub job summary, PR comment); '-' prints it instead of "
                    "the terminal summary.")
@@ -48,6 +51,9 @@ def analyze_cmd(**kwargs: object) -> int:
 @click.option("-o", "--out", "--output", "html_out", type=click.Path(dir_okay=False, path_type=str),
               default="roofscope-report.html", show_default=True, help="HTML file to write (--output: the old name).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
+@click.option("--perfetto", "perfetto_out", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the annotated trace (each kernel's roofline verdict and findings, counter tracks) for "
+                   "Perfetto (ui.perfetto.dev) as gzipped Chrome JSON.")
 @click.option("--cdn", is_flag=True,
               help="Load plotly.js from a CDN (pinned by hash) instead of inlining it: ~1.2 MB smaller, "
                    "but the charts need the network.")
@@ -103,6 +109,10 @@ def run_cmd(**kwargs: object) -> int:
               help="Profile only the first N kernel launches of the recorded steps (ncu --launch-count N).")
 @click.option("--skip", type=click.IntRange(min=0), default=0, metavar="K",
               help="Leave out the first K kernel launches of the recorded steps (ncu --launch-skip K).")
+@click.option("--kernel-name", metavar="REGEX",
+              help="Profile only kernels whose function name matches REGEX (ncu --kernel-name regex:REGEX).")
+@click.option("--nvtx", metavar="RANGE",
+              help="Profile only kernels inside the NVTX range / roofscope.region() RANGE (ncu --nvtx-include).")
 @click.option("--from-csv", type=click.Path(dir_okay=False, path_type=str),
               help="Join this ncu CSV export (long or raw page) instead of running ncu.")
 @click.option("-f", "--force", is_flag=True, help="Replace the Run's existing counters.")

@@ -117,8 +117,8 @@ class CeilingOverrides(Bounded):
     """The ceilings a roofline is drawn with, when not the trace's device's (devices.resolve_ceilings)."""
 
     device: str | None = option(None, "Datasheet device (key or name) to take ceilings from, instead of the trace's "
-                                      "device (`roofscope devices` lists them; --device is the old name).",
-                                flags=("--datasheet", "--device"), metavar="KEY")
+                                      "device (`roofscope devices` lists them).",
+                                flags=("--datasheet",), metavar="KEY")
     peak_tflops: float | None = option(None, "Peak compute in TFLOP/s (used for every precision).",
                                        min=0, min_open=True)
     peak_bandwidth_gbs: float | None = option(None, "Peak memory bandwidth in GB/s.", flags=("--peak-bandwidth",),

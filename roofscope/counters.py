@@ -79,8 +79,22 @@ def normalize_names(names: pd.Series) -> pd.Series:
     return pd.Series(short[codes], index=names.index, dtype=object)
 
 
-def trace_kernels(trace: "Trace") -> pd.DataFrame:
-    """The trace's kernels in the recorded steps, in launch order (ncu profiles no memcpy/memset)."""
+def kernel_filter(kernel_name: str | None) -> re.Pattern[str] | None:
+    """``--kernel-name REGEX`` compiled, or a :class:`CountersError` naming the regex's mistake."""
+    if kernel_name is None:
+        return None
+    try:
+        return re.compile(kernel_name)
+    except re.error as e:
+        raise CountersError(f"--kernel-name {kernel_name!r} is not a regular expression: {e}") from None
+
+
+def trace_kernels(trace: "Trace", kernel_name: str | None = None, nvtx: str | None = None) -> pd.DataFrame:
+    """The trace's kernels in the recorded steps, in launch order (ncu profiles no memcpy/memset).
+
+    The filters select what ncu's do: ``kernel_name``, a regex searched in the kernel's function
+    name (no namespace, template or parameters: ncu's default ``--kernel-name-base function``);
+    ``nvtx``, a region whose span (any of them, on any thread) holds the launch."""
     k = trace.kernels
     k = k[(k["cat"] == "kernel") & (k["step"] >= 0)]
     launch = k["launch"].to_numpy()
@@ -88,13 +102,34 @@ def trace_kernels(trace: "Trace") -> pd.DataFrame:
     t = np.where(launch >= 0, launch_ts[np.maximum(launch, 0)] if len(launch_ts) else 0, k["ts_ns"].to_numpy())
     corr = k["correlation"].fillna(-1).to_numpy(np.int64)
     order = np.lexsort((corr, t))
-    return pd.DataFrame({"name": k["name"].to_numpy()[order], "correlation": corr[order]})
+    out = pd.DataFrame({"name": k["name"].to_numpy()[order], "correlation": corr[order]})
+    keep = np.ones(len(out), dtype=bool)
+    pattern = kernel_filter(kernel_name)
+    if pattern is not None:
+        keep &= normalize_names(out["name"]).str.contains(pattern, regex=True).to_numpy(dtype=bool)
+    if nvtx is not None:
+        keep &= _inside(t[order], trace.annotations, nvtx)
+    return out[keep].reset_index(drop=True)
 
 
-def join(ncu: pd.DataFrame, trace: "Trace", skip: int = 0) -> tuple[pd.DataFrame, JoinStats]:
+def _inside(t: np.ndarray, annotations: pd.DataFrame, name: str) -> np.ndarray:
+    """Whether each time lies in a span of the annotation ``name`` (spans of one name may nest or
+    overlap across threads: merged first)."""
+    spans = annotations[annotations["name"] == name].sort_values("ts_ns")
+    if not len(spans):
+        return np.zeros(len(t), dtype=bool)
+    st, en = spans["ts_ns"].to_numpy(np.int64), np.maximum.accumulate(spans["end_ns"].to_numpy(np.int64))
+    i = np.searchsorted(st, t, side="right") - 1
+    return (i >= 0) & (t <= en[np.maximum(i, 0)])
+
+
+def join(ncu: pd.DataFrame, trace: "Trace", skip: int = 0, kernel_name: str | None = None,
+         nvtx: str | None = None) -> tuple[pd.DataFrame, JoinStats]:
     """``ncu`` (parse_ncu_csv's frame) plus the ``correlation`` of the trace kernel each launch matched;
-    ``skip``: ncu left out the first launches of the recorded steps (``--launch-skip``)."""
-    tk = trace_kernels(trace).iloc[skip:]
+    ``skip``: ncu left out the first launches of the recorded steps (``--launch-skip``);
+    ``kernel_name`` / ``nvtx``: ncu profiled only the launches these select (:func:`trace_kernels`),
+    and its launch skip and count apply to those, so the join aligns with them alone."""
+    tk = trace_kernels(trace, kernel_name, nvtx).iloc[skip:]
     names = pd.concat([normalize_names(ncu["name"]), normalize_names(tk["name"])], ignore_index=True)
     codes = pd.factorize(names)[0]
     a, b = codes[:len(ncu)], codes[len(ncu):]

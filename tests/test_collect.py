@@ -130,6 +130,21 @@ def test_module_target_and_python_dash_m(tmp_path: Path) -> None:
     assert _meta(out)["steps"]["recorded"] == [3, 4, 5]
 
 
+def test_module_target_from_cwd_without_cwd_on_path(tmp_path: Path) -> None:
+    # The `roofscope` console script's sys.path[0] is its bin directory, not the cwd; `-P`
+    # gives `python -m roofscope` the same start. `python -m pkg.mod` finds pkg in the cwd,
+    # and so must `roofscope run -m pkg.mod` (it said "No module named 'pkg'").
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(TRAIN)
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-P", "-m", "roofscope", "run", "-o", str(out), *PEAKS, "-q",
+                          "-m", "pkg.mod", "ok"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "SEEN" in res.stdout and _meta(out)["steps"]["recorded"] == [3, 4, 5]
+
+
 # -- in-process -----------------------------------------------------------------------------------
 
 def test_run_in_process_script_view_and_restored_state(script: Path, tmp_path: Path, capsys) -> None:

@@ -526,3 +526,103 @@ def test_run_skip_needs_counters_ncu(tmp_path, capsys):
     script.write_text(TRAIN)
     assert main(["run", *PEAKS, "-o", str(tmp_path / "r"), "--skip", "5", str(script), "0"]) == 2
     assert "--skip needs --counters ncu" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+# -- kernel filters (--kernel-name, --nvtx) ------------------------------------------------------------
+
+def _csv_of_launches(tmp_path: Path, ids: list[int]) -> Path:
+    """The long CSV cut to the given launches, renumbered from 0 as ncu numbers what it profiled."""
+    lines = (DATA / "h200_probe_long.csv").read_text().splitlines(keepends=True)
+    head = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    new_id = {str(old): str(new) for new, old in enumerate(ids)}
+    rows = [f'"{new_id[r.split(",", 1)[0].strip(chr(34))]}",' + r.split(",", 1)[1] for r in lines[head + 1:]
+            if r.split(",", 1)[0].strip('"') in new_id]
+    csv = tmp_path / "filtered.csv"
+    csv.write_text("".join(lines[:head + 1] + rows))
+    return csv
+
+
+def test_trace_kernels_filtered_by_name_and_region(trace):
+    # Launch order: nvjet GEMM, xmma GEMM, elementwise, reduce, layer norm, softmax, SDPA, in step 2
+    # (launches 0-6) and again in step 3 (7-13). `gemm|nvjet` on the function names: 0, 1, 7, 8.
+    tk = counters.trace_kernels(trace, kernel_name="gemm|nvjet")
+    assert tk["correlation"].tolist() == [TRACE_CORR[i] for i in (0, 1, 7, 8)]
+    # The range ProfilerStep#3 holds launches 7-13; both filters together: 7 and 8.
+    assert counters.trace_kernels(trace, nvtx="ProfilerStep#3")["correlation"].tolist() == TRACE_CORR[7:]
+    assert counters.trace_kernels(trace, "gemm|nvjet", "ProfilerStep#3")["correlation"].tolist() == TRACE_CORR[7:9]
+    assert len(counters.trace_kernels(trace, nvtx="no such range")) == 0
+
+
+def test_join_of_a_name_filtered_csv_aligns_with_the_matching_kernels(trace, tmp_path):
+    # ncu --kernel-name regex:gemm|nvjet profiled 4 launches, numbered 0-3: unfiltered, the join
+    # would pair them with the trace's first 4 kernels (2 of them other names).
+    ncu_rows = parse_ncu_csv(_csv_of_launches(tmp_path, [0, 1, 7, 8]).read_text())
+    joined, stats = counters.join(ncu_rows, trace, kernel_name="gemm|nvjet")
+    # Every profiled launch and every selected trace kernel paired, none left over on either side.
+    assert stats == counters.JoinStats(4, 4, 4, 0, 0, 0)
+    assert joined["correlation"].tolist() == [187, 200, 355, 368]
+    # --launch-skip 1 counts matching launches only: the 2nd to 4th GEMMs (unfiltered, skipping the
+    # trace's first launch would leave the nvjet GEMM of step 2 as the first candidate).
+    joined, stats = counters.join(ncu_rows.iloc[1:].reset_index(drop=True), trace, skip=1, kernel_name="gemm|nvjet")
+    assert joined["correlation"].tolist() == [200, 355, 368] and stats == counters.JoinStats(3, 3, 3, 0, 0, 0)
+
+
+def test_profile_command_with_kernel_filters():
+    target = ncu.Target("train.py", ("--lr", "1"), False, Schedule(1, 1, 2))
+    cmd = ncu.profile_command("ncu", target, Path("/tmp/c"), sample=5, python="py", skip=2,
+                              kernel_name="gemm|flash", nvtx="decode")
+    assert cmd[:6] == ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--metrics"]
+    assert cmd[7:16] == ["--kernel-name", "regex:gemm|flash", "--nvtx", "--nvtx-include", "decode/",
+                         "--launch-skip", "2", "--launch-count", "5"]
+    assert cmd[-3:] == ["train.py", "--lr", "1"]
+    plain = ncu.profile_command("ncu", target, Path("/tmp/c"), python="py")
+    assert "--kernel-name" not in plain and "--nvtx" not in plain
+
+
+def test_counters_pass_with_kernel_name_filter(run_dir, tmp_path, monkeypatch, capsys):
+    log = _fake_ncu(tmp_path, monkeypatch, "ok", csv=str(_csv_of_launches(tmp_path, [0, 1, 7, 8])))
+    assert main(["counters", str(run_dir), "--kernel-name", "gemm|nvjet"]) == 0
+    out = capsys.readouterr().out
+    assert "4 kernel launches profiled, 4 matched to the trace's 4 kernels (0 name mismatches)" in out
+    assert "all launches matching --kernel-name 'gemm|nvjet' of the recorded steps" in out
+    c = counters.load(run_dir)
+    assert c.table["correlation"].tolist() == [187, 200, 355, 368] and c.meta["kernel_name"] == "gemm|nvjet"
+    prof = [json.loads(line) for line in log.read_text().splitlines()][1]
+    assert prof[6:8] == ["--kernel-name", "regex:gemm|nvjet"]
+
+
+def test_kernel_filter_errors_are_one_line(run_dir, tmp_path, capsys):
+    csv = _csv_of_launches(tmp_path, [0, 1, 7, 8])
+    assert main(["counters", str(run_dir), "--kernel-name", "gemm(", "--from-csv", str(csv)]) == 2
+    assert "--kernel-name 'gemm(' is not a regular expression" in capsys.readouterr().err
+    assert main(["counters", str(run_dir), "--nvtx", "decode", "--from-csv", str(csv)]) == 2
+    err = capsys.readouterr().err
+    assert "no kernel of the Run's recorded steps matches --nvtx 'decode'" in err and "Traceback" not in err
+    # A CSV exported from a filtered ncu run: the same filter given with --from-csv.
+    assert main(["counters", str(run_dir), "--kernel-name", "gemm|nvjet", "--from-csv", str(csv), "-q"]) == 0
+    assert counters.load(run_dir).table["correlation"].tolist() == [187, 200, 355, 368]
+
+
+def test_no_kernels_profiled_under_a_filter_says_so():
+    with pytest.raises(ncu.NcuError, match="no launch of the profiled steps matched --kernel-name / --nvtx"):
+        ncu.check_output(["==WARNING== No kernels were profiled."], 0, Schedule(1, 1, 2), filtered=True)
+
+
+def test_run_passes_kernel_filters_to_the_counters_pass(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    base = ["run", *PEAKS, "--wait", "1", "--warmup", "1", "--active", "2", "-q"]
+    # Without --counters ncu, or with a bad regex: refused before the script runs.
+    assert main([*base, "-o", str(tmp_path / "a"), "--kernel-name", "gemm", str(script), "0"]) == 2
+    assert "--kernel-name needs --counters ncu" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    log = _fake_ncu(tmp_path, monkeypatch, "ok")
+    assert main([*base, "-o", str(tmp_path / "b"), "--counters", "ncu", "--kernel-name", "[", str(script), "0"]) == 2
+    assert "is not a regular expression" in capsys.readouterr().err and not (tmp_path / "b").exists()
+    # The filters reach ncu's command line; the CPU trace has no kernel they select, which the join says.
+    out = tmp_path / "ok"
+    assert main([*base, "-o", str(out), "--counters", "ncu", "--kernel-name", "gemm", "--nvtx", "fwd", str(script),
+                 "0"]) == 2
+    prof = [json.loads(line) for line in log.read_text().splitlines()][1]
+    assert prof[6:11] == ["--kernel-name", "regex:gemm", "--nvtx", "--nvtx-include", "fwd/"]
+    assert "no kernel of the Run's recorded steps matches --kernel-name 'gemm' and --nvtx 'fwd'" in \
+        capsys.readouterr().err

@@ -40,7 +40,7 @@ def script(tmp_path: Path) -> Path:
 
 
 def test_every_renderer_is_its_module_behind_one_signature(eager) -> None:
-    assert registry.names() == ["console", "csv", "html", "json", "junit", "markdown"]
+    assert registry.names() == ["console", "csv", "html", "json", "junit", "markdown", "perfetto"]
     opts = RenderOptions(top=4)
     assert renderer("console").render(eager, opts) == render_summary(eager, top=4)
     assert renderer("json").render(eager, opts) == to_json(eager)            # --top is the console's only
@@ -49,7 +49,7 @@ def test_every_renderer_is_its_module_behind_one_signature(eager) -> None:
     assert renderer("html").render(eager, RenderOptions(cdn=True)) == render_html(eager, cdn=True)
     assert {n: renderer(n).file_name for n in registry.names()} == {
         "console": "summary.txt", "csv": "kernels.csv", "html": "report.html", "json": "analysis.json",
-        "junit": "junit.xml", "markdown": "summary.md"}
+        "junit": "junit.xml", "markdown": "summary.md", "perfetto": "trace.annotated.json.gz"}
 
 
 def test_junit_lists_each_rule_as_a_test(eager) -> None:
@@ -68,7 +68,7 @@ def test_register_refuses_a_taken_name_and_unknown_names_are_one_line_errors(eag
     with pytest.raises(ValueError, match="already registered"):
         registry.register(FunctionRenderer("json", "x.json", "", lambda a, o: ""))
     with pytest.raises(RoofscopeError, match=r"^unknown output format 'pdf'; known: console, csv, html, json, junit,"
-                                             r" markdown$"):
+                                             r" markdown, perfetto$"):
         renderer("pdf")
 
 
@@ -93,7 +93,7 @@ def test_run_refuses_an_unknown_format_before_the_script_runs(script: Path, tmp_
     assert main(["run", "-o", str(tmp_path / "run"), "--format", "pdf", str(script)]) == 2
     out, err = capsys.readouterr()
     assert err == ("roofscope: error: unknown output format 'pdf'; known: console, csv, html, json, junit,"
-                   " markdown\n")
+                   " markdown, perfetto\n")
     assert "SEEN" not in out and not (tmp_path / "run").exists()
 
 

@@ -193,7 +193,8 @@ def test_one_option_vocabulary_with_the_old_names_kept(tmp_path, capsys):
     for flag, name in (("--out", "a.html"), ("--output", "b.html"), ("-o", "c.html")):
         assert main(["report", str(trace), flag, str(tmp_path / name)]) == 0
         assert (tmp_path / name).exists()
-    # The datasheet to draw with: --datasheet, and the old --device.
+    # The datasheet to draw with: --datasheet, and the old --device, which warns: --device names the
+    # device to measure or run on (microbench, the examples).
     for flag in ("--datasheet", "--device"):
         assert main(["analyze", str(trace), flag, "h200", "-q"]) == 0
     # run: --sample as in `roofscope counters --sample`, --counters-sample kept.

@@ -210,11 +210,17 @@ class Analysis:
             "distributed": self.trace.meta.get("distributedInfo"),
             "modules": bool((k["module"] != "").any()),
             "inference": self.inference(),
+            "inference_note": self._inference_note(),
             "graphs": self.graphs.to_dict() if self.graphs is not None else None,
             "phases": self._phases(),
             **self._counters_figures(),
             **self._run_figures(),
         }
+
+    def _inference_note(self) -> str | None:
+        from .inference import inference_note
+
+        return inference_note(self)
 
     def _phases(self) -> dict[str, Any]:
         from .phases import phase_summary

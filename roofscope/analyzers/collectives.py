@@ -15,6 +15,13 @@ input of ``record_param_comms``. Bandwidths follow nccl-tests: algbw = size / ti
 algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all,
 x 1 for broadcast, reduce and send/recv, with n the group size (``Group size``, else the
 trace's world size).
+
+CPU process groups (gloo) run no kernels: their collectives are host intervals. gloo records
+``gloo:<collective>`` around each one on its worker threads (the transfer and the wait for the
+peers); the ``c10d::`` op that queued it runs on the caller's thread. :func:`host_collectives` reads
+both, :func:`host_comm_steps` turns them into the per-step busy / communication / exposed figures
+the GPU timeline gives for NCCL, and :func:`kernel_collectives` lists them as it lists NCCL kernels
+(size from the matching ``c10d::`` op: the n-th of its collective type).
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ import pandas as pd
 from .formulas.dtypes import parse_dtype
 from .linking import ancestor_where, take
 from .names import per_name
+from .timeline import _in_window, _split, _union
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis import Analysis
@@ -55,9 +63,9 @@ TABLE_COLUMNS = ("collective", "count", "time_s", "bytes", "sized", "sized_time_
 
 
 def canonical(name: str) -> str:
-    """``c10d::_allgather_base_``, ``nccl:all_reduce``, ``AllReduce``, ``all_gather`` -> a :data:`COLLECTIVES` key
+    """``c10d::_allgather_base_``, ``nccl:all_reduce``, ``gloo:all_reduce``, ``AllReduce``, ``all_gather`` -> a :data:`COLLECTIVES` key
     ("" when the name is no collective)."""
-    key = re.sub(r"^(c10d::|nccl:)", "", name).replace("_", "").lower()
+    key = re.sub(r"^(c10d::|nccl:|gloo:)", "", name).replace("_", "").lower()
     return _ALIASES.get(key, "")
 
 
@@ -126,10 +134,95 @@ def _tensor_bytes(a: "Analysis") -> np.ndarray:
     return np.array([largest(d, t) for d, t in zip(sigs["input_dims"], sigs["input_types"])] + [np.nan])
 
 
+def host_collectives(trace: "Trace") -> pd.DataFrame:
+    """Host-side collectives (gloo), in time order: ``collective``, ``ts_ns``, ``end_ns``, ``tid``,
+    ``kind`` (``gloo`` for the worker's interval, ``c10d`` for the op that queued it), ``sig``
+    (the op's signature, -1 for annotations). Empty for NCCL traces: their c10d ops only launch
+    kernels, which carry the time."""
+    an, ops = trace.annotations, trace.ops
+    gloo = an[an["name"].astype(str).str.startswith("gloo:")]
+    if not len(gloo):
+        return pd.DataFrame({"collective": [], "ts_ns": [], "end_ns": [], "tid": [], "kind": [], "sig": []})
+    c10d_coll = _canonical_each(ops["name"].to_numpy(dtype=object))
+    is_c10d = per_name(ops["name"], lambda n: n.str.startswith("c10d::")) & (c10d_coll != "")
+    c10d = ops[is_c10d]
+    out = pd.concat([
+        pd.DataFrame({"collective": _canonical_each(gloo["name"].to_numpy()), "ts_ns": gloo["ts_ns"],
+                      "end_ns": gloo["end_ns"], "tid": gloo["tid"], "kind": "gloo", "sig": -1}),
+        pd.DataFrame({"collective": c10d_coll[is_c10d], "ts_ns": c10d["ts_ns"], "end_ns": c10d["end_ns"],
+                      "tid": c10d["tid"], "kind": "c10d", "sig": c10d["sig"].to_numpy()})], ignore_index=True)
+    out["collective"] = out["collective"].replace("", "other")
+    return out.sort_values("ts_ns", kind="stable", ignore_index=True)
+
+
+def _windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    s = steps.sort_values("ts_ns")
+    w_ts = s["ts_ns"].to_numpy(dtype=np.int64)
+    w_end = np.minimum(s["end_ns"].to_numpy(dtype=np.int64), np.append(w_ts[1:], np.iinfo(np.int64).max))
+    return s["step"].to_numpy(dtype=np.int64), w_ts, w_end
+
+
+def _union_s(ts: np.ndarray, end: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
+    """Length of the union of the intervals inside each window, in seconds."""
+    _, win, cs, ce = _split(ts, end, w_ts, w_end)
+    w, s, e, _ = _union(win, cs, ce)
+    return np.bincount(w, weights=(e - s).astype(np.float64), minlength=len(w_ts)) / 1e9
+
+
+def host_comm_steps(trace: "Trace", work: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step (index ``step``): ``busy_s`` (union of the work items and the collectives),
+    ``comm_s`` (union of the host collectives) and ``comm_exposed_s`` (the part of it during which
+    no work item of the rank runs: the rank waits for its peers), ``idle_host_s`` (the rest of the
+step: the host between ops, in Python, sleeping, loading data). ``work``: the CPU work items
+    (``Analysis.kernels`` of a CPU trace: ``ts_ns``, ``dur_ns``, ``tid``); those on gloo's own
+    threads are the transfer's, not the rank's work. Empty without host collectives or steps."""
+    hc = host_collectives(trace)
+    if not len(hc) or not len(steps):
+        return pd.DataFrame({c: [] for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s")},
+                            index=pd.Index([], dtype=np.int64, name="step"))
+    ids, w_ts, w_end = _windows(steps)
+    gloo_tids = set(hc.loc[hc["kind"] == "gloo", "tid"])
+    own = work[~work["tid"].isin(gloo_tids)]
+    w_s = own["ts_ns"].to_numpy(dtype=np.int64)
+    w_e = w_s + own["dur_ns"].to_numpy(dtype=np.int64)
+    c_s, c_e = hc["ts_ns"].to_numpy(dtype=np.int64), hc["end_ns"].to_numpy(dtype=np.int64)
+    busy = _union_s(np.concatenate([w_s, c_s]), np.concatenate([w_e, c_e]), w_ts, w_end)
+    return pd.DataFrame({"busy_s": busy, "comm_s": _union_s(c_s, c_e, w_ts, w_end),
+                         "comm_exposed_s": busy - _union_s(w_s, w_e, w_ts, w_end),
+                         "idle_host_s": (w_end - w_ts) / 1e9 - busy},
+                        index=pd.Index(ids, name="step"))
+
+
+def _host_kernel_collectives(a: "Analysis") -> pd.DataFrame:
+    """:func:`kernel_collectives`' rows for gloo: one per ``gloo:`` interval of the profiled steps,
+    its size from the n-th ``c10d::`` op of the same collective (both run in queue order)."""
+    hc = host_collectives(a.trace)
+    steps = a.steps()
+    ids, w_ts, w_end = _windows(steps) if len(steps) else (np.array([-1]), np.array([0]),
+                                                           np.array([np.iinfo(np.int64).max]))
+    win = _in_window(hc["ts_ns"].to_numpy(dtype=np.int64), w_ts, w_end)
+    hc = hc.assign(step=np.where(win >= 0, ids[np.maximum(win, 0)], -1))
+    sizes = _tensor_bytes(a)
+    hc["bytes"] = np.where(hc["kind"] == "c10d", sizes[hc["sig"].to_numpy(dtype=np.int64)], np.nan)
+    hc["nth"] = hc.groupby(["kind", "collective"]).cumcount()
+    gloo = hc[hc["kind"] == "gloo"]
+    c10d = hc[hc["kind"] == "c10d"].set_index(["collective", "nth"])["bytes"]
+    size = c10d.reindex(pd.MultiIndex.from_arrays([gloo["collective"], gloo["nth"]])).to_numpy(dtype=np.float64)
+    in_steps = gloo["step"] >= 0
+    keep = in_steps.to_numpy() if in_steps.any() else np.ones(len(gloo), dtype=bool)
+    return pd.DataFrame({"collective": gloo["collective"].to_numpy()[keep], "algorithm": "", "protocol": "",
+                         "step": gloo["step"].to_numpy()[keep],
+                         "dur_s": ((gloo["end_ns"] - gloo["ts_ns"]).to_numpy(dtype=np.float64) / 1e9)[keep],
+                         "bytes": size[keep], "group": 0})
+
+
 def kernel_collectives(a: "Analysis") -> pd.DataFrame:
-    """One row per NCCL kernel of the profiled steps: ``collective``, ``algorithm``, ``protocol``,
-    ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
+    """One row per NCCL kernel (or gloo collective, on CPU) of the profiled steps: ``collective``,
+    ``algorithm``, ``protocol``, ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when
+    unknown)."""
     k = a.kernels
+    if not k["cat"].eq("kernel").any() and a.trace.annotations["name"].astype(str).str.startswith("gloo:").any():
+        return _host_kernel_collectives(a)
     in_steps = k["step"] >= 0
     k = k[(k["category"] == "communication") & (k["cat"] == "kernel") & (in_steps if in_steps.any() else True)]
     codes, names = pd.factorize(k["name"].astype(str))

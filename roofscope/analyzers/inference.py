@@ -10,7 +10,8 @@ step (one new token per sequence), found by, in order:
    mapped to their capture.
 
 Steps of neither kind (no attention, no annotation) are ``other``; a Run with no decode step
-gets no inference block. Figures (medians over the steps of a phase, times measured on the GPU
+gets no inference block, and :func:`inference_note` says why when all its steps were forwards of
+several tokens (a generation loop without a KV cache recomputes the whole sequence). Figures (medians over the steps of a phase, times measured on the GPU
 as the step table measures them):
 
 * TTFT: a prefill step's time (prompt forward and the first token's sampling);
@@ -206,6 +207,20 @@ def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
         "capture_steps": captured,
     }
     return out
+
+
+def inference_note(a: "Analysis") -> str | None:
+    """Why an inference-like Run (steps of gradient-free forwards) has no inference block, or None:
+    its forwards all took several tokens per sequence, so no step is a decode step."""
+    if a.inference() is not None or ("phase" in a.kernels and (a.kernels["phase"] == "backward").any()):
+        return None
+    phases = step_phases(a)
+    q = phases.loc[phases["phase"] == "prefill", "q_len"].dropna()
+    if not len(q) or len(q) < len(phases):
+        return None
+    seen = f"{int(q.min())}" if q.min() == q.max() else f"{int(q.min())} to {int(q.max())}"
+    return (f"no inference section: no decode step recognized: every forward took {seen} tokens per sequence,"
+            " the full sequence each time (no KV cache?); a decode step takes 1 (docs/inference.md)")
 
 
 def inference_lines(inf: dict[str, Any]) -> list[str]:

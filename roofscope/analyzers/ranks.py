@@ -239,6 +239,11 @@ def _step_frame(a: Any) -> pd.DataFrame:
     tl = a.timeline().steps
     samples = a.step_samples()
     out = pd.DataFrame({"step_s": steps["dur_s"]}, index=steps.index.rename("step"))
+    if not len(tl):
+        # No GPU timeline (a CPU trace): a CPU process group's collectives are host intervals.
+        from .collectives import host_comm_steps
+
+        tl = host_comm_steps(a.trace, a.kernels, a.steps())
     for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"):
         out[c] = tl[c].reindex(out.index).astype(float) if c in tl else np.nan
     # Time on the rank's own work: what the step would take were no collective waited for.

@@ -82,10 +82,18 @@ def ncu_version(ncu: str) -> str:
 
 
 def profile_command(ncu: str, target: Target, report_base: Path, sample: int | None = None,
-                    python: str = sys.executable, skip: int = 0) -> list[str]:
-    """The ncu command line of the counters pass (``report_base`` + ``.ncu-rep`` is written)."""
+                    python: str = sys.executable, skip: int = 0, kernel_name: str | None = None,
+                    nvtx: str | None = None) -> list[str]:
+    """The ncu command line of the counters pass (``report_base`` + ``.ncu-rep`` is written).
+    ``kernel_name`` (a regex on the function name) and ``nvtx`` (a push/pop range, as
+    roofscope.region() opens) become ncu's own filters; its launch skip and count apply to the
+    launches they select."""
     s = target.schedule
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS)]
+    if kernel_name is not None:
+        cmd += ["--kernel-name", f"regex:{kernel_name}"]
+    if nvtx is not None:
+        cmd += ["--nvtx", "--nvtx-include", f"{nvtx}/"]
     if skip:
         cmd += ["--launch-skip", str(skip)]
     if sample is not None:
@@ -102,7 +110,7 @@ def import_command(ncu: str, report: Path) -> list[str]:
     return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
 
 
-def check_output(lines: list[str], returncode: int, schedule: Schedule) -> None:
+def check_output(lines: list[str], returncode: int, schedule: Schedule, filtered: bool = False) -> None:
     """Raise the :class:`NcuError` that ncu's output and exit code call for, if any."""
     text = "\n".join(lines)
     if "ERR_NVGPUCTRPERM" in text:
@@ -117,6 +125,10 @@ def check_output(lines: list[str], returncode: int, schedule: Schedule) -> None:
     if returncode != 0:
         errors = [line.removeprefix("==ERROR==").strip() for line in lines if line.startswith("==ERROR==")]
         raise NcuError(f"ncu failed with exit code {returncode}: {errors[-1] if errors else 'no error message'}")
+    if "No kernels were profiled" in text and filtered:
+        raise NcuError("ncu profiled no kernels: no launch of the profiled steps matched --kernel-name / --nvtx"
+                       " (the regex is searched in the function name, e.g. `gemm|gelu`; --nvtx names a"
+                       " roofscope.region() or other NVTX push/pop range)")
     if "No kernels were profiled" in text:
         raise NcuError("ncu profiled no kernels: the script reached no step boundary of the profiled range "
                        f"(it starts after {schedule.wait + schedule.warmup} steps; call roofscope.step() per "
@@ -152,7 +164,8 @@ def _run_streaming(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[list[
     return kept, proc.wait()
 
 
-def collect(target: Target, cwd: str, workdir: Path, sample: int | None = None, skip: int = 0) -> NcuResult:
+def collect(target: Target, cwd: str, workdir: Path, sample: int | None = None, skip: int = 0,
+            kernel_name: str | None = None, nvtx: str | None = None) -> NcuResult:
     """Run the counters pass of ``target`` in ``cwd``; the report lands in ``workdir``."""
     if sample is not None and sample < 1:
         raise NcuError(f"--sample must be at least 1, got {sample}")
@@ -164,14 +177,14 @@ def collect(target: Target, cwd: str, workdir: Path, sample: int | None = None, 
     ncu = find_ncu()
     version = ncu_version(ncu)
     base = workdir / "counters"
-    cmd = profile_command(ncu, target, base, sample, skip=skip)
+    cmd = profile_command(ncu, target, base, sample, skip=skip, kernel_name=kernel_name, nvtx=nvtx)
     env = dict(os.environ)
     # The inner runner must be this roofscope, also when it runs from a source tree (an
     # installed one is found anyway, and its site-packages must not go ahead of the stdlib).
     if Path(_ROOFSCOPE_PARENT).name not in ("site-packages", "dist-packages"):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOFSCOPE_PARENT, env.get("PYTHONPATH")) if p)
     lines, rc = _run_streaming(cmd, cwd, env)
-    check_output(lines, rc, target.schedule)
+    check_output(lines, rc, target.schedule, filtered=kernel_name is not None or nvtx is not None)
     report = base.with_suffix(".ncu-rep")
     if not report.is_file():
         raise NcuError(f"ncu wrote no report ({report.name}); its messages: {' | '.join(lines[-3:]) or 'none'}")

@@ -45,10 +45,16 @@ class Outcome:
 def check_target(target: str, module: bool) -> None:
     """Fail before profiling anything when the script or module does not exist."""
     if module:
+        # `python -m` puts the current directory first before it resolves the module; the
+        # `roofscope` console script starts with its own bin directory there instead.
+        saved_path = sys.path[:]
+        sys.path.insert(0, os.getcwd())
         try:
             found = importlib.util.find_spec(target) is not None
         except (ImportError, ValueError) as e:
             raise ScriptError(f"cannot find module {target!r}: {e}") from None
+        finally:
+            sys.path[:] = saved_path
         if not found:
             raise ScriptError(f"no module named {target!r}")
     elif not Path(target).is_file():

@@ -19,6 +19,7 @@ class AnalyzeOptions(CeilingOptions, Presentation):
     csv_out: str | None = None
     html_out: str | None = None
     markdown_out: str | None = None     # "-" prints the markdown instead of the terminal summary
+    perfetto_out: str | None = None     # the annotated trace (reports/perfetto.py)
     cdn: bool = False
     open_browser: bool = False
     quiet: bool = False
@@ -41,7 +42,7 @@ def run(opts: AnalyzeOptions) -> int:
     # Refuse to clobber before spending time on the analysis.
     outputs = [(path, renderer(name)) for path, name in
                ((opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"),
-                (None if to_stdout else opts.markdown_out, "markdown")) if path]
+                (None if to_stdout else opts.markdown_out, "markdown"), (opts.perfetto_out, "perfetto")) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
     from ..analyzers.formulas.custom import load_all
@@ -60,5 +61,8 @@ def run(opts: AnalyzeOptions) -> int:
     if opts.open_browser and opts.html_out:
         import webbrowser
 
-        webbrowser.open(Path(opts.html_out).resolve().as_uri())
+        # open() says False when no browser could be started (a server, a container): say so.
+        if not webbrowser.open(Path(opts.html_out).resolve().as_uri()):
+            print(f"roofscope: no browser found to open the report; it is at {Path(opts.html_out).resolve()}",
+                  file=sys.stderr)
     return 0

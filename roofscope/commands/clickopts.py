@@ -26,17 +26,19 @@ def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
-def config_options(cls: type, *names: str) -> Callable[[F], F]:
+def config_options(cls: type, *names: str, callbacks: dict[str, Callable[..., Any]] | None = None
+                   ) -> Callable[[F], F]:
     """The click options of the fields ``names`` of the config dataclass ``cls``, in that order."""
     declared = {f.name: f for f in fields(cls)}
     hints = get_type_hints(cls)
-    return stack(*(_click_option(name, declared[name].default, declared[name].metadata, hints[name])
-                   for name in names))
+    return stack(*(_click_option(name, declared[name].default, declared[name].metadata, hints[name],
+                                 (callbacks or {}).get(name)) for name in names))
 
 
-def _click_option(name: str, default: Any, meta: Any, hint: Any) -> Callable[[F], F]:
+def _click_option(name: str, default: Any, meta: Any, hint: Any,
+                  callback: Callable[..., Any] | None = None) -> Callable[[F], F]:
     kind = next(t for t in (get_args(hint) or (hint,)) if t is not type(None))
-    kwargs: dict[str, Any] = {"help": meta["help"]}
+    kwargs: dict[str, Any] = {"help": meta["help"], "callback": callback}
     if meta["metavar"]:
         kwargs["metavar"] = meta["metavar"]
     if kind is bool:
@@ -53,9 +55,29 @@ def _click_option(name: str, default: Any, meta: Any, hint: Any) -> Callable[[F]
     return click.option(*flags, name, **kwargs)
 
 
+_DATASHEET_ALIAS = "roofscope.datasheet_alias"
+
+
+def _device_alias(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # --device once named the datasheet here; it means the device to run or measure on
+    # (`roofscope microbench --device cpu`, the examples), so the old spelling only warns.
+    if value is not None:
+        click.echo("roofscope: warning: --device KEY is deprecated here: use --datasheet KEY (--device names the "
+                   "device to measure or run on, as in `roofscope microbench --device cpu`)", err=True)
+        ctx.meta[_DATASHEET_ALIAS] = value
+
+
+def _datasheet(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return value if value is not None else ctx.meta.get(_DATASHEET_ALIAS)
+
+
 # Options that choose the ceilings the roofline is drawn with (analyze, report, diff, run, merge).
 ceiling_options = stack(
-    config_options(CeilingOverrides, "device", "peak_tflops", "peak_bandwidth_gbs", "ceilings"),
+    config_options(CeilingOverrides, "device", "peak_tflops", "peak_bandwidth_gbs", "ceilings",
+                   callbacks={"device": _datasheet}),
+    # Eager, so it is read before --datasheet's callback, given or not.
+    click.option("--device", "device_alias", metavar="KEY", hidden=True, is_eager=True, expose_value=False,
+                 callback=_device_alias),
     config_options(RooflineThresholds, "latency_floor_us", "underutilized_below"),
     click.option("-f", "--force", is_flag=True, help="Overwrite existing output files."),
 )
@@ -82,6 +104,12 @@ run_options = stack(
     click.option("--skip", "--counters-skip", "counters_skip", type=click.IntRange(min=0), default=0, metavar="K",
                  help="With --counters ncu: leave out the first K kernel launches of the recorded steps (ncu "
                       "--launch-skip), to sample later in the step."),
+    click.option("--kernel-name", "counters_kernel_name", metavar="REGEX",
+                 help="With --counters ncu: profile only kernels whose function name matches REGEX (ncu "
+                      "--kernel-name regex:REGEX)."),
+    click.option("--nvtx", "counters_nvtx", metavar="RANGE",
+                 help="With --counters ncu: profile only kernels inside the NVTX range / roofscope.region() "
+                      "RANGE (ncu --nvtx-include)."),
     ceiling_options,
     config_options(Presentation, "top"),
     click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),

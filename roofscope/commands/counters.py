@@ -30,6 +30,8 @@ class CountersOptions:
     from_csv: str | None = None
     force: bool = False
     quiet: bool = False
+    kernel_name: str | None = None    # ncu --kernel-name regex:REGEX; with --from-csv, the CSV's filter
+    nvtx: str | None = None           # ncu --nvtx --nvtx-include RANGE/
 
 
 def recorded_target(meta: dict[str, Any]) -> "Target":
@@ -68,12 +70,17 @@ def run(opts: CountersOptions) -> int:
     if opts.from_csv and (opts.sample is not None or opts.skip):
         raise RoofscopeError("--sample and --skip apply to ncu's own pass, not to --from-csv")
     return counters_pass(opts.run, sample=opts.sample, skip=opts.skip, from_csv=opts.from_csv, force=opts.force,
-                         quiet=opts.quiet)
+                         quiet=opts.quiet, kernel_name=opts.kernel_name, nvtx=opts.nvtx)
 
 
 def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int = 0, from_csv: str | None = None,
-                  force: bool = False, quiet: bool = False) -> int:
-    """Collect (or read) counters, join, store, re-render; 0 on success."""
+                  force: bool = False, quiet: bool = False, kernel_name: str | None = None,
+                  nvtx: str | None = None) -> int:
+    """Collect (or read) counters, join, store, re-render; 0 on success. ``kernel_name`` / ``nvtx``
+    filter the kernels (ncu's --kernel-name / --nvtx-include, and the join alike)."""
+    from ..counters import kernel_filter
+
+    kernel_filter(kernel_name)  # a bad regex fails before the (long) pass
     from ..collectors.ncu import check_metrics, collect
     from ..collectors.ncu_csv import METRICS, parse_ncu_csv
     from ..counters import COUNTERS_FILE
@@ -84,7 +91,7 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int =
     if not force and ("counters" in r.meta or (r.path / COUNTERS_FILE).exists()):
         raise OutputExistsError(f"{r.path} already has counters ({COUNTERS_FILE}); pass --force to replace them")
     meta: dict[str, Any] = {"tool": "ncu", "ncu_version": None, "metrics": list(METRICS), "sample": sample,
-                            "skip": skip}
+                            "skip": skip, "kernel_name": kernel_name, "nvtx": nvtx}
     if from_csv:
         table = parse_ncu_csv(_read_text(from_csv))
         warnings = check_metrics(table)
@@ -92,7 +99,8 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int =
         return _store(r, table, meta, warnings, None, force, quiet)
     target = recorded_target(r.meta)
     with tempfile.TemporaryDirectory(prefix="roofscope-ncu-") as tmp:
-        res = collect(target, cwd=r.meta.get("cwd") or ".", workdir=Path(tmp), sample=sample, skip=skip)
+        res = collect(target, cwd=r.meta.get("cwd") or ".", workdir=Path(tmp), sample=sample, skip=skip,
+                      kernel_name=kernel_name, nvtx=nvtx)
         meta.update(source="ncu", ncu_version=res.version, command=res.command)
         return _store(r, res.table, meta, res.warnings, res.report, force, quiet)
 
@@ -107,9 +115,14 @@ def _read_text(path: str) -> str:
 def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list[str], report: Path | None,
            force: bool, quiet: bool) -> int:
     from ..analyzers.trace import load_trace
-    from ..counters import COUNTERS_REPORT, check_join, join, save
+    from ..counters import COUNTERS_REPORT, CountersError, check_join, join, save
 
-    joined, stats = join(table, load_trace(r.trace_path), skip=int(meta.get("skip") or 0))
+    kernel_name, nvtx = meta.get("kernel_name"), meta.get("nvtx")
+    joined, stats = join(table, load_trace(r.trace_path), skip=int(meta.get("skip") or 0), kernel_name=kernel_name,
+                         nvtx=nvtx)
+    if stats.trace_kernels == 0 and (kernel_name is not None or nvtx is not None):
+        raise CountersError(f"no kernel of the Run's recorded steps matches {_filter_text(kernel_name, nvtx)}"
+                            " (the regex is searched in the kernel's function name; --nvtx names a roofscope.region())")
     warnings += check_join(stats)
     meta.update(join=asdict(stats), na_metrics=list(table.attrs.get("na_metrics", [])), warnings=warnings)
     path = save(r.path, joined, meta, report=report, force=force)
@@ -119,13 +132,19 @@ def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list
         print(f"counters: {stats.ncu_kernels} kernel launches profiled, {stats.matched} matched to the trace's "
               f"{stats.trace_kernels} kernels ({stats.name_mismatches} name mismatches)")
         window = f"{'first ' if not skip else ''}{sample} launches" if sample else "all launches"
-        print(f"sample:   {window}{f' after the first {skip}' if skip else ''} of the recorded steps")
+        only = f" matching {_filter_text(kernel_name, nvtx)}" if kernel_name is not None or nvtx is not None else ""
+        print(f"sample:   {window}{only}{f' after the first {skip}' if skip else ''} of the recorded steps")
         print(f"wrote:    {path}")
         if report is not None:
             print(f"report:   {r.path / COUNTERS_REPORT} (open it in Nsight Compute)")
     for w in warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)
     return 0
+
+
+def _filter_text(kernel_name: str | None, nvtx: str | None) -> str:
+    return " and ".join(([f"--kernel-name {kernel_name!r}"] if kernel_name is not None else [])
+                        + ([f"--nvtx {nvtx!r}"] if nvtx is not None else []))
 
 
 def rerender(run_dir: Path) -> list[str]:
@@ -146,10 +165,16 @@ def rerender(run_dir: Path) -> list[str]:
     return []
 
 
-def check_before_run(kind: str | None, duration: float | None, sample: int | None, skip: int = 0) -> None:
+def check_before_run(kind: str | None, duration: float | None, sample: int | None, skip: int = 0,
+                     kernel_name: str | None = None, nvtx: str | None = None) -> None:
     """``roofscope run --counters KIND``: fail before the script starts when the pass cannot work."""
-    if (sample is not None or skip) and kind != "ncu":
-        raise RoofscopeError(f"{'--sample' if sample is not None else '--skip'} needs --counters ncu")
+    given = [flag for flag, v in (("--sample", sample is not None), ("--skip", bool(skip)),
+                                  ("--kernel-name", kernel_name is not None), ("--nvtx", nvtx is not None)) if v]
+    if given and kind != "ncu":
+        raise RoofscopeError(f"{given[0]} needs --counters ncu")
+    from ..counters import kernel_filter
+
+    kernel_filter(kernel_name)
     if kind == "cupti":
         from ..collectors.cupti_probe import require_cupti_counters
 
@@ -163,7 +188,8 @@ def check_before_run(kind: str | None, duration: float | None, sample: int | Non
     find_ncu()
 
 
-def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool, skip: int = 0) -> int:
+def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool, skip: int = 0,
+              kernel_name: str | None = None, nvtx: str | None = None) -> int:
     """``roofscope run --counters ncu``: the counters pass on the Run just written; its exit code."""
     if r is None:
         return 0
@@ -172,7 +198,7 @@ def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool
               f" (run `roofscope counters {r.path}` once it succeeds)", file=sys.stderr)
         return 0
     try:
-        return counters_pass(r.path, sample=sample, skip=skip, quiet=quiet)
+        return counters_pass(r.path, sample=sample, skip=skip, quiet=quiet, kernel_name=kernel_name, nvtx=nvtx)
     except RoofscopeError as e:
         print(f"roofscope: error: counters pass: {e} (the Run {r.path} was written without counters)",
               file=sys.stderr)

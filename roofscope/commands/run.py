@@ -22,6 +22,8 @@ class RunOptions(CeilingOptions, Collection, RankMerge, Presentation):
     counters: str | None = None              # "ncu" or "cupti"
     counters_sample: int | None = None
     counters_skip: int = 0
+    counters_kernel_name: str | None = None
+    counters_nvtx: str | None = None
     quiet: bool = False
     formulas: tuple[str, ...] = ()
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
@@ -43,10 +45,11 @@ def run(opts: RunOptions) -> int:
     from ..analyzers.formulas.custom import load_all
 
     load_all(opts.formulas)
-    if opts.counters is not None or opts.counters_sample is not None or opts.counters_skip:
+    filters = {"kernel_name": opts.counters_kernel_name, "nvtx": opts.counters_nvtx}
+    if opts.counters is not None or opts.counters_sample is not None or opts.counters_skip or any(filters.values()):
         from .counters import check_before_run
 
-        check_before_run(opts.counters, opts.duration, opts.counters_sample, opts.counters_skip)
+        check_before_run(opts.counters, opts.duration, opts.counters_sample, opts.counters_skip, **filters)
     experimental = None
     if opts.counters == "cupti":
         from ..collectors.cupti_probe import experimental_config
@@ -68,7 +71,8 @@ def run(opts: RunOptions) -> int:
     if opts.counters == "ncu":
         from .counters import after_run
 
-        counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip)
+        counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip,
+                                  **filters)
         if counters_code:
             return counters_code
     if outcome.code != 0:

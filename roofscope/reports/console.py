@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import sys
 from typing import TYPE_CHECKING, Sequence
 
 from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
@@ -17,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..pipeline import SessionResult
 
 _NAME_WIDTH = 64
+_FILE_WIDTH = 160   # a table's width where no terminal says how wide it is
+_MIN_TEXT = 12      # a name column is never cut narrower
 
 
 def plural(n: int, noun: str) -> str:
@@ -61,12 +66,49 @@ def shorten(name: str, width: int = _NAME_WIDTH) -> str:
     return short if len(short) <= width else short[: width - 1] + "…"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
-    """Fixed-width text table; ``align`` has one of '<' or '>' per column."""
+def terminal_width() -> int:
+    """``COLUMNS`` if set, else the terminal's width when stdout is one, else 160 (a file, a pipe)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return shutil.get_terminal_size((_FILE_WIDTH, 24)).columns if sys.stdout.isatty() else _FILE_WIDTH
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, an ellipsis in the middle: kernel names differ at both ends."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2 + (width - 1) % 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):] if width > 1 else text[:width]
+
+
+def _fit(widths: list[int], align: str, room: int) -> list[int]:
+    """Narrow the text ('<') columns, widest first, until the table fits ``room`` (never below
+    :data:`_MIN_TEXT` or their header); figures keep their width."""
+    widths = list(widths)
+    over = sum(widths) + 2 * (len(widths) - 1) - room
+    while over > 0:
+        text = [i for i, a in enumerate(align) if a == "<" and widths[i] > _MIN_TEXT]
+        if not text:
+            break
+        i = max(text, key=lambda j: widths[j])
+        others = max([widths[j] for j in text if j != i] + [_MIN_TEXT])
+        cut = min(over, widths[i] - others + 1 if widths[i] > others else 1, widths[i] - _MIN_TEXT)
+        widths[i] -= cut
+        over -= cut
+    return widths
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str, indent: int = 2,
+          width: int | None = None) -> list[str]:
+    """Fixed-width text table; ``align`` has one of '<' or '>' per column. It fits ``width`` columns
+    (default: the terminal's) less ``indent`` (what the caller puts before each line), cutting long
+    text cells in the middle."""
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    widths = _fit(widths, align, (width or terminal_width()) - indent)
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
+        return "  ".join(f"{middle_cut(c, w):{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
 
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
@@ -163,6 +205,8 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
         from ..analyzers.inference import inference_lines
 
         out += inference_lines(s.inference) + [""]
+    elif s.extra.get("inference_note"):
+        out += [str(s.extra["inference_note"]), ""]
 
     u = s.unattributed
     out.append(f"Cost coverage: {pct(u.share)} of non-communication time has no cost model")

@@ -109,10 +109,18 @@ def _junit(a: "Analysis", o: RenderOptions) -> str:
     return diagnosis_xml(a)
 
 
+def _perfetto(a: "Analysis", o: RenderOptions) -> bytes:
+    from .perfetto import render_perfetto
+
+    return render_perfetto(a)
+
+
 for _r in (FunctionRenderer("console", "summary.txt", "the terminal summary", _console),
            FunctionRenderer("html", REPORT_FILE, "the self-contained HTML report", _html),
            FunctionRenderer("markdown", "summary.md", "markdown summary (GitHub job summary, PR comment)", _markdown),
            FunctionRenderer("json", "analysis.json", "summary and aggregate tables as JSON", _json),
            FunctionRenderer("csv", "kernels.csv", "one CSV row per kernel with every roofline column", _csv),
-           FunctionRenderer("junit", "junit.xml", "JUnit XML: one testcase per diagnosis rule", _junit)):
+           FunctionRenderer("junit", "junit.xml", "JUnit XML: one testcase per diagnosis rule", _junit),
+           FunctionRenderer("perfetto", "trace.annotated.json.gz", "the kernels with their roofline verdicts, for Perfetto",
+                            _perfetto)):
     register(_r)

@@ -1,0 +1,93 @@
+"""CPU process groups (gloo): collectives are host intervals, so a CPU job has communication,
+exposed waiting and a straggler, from the real two-rank fixture tests/data/cpu_gloo_straggler
+(`examples/ddp.py --device cpu --delay-rank 1 --delay-ms 50` under torchrun)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from roofscope.analyzers.analysis import analyze
+from roofscope.analyzers.collectives import canonical, host_comm_steps, kernel_collectives
+from roofscope.analyzers.ranks import analyze_parts, resolve_parts
+from roofscope.analyzers.straggler import combine
+from roofscope.cli import main
+
+DATA = Path(__file__).parent / "data" / "cpu_gloo_straggler"
+TRACES = [str(DATA / "rank-0.json.gz"), str(DATA / "rank-1.json.gz")]
+PEAKS = {"peak_tflops": 0.05, "peak_bandwidth_gbs": 10.0}
+
+
+def test_gloo_names_are_collectives() -> None:
+    assert canonical("gloo:all_reduce") == "allreduce" and canonical("gloo:broadcast") == "broadcast"
+
+
+def test_rank0_waits_for_rank1_in_gloo_all_reduce() -> None:
+    a = analyze(TRACES[0], **PEAKS)
+    hc = host_comm_steps(a.trace, a.kernels, a.steps())
+    # Step 4 of rank 0: gloo:all_reduce runs 10.65 -> 70.12 ms into the step (59.47 ms) while the main
+    # thread runs no op between its last AccumulateGrad (10.62 ms) and the bucket copies (70.16 ms):
+    # nearly all of it is exposed. The c10d::allreduce_ op that queued it adds ~0.8 ms on the main thread.
+    assert list(hc.index) == [3, 4, 5]
+    assert hc.at[4, "comm_s"] == pytest.approx(0.0603, abs=1e-3)
+    assert hc.at[4, "comm_exposed_s"] == pytest.approx(0.0595, abs=1e-3)
+    assert (hc["comm_exposed_s"] <= hc["comm_s"] + 1e-12).all() and (hc["busy_s"] >= hc["comm_s"]).all()
+    kc = kernel_collectives(a)
+    assert list(kc["collective"]) == ["allreduce"] * 3 and list(kc["step"]) == [3, 4, 5]
+    assert kc["dur_s"].sum() == pytest.approx(0.16387, abs=1e-4)   # the three gloo:all_reduce: 163.87 ms
+
+
+def test_cpu_job_names_rank1_the_straggler() -> None:
+    parts, world, _ = resolve_parts(TRACES)
+    job = combine(analyze_parts(parts, PEAKS, jobs=1), world)
+    r = job.ranks.set_index("rank")
+    # Rank 0 waits ~53 ms/step in the all-reduce (median), rank 1 ~1.3 ms; the step ends at the same
+    # all-reduce on both (~76-77 ms), so rank 1's own work is ~46 ms/step longer: its 50 ms sleep,
+    # seen as host idle (+48 ms) beyond rank 0's.
+    assert r.at[0, "comm_exposed_s"] > 0.045 and r.at[1, "comm_exposed_s"] < 0.005
+    assert [s.rank for s in job.stragglers] == [1]
+    s = job.stragglers[0]
+    assert 0.040 < s.excess_s < 0.052 and s.positive_share == 1.0
+    assert 0.040 < s.host_idle_excess_s < 0.052
+    assert job.findings[0].rule == "straggler" and job.findings[0].figures["rank"] == 1
+    assert job.collectives["collective"].tolist() == ["allreduce"]
+
+
+def test_host_comm_steps_arithmetic() -> None:
+    # One step [0, 100] ns-units scaled to ms: work 0-10 and 60-70 on the main thread, a gloo
+    # interval 10-65 on a worker thread: comm 55, exposed = union(all) 70 - union(work) 20 = 50,
+    # host idle 100 - 70 = 30.
+    from roofscope.analyzers.trace import Trace
+
+    ms = 1_000_000
+    ann = pd.DataFrame({"name": ["gloo:all_reduce"], "pid": [1], "tid": [9], "ts_ns": [10 * ms],
+                        "dur_ns": [55 * ms], "end_ns": [65 * ms], "external_id": [1], "thread": [1]})
+    ops = pd.DataFrame({c: pd.Series([], dtype=object if c == "name" else np.int64)
+                        for c in ("name", "tid", "ts_ns", "end_ns", "sig")})
+    trace = Trace.__new__(Trace)
+    trace.annotations, trace.ops = ann, ops
+    work = pd.DataFrame({"ts_ns": [0, 60 * ms], "dur_ns": [10 * ms, 10 * ms], "tid": [1, 1]})
+    steps = pd.DataFrame({"step": [7], "ts_ns": [0], "end_ns": [100 * ms]})
+    hc = host_comm_steps(trace, work, steps)
+    assert hc.loc[7].to_dict() == pytest.approx({"busy_s": 0.070, "comm_s": 0.055, "comm_exposed_s": 0.050,
+                                                 "idle_host_s": 0.030})
+
+
+def test_merge_cli_names_rank1(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "job"
+    assert main(["merge", *TRACES, "-o", str(out), "--jobs", "1", "--peak-tflops", "0.05",
+                 "--peak-bandwidth", "10"]) == 0
+    text = capsys.readouterr().out
+    assert "straggler: rank 1," in text and "no straggler" not in text
+
+
+def test_merge_subprocess_names_rank1(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "roofscope", "merge", *TRACES, "-o", str(tmp_path / "job"),
+                          "--jobs", "1", "--peak-tflops", "0.05", "--peak-bandwidth", "10"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "straggler: rank 1," in res.stdout
