@@ -11,22 +11,31 @@ cores torch uses, half the LLC, and well beyond the LLC (DRAM). At each, the bes
 of three kernels (copy, in-place scale, triad ``c = a + s*b``) is the level's roof: a kernel's
 roof lets each level serve as much of its working set as it holds (ceilings.Ceilings.level_of).
 
+**Compute roofs** are the CPU's theoretical peak (microbench/cpupeak.py), not the matmul rates:
+on a loaded machine a measured rate is whatever the CPU had to spare, and ops ran above it by up
+to 34×. The measured rates are kept as ``env["achievable"]`` and named in a note beside the roof
+(:func:`with_theoretical`, applied again to every cached CPU set, older ones included).
+
 **Noise.** Each benchmark runs ``repeats`` times; when the median repetition is more than
 :data:`NOISY_SPREAD` (25 %) below the best, other work shared the CPU while it ran: the result is
-marked noisy, named in the ceilings' notes, and not cached (microbench/cache.py), so the next run
-measures again instead of keeping a bad roof for good.
+marked noisy and named in the ceilings' notes. A noisy memory roof is cached only where no quiet
+measurement is (microbench/cache.py); an implausible set (``ceilings.implausible``: an L2 slower
+than DRAM) never is.
 """
 from __future__ import annotations
 
 import platform
 import statistics
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ceilings import Ceilings
-from ..errors import DeviceError
+from ..ceilings import Ceilings, implausible
+from ..errors import DeviceError, RoofscopeError
+from ..units import si
+from .cpupeak import CpuPeak, read_peak
 
 Progress = Callable[[str, int, int], None]
 
@@ -205,15 +214,20 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
     for level in reversed(measured):
         if not kept or level[2] > kept[0][2]:
             kept.insert(0, level)
-    noisy = [r for r in results if r["noisy"]]
+    peak = read_peak(threads)
+    theory = peak.peaks() if peak is not None else {}
+    for r in results:
+        if r["kind"] == "compute":
+            r["datasheet"] = theory.get(r["key"])
+    # Noise in a matmul moves only the achievable figure once the roof is theoretical.
+    noisy = [r for r in results if r["noisy"] and (r["kind"] == "memory" or peak is None)]
     notes = [f"{r['name']} skipped: {r['error']}" for r in results if r["error"]]
     if noisy:
-        from ..units import si
-
         notes.append("noisy: " + ", ".join(f"{r['name']} (best {si(r['value'], r['unit'])}, median"
                                            f" {si(r['median'], r['unit'])})" for r in noisy)
-                     + ": other work shared the CPU while measuring; these roofs may be off and are not cached")
-    return Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
+                     + ": other work shared the CPU while measuring; these roofs may be low"
+                       " (`roofscope microbench --device cpu` on a quiet machine replaces them)")
+    measured = Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
                     measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
                     levels=tuple(kept),
                     env={"torch": torch.__version__, "threads": threads, "runtime_s": time.perf_counter() - started,
@@ -221,3 +235,63 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
                                     f" {_MATMUL_TARGET_S[quick]} s): {n}^3 matmul; copy, in-place scale and"
                                     f" triad at {', '.join(f'{name} {ws >> 10} KiB' for name, _, ws in levels)}"),
                          "quick": quick, "noisy": [r["name"] for r in noisy], "results": results})
+    return with_theoretical(measured, peak)
+
+
+_ROOF_NOTE = "compute roofs: "
+
+
+def with_theoretical(c: Ceilings, peak: CpuPeak | None) -> Ceilings:
+    """CPU ceilings whose compute roofs are ``peak``'s theoretical rates, with the measured matmul
+    rates kept as ``env["achievable"]`` and shown in a note; a measured rate above the theoretical
+    one (a clock higher than assumed) is the roof instead. Applying it again replaces the note.
+    Without a peak (not x86, no clock) the measured rates stay the roofs, and the note says so."""
+    achievable = {str(k): float(v) for k, v in dict(c.env.get("achievable") or c.peaks).items()}
+    notes = [n for n in c.notes if not n.startswith(_ROOF_NOTE)]
+    env = {**c.env, "achievable": achievable}
+    if peak is None:
+        notes.append(f"{_ROOF_NOTE}the measured matmul rates (no theoretical peak for this CPU: not x86, or no"
+                     " clock in /proc/cpuinfo or sysfs); ops beat them where the CPU was busy while measuring")
+        return replace(c, notes=tuple(notes), env=env)
+    theory = peak.peaks()
+    roofs = {k: max(v, achievable.get(k, 0.0)) for k, v in theory.items()}
+    text = (f"{_ROOF_NOTE}theoretical peak, {peak.describe()}; achievable (measured): "
+            + (", ".join(f"{k} {si(v, 'FLOP/s')} ({v / roofs[k]:.0%})" for k, v in achievable.items() if k in roofs)
+               or "not measured"))
+    beaten = [k for k, v in theory.items() if achievable.get(k, 0.0) > v]
+    if beaten:
+        text += (f"; the measured {', '.join(beaten)} rate beat the theoretical peak (a clock above the one"
+                 " assumed): the roof is the measured rate")
+    notes.append(text)
+    return replace(c, peaks=roofs, notes=tuple(notes), env={**env, "theoretical": theory})
+
+
+def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | None = None,
+                     warnings: list[str] | None = None) -> Ceilings:
+    """A CPU-only profile's ceilings: this CPU's cached measurement (same torch and thread count,
+    else the newest one, its differences noted), else a quick measurement now, cached when
+    plausible. Either way the compute roofs are the theoretical peak (:func:`with_theoretical`).
+
+    Only a CPU that has no plausible cached set is measured: a noisy one is cached too (with its
+    note), so a busy machine measures once, not on every run. An implausible measurement is used
+    for this run only (its inner levels slower than DRAM dropped as roofs), with a note."""
+    from . import cache
+
+    peak = read_peak(threads)
+    if cache.enabled():
+        c = cache.lookup(cpu_name(), torch_version=torch_version, threads=threads)
+        if c is not None:
+            return with_theoretical(c, peak)
+    c = measure_cpu(quick=True, progress=progress)
+    problems = implausible(c)
+    if problems:
+        c = replace(c, notes=(*c.notes, f"implausible CPU ceilings ({'; '.join(problems)}): other work held the CPU"
+                              " while measuring; used for this run only and not cached; `roofscope microbench"
+                              " --device cpu` on a quiet machine measures ones that are kept"))
+    if cache.enabled():
+        try:
+            cache.save(c)
+        except (RoofscopeError, OSError) as e:  # implausible, or a read-only home: the Run goes on
+            if warnings is not None and not problems:
+                warnings.append(f"could not cache the CPU ceilings: {e}")
+    return c
