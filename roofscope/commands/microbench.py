@@ -82,7 +82,10 @@ def render_table(c: Any) -> str:
         lines += ["", f"  roofs      {memory_text(c)} (by the working set a kernel touches)"]
     if c.env.get("noisy"):
         lines += ["", "  NOISY: best and median repetitions disagree by more than 25% for "
-                  + ", ".join(c.env["noisy"]) + ": other work shared the device; not cached"]
+                  + ", ".join(c.env["noisy"]) + ": other work shared the device; these roofs may be low"]
+    if c.env.get("theoretical"):  # CPU: the compute roofs are the theoretical peak, the matmuls achievable
+        roofs = next((n for n in c.notes if n.startswith("compute roofs:")), "")
+        lines += ["", f"  compute    {roofs.removeprefix('compute roofs: ')} (the 'datasheet' column)"]
     runtime = c.env.get("runtime_s")
     lines.append("")
     lines.append(f"  runtime    {runtime:.1f} s" if isinstance(runtime, (int, float)) else "  runtime    -")
