@@ -83,9 +83,10 @@ def render_table(c: Any) -> str:
     if c.env.get("noisy"):
         lines += ["", "  NOISY: best and median repetitions disagree by more than 25% for "
                   + ", ".join(c.env["noisy"]) + ": other work shared the device; these roofs may be low"]
-    if c.env.get("theoretical"):  # CPU: the compute roofs are the theoretical peak, the matmuls achievable
-        roofs = next((n for n in c.notes if n.startswith("compute roofs:")), "")
-        lines += ["", f"  compute    {roofs.removeprefix('compute roofs: ')} (the 'datasheet' column)"]
+    if c.env.get("theoretical"):  # CPU: the roofs are theoretical (the 'datasheet' column), the benchmarks achievable
+        for kind in ("compute", "memory"):
+            note = next((n for n in c.notes if n.startswith(f"{kind} roofs: ")), "")
+            lines += ["", f"  {kind:<9}  {note.removeprefix(f'{kind} roofs: ')}"]
     runtime = c.env.get("runtime_s")
     lines.append("")
     lines.append(f"  runtime    {runtime:.1f} s" if isinstance(runtime, (int, float)) else "  runtime    -")

@@ -32,10 +32,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ceilings import Ceilings, implausible
+from ..ceilings import Ceilings, implausible, levels_payload, parse_levels
 from ..errors import DeviceError, RoofscopeError
 from ..units import si
-from .cpupeak import CpuPeak, read_peak
+from .cpupeak import CACHE_BYTES_PER_CYCLE, CpuPeak, read_peak
 
 Progress = Callable[[str, int, int], None]
 
@@ -207,20 +207,15 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
     if not peaks or "DRAM" not in best:
         failed = "; ".join(f"{r['name']}: {r['error']}" for r in results if r["error"])
         raise DeviceError(f"CPU microbenchmark failed: {failed}")
-    # Innermost first; a level that measured no faster than the one outside it adds no roof.
     measured = [(name, float(cap), best[name]) for name, cap, _ in levels[:-1] if name in best]
     measured.append(("DRAM", float("inf"), best["DRAM"]))
-    kept: list[tuple[str, float, float]] = []
-    for level in reversed(measured):
-        if not kept or level[2] > kept[0][2]:
-            kept.insert(0, level)
     peak = read_peak(threads)
-    theory = peak.peaks() if peak is not None else {}
+    theory = {} if peak is None else {**peak.peaks(),
+                                      **{f"bandwidth:{k}": v for k, v in peak.cache_bandwidth().items()}}
     for r in results:
-        if r["kind"] == "compute":
-            r["datasheet"] = theory.get(r["key"])
-    # Noise in a matmul moves only the achievable figure once the roof is theoretical.
-    noisy = [r for r in results if r["noisy"] and (r["kind"] == "memory" or peak is None)]
+        r["datasheet"] = theory.get(r["key"])
+    # Noise moves only the achievable figure of a benchmark whose roof is theoretical.
+    noisy = [r for r in results if r["noisy"] and r["key"] not in theory]
     notes = [f"{r['name']} skipped: {r['error']}" for r in results if r["error"]]
     if noisy:
         notes.append("noisy: " + ", ".join(f"{r['name']} (best {si(r['value'], r['unit'])}, median"
@@ -229,41 +224,59 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
                        " (`roofscope microbench --device cpu` on a quiet machine replaces them)")
     measured = Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
                     measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
-                    levels=tuple(kept),
+                    levels=_monotone(measured),
                     env={"torch": torch.__version__, "threads": threads, "runtime_s": time.perf_counter() - started,
                          "method": (f"best of {repeats} (after a warm-up; matmuls for at least"
                                     f" {_MATMUL_TARGET_S[quick]} s): {n}^3 matmul; copy, in-place scale and"
                                     f" triad at {', '.join(f'{name} {ws >> 10} KiB' for name, _, ws in levels)}"),
-                         "quick": quick, "noisy": [r["name"] for r in noisy], "results": results})
+                         "quick": quick, "noisy": [r["name"] for r in noisy], "results": results,
+                         "achievable_levels": levels_payload(tuple(measured))})
     return with_theoretical(measured, peak)
 
 
-_ROOF_NOTE = "compute roofs: "
+def _monotone(levels: Any) -> tuple[tuple[str, float, float], ...]:
+    """Innermost first; a level no faster than the one outside it adds no roof."""
+    kept: list[tuple[str, float, float]] = []
+    for level in reversed(list(levels)):
+        if not kept or level[2] > kept[0][2]:
+            kept.insert(0, level)
+    return tuple(kept)
+
+
+_ROOF_NOTES = ("compute roofs: ", "memory roofs: ")
 
 
 def with_theoretical(c: Ceilings, peak: CpuPeak | None) -> Ceilings:
-    """CPU ceilings whose compute roofs are ``peak``'s theoretical rates, with the measured matmul
-    rates kept as ``env["achievable"]`` and shown in a note; a measured rate above the theoretical
-    one (a clock higher than assumed) is the roof instead. Applying it again replaces the note.
-    Without a peak (not x86, no clock) the measured rates stay the roofs, and the note says so."""
+    """CPU ceilings whose compute, L2 and LLC roofs are ``peak``'s theoretical rates (a measured
+    rate above one is the roof instead: a clock above the one assumed), DRAM's the measured rate.
+    The measured rates are kept as ``env["achievable"]`` and ``env["achievable_levels"]`` and shown
+    in two notes; applying it again (to a cached set) replaces them. Without a peak (not x86, no
+    clock) the measured rates stay the roofs, and a note says so."""
     achievable = {str(k): float(v) for k, v in dict(c.env.get("achievable") or c.peaks).items()}
-    notes = [n for n in c.notes if not n.startswith(_ROOF_NOTE)]
-    env = {**c.env, "achievable": achievable}
+    measured = parse_levels(c.env.get("achievable_levels")) or c.levels
+    notes = [n for n in c.notes if not n.startswith(_ROOF_NOTES)]
+    env = {**c.env, "achievable": achievable, "achievable_levels": levels_payload(measured)}
     if peak is None:
-        notes.append(f"{_ROOF_NOTE}the measured matmul rates (no theoretical peak for this CPU: not x86, or no"
+        notes.append(f"{_ROOF_NOTES[0]}the measured matmul rates (no theoretical peak for this CPU: not x86, or no"
                      " clock in /proc/cpuinfo or sysfs); ops beat them where the CPU was busy while measuring")
         return replace(c, notes=tuple(notes), env=env)
     theory = peak.peaks()
     roofs = {k: max(v, achievable.get(k, 0.0)) for k, v in theory.items()}
-    text = (f"{_ROOF_NOTE}theoretical peak, {peak.describe()}; achievable (measured): "
-            + (", ".join(f"{k} {si(v, 'FLOP/s')} ({v / roofs[k]:.0%})" for k, v in achievable.items() if k in roofs)
-               or "not measured"))
     beaten = [k for k, v in theory.items() if achievable.get(k, 0.0) > v]
+    bounds = peak.cache_bandwidth()
+    levels = _monotone((name, cap, max(bw, bounds.get(name, 0.0))) for name, cap, bw in measured)
+    beaten += [name for name, _, bw in measured if bw > bounds.get(name, float("inf"))]
+    notes.append(f"{_ROOF_NOTES[0]}theoretical peak, {peak.describe()}; achievable (measured): "
+                 + (", ".join(f"{k} {si(v, 'FLOP/s')} ({v / roofs[k]:.0%})" for k, v in achievable.items()
+                              if k in roofs) or "not measured"))
+    notes.append(f"{_ROOF_NOTES[1]}" + ", ".join(f"{k} {si(v, 'B/s')}" for k, v in bounds.items())
+                 + f" theoretical ({', '.join(f'{b:g}' for b in CACHE_BYTES_PER_CYCLE.values())} B/cycle per core),"
+                 " DRAM measured; achievable (measured): "
+                 + ", ".join(f"{name} {si(bw, 'B/s')}" for name, _, bw in measured))
     if beaten:
-        text += (f"; the measured {', '.join(beaten)} rate beat the theoretical peak (a clock above the one"
-                 " assumed): the roof is the measured rate")
-    notes.append(text)
-    return replace(c, peaks=roofs, notes=tuple(notes), env={**env, "theoretical": theory})
+        notes.append(f"measured {', '.join(beaten)} beat the theoretical peak (a clock above the one assumed):"
+                     " the roof is the measured rate")
+    return replace(c, peaks=roofs, levels=levels, notes=tuple(notes), env={**env, "theoretical": theory})
 
 
 def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | None = None,

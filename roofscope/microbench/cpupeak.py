@@ -18,6 +18,13 @@ nominal clock of /proc/cpuinfo (``model name ... @ 2.45GHz`` or ``cpu MHz``, the
 (the 2-core AMD EPYC 7B13 VM of this project: 2.45 GHz nominal, 3.5 GHz boost; its fp32 matmul
 reached 207 GFLOP/s, above 2 × 2.45 GHz × 32 = 157).
 
+**Cache bandwidth** (the L2 and LLC roofs): bytes per cycle per core between the level and the
+core, counted high too: a 64-byte line in and one out each cycle for the L2 (an in-place op reads
+and writes back at once), half that for the LLC (32-byte paths each way on Zen 2-4 and Intel's
+mesh). Measured rates sat below what the ops of a profile reached by up to 1.46× (an AdamW
+``addcmul_`` at 274 GB/s where the best in-place L2 benchmark, on a busy 2-core VM, gave 230).
+DRAM has no such figure in /proc: its roof stays measured.
+
 Other architectures (ARM, POWER) and CPUs without a readable clock get no theoretical peak
 (None): their compute roofs stay the measured rates, with a note saying so.
 Plain Python, no torch: analyses of CPU traces use it on any machine.
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["BOOST_ALLOWANCE", "CpuPeak", "theoretical_peak", "read_peak"]
+__all__ = ["BOOST_ALLOWANCE", "CACHE_BYTES_PER_CYCLE", "CpuPeak", "theoretical_peak", "read_peak"]
 
 # A nominal clock times this is the boost clock assumed: 1.43× on the EPYC 7B13 and 9B14 parts
 # of this project's machines; sysfs's cpuinfo_max_freq, where present, is used as is.
@@ -38,6 +45,7 @@ BOOST_ALLOWANCE = 1.5
 _FMA_UNITS = 2
 _FLOP_PER_FMA = 2
 _AMX_FLOP_PER_CYCLE = 2048.0   # 16x32 bf16/fp16 tile multiply: 1024 FMA per cycle per core
+CACHE_BYTES_PER_CYCLE = {"L2": 128.0, "LLC": 64.0}
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,10 @@ class CpuPeak:
     def peaks(self) -> dict[str, float]:
         """FLOP/s per precision: cores × clock × FLOP per cycle."""
         return {k: self.cores * self.clock_hz * v for k, v in self.per_cycle.items()}
+
+    def cache_bandwidth(self) -> dict[str, float]:
+        """Bytes/s per cache level: cores × clock × :data:`CACHE_BYTES_PER_CYCLE`."""
+        return {k: self.cores * self.clock_hz * v for k, v in CACHE_BYTES_PER_CYCLE.items()}
 
     def describe(self) -> str:
         """'2 cores × 3.89 GHz (cpu MHz 2596 × 1.5 boost allowance) × 64 fp32 FLOP/cycle (avx512f: 16 lanes × 2 FMA units)'."""

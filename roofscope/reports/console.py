@@ -86,7 +86,7 @@ def _ceilings_line(a: "Analysis") -> str:
     # Cached measurements say where they came from: stale ones are otherwise invisible.
     origin = next((n for n in c.notes if n.startswith("using ceilings measured on")
                    or " identified from its properties " in n), None)
-    noisy = [n for n in c.notes if n.startswith(("noisy:", "compute roofs:", "implausible"))]  # CPU: theoretical
+    noisy = [n for n in c.notes if n.startswith(("noisy:", "compute roofs:", "memory roofs:", "implausible"))]  # CPU: theoretical
     return (f"{c.source}: {peaks}; {memory_text(c)}" + (f" ({origin})" if origin else "")
             + (f"; {'; '.join(noisy)}" if noisy else ""))
 
