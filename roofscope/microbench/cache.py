@@ -23,7 +23,8 @@ from ..errors import RoofscopeError
 from ..fileio import atomic_write
 from .compute import TENSOR_CORE
 
-__all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only"]
+__all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only",
+           "note_implausible", "implausible_attempt"]
 
 _KEY_FIELDS = ("device", "driver", "torch", "threads")
 
@@ -96,7 +97,38 @@ def save(ceilings: Ceilings) -> Path:
         text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
         raise RoofscopeError(f"cannot cache ceilings for {ceilings.device!r}: {e}") from None
-    return atomic_write(path, text, force=True)
+    written = atomic_write(path, text, force=True)
+    try:
+        _attempt_path(ceilings.device).unlink(missing_ok=True)  # a plausible set ends the wait
+    except OSError:
+        pass
+    return written
+
+
+def _attempt_path(device: str) -> Path:
+    return cache_dir() / "implausible" / _filename(device, device)
+
+
+def note_implausible(device: str, why: str) -> None:
+    """Remember that a measurement of ``device`` was implausible (no ceilings kept: only when and why),
+    so that `roofscope run` does not measure again on every run of a busy machine."""
+    try:
+        atomic_write(_attempt_path(device), json.dumps({"device": device, "why": why}) + "\n", force=True)
+    except (RoofscopeError, OSError):  # a read-only cache: the next run measures again
+        pass
+
+
+def implausible_attempt(device: str, within_s: float) -> str | None:
+    """Why the last measurement of ``device`` was implausible, if that was less than ``within_s`` ago."""
+    import time
+
+    path = _attempt_path(device)
+    try:
+        if time.time() - path.stat().st_mtime >= within_s:
+            return None
+        return str(json.loads(path.read_text(encoding="utf-8"))["why"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 @dataclass(frozen=True)

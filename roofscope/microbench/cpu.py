@@ -189,7 +189,9 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
                          "target_s": _MATMUL_TARGET_S[quick],
                          "threads": threads}, 2.0 * n ** 3, run))
     caches = cache_levels(threads)
-    dram_ws = max(copy_mib << 20, 2 * caches[-1][1])
+    # 4 x the LLC: a VM's two vCPUs on two Zen 4 CCDs hold 2 x 32 MiB of L3, and a 64 MiB "DRAM" set
+    # streamed at 85 GB/s there (2026-11-25) where DRAM gave 4-17.
+    dram_ws = max(copy_mib << 20, 4 * caches[-1][1])
     levels = [(name, cap, cap // 2) for name, cap in caches] + [("DRAM", 0, dram_ws)]
     benches += _stream_benches(levels, repeats, threads)
 
@@ -279,15 +281,36 @@ def with_theoretical(c: Ceilings, peak: CpuPeak | None) -> Ceilings:
     return replace(c, peaks=roofs, levels=levels, notes=tuple(notes), env={**env, "theoretical": theory})
 
 
+def theoretical_only(peak: CpuPeak, threads: int, why: str) -> Ceilings:
+    """Ceilings with no measurement: compute, L2 and LLC roofs from ``peak``, and the LLC's rate
+    beyond it (no DRAM figure: an upper bound, so memory-bound ops read low, never above it)."""
+    caches = cache_levels(threads)
+    bounds = peak.cache_bandwidth()
+    levels = tuple((name, float(cap), bounds[name]) for name, cap in caches[:-1]) + (
+        (caches[-1][0], float("inf"), bounds[caches[-1][0]]),)
+    notes = (f"{_ROOF_NOTES[0]}theoretical peak, {peak.describe()}; achievable: not measured",
+             f"{_ROOF_NOTES[1]}" + ", ".join(f"{name} {si(bw, 'B/s')}" for name, _, bw in levels)
+             + f" theoretical, beyond the LLC too: {why}")
+    return Ceilings(device=cpu_name(), source="measured", peaks=peak.peaks(), bandwidth=levels[-1][2],
+                    levels=_monotone(levels), notes=notes,
+                    env={"threads": threads, "theoretical": peak.peaks(), "method": "theoretical only"})
+
+
+# After an implausible measurement, `roofscope run` measures again only this much later (seconds):
+# a busy machine stays busy for a while, and every run re-measuring is what issue 27 reported.
+RETRY_AFTER_S = 3600.0
+
+
 def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | None = None,
                      warnings: list[str] | None = None) -> Ceilings:
     """A CPU-only profile's ceilings: this CPU's cached measurement (same torch and thread count,
     else the newest one, its differences noted), else a quick measurement now, cached when
-    plausible. Either way the compute roofs are the theoretical peak (:func:`with_theoretical`).
+    plausible. Either way the compute, L2 and LLC roofs are theoretical (:func:`with_theoretical`).
 
     Only a CPU that has no plausible cached set is measured: a noisy one is cached too (with its
-    note), so a busy machine measures once, not on every run. An implausible measurement is used
-    for this run only (its inner levels slower than DRAM dropped as roofs), with a note."""
+    note), so a busy machine measures once, not on every run. An implausible measurement is not
+    cached: that run and the runs of the next :data:`RETRY_AFTER_S` get :func:`theoretical_only`
+    roofs with a note (without a theoretical peak, the measurement itself, for that run)."""
     from . import cache
 
     peak = read_peak(threads)
@@ -295,16 +318,24 @@ def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | N
         c = cache.lookup(cpu_name(), torch_version=torch_version, threads=threads)
         if c is not None:
             return with_theoretical(c, peak)
+        busy = cache.implausible_attempt(cpu_name(), RETRY_AFTER_S)
+        if busy is not None and peak is not None:
+            return theoretical_only(peak, threads, f"{busy}; measured again from {RETRY_AFTER_S / 3600:g} h after it"
+                                    " (`roofscope microbench --device cpu` on a quiet machine now)")
     c = measure_cpu(quick=True, progress=progress)
     problems = implausible(c)
     if problems:
-        c = replace(c, notes=(*c.notes, f"implausible CPU ceilings ({'; '.join(problems)}): other work held the CPU"
-                              " while measuring; used for this run only and not cached; `roofscope microbench"
-                              " --device cpu` on a quiet machine measures ones that are kept"))
+        why = (f"the measurement of {c.measured_at} was implausible ({'; '.join(problems)}): other work held the"
+               " CPU, not cached")
+        if cache.enabled():
+            cache.note_implausible(cpu_name(), why)
+        if peak is not None:
+            return theoretical_only(peak, threads, why + " (`roofscope microbench --device cpu` on a quiet machine)")
+        return replace(c, notes=(*c.notes, why + "; used for this run only"))
     if cache.enabled():
         try:
             cache.save(c)
-        except (RoofscopeError, OSError) as e:  # implausible, or a read-only home: the Run goes on
-            if warnings is not None and not problems:
+        except (RoofscopeError, OSError) as e:  # a read-only home: the Run goes on
+            if warnings is not None:
                 warnings.append(f"could not cache the CPU ceilings: {e}")
     return c
