@@ -415,25 +415,27 @@ def test_implausible_measurement_is_not_cached_and_yields_a_note(monkeypatch, ca
     assert implausible(slow) == ["fp32 matmul 1 GFLOP/s is below 1% of the peak 235 GFLOP/s"]
     assert implausible(_cpu_set(150e9, 4.2e9, 17.1e9, 68.9e9)) == []
 
-    # `roofscope run`: measured once, not cached, no warning; this run and the next hour's get the
-    # theoretical roofs alone (2 cores x 3.675 GHz: L2 940.8 GB/s, LLC 470.4 GB/s, also beyond the LLC).
+    # The refusal is remembered (when and why), so `roofscope run` does not measure again for an hour.
+    assert cache.implausible_attempt(cpu_name(), 3600).startswith(
+        "the measurement of 2026-11-25T12:00:00+00:00 was implausible (L2 34 MB/s is slower than DRAM 7 GB/s")
+    assert cache.implausible_attempt(cpu_name(), 0) is None
+
+    # `roofscope run`: measured (here: the hour is over), not cached, no warning; this run and the next
+    # hour's get the theoretical roofs alone (2 cores x 3.675 GHz: L2 940.8 GB/s, LLC 470.4 GB/s, also beyond).
     peak = theoretical_peak(EPYC_AVX2, cores=2)
     monkeypatch.setattr(cpu, "read_peak", lambda threads: peak)
     calls = []
     monkeypatch.setattr(cpu, "measure_cpu", lambda quick, progress: calls.append(quick) or busy)
     warnings: list[str] = []
-    for _ in range(2):
+    for retry_after, measured in ((0.0, [True]), (3600.0, [True])):
+        monkeypatch.setattr(cpu, "RETRY_AFTER_S", retry_after)
         c = cpu.ceilings_for_run(torch.get_num_threads(), torch.__version__, warnings=warnings)
+        assert calls == measured and cache.entries() == [] and warnings == []
         assert c.peaks == pytest.approx(peak.peaks()) and c.bandwidth == pytest.approx(470.4e9)
         memory = next(n for n in c.notes if n.startswith("memory roofs: "))
         assert "theoretical, beyond the LLC too: the measurement of 2026-11-25T12:00:00+00:00 was implausible (L2 34" \
             " MB/s is slower than DRAM 7 GB/s" in memory
-    assert calls == [True] and cache.entries() == [] and warnings == []
     assert "measured again from 1 h after it" in memory
-    # An hour later it measures again.
-    monkeypatch.setattr(cpu, "RETRY_AFTER_S", 0.0)
-    cpu.ceilings_for_run(torch.get_num_threads(), torch.__version__)
-    assert calls == [True, True]
     # `roofscope microbench` says why it did not cache.
     monkeypatch.setattr("roofscope.microbench.measure", lambda device, quick, progress: busy)
     assert main(["microbench", "--device", "cpu"]) == 0

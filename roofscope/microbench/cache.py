@@ -24,7 +24,7 @@ from ..fileio import atomic_write
 from .compute import TENSOR_CORE
 
 __all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only",
-           "note_implausible", "implausible_attempt"]
+           "implausible_text", "note_implausible", "implausible_attempt"]
 
 _KEY_FIELDS = ("device", "driver", "torch", "threads")
 
@@ -70,12 +70,14 @@ def save(ceilings: Ceilings) -> Path:
     """Store ``ceilings`` under its key (replacing an older measurement of the same key).
 
     Refused with a RoofscopeError: an implausible set (``ceilings.implausible``: an L2 slower than
-    DRAM, a matmul at 1% of the peak), which would be every later analysis's roof; and a noisy one
+    DRAM, a matmul at 1% of the peak), which would be every later analysis's roof (when and why are
+    remembered: :func:`implausible_attempt`); and a noisy one
     (``env["noisy"]``: repetitions that disagree, see microbench/cpu.py) where a quiet measurement
     of the same key is cached. A plausible noisy set is kept otherwise, with its "noisy:" note,
     so that `roofscope run` on a busy machine measures once instead of on every run."""
     problems = implausible(ceilings)
     if problems:
+        note_implausible(ceilings.device, implausible_text(ceilings, problems))
         raise RoofscopeError(f"not cached: implausible ceilings ({'; '.join(problems)}): other work held the"
                              " device while measuring; measure again on a quiet machine")
     fields = key_fields(ceilings)
@@ -107,6 +109,11 @@ def save(ceilings: Ceilings) -> Path:
 
 def _attempt_path(device: str) -> Path:
     return cache_dir() / "implausible" / _filename(device, device)
+
+
+def implausible_text(c: Ceilings, problems: list[str]) -> str:
+    return (f"the measurement of {c.measured_at or 'an unknown date'} was implausible ({'; '.join(problems)}):"
+            " other work held the device, not cached")
 
 
 def note_implausible(device: str, why: str) -> None:

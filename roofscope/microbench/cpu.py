@@ -324,18 +324,15 @@ def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | N
                                     " (`roofscope microbench --device cpu` on a quiet machine now)")
     c = measure_cpu(quick=True, progress=progress)
     problems = implausible(c)
-    if problems:
-        why = (f"the measurement of {c.measured_at} was implausible ({'; '.join(problems)}): other work held the"
-               " CPU, not cached")
-        if cache.enabled():
-            cache.note_implausible(cpu_name(), why)
-        if peak is not None:
-            return theoretical_only(peak, threads, why + " (`roofscope microbench --device cpu` on a quiet machine)")
-        return replace(c, notes=(*c.notes, why + "; used for this run only"))
     if cache.enabled():
         try:
-            cache.save(c)
-        except (RoofscopeError, OSError) as e:  # a read-only home: the Run goes on
-            if warnings is not None:
+            cache.save(c)  # refuses an implausible set, and remembers when
+        except (RoofscopeError, OSError) as e:  # that, or a read-only home: the Run goes on
+            if warnings is not None and not problems:
                 warnings.append(f"could not cache the CPU ceilings: {e}")
-    return c
+    if not problems:
+        return c
+    why = cache.implausible_text(c, problems)
+    if peak is not None:
+        return theoretical_only(peak, threads, why + " (`roofscope microbench --device cpu` on a quiet machine)")
+    return replace(c, notes=(*c.notes, why + "; used for this run only"))
