@@ -299,7 +299,8 @@ def implausible(c: Ceilings) -> list[str]:
     problems: list[str] = []
     best: dict[str, float] = {}
     for r in c.env.get("results") or ():
-        level = r.get("config", {}).get("level") if isinstance(r, Mapping) and isinstance(r.get("config"), Mapping) else None
+        config = r.get("config") if isinstance(r, Mapping) else None
+        level = config.get("level") if isinstance(config, Mapping) else None
         if level and r.get("kind") == "memory" and positive_number(r.get("value")):
             best[str(level)] = max(best.get(str(level), 0.0), float(r["value"]))
     rates = list(best.items()) or [(name, bw) for name, _, bw in c.levels]

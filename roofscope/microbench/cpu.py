@@ -1,7 +1,7 @@
 """CPU ceilings: matmul FLOP/s per dtype and streaming bandwidth per memory level, measured with torch.
 
-Short on purpose (a few seconds, less with ``quick``): CPU-only runs measure it when the
-cache has no entry, and CI runs it. Reports like the GPU path (roofscope.microbench.gpu):
+Short on purpose (a few seconds, less with ``quick``): CPU-only runs measure it (quick) when the
+cache has no plausible entry (:func:`ceilings_for_run`), and CI runs it. Reports like the GPU path (roofscope.microbench.gpu):
 median/min/max over repetitions and one result dict per benchmark in ``env["results"]``.
 
 **Levels.** A CPU op's operands are often still in cache from the op before (an optimizer's
@@ -11,10 +11,11 @@ cores torch uses, half the LLC, and well beyond the LLC (DRAM). At each, the bes
 of three kernels (copy, in-place scale, triad ``c = a + s*b``) is the level's roof: a kernel's
 roof lets each level serve as much of its working set as it holds (ceilings.Ceilings.level_of).
 
-**Compute roofs** are the CPU's theoretical peak (microbench/cpupeak.py), not the matmul rates:
-on a loaded machine a measured rate is whatever the CPU had to spare, and ops ran above it by up
-to 34×. The measured rates are kept as ``env["achievable"]`` and named in a note beside the roof
-(:func:`with_theoretical`, applied again to every cached CPU set, older ones included).
+**Theoretical roofs.** The compute, L2 and LLC roofs are the CPU's theoretical rates
+(microbench/cpupeak.py), not the measured ones: on a loaded machine a measured rate is whatever
+the CPU had to spare, and ops ran above it by up to 34×. DRAM's stays measured. The measured rates
+are kept as ``env["achievable"]`` / ``env["achievable_levels"]`` and named in notes beside the
+roofs (:func:`with_theoretical`, applied again to every cached CPU set, older ones included).
 
 **Noise.** Each benchmark runs ``repeats`` times; when the median repetition is more than
 :data:`NOISY_SPREAD` (25 %) below the best, other work shared the CPU while it ran: the result is
@@ -224,16 +225,16 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
                                            f" {si(r['median'], r['unit'])})" for r in noisy)
                      + ": other work shared the CPU while measuring; these roofs may be low"
                        " (`roofscope microbench --device cpu` on a quiet machine replaces them)")
-    measured = Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
-                    measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
-                    levels=_monotone(measured),
-                    env={"torch": torch.__version__, "threads": threads, "runtime_s": time.perf_counter() - started,
-                         "method": (f"best of {repeats} (after a warm-up; matmuls for at least"
-                                    f" {_MATMUL_TARGET_S[quick]} s): {n}^3 matmul; copy, in-place scale and"
-                                    f" triad at {', '.join(f'{name} {ws >> 10} KiB' for name, _, ws in levels)}"),
-                         "quick": quick, "noisy": [r["name"] for r in noisy], "results": results,
-                         "achievable_levels": levels_payload(tuple(measured))})
-    return with_theoretical(measured, peak)
+    raw = Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
+                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
+                   levels=_monotone(measured),
+                   env={"torch": torch.__version__, "threads": threads, "runtime_s": time.perf_counter() - started,
+                        "method": (f"best of {repeats} (after a warm-up; matmuls for at least"
+                                   f" {_MATMUL_TARGET_S[quick]} s): {n}^3 matmul; copy, in-place scale and"
+                                   f" triad at {', '.join(f'{name} {ws >> 10} KiB' for name, _, ws in levels)}"),
+                        "quick": quick, "noisy": [r["name"] for r in noisy], "results": results,
+                        "achievable_levels": levels_payload(tuple(measured))})
+    return with_theoretical(raw, peak)
 
 
 def _monotone(levels: Any) -> tuple[tuple[str, float, float], ...]:
@@ -335,4 +336,4 @@ def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | N
     why = cache.implausible_text(c, problems)
     if peak is not None:
         return theoretical_only(peak, threads, why + " (`roofscope microbench --device cpu` on a quiet machine)")
-    return replace(c, notes=(*c.notes, why + "; used for this run only"))
+    return replace(c, notes=(*c.notes, f"{_ROOF_NOTES[1]}measured, for this run only: {why}"))
