@@ -452,6 +452,21 @@ def test_implausible_measurement_is_not_cached_and_yields_a_note(monkeypatch, ca
     assert good != path
 
 
+def test_real_gpu_ceilings_pass_the_physics_check():
+    from roofscope.ceilings import implausible
+
+    # An H100's measured set (2026-11): L2 8.54 TB/s over HBM 3.28 TB/s, matmuls near the datasheet.
+    c = load_ceilings_file(DATA / "h100_lightning_cudagraph_trees" / "ceilings.json")
+    assert [n for n, _, _ in c.levels] == ["L2", "HBM"] and implausible(c) == []
+    # The same set with its L2 read at a tenth of HBM, or its bf16 GEMM at 0.5% of the datasheet's 989.5 TFLOP/s.
+    from dataclasses import replace
+
+    assert implausible(replace(c, levels=(("L2", 50e6, 0.328e12), c.levels[1]))) == [
+        "L2 328 GB/s is slower than HBM 3.28 TB/s"]
+    assert implausible(replace(c, peaks={**c.peaks, "bf16": 4.9e12})) == [
+        "bf16 matmul 4.9 TFLOP/s is below 1% of the peak 990 TFLOP/s"]
+
+
 def test_noisy_plausible_set_is_cached_unless_a_quiet_one_is(monkeypatch):
     from roofscope.errors import RoofscopeError
 
