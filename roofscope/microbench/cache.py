@@ -70,7 +70,7 @@ def save(ceilings: Ceilings) -> Path:
     """Store ``ceilings`` under its key (replacing an older measurement of the same key).
 
     Refused with a RoofscopeError: an implausible set (``ceilings.implausible``: an L2 slower than
-    DRAM, a matmul at 1% of the peak), which would be every later analysis's roof (when and why are
+    DRAM, a matmul below 1% of the peak), which would be every later analysis's roof (when and why are
     remembered: :func:`implausible_attempt`); and a noisy one
     (``env["noisy"]``: repetitions that disagree, see microbench/cpu.py) where a quiet measurement
     of the same key is cached. A plausible noisy set is kept otherwise, with its "noisy:" note,
@@ -112,6 +112,7 @@ def _attempt_path(device: str) -> Path:
 
 
 def implausible_text(c: Ceilings, problems: list[str]) -> str:
+    """The one sentence that says a measurement was implausible, and why (notes, the remembered attempt)."""
     return (f"the measurement of {c.measured_at or 'an unknown date'} was implausible ({'; '.join(problems)}):"
             " other work held the device, not cached")
 
@@ -194,9 +195,11 @@ def lookup(device_name: str, driver: str | None = None, torch_version: str | Non
     skipped: list[str] = []
     found = [e for e in entries(skipped) if _same(e.device, device_name)]
     # Sets cached before the physics check (an L2 copy 200x slower than DRAM) are never a roof.
-    for e in [e for e in found if implausible(e.ceilings)]:
-        skipped.append(f"skipped implausible cached ceilings {e.path} ({'; '.join(implausible(e.ceilings))})")
-        found.remove(e)
+    for e in list(found):
+        problems = implausible(e.ceilings)
+        if problems:
+            skipped.append(f"skipped implausible cached ceilings {e.path} ({'; '.join(problems)})")
+            found.remove(e)
     if not found:
         return None
     wanted = {"driver": driver, "torch": torch_version, "threads": threads}
