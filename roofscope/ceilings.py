@@ -269,6 +269,59 @@ def _opt_float(v: Any) -> float | None:
 
 
 # ----------------------------------------------------------------------------
+# Physics check of measured ceilings
+# ----------------------------------------------------------------------------
+
+# A cache serves what it holds at least as fast as the memory behind it: an inner level measured
+# below this share of an outer one was slowed by other work (a loaded 2-core CPU measured L2 copy
+# at 34 MB/s and DRAM at 7 GB/s). Nearer than that, the inner level is only dropped as a roof: on
+# a cloud VM whose LLC other tenants share, an "LLC" working set streams from DRAM, whose rate
+# varied 4x within a second (4.2 and 17.1 GB/s, 2026-11-25), so a 0.25 ratio is weather, not noise.
+LEVEL_SLACK = 0.2
+# No CPU or GPU that runs PyTorch streams memory slower than this (bytes/s) or multiplies matrices
+# below this share of its theoretical or datasheet peak.
+MIN_BANDWIDTH = 1e9
+MIN_COMPUTE_SHARE = 0.01
+
+
+def implausible(c: Ceilings) -> list[str]:
+    """Why physics rules out the measured ``c`` (empty: plausible): an inner memory level far slower
+    than an outer one (L2 >= LLC >= DRAM must hold), memory slower than :data:`MIN_BANDWIDTH`, a
+    matmul below :data:`MIN_COMPUTE_SHARE` of the theoretical (CPU) or datasheet peak. Such a set
+    was measured while other work held the device and must never be cached.
+
+    Memory levels are each level's best rate among the results (``config["level"]``, innermost
+    first: the CPU benchmarks'; they are read before slower inner levels are dropped as roofs),
+    else ``levels``; the measured compute rates are ``env["achievable"]`` (CPU: the roofs are
+    theoretical, ``env["theoretical"]``), else ``peaks``."""
+    from .units import si
+
+    problems: list[str] = []
+    best: dict[str, float] = {}
+    for r in c.env.get("results") or ():
+        config = r.get("config") if isinstance(r, Mapping) else None
+        level = config.get("level") if isinstance(config, Mapping) else None
+        if level and r.get("kind") == "memory" and positive_number(r.get("value")):
+            best[str(level)] = max(best.get(str(level), 0.0), float(r["value"]))
+    rates = list(best.items()) or [(name, bw) for name, _, bw in c.levels]
+    for i, (inner, bw) in enumerate(rates):
+        outer = [(name, obw) for name, obw in rates[i + 1:] if bw < LEVEL_SLACK * obw]
+        if outer:
+            name, obw = max(outer, key=lambda o: o[1])
+            problems.append(f"{inner} {si(bw, 'B/s')} is slower than {name} {si(obw, 'B/s')}")
+    slowest = min([bw for _, bw in rates] + [float(c.bandwidth)])
+    if slowest < MIN_BANDWIDTH:
+        problems.append(f"memory at {si(slowest, 'B/s')} is below {si(MIN_BANDWIDTH, 'B/s')}")
+    reference = dict(c.env.get("theoretical") or (c.datasheet.peaks if c.datasheet is not None else {}))
+    for key, rate in dict(c.env.get("achievable") or c.peaks).items():
+        ref = reference.get(key)
+        if ref and float(rate) < MIN_COMPUTE_SHARE * float(ref):
+            problems.append(f"{key} matmul {si(float(rate), 'FLOP/s')} is below {MIN_COMPUTE_SHARE:.0%} of the"
+                            f" peak {si(float(ref), 'FLOP/s')}")
+    return problems
+
+
+# ----------------------------------------------------------------------------
 # Ceilings file
 # ----------------------------------------------------------------------------
 

@@ -136,7 +136,8 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
         formats = [formats]
     options = PipelineOptions(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
                               ceilings=ceilings, latency_floor_us=latency_floor_us,
-                              underutilized_below=underutilized_below, report=report, formats=tuple(formats))
+                              underutilized_below=underutilized_below, report=report, formats=tuple(formats),
+                              quiet=quiet)
     config = SessionConfig(out=Path(out) if out is not None else None, force=force, name=name, wait=wait,
                            warmup=warmup, active=steps, nvml_hz=nvml_hz, modules=modules,
                            tokens_per_step=tokens_per_step, model_flops_per_step=model_flops_per_step,

@@ -89,10 +89,14 @@ def _cached(label: str, memory_bytes: int | None) -> Ceilings | None:
         return None
     try:
         if _is_cpu(label):
-            from .microbench.cpu import cpu_name
+            from .microbench.cpu import cpu_name, with_theoretical
+            from .microbench.cpupeak import read_peak
 
             c = cache.lookup(cpu_name(), torch_version=_torch_version())
             if c is not None:
+                # Compute roofs: the theoretical peak of the cores measured with (older sets included).
+                threads = c.env.get("threads")
+                c = with_theoretical(c, read_peak(threads if isinstance(threads, int) else None))
                 c = replace(c, notes=(*c.notes, f"CPU-only trace: the trace does not name its CPU; "
                                                 f"using this machine's ({c.device})"))
             return c

@@ -36,6 +36,7 @@ class PipelineOptions(CeilingOverrides, RooflineThresholds):
     report: bool = True                      # report.html
     formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), each written into the Run
     top: int = Presentation.top              # rows of the console summary and its `console` output
+    quiet: bool = False                      # no progress lines (a CPU's ceilings measured once)
 
     def __post_init__(self) -> None:
         from .reports.registry import check_formats
@@ -125,7 +126,7 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
     if len(trace.kernels) == 0 and device.get("cuda_available"):
         c.warnings.append("this machine has a GPU that the program never used: profiled as a CPU program")
     if len(trace.kernels) == 0 and not overridden:
-        ceilings = _cpu_ceilings(c.warnings)
+        ceilings = _cpu_ceilings(c.warnings, options.quiet)
     try:
         a = analyze(trace, device=options.device, peak_tflops=options.peak_tflops,
                     peak_bandwidth_gbs=options.peak_bandwidth_gbs, ceilings_file=options.ceilings,
@@ -136,26 +137,19 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
     return a, None, ceilings
 
 
-def _cpu_ceilings(warnings: list[str]) -> "Ceilings":
-    """CPU-only: the CPU's datasheet is unknown, so use this machine's cached measurement (same
-    torch and thread count, which set the CPU roofs), else measure it here and cache it."""
+def _cpu_ceilings(warnings: list[str], quiet: bool) -> "Ceilings":
+    """CPU-only: theoretical compute roofs and this machine's cached memory roofs, else measured
+    here once, with progress on stderr (microbench/cpu.ceilings_for_run)."""
     import torch
 
-    from .microbench import cache
-    from .microbench.cpu import cpu_name, measure_cpu
+    from .microbench.cpu import ceilings_for_run
 
-    ceilings = None
-    if cache.enabled():
-        ceilings = cache.lookup(cpu_name(), torch_version=torch.__version__, threads=torch.get_num_threads(),
-                                exact=True)
-    if ceilings is None:
-        ceilings = measure_cpu()
-        if cache.enabled():
-            try:
-                cache.save(ceilings)
-            except (RoofscopeError, OSError) as e:  # a read-only home must not fail the Run
-                warnings.append(f"could not cache the CPU ceilings: {e}")
-    return ceilings
+    def progress(name: str, i: int, total: int) -> None:
+        print(f"roofscope: measuring this CPU's ceilings once (cached for later runs): [{i + 1}/{total}] {name}",
+              file=sys.stderr, flush=True)
+
+    return ceilings_for_run(torch.get_num_threads(), torch.__version__, progress=None if quiet else progress,
+                            warnings=warnings)
 
 
 def _no_gpu_kernels(session: "Session", meta: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,20 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 @pytest.fixture(autouse=True)
 def _any_spread(monkeypatch):
-    """These tests check the measurement's plumbing on a machine other jobs share: a noisy
-    measurement is cached like a quiet one here (the noise check has its own tests)."""
+    """These tests check the measurement's plumbing on a machine other jobs share: a noisy or
+    implausible measurement is cached like a quiet one here (the noise check and the physics
+    check have their own tests, which put the check back with :func:`_physics`)."""
     monkeypatch.setenv("ROOFSCOPE_NOISY_SPREAD", "1")
+    monkeypatch.setattr(cache, "implausible", lambda c: [])
+    monkeypatch.setattr("roofscope.microbench.cpu.implausible", lambda c: [])
+
+
+def _physics(monkeypatch) -> None:
+    from roofscope import ceilings
+    from roofscope.microbench import cpu
+
+    monkeypatch.setattr(cache, "implausible", ceilings.implausible)
+    monkeypatch.setattr(cpu, "implausible", ceilings.implausible)
 
 
 def _entry(device: str, when: str, *, driver: str | None = None, torch_v: str | None = None,
@@ -42,17 +54,23 @@ def _entry(device: str, when: str, *, driver: str | None = None, torch_v: str | 
 
 
 def _check_results(c: Ceilings) -> None:
+    from roofscope.microbench.cpupeak import read_peak
+
     results = c.env["results"]
     keys = [r["key"] for r in results]
     assert keys[:2] == ["fp32", "bf16"] and keys[-3:] == ["bandwidth:DRAM"] * 3
+    peak = read_peak(c.env["threads"])
+    # The 'datasheet' of a CPU benchmark is its theoretical roof (compute, L2, LLC); DRAM has none.
+    theory = {} if peak is None else {**peak.peaks(), **{f"bandwidth:{k}": v for k, v in peak.cache_bandwidth().items()}}
     for r in results:
-        assert r["error"] is None and r["datasheet"] is None and r["seconds"] > 0
+        assert r["error"] is None and r["datasheet"] == theory.get(r["key"]) and r["seconds"] > 0
         assert r["min"] <= r["median"] <= r["max"] == r["value"]
         assert set(r) == {"name", "kind", "key", "value", "unit", "median", "min", "max", "config",
                           "datasheet", "seconds", "error", "spread", "noisy"}
     # The DRAM roof is the best of its three streaming kernels, and the last level.
     assert c.bandwidth == max(r["value"] for r in results[-3:]) == c.levels[-1][2]
-    assert c.peaks["fp32"] == results[0]["value"]
+    assert c.env["achievable"]["fp32"] == results[0]["value"]
+    assert c.peaks["fp32"] == max(results[0]["value"], theory.get("fp32", 0.0))
     # Any CPU that runs the suite multiplies faster than 1 GFLOP/s and copies faster than 1 GB/s.
     assert c.peaks["fp32"] > 1e9 and c.bandwidth > 1e9
     assert 0 < c.env["runtime_s"] < 30 and c.env["threads"] == torch.get_num_threads()
@@ -103,8 +121,12 @@ def test_microbench_cpu_subprocess_json(tmp_path):
     c = load_ceilings_file(out)
     assert printed["bandwidth"] == c.bandwidth and printed["peaks"] == dict(c.peaks)
     _check_results(c)
-    assert f"wrote {out}" in res.stderr and "cached " in res.stderr
-    assert [e.ceilings.bandwidth for e in cache.entries()] == [c.bandwidth]  # env carried the tmp cache
+    assert f"wrote {out}" in res.stderr
+    if "not cached: implausible ceilings" in res.stderr:  # the machine was busy: the physics check holds in the child
+        assert cache.entries() == []
+    else:
+        assert "cached " in res.stderr
+        assert [e.ceilings.bandwidth for e in cache.entries()] == [c.bandwidth]  # env carried the tmp cache
 
 
 def test_no_cache_flag_and_out_exists_refused_before_measuring(tmp_path, capsys, monkeypatch):
@@ -254,3 +276,280 @@ def test_cpu_timings_repeat_until_the_target_time(monkeypatch):
     assert len(cpu._times(fn, 3, target_s=0.095)) == 10  # 9 timings: 0.09 s, short of it
     monkeypatch.setattr(cpu, "_MAX_REPEATS", 4)
     assert len(cpu._times(fn, 3, target_s=100.0)) == 4
+
+
+# -- CPU roofs that hold: the theoretical peak, the physics check, no re-measuring (issues 29, 27) --
+
+XEON = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz
+cpu MHz\t\t: 2900.000
+flags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512dq avx512_vnni
+"""
+EPYC_AVX2 = """model name\t: AMD EPYC 7B13
+cpu MHz\t\t: 2450.000
+flags\t\t: fpu sse sse2 avx fma avx2
+"""
+LAPTOP = """model name\t: Intel(R) Core(TM) i7-8650U CPU @ 1.90GHz
+cpu MHz\t\t: 800.000
+flags\t\t: fpu sse sse2 avx fma avx2
+"""
+SAPPHIRE_RAPIDS = """model name\t: Intel(R) Xeon(R) Platinum 8480+ @ 2.00GHz
+cpu MHz\t\t: 2000.000
+flags\t\t: sse avx fma avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+"""
+GRAVITON = """processor\t: 0
+BogoMIPS\t: 243.75
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer\t: 0x41
+"""
+
+
+def test_theoretical_peak_from_cpuinfo():
+    from roofscope.microbench.cpupeak import theoretical_peak
+
+    # AVX-512, clock from sysfs (3.5 GHz, used as is): 16 lanes x 2 FMA units x 2 = 64 FLOP/cycle;
+    # 4 cores x 3.5e9 x 64 = 896 GFLOP/s fp32, half for fp64; no avx512_bf16: bf16 computes in fp32;
+    # VNNI int8 4x fp32: 3.584 TOP/s. Caches: 4 x 3.5e9 x 128 B = 1.792 TB/s L2, x 64 B = 896 GB/s LLC.
+    p = theoretical_peak(XEON, cores=4, max_freq_khz=3_500_000)
+    assert p.isa == "avx512f" and p.clock_source == "cpuinfo_max_freq"
+    assert p.peaks() == pytest.approx({"fp64": 448e9, "fp32": 896e9, "bf16": 896e9, "fp16": 896e9, "int8": 3584e9})
+    assert p.cache_bandwidth() == pytest.approx({"L2": 1.792e12, "LLC": 896e9})
+    # AVX2 VM, no sysfs clock: the nominal 2.45 GHz x 1.5 boost allowance = 3.675 GHz; 8 lanes x 2 x 2 = 32:
+    # 2 cores x 3.675e9 x 32 = 235.2 GFLOP/s, above the 207 its fp32 matmul reached (docs/microbench.md).
+    p = theoretical_peak(EPYC_AVX2, cores=2)
+    assert p.isa == "avx2" and p.peaks()["fp32"] == pytest.approx(235.2e9) and p.peaks()["fp32"] > 207e9
+    assert p.describe() == ("2 cores × 3.67 GHz (cpu MHz 2450 × 1.5 boost allowance) × 32 fp32 FLOP/cycle"
+                            " (avx2: 8 lanes × 2 FMA units × 2)")
+    # An idle laptop reports 800 MHz: the model name's 1.90 GHz is the larger nominal clock.
+    # 1 core x 1.9e9 x 1.5 x 32 = 91.2 GFLOP/s.
+    p = theoretical_peak(LAPTOP, cores=1)
+    assert p.peaks()["fp32"] == pytest.approx(91.2e9) and p.clock_source.startswith("model name 1.90 GHz")
+    # AMX: 2048 bf16 FLOP per cycle per core (1024 FMA), 4096 int8 ops; avx512_fp16 doubles fp32's 64.
+    # 8 cores x 2.0e9 x 1.5 = 24e9 core-cycles/s: bf16 49.152 T, fp16 3.072 T, int8 98.304 T, fp32 1.536 T.
+    p = theoretical_peak(SAPPHIRE_RAPIDS, cores=8)
+    assert p.peaks() == pytest.approx({"fp64": 768e9, "fp32": 1.536e12, "bf16": 49.152e12, "fp16": 3.072e12,
+                                       "int8": 98.304e12})
+    # ARM (no x86 flags), an x86 text without any clock, no cores: no theoretical peak.
+    assert theoretical_peak(GRAVITON, cores=4) is None
+    assert theoretical_peak("flags\t: sse avx2 fma\n", cores=4) is None
+    assert theoretical_peak(XEON, cores=0) is None
+
+
+def test_read_peak_uses_sysfs_and_caps_cores_by_threads(tmp_path):
+    from roofscope.microbench.cpupeak import read_peak
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text(XEON)
+    freq = tmp_path / "sys/devices/system/cpu/cpu0/cpufreq"
+    freq.mkdir(parents=True)
+    (freq / "cpuinfo_max_freq").write_text("3500000\n")
+    p = read_peak(threads=1, root=str(tmp_path))
+    assert p.cores == 1 and p.peaks()["fp32"] == pytest.approx(3.5e9 * 64)
+    # More threads than usable cores add no FLOPs.
+    assert read_peak(threads=10_000, root=str(tmp_path)).cores == len(os.sched_getaffinity(0))
+    assert read_peak(root=str(tmp_path / "nowhere")) is None
+
+
+def _cpu_set(l2: float, llc: float, dram: float, fp32: float, *, threads: int | None = None,
+             torch_v: str | None = None, noisy: tuple[str, ...] = ()) -> Ceilings:
+    """A CPU measurement as measure_cpu makes it, before the theoretical roofs (copy only, one per level)."""
+    threads = threads or torch.get_num_threads()
+    caps = {"L2": 2 << 20, "LLC": 32 << 20, "DRAM": 0}
+    results = [{"name": "fp32 matmul", "kind": "compute", "key": "fp32", "value": fp32, "unit": "FLOP/s",
+                "config": {"n": 512}}]
+    results += [{"name": f"{lv} copy", "kind": "memory", "key": f"bandwidth:{lv}", "value": bw, "unit": "B/s",
+                 "config": {"level": lv, "capacity": caps[lv]}} for lv, bw in (("L2", l2), ("LLC", llc), ("DRAM", dram))]
+    measured = (("L2", 2.0 * (1 << 20), l2), ("LLC", 32.0 * (1 << 20), llc), ("DRAM", float("inf"), dram))
+    from roofscope.ceilings import levels_payload
+    from roofscope.microbench.cpu import _monotone
+
+    return Ceilings(device=cpu_name(), source="measured", peaks={"fp32": fp32}, bandwidth=dram,
+                    levels=_monotone(measured), measured_at="2026-11-25T12:00:00+00:00",
+                    env={"torch": torch_v or torch.__version__, "threads": threads, "results": results,
+                         "noisy": list(noisy), "achievable_levels": levels_payload(measured)})
+
+
+def test_compute_and_cache_roofs_are_theoretical_with_the_measured_rates_as_achievable():
+    from roofscope.microbench.cpu import with_theoretical
+    from roofscope.microbench.cpupeak import theoretical_peak
+
+    peak = theoretical_peak(EPYC_AVX2, cores=2)  # 235.2 GFLOP/s fp32; 3.675e9 x 2 = 7.35e9 core-cycles/s
+    c = with_theoretical(_cpu_set(l2=150e9, llc=60e9, dram=20e9, fp32=68.9e9), peak)
+    assert c.peaks == pytest.approx(peak.peaks()) and c.env["achievable"] == {"fp32": 68.9e9}
+    # L2 7.35e9 x 128 B = 940.8 GB/s, LLC x 64 B = 470.4 GB/s, DRAM the measured 20 GB/s.
+    assert [(n, bw) for n, _, bw in c.levels] == pytest.approx([("L2", 940.8e9), ("LLC", 470.4e9), ("DRAM", 20e9)])
+    assert c.bandwidth == 20e9
+    compute = next(n for n in c.notes if n.startswith("compute roofs: "))
+    assert compute.endswith("achievable (measured): fp32 68.9 GFLOP/s (29%)")  # 68.9 / 235.2
+    memory = next(n for n in c.notes if n.startswith("memory roofs: "))
+    assert memory == ("memory roofs: L2 941 GB/s, LLC 470 GB/s theoretical (128, 64 B/cycle per core), DRAM"
+                      " measured; achievable (measured): L2 150 GB/s, LLC 60 GB/s, DRAM 20 GB/s")
+    assert with_theoretical(c, peak) == c  # a cached set gets the same roofs and notes again
+    # A measured rate above the theoretical one (a clock higher than assumed) is the roof instead.
+    fast = with_theoretical(_cpu_set(l2=150e9, llc=60e9, dram=20e9, fp32=300e9), peak)
+    assert fast.peaks["fp32"] == 300e9 and any(n.startswith("measured fp32 beat the theoretical") for n in fast.notes)
+    # No theoretical peak (ARM): the measured rates stay the roofs, and the note says so.
+    arm = with_theoretical(_cpu_set(l2=150e9, llc=60e9, dram=20e9, fp32=68.9e9), None)
+    assert arm.peaks == {"fp32": 68.9e9} and any("no theoretical peak for this CPU" in n for n in arm.notes)
+
+
+def test_implausible_measurement_is_not_cached_and_yields_a_note(monkeypatch, capsys):
+    from roofscope.ceilings import implausible
+    from roofscope.errors import RoofscopeError
+    from roofscope.microbench import cpu
+    from roofscope.microbench.cpupeak import theoretical_peak
+
+    _physics(monkeypatch)
+    # The busy 2-core machine of issue 27: L2 copy 34 MB/s, LLC 1.1 GB/s, DRAM 7 GB/s.
+    busy = cpu.with_theoretical(_cpu_set(l2=34e6, llc=1.1e9, dram=7e9, fp32=68.9e9),
+                                theoretical_peak(EPYC_AVX2, cores=2))
+    assert implausible(busy) == ["L2 34 MB/s is slower than DRAM 7 GB/s", "LLC 1.1 GB/s is slower than DRAM 7 GB/s",
+                                 "memory at 34 MB/s is below 1 GB/s"]
+    with pytest.raises(RoofscopeError, match=r"^not cached: implausible ceilings \(L2 34 MB/s is slower"):
+        cache.save(busy)
+    assert cache.entries() == []
+    # A matmul at 1 GFLOP/s is 0.43% of 235.2: below the 1% floor. An "LLC" at 4.2 GB/s beside DRAM at
+    # 17.1 (0.25 of it: a cloud VM's shared LLC, measured 2026-11-25) is weather, not impossible.
+    slow = cpu.with_theoretical(_cpu_set(150e9, 60e9, 20e9, 1e9), theoretical_peak(EPYC_AVX2, cores=2))
+    assert implausible(slow) == ["fp32 matmul 1 GFLOP/s is below 1% of the peak 235 GFLOP/s"]
+    assert implausible(_cpu_set(150e9, 4.2e9, 17.1e9, 68.9e9)) == []
+
+    # The refusal is remembered (when and why), so `roofscope run` does not measure again for an hour.
+    assert cache.implausible_attempt(cpu_name(), 3600).startswith(
+        "the measurement of 2026-11-25T12:00:00+00:00 was implausible (L2 34 MB/s is slower than DRAM 7 GB/s")
+    assert cache.implausible_attempt(cpu_name(), 0) is None
+
+    # `roofscope run`: measured (here: the hour is over), not cached, no warning; this run and the next
+    # hour's get the theoretical roofs alone (2 cores x 3.675 GHz: L2 940.8 GB/s, LLC 470.4 GB/s, also beyond).
+    peak = theoretical_peak(EPYC_AVX2, cores=2)
+    monkeypatch.setattr(cpu, "read_peak", lambda threads: peak)
+    calls = []
+    monkeypatch.setattr(cpu, "measure_cpu", lambda quick, progress: calls.append(quick) or busy)
+    warnings: list[str] = []
+    for retry_after, measured in ((0.0, [True]), (3600.0, [True])):
+        monkeypatch.setattr(cpu, "RETRY_AFTER_S", retry_after)
+        c = cpu.ceilings_for_run(torch.get_num_threads(), torch.__version__, warnings=warnings)
+        assert calls == measured and cache.entries() == [] and warnings == []
+        assert c.peaks == pytest.approx(peak.peaks()) and c.bandwidth == pytest.approx(470.4e9)
+        memory = next(n for n in c.notes if n.startswith("memory roofs: "))
+        assert "theoretical, beyond the LLC too: the measurement of 2026-11-25T12:00:00+00:00 was implausible (L2 34" \
+            " MB/s is slower than DRAM 7 GB/s" in memory
+    assert "measured again from 1 h after it" in memory
+    # `roofscope microbench` says why it did not cache.
+    monkeypatch.setattr("roofscope.microbench.measure", lambda device, quick, progress: busy)
+    assert main(["microbench", "--device", "cpu"]) == 0
+    assert "not cached: implausible ceilings" in capsys.readouterr().err and cache.entries() == []
+    # A set cached by an older roofscope without the check is skipped by lookups, with a note.
+    path = cache.cache_dir() / "old-busy.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from roofscope.ceilings import ceilings_payload
+
+    path.write_text(json.dumps({**ceilings_payload(busy), "cache": cache.key_fields(busy)}))
+    good = cache.save(_cpu_set(150e9, 60e9, 20e9, 68.9e9, threads=99))
+    found = cache.lookup(cpu_name())
+    assert found.bandwidth == 20e9 and any(n.startswith(f"skipped implausible cached ceilings {path}") for n in found.notes)
+    assert good != path
+
+
+def test_real_gpu_ceilings_pass_the_physics_check():
+    from roofscope.ceilings import implausible
+
+    # An H100's measured set (2026-11): L2 8.54 TB/s over HBM 3.28 TB/s, matmuls near the datasheet.
+    c = load_ceilings_file(DATA / "h100_lightning_cudagraph_trees" / "ceilings.json")
+    assert [n for n, _, _ in c.levels] == ["L2", "HBM"] and implausible(c) == []
+    # The same set with its L2 read at a tenth of HBM, or its bf16 GEMM at 0.5% of the datasheet's 989.5 TFLOP/s.
+    from dataclasses import replace
+
+    assert implausible(replace(c, levels=(("L2", 50e6, 0.328e12), c.levels[1]))) == [
+        "L2 328 GB/s is slower than HBM 3.28 TB/s"]
+    assert implausible(replace(c, peaks={**c.peaks, "bf16": 4.9e12})) == [
+        "bf16 matmul 4.9 TFLOP/s is below 1% of the peak 990 TFLOP/s"]
+
+
+def test_noisy_plausible_set_is_cached_unless_a_quiet_one_is(monkeypatch):
+    from roofscope.errors import RoofscopeError
+
+    noisy = _cpu_set(150e9, 60e9, 9e9, 68.9e9, noisy=("DRAM copy",))
+    path = cache.save(noisy)  # nothing better cached: kept, so the next run does not measure again
+    assert cache.lookup(cpu_name()).bandwidth == 9e9
+    quiet = _cpu_set(150e9, 60e9, 20e9, 68.9e9)
+    assert cache.save(quiet) == path  # a quiet measurement replaces a noisy one
+    with pytest.raises(RoofscopeError, match=r"not cached: noisy measurement of DRAM copy .* quiet measurement of"
+                                             r" 2026-11-25T12:00:00\+00:00"):
+        cache.save(noisy)
+    assert cache.lookup(cpu_name()).bandwidth == 20e9
+
+
+def _no_measuring(**kw):
+    raise AssertionError("measured again although a plausible cached set exists")
+
+
+def test_run_reuses_an_older_cache_without_measuring(monkeypatch):
+    from roofscope.microbench import cpu
+    from roofscope.microbench.cpupeak import read_peak
+
+    # Another torch and thread count: still this CPU's plausible roofs, reused with the differences noted.
+    cache.save(_cpu_set(150e9, 60e9, 20e9, 68.9e9, threads=7, torch_v="2.0.0"))
+    monkeypatch.setattr(cpu, "measure_cpu", _no_measuring)
+    threads = torch.get_num_threads()
+    c = cpu.ceilings_for_run(threads, torch.__version__)
+    assert c.bandwidth == 20e9 and "cached threads 7 differs from the current " + str(threads) in c.notes
+    theory = read_peak(threads)
+    if theory is not None:  # an x86 machine: compute roofs are its theoretical peak
+        assert c.peaks == pytest.approx({k: max(v, 68.9e9 if k == "fp32" else 0) for k, v in theory.peaks().items()})
+
+
+RUN_SCRIPT = textwrap.dedent('''
+    import torch
+    model = torch.nn.Linear(32, 32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 32)
+    for _ in range(8):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+''')
+MEASURING = "roofscope: measuring this CPU's ceilings once (cached for later runs): "
+
+
+def test_run_measures_once_with_progress_then_reuses_the_cache(tmp_path, capsys, monkeypatch):
+    from roofscope.microbench import cpu
+
+    script = tmp_path / "train.py"
+    script.write_text(RUN_SCRIPT)
+    calls = []
+
+    def fake(quick, progress):
+        calls.append(quick)
+        for i, name in enumerate(["fp32 matmul", "DRAM copy"]):
+            if progress is not None:
+                progress(name, i, 2)
+        return cpu.with_theoretical(_cpu_set(150e9, 60e9, 20e9, 68.9e9), cpu.read_peak(torch.get_num_threads()))
+
+    monkeypatch.setattr(cpu, "measure_cpu", fake)
+    assert main(["run", "-o", str(tmp_path / "r1"), str(script)]) == 0
+    err = capsys.readouterr().err
+    assert f"{MEASURING}[1/2] fp32 matmul\n{MEASURING}[2/2] DRAM copy\n" in err and calls == [True]
+    assert load_ceilings_file(tmp_path / "r1" / "ceilings.json").bandwidth == 20e9
+    # The second run reuses the cached set: nothing measured, nothing printed about it.
+    assert main(["run", "-o", str(tmp_path / "r2"), str(script)]) == 0
+    assert MEASURING not in capsys.readouterr().err and calls == [True]
+    # -q: no progress lines (a fresh cache, so it measures).
+    monkeypatch.setenv("ROOFSCOPE_CACHE_DIR", str(tmp_path / "cache2"))
+    assert main(["run", "-q", "-o", str(tmp_path / "r3"), str(script)]) == 0
+    assert MEASURING not in capsys.readouterr().err and calls == [True, True]
+
+
+def test_run_subprocess_reuses_the_cache(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(RUN_SCRIPT)
+    # 17.3 GB/s DRAM: a value only the cache can give this Run.
+    cache.save(_cpu_set(150e9, 60e9, 17.3e9, 68.9e9))
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(tmp_path / "r"), str(script)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert MEASURING not in res.stderr
+    c = load_ceilings_file(tmp_path / "r" / "ceilings.json")
+    assert c.bandwidth == 17.3e9 and any(n.startswith("compute roofs: ") for n in c.notes)
+    assert "compute roofs: " in res.stdout  # the summary's ceilings line names the roofs' origin

@@ -313,7 +313,7 @@ def test_levels_round_trip_through_a_ceilings_file(tmp_path):
     assert load_ceilings_file(tmp_path / "c.json").levels == LEVELS
 
 
-def test_noisy_measurement_is_flagged_and_not_cached(monkeypatch):
+def test_noisy_measurement_is_flagged_and_does_not_replace_a_quiet_one(monkeypatch):
     from roofscope.errors import RoofscopeError
     from roofscope.microbench import cache
     from roofscope.microbench.cpu import _result
@@ -326,6 +326,7 @@ def test_noisy_measurement_is_flagged_and_not_cached(monkeypatch):
     assert not quiet["noisy"]
     from dataclasses import replace
 
+    cache.save(_ceilings())
     with pytest.raises(RoofscopeError, match="not cached: noisy measurement of DRAM copy"):
         cache.save(replace(_ceilings(), env={"noisy": ["DRAM copy"]}))
 

@@ -82,7 +82,11 @@ def render_table(c: Any) -> str:
         lines += ["", f"  roofs      {memory_text(c)} (by the working set a kernel touches)"]
     if c.env.get("noisy"):
         lines += ["", "  NOISY: best and median repetitions disagree by more than 25% for "
-                  + ", ".join(c.env["noisy"]) + ": other work shared the device; not cached"]
+                  + ", ".join(c.env["noisy"]) + ": other work shared the device; these roofs may be low"]
+    if c.env.get("theoretical"):  # CPU: the roofs are theoretical (the 'datasheet' column), the benchmarks achievable
+        for kind in ("compute", "memory"):
+            note = next((n for n in c.notes if n.startswith(f"{kind} roofs: ")), "")
+            lines += ["", f"  {kind:<9}  {note.removeprefix(f'{kind} roofs: ')}"]
     runtime = c.env.get("runtime_s")
     lines.append("")
     lines.append(f"  runtime    {runtime:.1f} s" if isinstance(runtime, (int, float)) else "  runtime    -")

@@ -40,7 +40,7 @@ def run(opts: RunOptions) -> int:
     from ..pipeline import PipelineOptions, announce, finish
 
     check_target(opts.target, opts.module)
-    options = PipelineOptions(report=not opts.no_report, formats=tuple(opts.formats), top=opts.top,
+    options = PipelineOptions(report=not opts.no_report, formats=tuple(opts.formats), top=opts.top, quiet=opts.quiet,
                               **values(CeilingOverrides, opts), **values(RooflineThresholds, opts))
     from ..analyzers.formulas.custom import load_all
 

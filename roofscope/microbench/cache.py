@@ -18,12 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..ceilings import Ceilings, ceilings_payload, load_ceilings_file
+from ..ceilings import Ceilings, ceilings_payload, implausible, load_ceilings_file
 from ..errors import RoofscopeError
 from ..fileio import atomic_write
 from .compute import TENSOR_CORE
 
-__all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only"]
+__all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only",
+           "implausible_text", "note_implausible", "implausible_attempt"]
 
 _KEY_FIELDS = ("device", "driver", "torch", "threads")
 
@@ -68,21 +69,74 @@ def _filename(key: str, device: str) -> str:
 def save(ceilings: Ceilings) -> Path:
     """Store ``ceilings`` under its key (replacing an older measurement of the same key).
 
-    A noisy measurement (``env["noisy"]``: repetitions that disagree, see microbench/cpu.py) is
-    refused with a RoofscopeError: cached, it would be every later analysis's roof."""
-    noisy = list((ceilings.env or {}).get("noisy") or [])
-    if noisy:
-        raise RoofscopeError(f"not cached: noisy measurement of {', '.join(noisy)} (other work shared the"
-                             " device); measure again on a quiet machine")
+    Refused with a RoofscopeError: an implausible set (``ceilings.implausible``: an L2 slower than
+    DRAM, a matmul below 1% of the peak), which would be every later analysis's roof (when and why are
+    remembered: :func:`implausible_attempt`); and a noisy one
+    (``env["noisy"]``: repetitions that disagree, see microbench/cpu.py) where a quiet measurement
+    of the same key is cached. A plausible noisy set is kept otherwise, with its "noisy:" note,
+    so that `roofscope run` on a busy machine measures once instead of on every run."""
+    problems = implausible(ceilings)
+    if problems:
+        note_implausible(ceilings.device, implausible_text(ceilings, problems))
+        raise RoofscopeError(f"not cached: implausible ceilings ({'; '.join(problems)}): other work held the"
+                             " device while measuring; measure again on a quiet machine")
     fields = key_fields(ceilings)
     key = cache_key(fields)
+    path = cache_dir() / _filename(key, ceilings.device)
+    noisy = list((ceilings.env or {}).get("noisy") or [])
+    if noisy and path.is_file():
+        try:
+            old: CacheEntry | None = _read(path)
+        except (RoofscopeError, OSError, ValueError, TypeError, KeyError):  # unreadable: replace it
+            old = None
+        if old is not None and not old.ceilings.env.get("noisy"):
+            raise RoofscopeError(f"not cached: noisy measurement of {', '.join(noisy)} (other work shared the"
+                                 f" device); the quiet measurement of {old.measured_at or 'an unknown date'}"
+                                 f" in {path} is kept")
     payload = ceilings_payload(ceilings)
     payload["cache"] = {"key": key, **fields}
     try:
         text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
         raise RoofscopeError(f"cannot cache ceilings for {ceilings.device!r}: {e}") from None
-    return atomic_write(cache_dir() / _filename(key, ceilings.device), text, force=True)
+    written = atomic_write(path, text, force=True)
+    try:
+        _attempt_path(ceilings.device).unlink(missing_ok=True)  # a plausible set ends the wait
+    except OSError:
+        pass
+    return written
+
+
+def _attempt_path(device: str) -> Path:
+    return cache_dir() / "implausible" / _filename(device, device)
+
+
+def implausible_text(c: Ceilings, problems: list[str]) -> str:
+    """The one sentence that says a measurement was implausible, and why (notes, the remembered attempt)."""
+    return (f"the measurement of {c.measured_at or 'an unknown date'} was implausible ({'; '.join(problems)}):"
+            " other work held the device, not cached")
+
+
+def note_implausible(device: str, why: str) -> None:
+    """Remember that a measurement of ``device`` was implausible (no ceilings kept: only when and why),
+    so that `roofscope run` does not measure again on every run of a busy machine."""
+    try:
+        atomic_write(_attempt_path(device), json.dumps({"device": device, "why": why}) + "\n", force=True)
+    except (RoofscopeError, OSError):  # a read-only cache: the next run measures again
+        pass
+
+
+def implausible_attempt(device: str, within_s: float) -> str | None:
+    """Why the last measurement of ``device`` was implausible, if that was less than ``within_s`` ago."""
+    import time
+
+    path = _attempt_path(device)
+    try:
+        if time.time() - path.stat().st_mtime >= within_s:
+            return None
+        return str(json.loads(path.read_text(encoding="utf-8"))["why"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -135,10 +189,17 @@ def lookup(device_name: str, driver: str | None = None, torch_version: str | Non
     Among the entries for that name, the newest one whose driver, torch version and thread
     count equal the given ones (None: not compared) wins; failing that, the newest entry for
     the name, with the mismatches noted (``exact=True`` returns None instead).
+    Implausible entries (``ceilings.implausible``) are skipped, with a note.
     The returned ceilings carry a note saying when and where they were measured.
     """
     skipped: list[str] = []
     found = [e for e in entries(skipped) if _same(e.device, device_name)]
+    # Sets cached before the physics check (an L2 copy 200x slower than DRAM) are never a roof.
+    for e in list(found):
+        problems = implausible(e.ceilings)
+        if problems:
+            skipped.append(f"skipped implausible cached ceilings {e.path} ({'; '.join(problems)})")
+            found.remove(e)
     if not found:
         return None
     wanted = {"driver": driver, "torch": torch_version, "threads": threads}

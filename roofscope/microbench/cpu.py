@@ -1,7 +1,7 @@
 """CPU ceilings: matmul FLOP/s per dtype and streaming bandwidth per memory level, measured with torch.
 
-Short on purpose (a few seconds, less with ``quick``): CPU-only runs measure it when the
-cache has no entry, and CI runs it. Reports like the GPU path (roofscope.microbench.gpu):
+Short on purpose (a few seconds, less with ``quick``): CPU-only runs measure it (quick) when the
+cache has no plausible entry (:func:`ceilings_for_run`), and CI runs it. Reports like the GPU path (roofscope.microbench.gpu):
 median/min/max over repetitions and one result dict per benchmark in ``env["results"]``.
 
 **Levels.** A CPU op's operands are often still in cache from the op before (an optimizer's
@@ -11,22 +11,32 @@ cores torch uses, half the LLC, and well beyond the LLC (DRAM). At each, the bes
 of three kernels (copy, in-place scale, triad ``c = a + s*b``) is the level's roof: a kernel's
 roof lets each level serve as much of its working set as it holds (ceilings.Ceilings.level_of).
 
+**Theoretical roofs.** The compute, L2 and LLC roofs are the CPU's theoretical rates
+(microbench/cpupeak.py), not the measured ones: on a loaded machine a measured rate is whatever
+the CPU had to spare, and ops ran above it by up to 34×. DRAM's stays measured. The measured rates
+are kept as ``env["achievable"]`` / ``env["achievable_levels"]`` and named in notes beside the
+roofs (:func:`with_theoretical`, applied again to every cached CPU set, older ones included).
+
 **Noise.** Each benchmark runs ``repeats`` times; when the median repetition is more than
 :data:`NOISY_SPREAD` (25 %) below the best, other work shared the CPU while it ran: the result is
-marked noisy, named in the ceilings' notes, and not cached (microbench/cache.py), so the next run
-measures again instead of keeping a bad roof for good.
+marked noisy and named in the ceilings' notes. A noisy memory roof is cached only where no quiet
+measurement is (microbench/cache.py); an implausible set (``ceilings.implausible``: an L2 slower
+than DRAM) never is.
 """
 from __future__ import annotations
 
 import platform
 import statistics
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ceilings import Ceilings
-from ..errors import DeviceError
+from ..ceilings import Ceilings, implausible, levels_payload, parse_levels
+from ..errors import DeviceError, RoofscopeError
+from ..units import si
+from .cpupeak import CACHE_BYTES_PER_CYCLE, CpuPeak, read_peak
 
 Progress = Callable[[str, int, int], None]
 
@@ -180,7 +190,9 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
                          "target_s": _MATMUL_TARGET_S[quick],
                          "threads": threads}, 2.0 * n ** 3, run))
     caches = cache_levels(threads)
-    dram_ws = max(copy_mib << 20, 2 * caches[-1][1])
+    # 4 x the LLC: a VM's two vCPUs on two Zen 4 CCDs hold 2 x 32 MiB of L3, and a 64 MiB "DRAM" set
+    # streamed at 85 GB/s there (2026-11-25) where DRAM gave 4-17.
+    dram_ws = max(copy_mib << 20, 4 * caches[-1][1])
     levels = [(name, cap, cap // 2) for name, cap in caches] + [("DRAM", 0, dram_ws)]
     benches += _stream_benches(levels, repeats, threads)
 
@@ -198,26 +210,130 @@ def measure_cpu(n: int | None = None, copy_mib: int | None = None, repeats: int 
     if not peaks or "DRAM" not in best:
         failed = "; ".join(f"{r['name']}: {r['error']}" for r in results if r["error"])
         raise DeviceError(f"CPU microbenchmark failed: {failed}")
-    # Innermost first; a level that measured no faster than the one outside it adds no roof.
     measured = [(name, float(cap), best[name]) for name, cap, _ in levels[:-1] if name in best]
     measured.append(("DRAM", float("inf"), best["DRAM"]))
-    kept: list[tuple[str, float, float]] = []
-    for level in reversed(measured):
-        if not kept or level[2] > kept[0][2]:
-            kept.insert(0, level)
-    noisy = [r for r in results if r["noisy"]]
+    peak = read_peak(threads)
+    theory = {} if peak is None else {**peak.peaks(),
+                                      **{f"bandwidth:{k}": v for k, v in peak.cache_bandwidth().items()}}
+    for r in results:
+        r["datasheet"] = theory.get(r["key"])
+    # Noise moves only the achievable figure of a benchmark whose roof is theoretical.
+    noisy = [r for r in results if r["noisy"] and r["key"] not in theory]
     notes = [f"{r['name']} skipped: {r['error']}" for r in results if r["error"]]
     if noisy:
-        from ..units import si
-
         notes.append("noisy: " + ", ".join(f"{r['name']} (best {si(r['value'], r['unit'])}, median"
                                            f" {si(r['median'], r['unit'])})" for r in noisy)
-                     + ": other work shared the CPU while measuring; these roofs may be off and are not cached")
-    return Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
-                    measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
-                    levels=tuple(kept),
-                    env={"torch": torch.__version__, "threads": threads, "runtime_s": time.perf_counter() - started,
-                         "method": (f"best of {repeats} (after a warm-up; matmuls for at least"
-                                    f" {_MATMUL_TARGET_S[quick]} s): {n}^3 matmul; copy, in-place scale and"
-                                    f" triad at {', '.join(f'{name} {ws >> 10} KiB' for name, _, ws in levels)}"),
-                         "quick": quick, "noisy": [r["name"] for r in noisy], "results": results})
+                     + ": other work shared the CPU while measuring; these roofs may be low"
+                       " (`roofscope microbench --device cpu` on a quiet machine replaces them)")
+    raw = Ceilings(device=cpu_name(), source="measured", peaks=peaks, bandwidth=best["DRAM"],
+                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes),
+                   levels=_monotone(measured),
+                   env={"torch": torch.__version__, "threads": threads, "runtime_s": time.perf_counter() - started,
+                        "method": (f"best of {repeats} (after a warm-up; matmuls for at least"
+                                   f" {_MATMUL_TARGET_S[quick]} s): {n}^3 matmul; copy, in-place scale and"
+                                   f" triad at {', '.join(f'{name} {ws >> 10} KiB' for name, _, ws in levels)}"),
+                        "quick": quick, "noisy": [r["name"] for r in noisy], "results": results,
+                        "achievable_levels": levels_payload(tuple(measured))})
+    return with_theoretical(raw, peak)
+
+
+def _monotone(levels: Any) -> tuple[tuple[str, float, float], ...]:
+    """Innermost first; a level no faster than the one outside it adds no roof."""
+    kept: list[tuple[str, float, float]] = []
+    for level in reversed(list(levels)):
+        if not kept or level[2] > kept[0][2]:
+            kept.insert(0, level)
+    return tuple(kept)
+
+
+_ROOF_NOTES = ("compute roofs: ", "memory roofs: ")
+
+
+def with_theoretical(c: Ceilings, peak: CpuPeak | None) -> Ceilings:
+    """CPU ceilings whose compute, L2 and LLC roofs are ``peak``'s theoretical rates (a measured
+    rate above one is the roof instead: a clock above the one assumed), DRAM's the measured rate.
+    The measured rates are kept as ``env["achievable"]`` and ``env["achievable_levels"]`` and shown
+    in two notes; applying it again (to a cached set) replaces them. Without a peak (not x86, no
+    clock) the measured rates stay the roofs, and a note says so."""
+    achievable = {str(k): float(v) for k, v in dict(c.env.get("achievable") or c.peaks).items()}
+    measured = parse_levels(c.env.get("achievable_levels")) or c.levels
+    notes = [n for n in c.notes if not n.startswith(_ROOF_NOTES)]
+    env = {**c.env, "achievable": achievable, "achievable_levels": levels_payload(measured)}
+    if peak is None:
+        notes.append(f"{_ROOF_NOTES[0]}the measured matmul rates (no theoretical peak for this CPU: not x86, or no"
+                     " clock in /proc/cpuinfo or sysfs); ops beat them where the CPU was busy while measuring")
+        return replace(c, notes=tuple(notes), env=env)
+    theory = peak.peaks()
+    roofs = {k: max(v, achievable.get(k, 0.0)) for k, v in theory.items()}
+    beaten = [k for k, v in theory.items() if achievable.get(k, 0.0) > v]
+    bounds = peak.cache_bandwidth()
+    levels = _monotone((name, cap, max(bw, bounds.get(name, 0.0))) for name, cap, bw in measured)
+    beaten += [name for name, _, bw in measured if bw > bounds.get(name, float("inf"))]
+    notes.append(f"{_ROOF_NOTES[0]}theoretical peak, {peak.describe()}; achievable (measured): "
+                 + (", ".join(f"{k} {si(v, 'FLOP/s')} ({v / roofs[k]:.0%})" for k, v in achievable.items()
+                              if k in roofs) or "not measured"))
+    notes.append(f"{_ROOF_NOTES[1]}" + ", ".join(f"{k} {si(v, 'B/s')}" for k, v in bounds.items())
+                 + f" theoretical ({', '.join(f'{b:g}' for b in CACHE_BYTES_PER_CYCLE.values())} B/cycle per core),"
+                 " DRAM measured; achievable (measured): "
+                 + ", ".join(f"{name} {si(bw, 'B/s')}" for name, _, bw in measured))
+    if beaten:
+        notes.append(f"measured {', '.join(beaten)} beat the theoretical peak (a clock above the one assumed):"
+                     " the roof is the measured rate")
+    return replace(c, peaks=roofs, levels=levels, notes=tuple(notes), env={**env, "theoretical": theory})
+
+
+def theoretical_only(peak: CpuPeak, threads: int, why: str) -> Ceilings:
+    """Ceilings with no measurement: compute, L2 and LLC roofs from ``peak``, and the LLC's rate
+    beyond it (no DRAM figure: an upper bound, so memory-bound ops read low, never above it)."""
+    caches = cache_levels(threads)
+    bounds = peak.cache_bandwidth()
+    levels = tuple((name, float(cap), bounds[name]) for name, cap in caches[:-1]) + (
+        (caches[-1][0], float("inf"), bounds[caches[-1][0]]),)
+    notes = (f"{_ROOF_NOTES[0]}theoretical peak, {peak.describe()}; achievable: not measured",
+             f"{_ROOF_NOTES[1]}" + ", ".join(f"{name} {si(bw, 'B/s')}" for name, _, bw in levels)
+             + f" theoretical, beyond the LLC too: {why}")
+    return Ceilings(device=cpu_name(), source="measured", peaks=peak.peaks(), bandwidth=levels[-1][2],
+                    levels=_monotone(levels), notes=notes,
+                    env={"threads": threads, "theoretical": peak.peaks(), "method": "theoretical only"})
+
+
+# After an implausible measurement, `roofscope run` measures again only this much later (seconds):
+# a busy machine stays busy for a while, and every run re-measuring is what issue 27 reported.
+RETRY_AFTER_S = 3600.0
+
+
+def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | None = None,
+                     warnings: list[str] | None = None) -> Ceilings:
+    """A CPU-only profile's ceilings: this CPU's cached measurement (same torch and thread count,
+    else the newest one, its differences noted), else a quick measurement now, cached when
+    plausible. Either way the compute, L2 and LLC roofs are theoretical (:func:`with_theoretical`).
+
+    Only a CPU that has no plausible cached set is measured: a noisy one is cached too (with its
+    note), so a busy machine measures once, not on every run. An implausible measurement is not
+    cached: that run and the runs of the next :data:`RETRY_AFTER_S` get :func:`theoretical_only`
+    roofs with a note (without a theoretical peak, the measurement itself, for that run)."""
+    from . import cache
+
+    peak = read_peak(threads)
+    if cache.enabled():
+        c = cache.lookup(cpu_name(), torch_version=torch_version, threads=threads)
+        if c is not None:
+            return with_theoretical(c, peak)
+        busy = cache.implausible_attempt(cpu_name(), RETRY_AFTER_S)
+        if busy is not None and peak is not None:
+            return theoretical_only(peak, threads, f"{busy}; measured again from {RETRY_AFTER_S / 3600:g} h after it"
+                                    " (`roofscope microbench --device cpu` on a quiet machine now)")
+    c = measure_cpu(quick=True, progress=progress)
+    problems = implausible(c)
+    if cache.enabled():
+        try:
+            cache.save(c)  # refuses an implausible set, and remembers when
+        except (RoofscopeError, OSError) as e:  # that, or a read-only home: the Run goes on
+            if warnings is not None and not problems:
+                warnings.append(f"could not cache the CPU ceilings: {e}")
+    if not problems:
+        return c
+    why = cache.implausible_text(c, problems)
+    if peak is not None:
+        return theoretical_only(peak, threads, why + " (`roofscope microbench --device cpu` on a quiet machine)")
+    return replace(c, notes=(*c.notes, f"{_ROOF_NOTES[1]}measured, for this run only: {why}"))

@@ -129,9 +129,10 @@ def _ceilings_line(a: "Analysis") -> str:
     # Cached measurements say where they came from: stale ones are otherwise invisible.
     origin = next((n for n in c.notes if n.startswith("using ceilings measured on")
                    or " identified from its properties " in n), None)
-    noisy = [n for n in c.notes if n.startswith("noisy:")]
+    # Noisy roofs and, on a CPU, which roofs are theoretical and the rates measured beside them.
+    shown = [n for n in c.notes if n.startswith(("noisy:", "compute roofs:", "memory roofs:"))]
     return (f"{c.source}: {peaks}; {memory_text(c)}" + (f" ({origin})" if origin else "")
-            + (f"; {'; '.join(noisy)}" if noisy else ""))
+            + (f"; {'; '.join(shown)}" if shown else ""))
 
 
 def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
