@@ -9,6 +9,8 @@ Only one session may be active per process: Kineto has one profiler.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..config import Collection
-from ..errors import OutputExistsError, RoofscopeError
+from ..errors import RoofscopeError
 from .distributed import job_part
 from .frameworks import loaded_frameworks
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
@@ -30,6 +32,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _lock = threading.Lock()
 _active: "Session | None" = None
+
+
+def _after_fork_in_child() -> None:
+    # A child forked by the profiled program inherits the session, but the session is its
+    # parent's: the child must never finish it, write its Run nor remove its files.
+    global _active
+    if _active is not None:
+        _active.foreign = True
+    _active = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _remove_tmp(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # never from a forked child at its exit
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class ProfileComplete(SystemExit):
@@ -148,7 +167,10 @@ class Session:
                     else config.out if config.out is not None else default_out(config.name))
         self.warnings: list[str] = []
         self.steps = StepRule(config.step_on)
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.foreign = False                 # in a child the program forked: the parent's session, hands off
+        self.claim: Any = None               # the output, reserved before the program runs (run/directory.py)
+        self._tmp: Path | None = None
+        self._tmp_cleanup: weakref.finalize | None = None
         self._collector: TorchCollector | None = None
         self._sampler: Any = None
         self._labels: Any = None
@@ -166,24 +188,31 @@ class Session:
 
     def start(self) -> "Session":
         global _active
+        from ..run.directory import claim_output
+
         if self.part is not None:
             self.part.prepare(self.config.force)
-        if self.out.exists() and not self.config.force:
-            raise OutputExistsError(f"{self.out} already exists; pass --force to overwrite it")
         with _lock:
             if _active is not None:
                 raise RoofscopeError("a roofscope profile is already active in this process"
                                      f" (writing {_active.out}); profiles cannot be nested or run concurrently")
             _active = self
         try:
+            # Before the program runs: an unwritable, taken or non-Run output fails now, not after it.
+            self.claim = claim_output(self.out, self.config.force)
             self._start_collectors()
         except BaseException:
             self._stop_collectors()
-            if self._tmp is not None:
-                self._tmp.cleanup()
+            self._release()
             _active = None
             raise
         return self
+
+    def _release(self) -> None:
+        if self._tmp_cleanup is not None:
+            self._tmp_cleanup()
+        if self.claim is not None:
+            self.claim.release()
 
     def _start_collectors(self) -> None:
         import torch
@@ -192,8 +221,10 @@ class Session:
         self._started_at = datetime.now().astimezone().isoformat(timespec="seconds")
         self._t0 = time.perf_counter()
         self.inductor = enable_inductor_metadata()
-        self._tmp = tempfile.TemporaryDirectory(prefix="roofscope-")
-        self._collector = TorchCollector(Path(self._tmp.name) / "trace.json", self.config.schedule,
+        # Not a TemporaryDirectory: its finalizer would also run in a forked child at exit.
+        self._tmp = Path(tempfile.mkdtemp(prefix="roofscope-"))
+        self._tmp_cleanup = weakref.finalize(self, _remove_tmp, str(self._tmp), os.getpid())
+        self._collector = TorchCollector(self._tmp / "trace.json", self.config.schedule,
                                          self.config.duration, self.config.delay,
                                          experimental_config=self.config.experimental_config)
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
@@ -217,7 +248,7 @@ class Session:
             from .graphs import GraphRecorder
 
             collector = self._collector
-            self._graphs = GraphRecorder(Path(self._tmp.name) / "graphs", collector.make_room, collector.give_back_room)
+            self._graphs = GraphRecorder(self._tmp / "graphs", collector.make_room, collector.give_back_room)
             self._graphs.install()
         self._collector.start()
 
@@ -248,6 +279,8 @@ class Session:
 
     def _advance(self) -> None:
         c = self._collector
+        if self.foreign:
+            return
         if c is None or c.done or (self._graphs is not None and self._graphs.capturing):
             return
         c.step()
@@ -281,8 +314,9 @@ class Session:
 
     def stop(self, exit_status: dict[str, Any]) -> Collected:
         """Stop every collector; what they recorded. Call once, whatever ended the program."""
-        if self._finished:
-            raise RoofscopeError("this profile has already finished")
+        if self._finished or self.foreign:
+            raise RoofscopeError("this profile has already finished" if self._finished else
+                                 "this profile belongs to the process that forked this one")
         self._finished = True
         self._stop_collectors()
         wall_s = time.perf_counter() - self._t0
@@ -320,9 +354,7 @@ class Session:
     def close(self) -> None:
         """Drop the recorded files and let another session start; after the Run is written."""
         global _active
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._release()
         with _lock:
             if _active is self:
                 _active = None
