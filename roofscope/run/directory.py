@@ -7,6 +7,7 @@ atomically. Analysis needs nothing but the Run's files: a Run re-analyzes on any
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -168,14 +169,20 @@ class Claim:
     pid: int
     created: bool          # the directory did not exist before: released empty, it is removed
 
+    def held(self) -> bool:
+        """Whether the directory still carries this claim (nothing replaced it while the program ran)."""
+        try:
+            return (self.path / CLAIM_FILE).read_text() == self.token
+        except OSError:
+            return False
+
     def release(self) -> None:
         """Drop the claim marker (the Run, if written, stays). A forked child never drops its parent's."""
         if os.getpid() != self.pid:
             return
-        marker = self.path / CLAIM_FILE
         try:
-            if marker.read_text() == self.token:
-                marker.unlink()
+            if self.held():
+                (self.path / CLAIM_FILE).unlink()
             if self.created:
                 self.path.rmdir()  # only when nothing was written into it
         except OSError:
@@ -245,7 +252,10 @@ def claim_output(out: str | os.PathLike, force: bool) -> Claim:
     token = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                         "since": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:   # a file where one of the path's folders should be
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target.parent)) from None
         try:
             os.mkdir(target)
             created = True
@@ -290,7 +300,7 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
     from ..ceilings import save_ceilings_file
 
     target = Path(out)
-    if claim is None or claim.path != target:
+    if claim is None or claim.path != target or not claim.held():
         check_replaceable(target, force)
     meta = {**meta, "schema_version": SCHEMA_VERSION}
     text = json.dumps(meta, indent=1, default=str)
@@ -313,7 +323,7 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
             (tmp / SUMMARY_FILE).write_text(derived.summary_text(summary))
         (tmp / META_FILE).write_text(text)
         if claim is not None and claim.path == target:
-            (tmp / CLAIM_FILE).write_text(claim.token)
+            (tmp / CLAIM_FILE).write_text(claim.token)   # held until the analysis has added its files
         os.chmod(tmp, 0o755)
         if target.exists():
             # Move the old Run aside first so a failure never leaves neither.
