@@ -99,9 +99,10 @@ class _Signals:
         if first and self._armed:
             raise Interrupted(signum)
 
-    def arm(self) -> None:
-        self._armed = True
-        if self.caught is not None:
+    def arm(self, armed: bool = True) -> None:
+        """From now on the first signal raises (``armed``), or is only noted again."""
+        self._armed = armed
+        if armed and self.caught is not None:
             raise Interrupted(self.caught)
 
     def __exit__(self, *exc: Any) -> None:
@@ -157,6 +158,7 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions, sign
             from .ceilings import save_ceilings_file
 
             save_ceilings_file(ceilings, run.path / CEILINGS_FILE)
+        signals.arm(False)   # the Run is complete: a signal from here on must not escape as Interrupted
     except Interrupted as e:
         return SessionResult(run=run, analysis=None, warnings=c.warnings, interrupted=e.signum)
     return SessionResult(run=run, analysis=analysis, warnings=c.warnings, error=error)

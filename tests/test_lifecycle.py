@@ -45,6 +45,8 @@ TRAIN = textwrap.dedent('''
         if mode == "fork" and i == 2:
             pid = os.fork()
             if pid == 0:
+                import signal
+                signal.alarm(200)   # hang guard: a child stuck in its exit does not outlive the test
                 print("CHILD", os.getpid(), flush=True)
                 sys.exit(5)
             print("CHILD EXIT", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
