@@ -171,11 +171,19 @@ def _write_recorded(session: "Session", meta: dict[str, Any], c: "Collected", fi
         return write_run(session.out, meta=meta, trace=c.trace, files=files, force=session.config.force,
                          claim=session.claim)
     except (OSError, RoofscopeError) as e:
+        why = _why(e)
+    try:
         rescue = Path(tempfile.mkdtemp(prefix=f"roofscope-rescue-{session.config.name}-"))
         run = write_run(rescue, meta=meta, trace=c.trace, files=files, force=True)
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        c.warnings.append(f"could not write the Run to {session.out} ({why}); it was saved to {rescue} instead")
-        return run
+    except (OSError, RoofscopeError) as e:
+        raise RoofscopeError(f"neither {session.out} ({why}) nor a rescue directory ({_why(e)}) took it; the"
+                             f" recorded trace is kept in {session.keep_files()}") from None
+    c.warnings.append(f"could not write the Run to {session.out} ({why}); it was saved to {rescue} instead")
+    return run
+
+
+def _why(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
 
 
 def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, bytes | str]:

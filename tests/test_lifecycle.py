@@ -262,6 +262,48 @@ def test_profile_refuses_unwritable_out_before_the_block_and_never_masks_the_use
     assert out.read_text() == "not yours"
 
 
+def test_nowhere_to_write_keeps_the_recorded_trace(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    import roofscope.pipeline as pipeline
+
+    def full_disk(out, **kwargs):
+        raise OSError(28, "No space left on device", str(out))
+
+    monkeypatch.setattr(pipeline, "write_run", full_disk)
+    with pytest.raises(RoofscopeError, match="neither .*/run \\(No space left on device\\) nor a rescue directory"
+                                             " \\(No space left on device\\) took it; the recorded trace is kept"
+                                             " in ") as e:
+        with roofscope.profile(steps=1, wait=0, warmup=0, out=tmp_path / "run", peak_tflops=1,
+                               peak_bandwidth_gbs=10, quiet=True) as prof:
+            torch.nn.Linear(4, 4)(torch.randn(2, 4))
+            prof.step()
+    kept = Path(str(e.value).rsplit(" ", 1)[1])
+    assert json.loads((kept / "trace.json").read_text())["traceEvents"]
+    shutil.rmtree(kept)
+
+
+def test_counters_asks_at_a_terminal(tmp_path: Path, monkeypatch, capsys) -> None:
+    import io
+
+    from roofscope.collectors import ncu
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    run = _foreign_run(tmp_path, "elsewhere")
+    monkeypatch.setenv(ncu.NCU_ENV, str(tmp_path / "no-ncu"))
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    assert main(["counters", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "roofscope run train.py --lr 1\nRun it under ncu? [y/N]" in err
+    assert err.rstrip().endswith("the recorded command was not run (not confirmed)")
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    assert main(["counters", str(run)]) == 2
+    assert "no-ncu is not an executable" in capsys.readouterr().err
+
+
 # -- 27.4: --force replaces only a Run or an empty folder ------------------------------------------
 
 def test_force_never_deletes_a_folder_that_is_not_a_run(script: Path, tmp_path: Path) -> None:

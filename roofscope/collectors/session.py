@@ -351,6 +351,12 @@ class Session:
         return Collected(trace=c.trace_path, fields=fields, telemetry=self.telemetry,
                          captures=list(g.files) if g is not None else [], warnings=self.warnings)
 
+    def keep_files(self) -> Path | None:
+        """Keep the recorded files past :meth:`close` (no Run could be written anywhere); where they are."""
+        if self._tmp_cleanup is not None:
+            self._tmp_cleanup.detach()
+        return self._tmp
+
     def close(self) -> None:
         """Drop the recorded files and let another session start; after the Run is written."""
         global _active
