@@ -76,12 +76,14 @@ class Interrupted(BaseException):
 
 class _Signals:
     """SIGINT and SIGTERM while a finished program's profile is stopped, written and analyzed. Until
-    :meth:`arm` (the recorded data being written) a signal is only noted, so the data is written
-    whole; after it the first signal raises :class:`Interrupted` into the analysis, which is skipped
-    with the Run's data kept. Outside the main thread (no handlers there) signals act as before."""
+    :meth:`arm` (the recorded data being written) a signal waits, so the data is written whole; once
+    armed, the first signal (or the one that waited) raises :class:`Interrupted` into the analysis,
+    which is skipped with the Run's data kept. A signal that skipped nothing (none armed any more, or
+    a second one) is delivered again, to the handlers before, on leaving. Outside the main thread (no
+    handlers there) signals act as before."""
 
     def __init__(self) -> None:
-        self.caught: int | None = None
+        self.pending: int | None = None
         self._armed = False
         self._old: dict[int, Any] = {}
 
@@ -94,20 +96,23 @@ class _Signals:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        first = self.caught is None
-        self.caught = self.caught or signum
-        if first and self._armed:
+        if self._armed:
+            self._armed = False
             raise Interrupted(signum)
+        self.pending = self.pending or signum
 
     def arm(self, armed: bool = True) -> None:
-        """From now on the first signal raises (``armed``), or is only noted again."""
+        """From now on the first signal raises (``armed``), or waits for the end again."""
         self._armed = armed
-        if armed and self.caught is not None:
-            raise Interrupted(self.caught)
+        if armed and self.pending is not None:
+            signum, self.pending, self._armed = self.pending, None, False
+            raise Interrupted(signum)
 
     def __exit__(self, *exc: Any) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        if self.pending is not None and self._old:
+            signal.raise_signal(self.pending)
 
 
 def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOptions) -> SessionResult:

@@ -149,6 +149,25 @@ def test_signal_during_analysis_keeps_the_recorded_run(script: Path, tmp_path: P
     assert main(["analyze", str(out), *PEAKS, "-q"]) == 0
 
 
+def test_a_signal_that_skips_nothing_is_delivered_again() -> None:
+    from roofscope.pipeline import Interrupted, _Signals
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with _Signals() as s:
+            s.arm()
+            s.arm(False)                          # the Run is complete: a signal waits for the end
+            signal.raise_signal(signal.SIGINT)
+            assert s.pending == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+        with _Signals() as s:
+            s.arm()
+            with pytest.raises(Interrupted):      # the first one skips the analysis...
+                signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)    # ... a second one is Ctrl-C as usual, at the end
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 SIGNAL_IN_WRITE = textwrap.dedent('''
     import os, signal, sys
     import torch

@@ -28,6 +28,7 @@ from .frameworks import loaded_frameworks
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..run.directory import Claim
     from ..telemetry import Telemetry
 
 _lock = threading.Lock()
@@ -168,7 +169,7 @@ class Session:
         self.warnings: list[str] = []
         self.steps = StepRule(config.step_on)
         self.foreign = False                 # in a child the program forked: the parent's session, hands off
-        self.claim: Any = None               # the output, reserved before the program runs (run/directory.py)
+        self.claim: Claim | None = None      # the output, reserved before the program runs (run/directory.py)
         self._tmp: Path | None = None
         self._tmp_cleanup: weakref.finalize | None = None
         self._collector: TorchCollector | None = None
