@@ -124,6 +124,41 @@ def test_forked_child_exiting_through_sys_exit_neither_hangs_nor_writes(script: 
     assert not list((tmp_path / "tmpdir").glob("roofscope-*"))   # the session's temporary files are gone
 
 
+FORK_IN_PROFILE = textwrap.dedent('''
+    import os, sys
+    import torch
+    import roofscope
+
+    model = torch.nn.Linear(8, 8)
+    pid = None
+    with roofscope.profile(steps=2, wait=0, warmup=0, out=sys.argv[1], peak_tflops=1, peak_bandwidth_gbs=10,
+                           quiet=True) as prof:
+        for i in range(4):
+            model(torch.randn(4, 8))
+            prof.step()
+            if i == 0:
+                pid = os.fork()
+                if pid == 0:
+                    break          # the child leaves the block: it must not end the parent's profile
+                print("CHILD EXIT", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    if pid == 0:
+        # Not sys.exit: a forked child's C++ exit hangs in Kineto's destructors, with torch.profiler too.
+        os._exit(7)
+    print("RUN", prof.run_dir, prof.analysis is not None)
+''')
+
+
+def test_forked_child_leaving_a_profile_block_leaves_it_to_the_parent(tmp_path: Path) -> None:
+    script, out = tmp_path / "lib.py", tmp_path / "run"
+    script.write_text(FORK_IN_PROFILE)
+    res = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=180,
+                         env=_env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "CHILD EXIT 7" in res.stdout and f"RUN {out} True" in res.stdout
+    # Two boundaries make the two active steps: the parent's, not cut short by the child.
+    assert json.loads((out / "run.json").read_text())["steps"]["recorded"] == [0, 1]
+
+
 # -- 27.2: a signal after the script ended skips the analysis, never the data ----------------------
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
