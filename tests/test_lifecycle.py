@@ -35,9 +35,10 @@ TRAIN = textwrap.dedent('''
     here = pathlib.Path(__file__).parent
     (here / "ran").write_text("yes")
     mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
-    model = torch.nn.Linear(16, 16)
+    device = os.environ.get("DEVICE", "cpu")
+    model = torch.nn.Linear(16, 16).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(8, 16)
+    x = torch.randn(8, 16, device=device)
     for i in range(8):
         model(x).square().mean().backward()
         opt.step()
@@ -82,11 +83,11 @@ def script(tmp_path: Path) -> Path:
     return p
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def _env(tmp_path: Path, device: str = "cpu") -> dict[str, str]:
     """The subprocess's temporary files under tmp_path, where the test can look for leftovers."""
     tmp = tmp_path / "tmpdir"
     tmp.mkdir(exist_ok=True)
-    return {**os.environ, "TMPDIR": str(tmp)}
+    return {**os.environ, "TMPDIR": str(tmp), "DEVICE": device}
 
 
 def _cli(*args: str, tmp_path: Path, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
@@ -107,10 +108,14 @@ def _hidden(folder: Path) -> list[str]:
 
 # -- 27.1: a forked child leaves the parent's session alone ---------------------------------------
 
-def test_forked_child_exiting_through_sys_exit_neither_hangs_nor_writes(script: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_forked_child_exiting_through_sys_exit_neither_hangs_nor_writes(script: Path, tmp_path: Path,
+                                                                       device: str) -> None:
     out = tmp_path / "run"
     # Before the fix the child deadlocked in its exit (and wrote its own Run first): the timeout guards.
-    res = _cli("run", "-o", str(out), *PEAKS, str(script), "fork", tmp_path=tmp_path, timeout=240)
+    # On CUDA the parent also runs the NVML sampler's thread and CUPTI when it forks.
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, str(script), "fork"],
+                         capture_output=True, text=True, timeout=240, env=_env(tmp_path, device))
     assert res.returncode == 0, res.stderr
     # The child ended with its own code, as under python, and printed nothing of roofscope's.
     assert "CHILD EXIT 5" in res.stdout
@@ -161,14 +166,16 @@ def test_forked_child_leaving_a_profile_block_leaves_it_to_the_parent(tmp_path: 
 
 # -- 27.2: a signal after the script ended skips the analysis, never the data ----------------------
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_during_analysis_keeps_the_recorded_run(script: Path, tmp_path: Path, sig: int, code: int) -> None:
+@pytest.mark.parametrize("sig, code, device", [(signal.SIGINT, 130, "cpu"), (signal.SIGTERM, 143, "cpu"),
+                                               pytest.param(signal.SIGTERM, 143, "cuda", marks=pytest.mark.gpu)])
+def test_signal_during_analysis_keeps_the_recorded_run(script: Path, tmp_path: Path, sig: int, code: int,
+                                                       device: str) -> None:
     out, marker = tmp_path / "run", tmp_path / "analyzing"
     formulas = tmp_path / "slow_formulas.py"
     formulas.write_text(SLOW_FORMULA.format(marker=str(marker)))
     proc = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, "--formulas",
                              str(formulas), str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(tmp_path))
+                            text=True, env=_env(tmp_path, device))
     _wait_for(marker, proc)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=120)
