@@ -99,6 +99,9 @@ class _Signals:
         if self._armed:
             self._armed = False
             raise Interrupted(signum)
+        if self.pending is None:
+            print(f"roofscope: {signal.Signals(signum).name} received: the recorded profile is being written;"
+                  " stopping right after", file=sys.stderr, flush=True)
         self.pending = self.pending or signum
 
     def arm(self, armed: bool = True) -> None:

@@ -241,6 +241,7 @@ def test_sigterm_during_the_write_keeps_a_whole_run(tmp_path: Path) -> None:
     # Before: killed by the signal (-15), no Run, an empty hidden .run.xxxx/ beside it.
     assert res.returncode == 0, res.stderr
     assert f"INTERRUPTED {int(signal.SIGTERM)} ANALYSIS None" in res.stdout
+    assert "roofscope: SIGTERM received: the recorded profile is being written; stopping right after" in res.stderr
     assert "interrupted (SIGTERM) before the analysis ended" in res.stderr
     # One active step: the first prof.step() ends it (and the recording).
     assert json.loads((out / "run.json").read_text())["steps"]["boundaries_seen"] == 1
