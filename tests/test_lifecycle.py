@@ -418,6 +418,30 @@ def test_second_run_into_a_claimed_output_is_refused_before_its_script(script: P
     assert not (out / CLAIM_FILE).exists()
 
 
+def test_default_output_taken_by_a_concurrent_run_moves_to_the_next_name(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    import roofscope.run.directory as directory
+
+    real, taken = directory.claim_output, []
+
+    def first_taken(out, force):       # a run started in the same second claimed the same default name
+        if not taken:
+            taken.append(Path(out))
+            real(out, force)
+            raise directory.OutputBusyError(f"{out} is being written by another roofscope")
+        return real(out, force)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(directory, "claim_output", first_taken)
+    with roofscope.profile(steps=1, wait=0, warmup=0, name="job", peak_tflops=1, peak_bandwidth_gbs=10,
+                           quiet=True) as prof:
+        torch.nn.Linear(4, 4)(torch.randn(2, 4))
+        prof.step()
+    assert prof.run_dir == taken[0].with_name(taken[0].name + "-2")
+    assert (tmp_path / prof.run_dir / "run.json").exists()
+
+
 def test_a_dead_runs_claim_is_taken_over(tmp_path: Path) -> None:
     from roofscope.run.directory import claim_output
 

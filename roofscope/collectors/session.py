@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..config import Collection
-from ..errors import RoofscopeError
+from ..errors import OutputExistsError, RoofscopeError
 from .distributed import job_part
 from .frameworks import loaded_frameworks
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata
@@ -200,7 +200,7 @@ class Session:
             _active = self
         try:
             # Before the program runs: an unwritable, taken or non-Run output fails now, not after it.
-            self.claim = claim_output(self.out, self.config.force)
+            self.claim = self._claim(claim_output)
             self._start_collectors()
         except BaseException:
             self._stop_collectors()
@@ -208,6 +208,17 @@ class Session:
             _active = None
             raise
         return self
+
+    def _claim(self, claim_output: Callable[[Path, bool], "Claim"]) -> "Claim":
+        for _ in range(10):
+            try:
+                return claim_output(self.out, self.config.force)
+            except OutputExistsError:
+                if self.config.out is not None or self.part is not None:
+                    raise
+                # Another run took this default name in the same second: the next free one is ours.
+                self.out = default_out(self.config.name)
+        return claim_output(self.out, self.config.force)
 
     def _release(self) -> None:
         if self._tmp_cleanup is not None:
