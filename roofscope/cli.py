@@ -117,6 +117,9 @@ def run_cmd(**kwargs: object) -> int:
               help="Join this ncu CSV export (long or raw page) instead of running ncu.")
 @click.option("-f", "--force", is_flag=True, help="Replace the Run's existing counters.")
 @click.option("-q", "--quiet", is_flag=True, help="No join summary.")
+@click.option("-y", "--yes", is_flag=True,
+              help="Run the Run's recorded command even when the Run was made on another machine (else shown"
+                   " and asked; refused without a terminal).")
 def counters_cmd(**kwargs: object) -> int:
     """Add hardware counters (Nsight Compute) to RUN: re-run its script under ncu over the same
     steps, join the measured kernels to the trace's, and re-render the Run's summary and report."""

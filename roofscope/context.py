@@ -7,8 +7,10 @@
     print(prof.summary())
     prof.analysis.by_kernel()
 
-The Run is written when the block ends (roofscope/pipeline.py), also when it ends with an
-exception (which then propagates unchanged). Works in notebooks: nothing here touches signals.
+The output directory is claimed when the block starts (an unwritable or taken one fails there,
+before the program runs); the Run is written when the block ends (roofscope/pipeline.py), also
+when it ends with an exception (which then propagates unchanged, never replaced by roofscope's).
+Works in notebooks: signals are only handled while the finished profile is written and analyzed.
 """
 from __future__ import annotations
 
@@ -48,10 +50,12 @@ class Profile:
         self._session.step()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if self._session.foreign:
+            return False  # a child the program forked leaves the block: the profile is its parent's
         status = _status(exc)
         try:
             self.result = finish(self._session, status, self._options)
-        except RoofscopeError as e:
+        except (RoofscopeError, OSError) as e:
             if exc is None:
                 raise
             print(f"roofscope: error: {e}", file=sys.stderr)  # the user's exception matters more

@@ -11,14 +11,18 @@ Collectors import none of this: they only record.
 from __future__ import annotations
 
 import gzip
+import signal
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import CeilingOverrides, Presentation, RooflineThresholds, values
 from .errors import RoofscopeError
-from .run import TELEMETRY_FILE, TRACE_FILE, new_meta, write_run
+from .fileio import atomic_write
+from .run import CEILINGS_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text, update_meta, write_run
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analyzers.analysis import Analysis
@@ -60,18 +64,75 @@ class SessionResult:
     analysis: "Analysis | None"
     warnings: list[str] = field(default_factory=list)
     error: str | None = None           # analysis failed (e.g. unknown GPU); the Run is still written
+    interrupted: int | None = None     # the signal that stopped the analysis; the recorded Run is kept
+
+
+class Interrupted(BaseException):
+    """Raised by :class:`_Signals` into the analysis: a BaseException, so no ``except Exception`` holds it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Signals:
+    """SIGINT and SIGTERM while a finished program's profile is stopped, written and analyzed. Until
+    :meth:`arm` (the recorded data being written) a signal waits, so the data is written whole; once
+    armed, the first signal (or the one that waited) raises :class:`Interrupted` into the analysis,
+    which is skipped with the Run's data kept. A signal that skipped nothing (none armed any more, or
+    a second one) is delivered again, to the handlers before, on leaving. Outside the main thread (no
+    handlers there) signals act as before."""
+
+    def __init__(self) -> None:
+        self.pending: int | None = None
+        self._armed = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old = signal.getsignal(sig)
+                if old not in (signal.SIG_IGN, None):  # ignored (nohup) stays ignored; None: not Python's
+                    self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self._armed:
+            self._armed = False
+            raise Interrupted(signum)
+        if self.pending is None:
+            print(f"roofscope: {signal.Signals(signum).name} received: the recorded profile is being written;"
+                  " stopping right after", file=sys.stderr, flush=True)
+        self.pending = self.pending or signum
+
+    def arm(self, armed: bool = True) -> None:
+        """From now on the first signal raises (``armed``), or waits for the end again."""
+        self._armed = armed
+        if armed and self.pending is not None:
+            signum, self.pending, self._armed = self.pending, None, False
+            raise Interrupted(signum)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        if self.pending is not None and self._old:
+            signal.raise_signal(self.pending)
 
 
 def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOptions) -> SessionResult:
     """Stop ``session``, write its Run, analyze and render it; the session's files are dropped
-    afterwards whatever happens. Call once, whatever ended the program."""
-    try:
-        return _complete(session, session.stop(exit_status), options)
-    finally:
-        session.close()
+    afterwards whatever happens. Call once, whatever ended the program. In a child the program
+    forked, the session is the parent's: nothing is stopped, written or removed."""
+    if session.foreign:
+        return SessionResult(run=None, analysis=None)
+    with _Signals() as signals:
+        try:
+            return _complete(session, session.stop(exit_status), options, signals)
+        finally:
+            session.close()
 
 
-def _complete(session: "Session", c: "Collected", options: PipelineOptions) -> SessionResult:
+def _complete(session: "Session", c: "Collected", options: PipelineOptions, signals: _Signals) -> SessionResult:
     if c.trace is None:
         return SessionResult(run=None, analysis=None, warnings=c.warnings)
     from .run.layout import CAPTURE_FILES
@@ -83,23 +144,55 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions) -> S
         if path.exists():
             files[CAPTURE_FILES.format(i)] = gzip.compress(path.read_bytes(), compresslevel=6)
     meta = new_meta(session.config.command, **c.fields)
-    analysis, error, ceilings = _analyze(session, c, meta, options)
-    summary = None
-    if analysis is not None:
-        # The summary and outputs name the trace the Run keeps, not the temporary one deleted after.
-        analysis.trace.path = str(Path(session.out) / TRACE_FILE)
-        summary = analysis.summary()
-        # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
-        # datasheet ones come back from the trace's device name.
-        if analysis.ceilings.source not in ("datasheet", "none"):
-            ceilings = analysis.ceilings
-        meta["steps"]["recorded"] = summary["steps"]
-        files.update(render_outputs(analysis, options))
-    run = write_run(session.out, meta=meta, trace=c.trace, ceilings=ceilings, summary=summary, files=files,
-                    force=session.config.force)
-    if analysis is not None:
-        analysis.trace.path = str(run.trace_path)
+    # What was recorded is written first: a signal or a failed analysis never loses the profile.
+    run = _write_recorded(session, meta, c, files)
+    analysis = None
+    try:
+        signals.arm()
+        analysis, error, ceilings = _analyze(session, c, meta, options)
+        if analysis is not None:
+            # The summary and outputs name the trace the Run keeps, not the temporary one deleted after.
+            analysis.trace.path = str(run.trace_path)
+            summary = analysis.summary()
+            # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
+            # datasheet ones come back from the trace's device name.
+            if analysis.ceilings.source not in ("datasheet", "none"):
+                ceilings = analysis.ceilings
+            outputs = render_outputs(analysis, options)
+            for name, content in outputs.items():
+                atomic_write(run.path / name, content, force=True)
+            atomic_write(run.path / SUMMARY_FILE, summary_text(summary), force=True)
+            run = update_meta(run, steps={**meta["steps"], "recorded": summary["steps"]})
+        if ceilings is not None:
+            from .ceilings import save_ceilings_file
+
+            save_ceilings_file(ceilings, run.path / CEILINGS_FILE)
+        signals.arm(False)   # the Run is complete: a signal from here on must not escape as Interrupted
+    except Interrupted as e:
+        return SessionResult(run=run, analysis=None, warnings=c.warnings, interrupted=e.signum)
     return SessionResult(run=run, analysis=analysis, warnings=c.warnings, error=error)
+
+
+def _write_recorded(session: "Session", meta: dict[str, Any], c: "Collected", files: dict[str, bytes | str]) -> "Run":
+    """The Run's recorded data (trace, run.json, telemetry, captures) into the claimed output; when that
+    fails (a full disk, permissions changed while the program ran), into a rescue directory instead."""
+    try:
+        return write_run(session.out, meta=meta, trace=c.trace, files=files, force=session.config.force,
+                         claim=session.claim)
+    except (OSError, RoofscopeError) as e:
+        why = _why(e)
+    try:
+        rescue = Path(tempfile.mkdtemp(prefix=f"roofscope-rescue-{session.config.name}-"))
+        run = write_run(rescue, meta=meta, trace=c.trace, files=files, force=True)
+    except (OSError, RoofscopeError) as e:
+        raise RoofscopeError(f"neither {session.out} ({why}) nor a rescue directory ({_why(e)}) took it; the"
+                             f" recorded trace is kept in {session.keep_files()}") from None
+    c.warnings.append(f"could not write the Run to {session.out} ({why}); it was saved to {rescue} instead")
+    return run
+
+
+def _why(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
 
 
 def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, bytes | str]:
@@ -177,6 +270,11 @@ def announce(session: "Session", result: SessionResult, *, exit_code: int, merge
     which is returned."""
     from .reports.console import render_session
 
+    if result.interrupted and result.run is not None:
+        name = signal.Signals(result.interrupted).name
+        print(f"roofscope: interrupted ({name}) before the analysis ended: the recorded profile is kept in"
+              f" {result.run.path}; analyze it later with `roofscope analyze {result.run.path}`", file=sys.stderr)
+        exit_code = exit_code or 128 + result.interrupted   # an interrupted rank 0 does not wait to merge
     if session.part is None:
         text, problem = render_session(result, top=top, quiet=quiet)
         if paths_when_quiet or not quiet:

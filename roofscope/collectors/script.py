@@ -16,7 +16,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import RoofscopeError
 
@@ -83,6 +83,23 @@ def _exit_code(e: SystemExit) -> int:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
+
+
+def exit_forked_child(code: int) -> NoReturn:
+    """End a child the script forked (os.fork) as Python would end it, after its own threads and atexit
+    handlers, with its output flushed, but without the C++ static destructors: the profiler's (Kineto's
+    config loader) wait forever on a thread that exists only in the parent."""
+    import atexit
+    import threading
+
+    getattr(threading, "_shutdown", lambda: None)()   # what the interpreter's exit waits for first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def run_target(target: str, args: list[str], module: bool = False) -> Outcome:

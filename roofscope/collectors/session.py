@@ -9,6 +9,8 @@ Only one session may be active per process: Kineto has one profiler.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -27,10 +29,28 @@ from .steptimes import StepTimer
 from .torchprof import Schedule, TorchCollector, enable_inductor_metadata, quiet_cupti_after_profile
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..run.directory import Claim
     from ..telemetry import Telemetry
 
 _lock = threading.Lock()
 _active: "Session | None" = None
+
+
+def _after_fork_in_child() -> None:
+    # A child forked by the profiled program inherits the session, but the session is its
+    # parent's: the child must never finish it, write its Run nor remove its files.
+    global _active
+    if _active is not None:
+        _active.foreign = True
+    _active = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _remove_tmp(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # never from a forked child at its exit
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # The collector's phase while a step ran -> the step's phase in run.json's step_times.
@@ -192,7 +212,10 @@ class Session:
                     else config.out if config.out is not None else default_out(config.name))
         self.warnings: list[str] = []
         self.steps = StepRule(config.step_on)
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.foreign = False                 # in a child the program forked: the parent's session, hands off
+        self.claim: Claim | None = None      # the output, reserved before the program runs (run/directory.py)
+        self._tmp: Path | None = None
+        self._tmp_cleanup: weakref.finalize | None = None
         self._collector: TorchCollector | None = None
         self._sampler: Any = None
         self._labels: Any = None
@@ -215,24 +238,42 @@ class Session:
 
     def start(self) -> "Session":
         global _active
+        from ..run.directory import claim_output
+
         if self.part is not None:
             self.part.prepare(self.config.force)
-        if self.out.exists() and not self.config.force:
-            raise OutputExistsError(f"{self.out} already exists; pass --force to overwrite it")
         with _lock:
             if _active is not None:
                 raise RoofscopeError("a roofscope profile is already active in this process"
                                      f" (writing {_active.out}); profiles cannot be nested or run concurrently")
             _active = self
         try:
+            # Before the program runs: an unwritable, taken or non-Run output fails now, not after it.
+            self.claim = self._claim(claim_output)
             self._start_collectors()
         except BaseException:
             self._stop_collectors()
-            if self._tmp is not None:
-                self._tmp.cleanup()
+            self._release()
             _active = None
             raise
         return self
+
+    def _claim(self, claim_output: Callable[[Path, bool], "Claim"]) -> "Claim":
+        for _ in range(10):
+            try:
+                return claim_output(self.out, self.config.force)
+            except OutputExistsError:
+                if self.config.out is not None or self.part is not None:
+                    raise
+                # Another run took this default name in the same second: the next free one is ours.
+                self.out = default_out(self.config.name)
+        return claim_output(self.out, self.config.force)
+
+    def _release(self) -> None:
+        if self._tmp_cleanup is not None:
+            self._tmp_cleanup()
+        if self.claim is not None:
+            self.claim.release()
 
     def _start_collectors(self) -> None:
         import torch
@@ -241,10 +282,12 @@ class Session:
         self._started_at = datetime.now().astimezone().isoformat(timespec="seconds")
         self._t0 = time.perf_counter()
         self.inductor = enable_inductor_metadata()
-        self._tmp = tempfile.TemporaryDirectory(prefix="roofscope-")
+        # Not a TemporaryDirectory: its finalizer would also run in a forked child at exit.
+        self._tmp = Path(tempfile.mkdtemp(prefix="roofscope-"))
+        self._tmp_cleanup = weakref.finalize(self, _remove_tmp, str(self._tmp), os.getpid())
         quiet_cupti_after_profile()
         self.timer = StepTimer(cuda=torch.cuda.is_available())
-        self._collector = TorchCollector(Path(self._tmp.name) / "trace.json", self.config.schedule,
+        self._collector = TorchCollector(self._tmp / "trace.json", self.config.schedule,
                                          self.config.duration, self.config.delay,
                                          experimental_config=self.config.experimental_config, ready=self._settled)
         self._collector.settle_words = self._settle.words(self.config)
@@ -277,7 +320,7 @@ class Session:
             from .graphs import GraphRecorder
 
             collector = self._collector
-            self._graphs = GraphRecorder(Path(self._tmp.name) / "graphs", collector.make_room, collector.give_back_room)
+            self._graphs = GraphRecorder(self._tmp / "graphs", collector.make_room, collector.give_back_room)
             self._graphs.install()
 
     # -- steps -------------------------------------------------------------------------------
@@ -307,6 +350,8 @@ class Session:
 
     def _advance(self) -> None:
         c = self._collector
+        if self.foreign:
+            return
         if c is None or self._finished or (self._graphs is not None and self._graphs.capturing):
             return
         hooks = self._step_hooks
@@ -388,8 +433,9 @@ class Session:
 
     def stop(self, exit_status: dict[str, Any]) -> Collected:
         """Stop every collector; what they recorded. Call once, whatever ended the program."""
-        if self._finished:
-            raise RoofscopeError("this profile has already finished")
+        if self._finished or self.foreign:
+            raise RoofscopeError("this profile has already finished" if self._finished else
+                                 "this profile belongs to the process that forked this one")
         self._finished = True
         self._stop_collectors()
         wall_s = time.perf_counter() - self._t0
@@ -438,12 +484,16 @@ class Session:
         return Collected(trace=c.trace_path, fields=fields, telemetry=self.telemetry,
                          captures=list(g.files) if g is not None else [], warnings=self.warnings)
 
+    def keep_files(self) -> Path | None:
+        """Keep the recorded files past :meth:`close` (no Run could be written anywhere); where they are."""
+        if self._tmp_cleanup is not None:
+            self._tmp_cleanup.detach()
+        return self._tmp
+
     def close(self) -> None:
         """Drop the recorded files and let another session start; after the Run is written."""
         global _active
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._release()
         with _lock:
             if _active is self:
                 _active = None

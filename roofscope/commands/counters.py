@@ -7,6 +7,8 @@ re-renders its summary.json and report.html.
 """
 from __future__ import annotations
 
+import shlex
+import socket
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -32,6 +34,7 @@ class CountersOptions:
     quiet: bool = False
     kernel_name: str | None = None    # ncu --kernel-name regex:REGEX; with --from-csv, the CSV's filter
     nvtx: str | None = None           # ncu --nvtx --nvtx-include RANGE/
+    yes: bool = False
 
 
 def recorded_target(meta: dict[str, Any]) -> "Target":
@@ -70,14 +73,36 @@ def run(opts: CountersOptions) -> int:
     if opts.from_csv and (opts.sample is not None or opts.skip):
         raise RoofscopeError("--sample and --skip apply to ncu's own pass, not to --from-csv")
     return counters_pass(opts.run, sample=opts.sample, skip=opts.skip, from_csv=opts.from_csv, force=opts.force,
-                         quiet=opts.quiet, kernel_name=opts.kernel_name, nvtx=opts.nvtx)
+                         quiet=opts.quiet, kernel_name=opts.kernel_name, nvtx=opts.nvtx, yes=opts.yes)
+
+
+def confirm_recorded_command(meta: dict[str, Any], yes: bool) -> None:
+    """The counters pass executes the command run.json records: a Run made on another machine (or one that
+    does not say where) may carry any command, so it is shown and run only with ``yes`` or the user's
+    answer at a terminal."""
+    env = meta.get("environment")
+    host = env.get("hostname") if isinstance(env, dict) else None
+    if yes or host == socket.gethostname():
+        return
+    command = meta.get("command")
+    shown = " ".join(shlex.quote(str(c)) for c in command) if isinstance(command, list) else repr(command)
+    what = (f"this Run was recorded {f'on {host}' if host else 'on an unknown machine'}, not on this one"
+            f" ({socket.gethostname()}); the counters pass would run its recorded command in"
+            f" {meta.get('cwd') or '.'}: {shown}")
+    if not sys.stdin or not sys.stdin.isatty():
+        raise RoofscopeError(f"{what}; check it and pass --yes to run it")
+    import click
+
+    if not click.confirm(f"{what}\nRun it under ncu?", default=False, err=True):
+        raise RoofscopeError("the recorded command was not run (not confirmed)")
 
 
 def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int = 0, from_csv: str | None = None,
                   force: bool = False, quiet: bool = False, kernel_name: str | None = None,
-                  nvtx: str | None = None) -> int:
+                  nvtx: str | None = None, yes: bool = False) -> int:
     """Collect (or read) counters, join, store, re-render; 0 on success. ``kernel_name`` / ``nvtx``
-    filter the kernels (ncu's --kernel-name / --nvtx-include, and the join alike)."""
+    filter the kernels (ncu's --kernel-name / --nvtx-include, and the join alike); ``yes``: run the
+    recorded command of a Run made on another machine without asking."""
     from ..counters import kernel_filter
 
     kernel_filter(kernel_name)  # a bad regex fails before the (long) pass
@@ -98,6 +123,7 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int =
         meta.update(source=str(Path(from_csv).resolve()), command=None)
         return _store(r, table, meta, warnings, None, force, quiet)
     target = recorded_target(r.meta)
+    confirm_recorded_command(r.meta, yes)
     with tempfile.TemporaryDirectory(prefix="roofscope-ncu-") as tmp:
         res = collect(target, cwd=r.meta.get("cwd") or ".", workdir=Path(tmp), sample=sample, skip=skip,
                       kernel_name=kernel_name, nvtx=nvtx)
@@ -198,7 +224,8 @@ def after_run(r: "Run | None", script_code: int, sample: int | None, quiet: bool
               f" (run `roofscope counters {r.path}` once it succeeds)", file=sys.stderr)
         return 0
     try:
-        return counters_pass(r.path, sample=sample, skip=skip, quiet=quiet, kernel_name=kernel_name, nvtx=nvtx)
+        return counters_pass(r.path, sample=sample, skip=skip, quiet=quiet, kernel_name=kernel_name, nvtx=nvtx,
+                             yes=True)  # the Run just made here
     except RoofscopeError as e:
         print(f"roofscope: error: counters pass: {e} (the Run {r.path} was written without counters)",
               file=sys.stderr)

@@ -35,7 +35,7 @@ def _name(opts: RunOptions) -> str:
 
 
 def run(opts: RunOptions) -> int:
-    from ..collectors.script import check_target, run_target
+    from ..collectors.script import check_target, exit_forked_child, run_target
     from ..collectors.session import Session, SessionConfig
     from ..pipeline import PipelineOptions, announce, finish
 
@@ -60,6 +60,8 @@ def run(opts: RunOptions) -> int:
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()
+    if session.foreign:
+        exit_forked_child(outcome.code)  # a child the script forked: the Run is its parent's
     try:
         result = finish(session, outcome.as_dict(), options)
     except (RoofscopeError, OSError) as e:
@@ -75,6 +77,8 @@ def run(opts: RunOptions) -> int:
                                   **filters)
         if counters_code:
             return counters_code
+    if result.interrupted:
+        return outcome.code or 128 + result.interrupted
     if outcome.code != 0:
         print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
         return outcome.code

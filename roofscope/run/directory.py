@@ -7,6 +7,7 @@ atomically. Analysis needs nothing but the Run's files: a Run re-analyzes on any
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -36,6 +37,14 @@ SCHEMA_VERSION = RUN_SCHEMA_VERSION
 
 class RunError(RoofscopeError):
     """A directory that is not a readable Run."""
+
+
+class OutputBusyError(OutputExistsError):
+    """Another live roofscope process has claimed the output directory."""
+
+
+# Marks a Run directory as being written, from before the script starts until its Run is complete.
+CLAIM_FILE = ".roofscope-claim"
 
 
 @dataclass(frozen=True)
@@ -148,19 +157,151 @@ def new_meta(command: list[str], **fields: Any) -> dict[str, Any]:
     return meta
 
 
+# -- claiming an output directory before the profile starts ----------------------------------------
+
+@dataclass(frozen=True)
+class Claim:
+    """An output directory reserved by this process (its ``CLAIM_FILE`` holds ``token``): a second
+    roofscope refuses it before running its script, and a write failure shows before the script runs."""
+
+    path: Path
+    token: str
+    pid: int
+    created: bool          # the directory did not exist before: released empty, it is removed
+
+    def held(self) -> bool:
+        """Whether the directory still carries this claim (nothing replaced it while the program ran)."""
+        try:
+            return (self.path / CLAIM_FILE).read_text() == self.token
+        except OSError:
+            return False
+
+    def release(self) -> None:
+        """Drop the claim marker (the Run, if written, stays). A forked child never drops its parent's."""
+        if os.getpid() != self.pid:
+            return
+        try:
+            if self.held():
+                (self.path / CLAIM_FILE).unlink()
+            if self.created:
+                self.path.rmdir()  # only when nothing was written into it
+        except OSError:
+            pass
+
+
+def _holder(path: Path) -> dict[str, Any] | None:
+    """Who claims ``path`` (pid, host), or None when no claim or an unreadable one."""
+    try:
+        holder = json.loads((path / CLAIM_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return True  # another machine's process (a shared filesystem) cannot be checked: assume it runs
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_our_run(path: Path) -> bool:
+    """A directory holding a run.json that roofscope wrote (not any file of that name)."""
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "schema_version" in meta and isinstance(meta.get("environment"), dict)
+
+
+def check_replaceable(target: Path, force: bool) -> None:
+    """Refuse an existing ``target`` unless ``force`` and it is a Run or an empty directory: ``--force``
+    must never delete a folder of the user's own files."""
+    if os.path.realpath(target) in _cwd_and_parents():
+        raise OutputExistsError(f"{target} is the current directory or one above it; choose a new directory for"
+                                " the Run, e.g. -o runs/NAME")
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise OutputExistsError(f"{target} exists and is not a directory; choose another output directory")
+    entries = [e for e in os.listdir(target) if e != CLAIM_FILE]
+    if not force:
+        raise OutputExistsError(f"{target} already exists; pass --force to overwrite it")
+    if entries and not _is_our_run(target):
+        raise OutputExistsError(f"{target} is not a roofscope Run (no {META_FILE} of ours) and not empty: --force"
+                                " replaces only a Run or an empty directory; choose another output directory")
+
+
+def _cwd_and_parents() -> set[str]:
+    cwd = Path(os.path.realpath(os.getcwd()))
+    return {str(cwd), *map(str, cwd.parents)}
+
+
+def claim_output(out: str | os.PathLike, force: bool) -> Claim:
+    """Reserve ``out`` for this process's Run before the script runs: created with a claim marker
+    (``os.mkdir`` and ``O_EXCL`` are atomic, so of two runs into one directory one wins), or, when it
+    exists, replaceable under ``force`` (see :func:`check_replaceable`). A claim whose process is gone
+    is taken over; a live one is refused. Unwritable places fail here, before any work, in one line."""
+    target = Path(out)
+    token = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                        "since": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    try:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:   # a file where one of the path's folders should be
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target.parent)) from None
+        try:
+            os.mkdir(target)
+            created = True
+        except FileExistsError:
+            created = False
+            holder = _holder(target)
+            if holder is not None:
+                if _alive(holder):
+                    raise OutputBusyError(f"{target} is being written by another roofscope (pid {holder.get('pid')}"
+                                          f" on {holder.get('host')}); choose another output directory") from None
+                # A dead run's claim: taken over, and with it an empty directory that run left.
+                (target / CLAIM_FILE).unlink(missing_ok=True)
+                force = force or not os.listdir(target)
+            check_replaceable(target, force)
+            if not os.access(target.parent, os.W_OK | os.X_OK):
+                # The Run replaces the directory through a sibling: its parent must be writable too.
+                raise PermissionError(13, "Permission denied", str(target.parent))
+        try:
+            fd = os.open(target / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise OutputBusyError(f"{target} is being claimed by another roofscope at this moment;"
+                                  " choose another output directory") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+    except OSError as e:
+        raise RoofscopeError(f"cannot write the Run to {target}: {e.strerror or e}"
+                             f"{f' ({e.filename})' if e.filename and str(e.filename) != str(target) else ''};"
+                             " choose a writable output directory (-o)") from None
+    return Claim(path=target, token=token, pid=os.getpid(), created=created)
+
+
 def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.PathLike | bytes,
               ceilings: "Ceilings | None" = None, summary: dict[str, Any] | None = None,
-              files: dict[str, bytes | str] | None = None, force: bool = False) -> Run:
+              files: dict[str, bytes | str] | None = None, force: bool = False, claim: Claim | None = None) -> Run:
     """Write a Run to ``out`` atomically. ``trace`` is a file (gzipped here if it is not) or bytes;
     ``files`` maps further plain file names (telemetry, report) to their contents; ``summary``
-    is stored stamped with the analysis version that computed it."""
+    is stored stamped with the analysis version that computed it. ``claim`` (``out``'s, from
+    :func:`claim_output`) lets the Run replace the claimed directory and keeps the claim marker in
+    the new one until released; without it only ``force`` replaces, and only a Run or an empty directory."""
     import gzip
 
     from ..ceilings import save_ceilings_file
 
     target = Path(out)
-    if target.exists() and not force:
-        raise OutputExistsError(f"{target} already exists; pass --force to overwrite it")
+    if claim is None or claim.path != target or not claim.held():
+        check_replaceable(target, force)
     meta = {**meta, "schema_version": SCHEMA_VERSION}
     text = json.dumps(meta, indent=1, default=str)
     info = read_versioned(json.loads(text), RunMeta, key="schema_version", current=SCHEMA_VERSION, what="Run",
@@ -181,6 +322,8 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
         if summary is not None:
             (tmp / SUMMARY_FILE).write_text(derived.summary_text(summary))
         (tmp / META_FILE).write_text(text)
+        if claim is not None and claim.path == target:
+            (tmp / CLAIM_FILE).write_text(claim.token)   # held until the analysis has added its files
         os.chmod(tmp, 0o755)
         if target.exists():
             # Move the old Run aside first so a failure never leaves neither.

@@ -100,9 +100,15 @@ def load_formulas(source: str) -> None:
             importlib.import_module(source)
     except RoofscopeError:
         raise
-    except Exception as e:  # the user's module failed: one line, not a traceback
-        raise RoofscopeError(f"--formulas {source}: {type(e).__name__}: {e}") from None
+    except (Exception, SystemExit) as e:  # the user's module failed or exited: one line, never a silent exit
+        raise RoofscopeError(f"--formulas {source}: {_failure(e)}") from None
     _loaded.add(source)
+
+
+def _failure(e: BaseException) -> str:
+    if isinstance(e, SystemExit):
+        return f"called sys.exit({e.code!r}) while being imported"
+    return f"{type(e).__name__}: {e}"
 
 
 def load_entry_points() -> None:
@@ -114,8 +120,8 @@ def load_entry_points() -> None:
             continue
         try:
             ep.load()
-        except Exception as e:
-            raise RoofscopeError(f"formula entry point {ep.name} ({ep.value}): {type(e).__name__}: {e}") from None
+        except (Exception, SystemExit) as e:
+            raise RoofscopeError(f"formula entry point {ep.name} ({ep.value}): {_failure(e)}") from None
         _loaded.add(ep.value)
 
 
