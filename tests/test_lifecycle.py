@@ -27,6 +27,7 @@ from roofscope.run import new_meta, write_run
 from roofscope.run.directory import CLAIM_FILE
 
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
+RUN = [*PEAKS, "--settle", "0"]  # these tests count the schedule's steps exactly
 
 # 8 optimizer steps: wait 1 + warmup 2 + active 3 records steps 3, 4, 5. argv[1] picks a mode.
 TRAIN = textwrap.dedent('''
@@ -114,7 +115,7 @@ def test_forked_child_exiting_through_sys_exit_neither_hangs_nor_writes(script: 
     out = tmp_path / "run"
     # Before the fix the child deadlocked in its exit (and wrote its own Run first): the timeout guards.
     # On CUDA the parent also runs the NVML sampler's thread and CUPTI when it forks.
-    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, str(script), "fork"],
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *RUN, str(script), "fork"],
                          capture_output=True, text=True, timeout=240, env=_env(tmp_path, device))
     assert res.returncode == 0, res.stderr
     # The child ended with its own code, as under python, and printed nothing of roofscope's.
@@ -136,7 +137,7 @@ FORK_IN_PROFILE = textwrap.dedent('''
 
     model = torch.nn.Linear(8, 8)
     pid = None
-    with roofscope.profile(steps=2, wait=0, warmup=0, out=sys.argv[1], peak_tflops=1, peak_bandwidth_gbs=10,
+    with roofscope.profile(steps=2, settle=0, wait=0, warmup=0, out=sys.argv[1], peak_tflops=1, peak_bandwidth_gbs=10,
                            quiet=True) as prof:
         for i in range(4):
             model(torch.randn(4, 8))
@@ -173,7 +174,7 @@ def test_signal_during_analysis_keeps_the_recorded_run(script: Path, tmp_path: P
     out, marker = tmp_path / "run", tmp_path / "analyzing"
     formulas = tmp_path / "slow_formulas.py"
     formulas.write_text(SLOW_FORMULA.format(marker=str(marker)))
-    proc = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, "--formulas",
+    proc = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *RUN, "--formulas",
                              str(formulas), str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=_env(tmp_path, device))
     _wait_for(marker, proc)
@@ -183,7 +184,8 @@ def test_signal_during_analysis_keeps_the_recorded_run(script: Path, tmp_path: P
     assert f"analyze it later with `roofscope analyze {out}`" in stderr and "Traceback" not in stderr
     # The recorded data is kept whole; what the analysis would have added is not there.
     meta = json.loads((out / "run.json").read_text())
-    assert meta["exit_status"]["reason"] == "ok" and meta["steps"]["boundaries_seen"] == 6
+    # all 8 optimizer steps are boundaries (the ones after the profile timed only)
+    assert meta["exit_status"]["reason"] == "ok" and meta["steps"]["boundaries_seen"] == 8
     assert (out / "trace.json.gz").stat().st_size > 0 and not (out / "summary.json").exists()
     assert _hidden(out) == [] and _hidden(tmp_path) == []
     assert not list((tmp_path / "tmpdir").glob("roofscope-*"))   # no trace left behind in $TMPDIR
@@ -224,7 +226,7 @@ SIGNAL_IN_WRITE = textwrap.dedent('''
 
     pipeline.write_run = write_run
     model = torch.nn.Linear(8, 8)
-    with roofscope.profile(steps=1, wait=0, warmup=0, out=sys.argv[1], peak_tflops=1, peak_bandwidth_gbs=10,
+    with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=sys.argv[1], peak_tflops=1, peak_bandwidth_gbs=10,
                            quiet=True) as prof:
         for _ in range(3):
             model(torch.randn(4, 8))
@@ -243,8 +245,8 @@ def test_sigterm_during_the_write_keeps_a_whole_run(tmp_path: Path) -> None:
     assert f"INTERRUPTED {int(signal.SIGTERM)} ANALYSIS None" in res.stdout
     assert "roofscope: SIGTERM received: the recorded profile is being written; stopping right after" in res.stderr
     assert "interrupted (SIGTERM) before the analysis ended" in res.stderr
-    # One active step: the first prof.step() ends it (and the recording).
-    assert json.loads((out / "run.json").read_text())["steps"]["boundaries_seen"] == 1
+    # One active step: the first prof.step() ends it (and the recording); the other two are timed only.
+    assert json.loads((out / "run.json").read_text())["steps"]["boundaries_seen"] == 3
     assert (out / "trace.json.gz").exists() and _hidden(tmp_path) == [] and _hidden(out) == []
 
 
@@ -253,7 +255,7 @@ def test_sigterm_during_the_write_keeps_a_whole_run(tmp_path: Path) -> None:
 def test_unwritable_output_fails_before_the_script_runs(script: Path, tmp_path: Path, capsys) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    assert main(["run", "-o", str(blocker / "run"), *PEAKS, str(script)]) == 2
+    assert main(["run", "-o", str(blocker / "run"), *RUN, str(script)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"roofscope: error: cannot write the Run to {blocker / 'run'}: Not a directory")
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "ran").exists()
@@ -269,14 +271,14 @@ def test_read_only_output_fails_before_the_script_runs(script: Path, tmp_path: P
         ro.mkdir()
         ro.chmod(0o555)
         target = ro / "run"
-    res = _cli("run", "-o", str(target), *PEAKS, str(script), tmp_path=tmp_path)
+    res = _cli("run", "-o", str(target), *RUN, str(script), tmp_path=tmp_path)
     assert res.returncode == 2, res.stderr
     assert f"roofscope: error: cannot write the Run to {target}" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "ran").exists()
 
 
 def test_dot_with_force_is_one_line_not_a_traceback(script: Path, tmp_path: Path) -> None:
-    res = _cli("run", "-o", ".", "--force", *PEAKS, str(script), tmp_path=tmp_path, cwd=tmp_path)
+    res = _cli("run", "-o", ".", "--force", *RUN, str(script), tmp_path=tmp_path, cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip() == ("roofscope: error: . is the current directory or one above it; choose a new"
                                   " directory for the Run, e.g. -o runs/NAME")
@@ -285,7 +287,7 @@ def test_dot_with_force_is_one_line_not_a_traceback(script: Path, tmp_path: Path
 
 def test_output_taken_while_the_script_ran_is_rescued(script: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    res = _cli("run", "-o", str(out), *PEAKS, str(script), "steal", str(out), tmp_path=tmp_path)
+    res = _cli("run", "-o", str(out), *RUN, str(script), "steal", str(out), tmp_path=tmp_path)
     assert res.returncode == 0, res.stderr            # the script's code, not roofscope's 2
     assert out.read_text() == "not yours"             # what took the path is left alone
     rescued = list((tmp_path / "tmpdir").glob("roofscope-rescue-train-*"))
@@ -305,14 +307,14 @@ def test_profile_refuses_unwritable_out_before_the_block_and_never_masks_the_use
     blocker.write_text("x")
     ran = []
     with pytest.raises(RoofscopeError, match="cannot write the Run to .*: Not a directory"):
-        with roofscope.profile(steps=1, wait=0, warmup=0, out=blocker / "run", peak_tflops=1,
+        with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=blocker / "run", peak_tflops=1,
                                peak_bandwidth_gbs=10, quiet=True):
             ran.append(True)
     assert ran == []
     # The output taken inside the block: the user's ValueError comes out, the Run goes to a rescue folder.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     out = tmp_path / "run"
-    prof = roofscope.profile(steps=1, wait=0, warmup=0, out=out, peak_tflops=1, peak_bandwidth_gbs=10, quiet=True)
+    prof = roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=out, peak_tflops=1, peak_bandwidth_gbs=10, quiet=True)
     with pytest.raises(ValueError, match="the user's own"):
         with prof:
             torch.nn.Linear(4, 4)(torch.randn(2, 4))
@@ -336,7 +338,7 @@ def test_nowhere_to_write_keeps_the_recorded_trace(tmp_path: Path, monkeypatch) 
     with pytest.raises(RoofscopeError, match="neither .*/run \\(No space left on device\\) nor a rescue directory"
                                              " \\(No space left on device\\) took it; the recorded trace is kept"
                                              " in ") as e:
-        with roofscope.profile(steps=1, wait=0, warmup=0, out=tmp_path / "run", peak_tflops=1,
+        with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=tmp_path / "run", peak_tflops=1,
                                peak_bandwidth_gbs=10, quiet=True) as prof:
             torch.nn.Linear(4, 4)(torch.randn(2, 4))
             prof.step()
@@ -373,7 +375,7 @@ def test_force_never_deletes_a_folder_that_is_not_a_run(script: Path, tmp_path: 
     project.mkdir()
     (project / "notes.txt").write_text("mine")
     (project / "run.json").write_text('{"not": "ours"}')   # a file of that name is not a Run
-    res = _cli("run", "-o", str(project), "--force", *PEAKS, str(script), tmp_path=tmp_path)
+    res = _cli("run", "-o", str(project), "--force", *RUN, str(script), tmp_path=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().endswith("--force replaces only a Run or an empty directory; choose another output"
                                        " directory")
@@ -399,13 +401,13 @@ def test_force_replaces_a_run_and_an_empty_folder(tmp_path: Path, capsys) -> Non
 
 def test_second_run_into_a_claimed_output_is_refused_before_its_script(script: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, str(script), "hold"],
+    first = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *RUN, str(script), "hold"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
     try:
         _wait_for(tmp_path / "holding", first)
         (tmp_path / "ran").unlink()
         for extra in ([], ["--force"]):
-            res = _cli("run", "-o", str(out), *extra, *PEAKS, str(script), tmp_path=tmp_path)
+            res = _cli("run", "-o", str(out), *extra, *RUN, str(script), tmp_path=tmp_path)
             assert res.returncode == 2
             assert res.stderr.strip() == (f"roofscope: error: {out} is being written by another roofscope (pid"
                                           f" {first.pid} on {os.uname().nodename}); choose another output directory")
@@ -434,7 +436,7 @@ def test_default_output_taken_by_a_concurrent_run_moves_to_the_next_name(tmp_pat
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(directory, "claim_output", first_taken)
-    with roofscope.profile(steps=1, wait=0, warmup=0, name="job", peak_tflops=1, peak_bandwidth_gbs=10,
+    with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, name="job", peak_tflops=1, peak_bandwidth_gbs=10,
                            quiet=True) as prof:
         torch.nn.Linear(4, 4)(torch.randn(2, 4))
         prof.step()
@@ -495,7 +497,7 @@ def test_counters_with_yes_goes_on_to_ncu(tmp_path: Path, monkeypatch, capsys) -
 def test_formulas_file_calling_sys_exit_is_a_one_line_error(script: Path, tmp_path: Path) -> None:
     bad = tmp_path / "exits.py"
     bad.write_text("import sys\nsys.exit(7)\n")
-    res = _cli("run", "-o", str(tmp_path / "run"), *PEAKS, "--formulas", str(bad), str(script), tmp_path=tmp_path)
+    res = _cli("run", "-o", str(tmp_path / "run"), *RUN, "--formulas", str(bad), str(script), tmp_path=tmp_path)
     assert res.returncode == 2   # was 7, silently
     assert res.stderr.strip() == f"roofscope: error: --formulas {bad}: called sys.exit(7) while being imported"
     assert not (tmp_path / "ran").exists()

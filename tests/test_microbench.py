@@ -216,7 +216,7 @@ def test_cpu_session_uses_cached_measurement_else_measures_and_caches(tmp_path):
     x = torch.randn(64, 64)
 
     def profile(out: Path):
-        with roofscope.profile(steps=1, wait=0, warmup=0, out=out, quiet=True, nvml_hz=0) as prof:
+        with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=out, quiet=True, nvml_hz=0) as prof:
             for _ in range(2):
                 x @ x
                 prof.step()

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 EAGER = DATA / "h100_eager_block.json.gz"
 PEAKS = ["--peak-tflops", "0.1", "--peak-bandwidth", "10"]
+RUN = [*PEAKS, "--settle", "0"]  # these tests count the schedule's steps exactly
 
 NO_KV = textwrap.dedent('''
     import torch
@@ -110,7 +111,7 @@ def test_kv_cacheless_loop_says_why_no_inference_section(tmp_path, capsys) -> No
     script = tmp_path / "nokv.py"
     script.write_text(NO_KV)
     out = tmp_path / "run"
-    assert main(["run", "-o", str(out), *PEAKS, str(script)]) == 0
+    assert main(["run", "-o", str(out), *RUN, str(script)]) == 0
     printed = capsys.readouterr().out
     # wait 1, warm-up 2, then steps 3-5: forwards of 8 + 3 = 11 to 13 tokens per sequence.
     note = ("no inference section: no decode step recognized: every forward took 11 to 13 tokens per sequence,"

@@ -138,11 +138,15 @@ class ProgramTime:
         return max(0.0, self.unprofiled_step_s - min(self.busy_s, self.unprofiled_step_s) - self.residual(rule))
 
     def apply(self, f: "Finding") -> None:
-        """Scale a host-side finding's saving to the program's time, and bound it (saying so)."""
+        """Scale a host-side finding's saving to the program's time, and bound it (saying so). A fix
+        of the host's time leaves the kernels: it saves at most the step less their busy time. A
+        fix of kernels shortens the busy time itself: it saves at most that time."""
         if f.binding in HOST_TERMS:
             f.figures["profiled_saving_s"] = f.saving_s
             f.saving_s *= self.scale
-        bound = self.bound(f.rule)
+            bound = self.bound(f.rule)
+        else:
+            bound = min(self.busy_s, self.unprofiled_step_s)
         if f.saving_s > bound:
             f.figures["unbounded_saving_s"] = f.saving_s
             f.saving_s = bound
@@ -153,5 +157,6 @@ class ProgramTime:
                 "busy_s": self.busy_s, "host_scale": self.scale,
                 "bound_s": max(0.0, self.unprofiled_step_s - min(self.busy_s, self.unprofiled_step_s)),
                 "note": "host-side terms (host, sync, idle_other) were measured on the profiled step and scaled to"
-                        " the program's own step time; kernel time is kept; no saving exceeds the unprofiled step"
-                        " less the kernels' busy time and what the fix leaves (a CUDA graph's replay launch)"}
+                        " the program's own step time; kernel time is kept; no host-side saving exceeds the"
+                        " unprofiled step less the kernels' busy time and what the fix leaves (a CUDA graph's"
+                        " replay launch); no kernel saving exceeds the kernels' busy time"}

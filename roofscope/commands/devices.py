@@ -22,8 +22,10 @@ def run() -> int:
         rows = [[e.device, e.measured_at or "-", e.driver or "-", e.torch or "-",
                  si(e.ceilings.bandwidth, "B/s"), si(e.ceilings.peaks.get("bf16"), "FLOP/s"), str(e.path)]
                 for e in found]
+        # Not fitted to the terminal: a file path cut in the middle could not be copied.
         out += ["", *("  " + ln for ln in table(
-            ["device", "measured", "driver", "torch", "bandwidth", "bf16", "file"], rows, "<<<<>><"))]
+            ["device", "measured", "driver", "torch", "bandwidth", "bf16", "file"], rows, "<<<<>><",
+            width=sys.maxsize))]
     else:
         out.append("  none yet: `roofscope microbench --device cuda` (or cpu) measures this machine")
     out += [f"  {s}" for s in skipped]

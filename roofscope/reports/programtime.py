@@ -45,5 +45,5 @@ def savings_note(program_time: dict[str, Any] | None) -> list[str]:
         return []
     return [f"  In the program's own time: host-side terms scaled x{program_time['host_scale']:.2f} from the"
             f" profiled step ({_ms(program_time['profiled_step_s'])} ms) to the unprofiled one"
-            f" ({_ms(program_time['unprofiled_step_s'])} ms); no saving exceeds"
+            f" ({_ms(program_time['unprofiled_step_s'])} ms); no host-side saving exceeds"
             f" {_ms(program_time['bound_s'])} ms (the step less {_ms(program_time['busy_s'])} ms of kernels)"]

@@ -220,7 +220,7 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
     changes = fixes.group(findings, own_terms, step)
     if pt is not None:
         for c in changes:   # a change's combined saving is bounded like its findings'
-            c["saving_s"] = min(c["saving_s"], max(pt.bound(r) for r in c["rules"]))
+            c["saving_s"] = min(c["saving_s"], step)
             c["saving_pct"] = c["saving_s"] / step if step > 0 else 0.0
     return Diagnosis(findings, own_terms, step, skipped, changes, frameworks, skip,
                      program_time=pt.to_dict() if pt is not None else None)
