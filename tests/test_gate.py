@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofscope.cli import main
 from roofscope.errors import RoofscopeError
 from roofscope.gate import check, load_baseline
 from roofscope.gate.evaluate import check_regression, warnings_for
@@ -280,6 +281,63 @@ def test_bad_baseline_files(tmp_path, content, fragment):
     assert e.value.exit_code == 2
     with pytest.raises(GateInputError, match="no such baseline file"):
         load_baseline(tmp_path / "missing.json")
+
+
+def _corrupt(doc: dict, path: str, value) -> dict:
+    """``doc`` with the value at dotted ``path`` (list indices as numbers) replaced."""
+    d = json.loads(json.dumps(doc))
+    *parents, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+    node = d
+    for k in parents:
+        node = node[k]
+    node[last] = value
+    return d
+
+
+@pytest.mark.parametrize("path, value, where", [
+    ("environment", "x", "Expected `object`, got `str` - at `$.environment`"),
+    ("metrics", [1], "Expected `object`, got `array` - at `$.metrics`"),
+    ("kernels.rows.0.time_s", "1.0", "Expected `float`, got `str` - at `$.kernels.rows[0].time_s`"),
+    ("metrics.step_time.samples", "fast", "Expected `array`, got `str` - at `$.metrics[...].samples`"),
+    ("metrics.step_time.samples.1", {}, "Expected `float | null`, got `object` - at `$.metrics[...].samples[1]`"),
+    ("ceilings", 7, "Expected `object`, got `int` - at `$.ceilings`"),
+    ("summary_metrics", {"throttled_fraction": "most"},
+     "Expected `float | null`, got `str` - at `$.summary_metrics.throttled_fraction`"),
+])
+def test_corrupt_baseline_is_a_one_line_input_error(tmp_path, capsys, path, value, where):
+    # Before: AttributeError/TypeError tracebacks and exit 1, which the gate defines as "regression".
+    good = json.loads(BASE.to_json())
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(_corrupt(good, path, value)))
+    with pytest.raises(GateInputError, match="malformed baseline") as e:
+        load_baseline(p)
+    assert where in str(e.value) and e.value.exit_code == 2
+    capsys.readouterr()
+    assert main(["gate", "unused-run.json", "--baseline", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"roofscope: error: {p}: malformed baseline") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("samples", [[], [None, None, None]])
+def test_baseline_without_samples_is_refused_not_passed(tmp_path, samples):
+    # Before: "PASS: 0 checks passed, 2 skipped", exit 0.
+    doc = json.loads(BASE.to_json())
+    for entry in doc["metrics"].values():
+        entry["samples"], entry["median"] = samples, None
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(GateInputError, match="the baseline holds no samples") as e:
+        check(snap([10.0, 10.1, 10.2]), p)
+    assert e.value.exit_code == 2
+
+
+def test_every_check_skipped_is_nothing_checked():
+    # The baseline has MFU only, the run has none: one check, skipped. Nothing checked is no pass.
+    base = snap([10.0, 10.1, 10.2], mfu=[0.4, 0.41, 0.39])
+    del base.samples["step_time"]
+    with pytest.raises(RoofscopeError, match=r"nothing was checked \(mfu: not measured in the run\)") as e:
+        check(snap([10.0, 10.1, 10.2]), base)
+    assert e.value.exit_code == 2
 
 
 def failing_result():

@@ -251,11 +251,14 @@ def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
         r = run.environment.get(key)
         if b and r and b != r:
             out.append(f"different {key} versions: baseline {b}, run {r}")
-    for key, what in (("peak_flops", "MFU/HFU"), ("bandwidth", "MBU")):
-        b, r = base.ceilings.get(key), run.ceilings.get(key)
-        if b and r and not math.isclose(b, r, rel_tol=1e-6):
-            out.append(f"the run's ceilings differ from the baseline's ({key}: baseline {b:.4g}, run {r:.4g}):"
-                       f" {what} compared on the baseline's; kernel classes are each run's own")
+    moved = [(key, what, b, r) for key, what in (("peak_flops", "MFU/HFU"), ("bandwidth", "MBU"))
+             for b, r in [(base.ceilings.get(key), run.ceilings.get(key))]
+             if b and r and not math.isclose(b, r, rel_tol=1e-6)]
+    if moved:
+        out.append("the run's ceilings differ from the baseline's ("
+                   + ", ".join(f"{key}: baseline {b:.4g}, run {r:.4g}" for key, _, b, r in moved)
+                   + f"): {'/'.join(w for _, w, _, _ in moved)} compared on the baseline's;"
+                   " kernel classes are each run's own")
     return out
 
 

@@ -1,5 +1,5 @@
 """The baseline file's structure, typed: a hand-edited or corrupt baseline is refused in one
-line naming the first bad field (``$.metrics.mfu.samples[2]``) before any of it is used.
+line naming the first bad field (``$.kernels.rows[3].time_s``) before any of it is used.
 Unknown keys are kept out (a newer minor writer may add some); missing optional keys default."""
 from __future__ import annotations
 
@@ -59,6 +59,18 @@ class BaselineDoc(_Doc, kw_only=True):
     kernels: KernelTable
 
 
+class SummaryRead(_Doc, kw_only=True):
+    """The headline figures the gate reads (the rest of ``summary_metrics`` is kept as written)."""
+
+    mfu_source: str | None = None
+    throttled_fraction: float | None = None
+
+
+class _SummaryCheck(_Doc, kw_only=True):
+    summary_metrics: SummaryRead = msgspec.field(default_factory=SummaryRead)
+
+
 def validate(doc: Any) -> BaselineDoc:
     """``doc`` as a :class:`BaselineDoc`; ``msgspec.ValidationError`` names the first bad field."""
+    msgspec.convert(doc, _SummaryCheck)
     return msgspec.convert(doc, BaselineDoc)
