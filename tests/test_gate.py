@@ -409,3 +409,20 @@ def test_check_regression_orients_higher_is_better():
     base, run = snap([10.0] * 3, mfu=[0.40, 0.41, 0.39]), snap([10.0] * 3, mfu=[0.44, 0.45, 0.43])
     c = check_regression(metric("mfu"), parse_limit("mfu", "5%"), run, base)
     assert c.status == "pass" and c.p_value == pytest.approx(1.0) and c.change == pytest.approx(0.1)
+
+
+def test_undecided_in_every_output():
+    # 2 vs 2 steps: undecided, exit 3, and no output reads it as a pass (nor as a regression).
+    r = check(snap([12.0, 12.1]), snap([10.0, 10.1]))
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["passed"] is False and d["exit_code"] == 3 and d["counts"]["undecided"] == 1
+    assert d["verdict"].startswith("UNDECIDED: 1 of 1 checks cannot be decided")
+    suite = ET.fromstring(junit_xml(r)).find("testsuite")
+    assert (suite.get("failures"), suite.get("errors")) == ("0", "1")
+    error = suite.find("testcase").find("error")
+    assert error.get("type") == "undecided" and "cannot show a regression" in error.get("message")
+    assert markdown(r).startswith("### roofscope gate :grey_question: UNDECIDED:")
+    assert "| step_time | 10.050 ms | 12.050 ms | +19.9% | 5% | 0.167 | **UNDECIDED** |" in markdown(r)
+    lines = annotations(r)
+    assert len(lines) == 1 and lines[0].startswith("::error title=roofscope gate%3A step_time undecided::step time")
+    assert "kernels whose time per step grew" not in r.report()

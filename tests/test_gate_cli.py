@@ -254,9 +254,11 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     assert r.exit_code == 0, r.report()
     c = {x.name: x for x in r.checks}
     assert c["hfu"].change == pytest.approx(0.0, abs=1e-12) and c["mbu"].change == pytest.approx(0.0, abs=1e-12)
-    # The slowed run still fails on the other ceilings, step time and HFU both.
+    # The slowed run still fails on the other ceilings; its HFU fell with the steps (less: the extra
+    # multiplications are FLOPs too), compared on the baseline's ceilings, not raised 3.5x by QUIET's.
     slow = check(Snapshot.from_analysis(roofscope.analyze(runs["slow"], ceilings=QUIET)), path, max_regression=LIMITS)
-    assert {x.name for x in slow.failures} >= {"step_time", "hfu"}
+    c = {x.name: x for x in slow.checks}
+    assert c["step_time"].status == "fail" and c["hfu"].change < -0.5
 
 
 @pytest.mark.skipif(not HTA.exists(), reason="external HTA trace not present")
