@@ -123,6 +123,20 @@ def test_a_clear_shift_of_58_percent_fails_and_an_unclear_one_is_undecided():
     assert c.status == "undecided" and c.p_value > 0.05 and c.worse_by > 0.5
 
 
+def test_a_pass_says_when_the_steps_could_not_have_caught_the_limit():
+    # Unchanged (the same five steps), but they scatter 9-14 ms: a run 5% slower (every step + 0.525 ms)
+    # would interleave with these (ranks 2, 5, 6, 8, 10 of ten: p = 69/252 = 0.27), so this pass
+    # cannot mean "no 5% regression", and the note says so and how many steps would.
+    base = snap([9.0, 10.0, 12.0, 14.0, 10.5])
+    c = by_name(check(snap([9.0, 10.0, 12.0, 14.0, 10.5]), base))["step_time"]
+    assert c.status == "pass" and c.change == 0.0
+    need = steps_to_decide(base.samples["step_time"] + 0.525 * MS, base.samples["step_time"])
+    assert c.note == ("within the limit, but these steps could not have caught a regression of 5% (p=0.27 for one)"
+                      f"; about {need} steps a side (--active {need}) would")
+    # Steady steps (10.0-10.2 ms, BASE): a 5% shift separates them, p = 1/252: no note.
+    assert by_name(check(BASE, BASE))["step_time"].note == ""
+
+
 def test_improvement_passes():
     run = snap([8.0, 8.1, 8.2, 7.9, 8.05], mfu=[0.50, 0.49, 0.48, 0.51, 0.495])
     r = check(run, BASE)

@@ -134,7 +134,21 @@ def check_regression(m: Metric, limit: Limit, run: Snapshot, base: Snapshot, alp
                                                        " the machine"))
     else:
         c.status = PASS
+        c.note = _power_note(sign * r, sign * b, limit.value * abs(c.base) if limit.relative else limit.value,
+                             limit.text, alpha)
     return c
+
+
+def _power_note(worse: np.ndarray, base: np.ndarray, shift: float, text: str, alpha: float) -> str:
+    """On a pass: whether a regression of exactly the limit, with the run's scatter, would have been
+    clear; if not, these steps could not have caught one, and the note says so and what would."""
+    at_limit = worse - (np.median(worse) - np.median(base)) + shift
+    p = mann_whitney(at_limit, base).p_value
+    if p <= alpha:
+        return ""
+    need = steps_to_decide(at_limit, base, alpha)
+    return (f"within the limit, but these steps could not have caught a regression of {text} (p={p:.2g} for one)"
+            + (f"; about {need} steps a side (--active {need}) would" if need else ""))
 
 
 def check_bound(bound: Bound, run: Snapshot) -> Check:
