@@ -24,7 +24,7 @@ import numpy as np
 
 ALPHA = 0.05
 EXACT_MAX_N = 60
-ENUMERATE_MAX = 200_000   # splits of the pooled samples enumerated for an exact p with ties
+ENUMERATE_MAX = 13_000     # splits of the pooled samples enumerated for an exact p with ties
 MAX_STEPS = 200           # steps_to_decide looks no further
 
 
