@@ -315,6 +315,9 @@ def _corrupt(doc: dict, path: str, value) -> dict:
     ("metrics.step_time.samples", "fast", "Expected `array`, got `str` - at `$.metrics[...].samples`"),
     ("metrics.step_time.samples.1", {}, "Expected `float | null`, got `object` - at `$.metrics[...].samples[1]`"),
     ("ceilings", 7, "Expected `object`, got `int` - at `$.ceilings`"),
+    ("kernels.rows.0.calls", -4, "Expected `float` >= 0.0 - at `$.kernels.rows[0].calls`"),
+    ("metrics.step_time.samples", [-0.01, -0.02], "a sample of step_time is a negative time"),
+    ("metrics.mfu.samples.0", float("inf"), "a sample of mfu is infinite"),
     ("summary_metrics", {"throttled_fraction": "most"},
      "Expected `float | null`, got `str` - at `$.summary_metrics.throttled_fraction`"),
 ])

@@ -69,6 +69,13 @@ def test_too_few_samples_cannot_reach_alpha():
     assert t.p_value == pytest.approx(1.0) and t.min_p == pytest.approx(1.0)
 
 
+def test_one_sample_a_side_with_ties():
+    # SciPy permutes two or more a side: one baseline step tied with a run step takes the
+    # tie-corrected normal approximation instead of a traceback.
+    t = mann_whitney(np.array([0.4, 0.41, 0.42, 0.43]), np.array([0.4]))
+    assert not t.exact and 0.0 < t.p_value < 1.0 and t.min_p > 0.05
+
+
 def test_nans_are_dropped_and_empty_sides_refused():
     t = mann_whitney(np.array([11.0, np.nan, 12.0, 13.0]), np.array([10.0, 10.1, 10.2]))
     assert t.n_worse == 3 and t.p_value == pytest.approx(0.05)

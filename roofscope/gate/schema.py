@@ -3,9 +3,11 @@ line naming the first bad field (``$.kernels.rows[3].time_s``) before any of it 
 Unknown keys are kept out (a newer minor writer may add some); missing optional keys default."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+
+Count = Annotated[float, msgspec.Meta(ge=0)]   # calls and seconds per step: never negative
 
 
 class _Doc(msgspec.Struct, kw_only=True):
@@ -22,8 +24,8 @@ class MetricEntry(_Doc, kw_only=True):
 
 class KernelRow(_Doc, kw_only=True):
     name: str
-    calls: float
-    time_s: float
+    calls: Count
+    time_s: Count
     cls: str | None = None
     category: str | None = None
 

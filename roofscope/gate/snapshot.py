@@ -145,6 +145,10 @@ class Snapshot:
             raise GateInputError(f"{where}: malformed baseline ({e})") from None
         samples = {name: np.array([math.nan if v is None else v for v in entry.samples], dtype=np.float64)
                    for name, entry in doc.metrics.items()}
+        for name, v in samples.items():
+            if np.isinf(v).any() or (metric(name).is_time and (v < 0).any()):
+                raise GateInputError(f"{where}: malformed baseline (a sample of {name} is"
+                                     f" {'infinite' if np.isinf(v).any() else 'a negative time'})")
         if not any(np.isfinite(v).any() for v in samples.values()):
             raise GateInputError(f"{where}: the baseline holds no samples (every metric's are empty or null):"
                                  " nothing to compare with; write it again with `roofscope gate --write-baseline`")

@@ -55,7 +55,7 @@ def _method(x: np.ndarray, y: np.ndarray) -> tuple[object, bool]:
     pooled = np.concatenate([x, y])
     if len(np.unique(pooled)) == len(pooled):
         return ("exact", True) if n + m <= EXACT_MAX_N else ("asymptotic", False)
-    if math.comb(n + m, n) <= ENUMERATE_MAX:
+    if math.comb(n + m, n) <= ENUMERATE_MAX and min(n, m) > 1:   # SciPy permutes two or more a side
         # n_resamples past the number of distinct splits: permutation_test enumerates them all.
         return PermutationMethod(n_resamples=np.inf), True
     return "asymptotic", False
