@@ -163,3 +163,8 @@ def test_without_ceilings_the_achieved_rate_is_shown(tmp_path):
     k = a.by_kernel()
     assert k["coverage"].tolist() == [1.0] and k["achieved_flops"].iloc[0] == pytest.approx(2 * MM_FWD / 200e-6)
     assert "Cost coverage: 100.0% of non-communication time costed (0.0% without a cost model)" in text
+    md = renderer_text(a, "markdown")
+    assert "| achieved | 8.59 TFLOP/s (no ceilings: no MFU, HFU or MBU) |" in md
+    assert "| costed by the cost model | 100.0% of non-communication time (0.0% without) |" in md
+    html = renderer_text(a, "html")
+    assert ">Achieved<" in html and ">8.59 TFLOP/s<" in html and ">Costed<" in html
