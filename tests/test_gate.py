@@ -104,8 +104,8 @@ def test_noise_past_the_limit_is_undecided_not_a_pass():
     need = steps_to_decide(run.samples["step_time"], base.samples["step_time"])
     assert need is not None and need > 5
     assert c.note == (f"past the limit but not clear (p=0.274 > alpha 0.05): the steps scatter too much to tell"
-                      f" this from noise; about {need} steps a side (--active {need}) would decide a shift like"
-                      " this one")
+                      f" this from noise; about {need} steps a side (--active {need}, the baseline's too) would"
+                      " decide a shift like this one")
     assert not r.passed and r.exit_code == 3
     assert r.verdict() == "UNDECIDED: 1 of 1 checks cannot be decided from these steps (step_time); not a pass"
     assert "UNDECIDED" in r.report() and c.message() in r.report()
@@ -132,7 +132,7 @@ def test_a_pass_says_when_the_steps_could_not_have_caught_the_limit():
     assert c.status == "pass" and c.change == 0.0
     need = steps_to_decide(base.samples["step_time"] + 0.525 * MS, base.samples["step_time"])
     assert c.note == ("within the limit, but these steps could not have caught a regression of 5% (p=0.27 for one)"
-                      f"; about {need} steps a side (--active {need}) would")
+                      f"; about {need} steps a side (--active {need}, the baseline's too) would")
     # Steady steps (10.0-10.2 ms, BASE): a 5% shift separates them, p = 1/252: no note.
     assert by_name(check(BASE, BASE))["step_time"].note == ""
 

@@ -128,10 +128,9 @@ def check_regression(m: Metric, limit: Limit, run: Snapshot, base: Snapshot, alp
         need = steps_to_decide(sign * r, sign * b, alpha)
         c.status = UNDECIDED
         c.note = (f"past the limit but not clear (p={test.p_value:.3g} > alpha {alpha:g}): the steps scatter too"
-                  " much to tell this from noise; " + (f"about {need} steps a side (--active {need}) would decide"
-                                                       " a shift like this one" if need else
-                                                       "more steps would not decide it: widen the limit or steady"
-                                                       " the machine"))
+                  " much to tell this from noise; " + (f"{_more_steps(need, len(b))} would decide a shift like this"
+                                                       " one" if need else "more steps would not decide it: widen"
+                                                       " the limit or steady the machine"))
     else:
         c.status = PASS
         c.note = _power_note(sign * r, sign * b, limit.value * abs(c.base) if limit.relative else limit.value,
@@ -148,7 +147,11 @@ def _power_note(worse: np.ndarray, base: np.ndarray, shift: float, text: str, al
         return ""
     need = steps_to_decide(at_limit, base, alpha)
     return (f"within the limit, but these steps could not have caught a regression of {text} (p={p:.2g} for one)"
-            + (f"; about {need} steps a side (--active {need}) would" if need else ""))
+            + (f"; {_more_steps(need, len(base))} would" if need else ""))
+
+
+def _more_steps(need: int, n_base: int) -> str:
+    return f"about {need} steps a side (--active {need}" + (", the baseline's too)" if need > n_base else ")")
 
 
 def check_bound(bound: Bound, run: Snapshot) -> Check:
