@@ -30,7 +30,8 @@ def document(suite: str, classname: str, cases: list[Case], properties: list[tup
              errors: list[str]) -> str:
     """A ``<testsuites>`` document with one ``<testsuite>``."""
     counts = {s: sum(c.status == s for c in cases) for s in ("fail", "skip", "undecided")}
-    attrs = {"name": suite, "tests": str(len(cases)), "failures": str(counts["fail"]), "errors": str(counts["undecided"]),
+    attrs = {"name": suite, "tests": str(len(cases)), "failures": str(counts["fail"]),
+             "errors": str(counts["undecided"]),
              "skipped": str(counts["skip"]), "time": "0"}
     root = ET.Element("testsuites", attrs)
     element = ET.SubElement(root, "testsuite", attrs)
