@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 import roofscope
@@ -51,6 +50,7 @@ def snapshot(path, ceilings: Ceilings) -> Snapshot:
 def test_unchanged_run_on_remeasured_ceilings_passes(traces):
     base = snapshot(traces["base"], MEASURED)
     rerun = snapshot(traces["base"], REMEASURED)
+    assert base.metrics.flops_per_step == rerun.metrics.flops_per_step == MM
     # Each run's own MFU: the same FLOPs over the same steps against a peak 20/5.6 = 3.57x lower.
     assert rerun.median("hfu") == pytest.approx(base.median("hfu") * 20 / 5.6)
     assert rerun.median("mbu") == pytest.approx(base.median("mbu") * 1 / 0.31)
