@@ -28,14 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 H200_RUN = ROOT / "tests" / "data" / "h200_gpt_run"
 
 # A tiny MLP step on the CPU, also where there is a GPU (~1-2 ms on one thread; 2-5 ms when
-# other processes share the two cores); 4000 extra multiplications by 1.0 of the 64x256 input
-# add ~30 ms per step: a ~15x slowdown.
+# other processes share the two cores); 12000 extra multiplications by 1.0 of the 64x256 input
+# add ~90 ms per step: a ~45x slowdown, far past the wide limits below even when the load moves.
 MLP_ARGS = ["--device", "cpu", "--steps", "10", "--batch", "64", "--width", "256", "--layers", "2"]
-SLOW = ["--extra-elementwise", "4000"]
+SLOW = ["--extra-elementwise", "12000"]
 # Limits wide enough that an unchanged rerun passes on a busy machine (with two busy-loops
 # beside it, one rerun measured +112%, p = 0.052; with nine agents sharing the two cores,
 # +224%, p = 0.025, against a baseline profiled a minute before): step time may grow 6x,
-# MFU/HFU/MBU fall by 83%, before the gate fails; the slowed run is ~15x slower. CPU runs
+# MFU/HFU/MBU fall by 83%, before the gate fails; the slowed run is ~45x slower. CPU runs
 # have no GPU idle fraction.
 LIMITS = "step_time=500%,mfu=83%,hfu=83%,mbu=83%,region:*=500%"
 
@@ -258,7 +258,8 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     assert c["hfu"].change == pytest.approx(0.0, abs=1e-12) and c["mbu"].change == pytest.approx(0.0, abs=1e-12)
     # The slowed run still fails on the other ceilings; its HFU fell with the steps (less: the extra
     # multiplications are FLOPs too), compared on the baseline's ceilings, not raised 3.5x by QUIET's.
-    slow = check(Snapshot.from_analysis(roofscope.analyze(runs["slow"], ceilings=QUIET)), path, max_regression=LIMITS)
+    slow = check(Snapshot.from_analysis(roofscope.analyze(runs["slow"], ceilings=QUIET)), path,
+                 max_regression="step_time=100%,hfu=50%,mfu=off,mbu=off,region:*=off")
     c = {x.name: x for x in slow.checks}
     assert c["step_time"].status == "fail" and c["hfu"].change < -0.5
 
