@@ -188,9 +188,10 @@ def gate_cmd(**kwargs: object) -> int:
 
     RUN is a Run directory or a trace. A check fails when its limit is exceeded and a
     one-sided Mann-Whitney test on the per-step samples finds the shift clear at --alpha.
-    Exit codes: 0 pass, 1 regression, 2 usage or input error. With GITHUB_ACTIONS=true,
-    failures are also printed as ::error annotations and the verdict appended to
-    $GITHUB_STEP_SUMMARY. `roofscope gate --write-baseline RUN BASELINE.json` writes a baseline.
+    Exit codes: 0 pass, 1 regression, 2 usage or input error, 3 undecided (steps too few
+    or too scattered to tell: not a pass). With GITHUB_ACTIONS=true, failures are also
+    printed as ::error annotations and the verdict appended to $GITHUB_STEP_SUMMARY.
+    `roofscope gate --write-baseline RUN BASELINE.json` writes a baseline.
     """
     from .commands.gate import GateOptions, run
 

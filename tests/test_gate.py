@@ -9,12 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofscope.cli import main
 from roofscope.errors import RoofscopeError
 from roofscope.gate import check, load_baseline
 from roofscope.gate.evaluate import check_regression, warnings_for
 from roofscope.gate.render import markdown
 from roofscope.analyzers.summary import Metrics
 from roofscope.gate.snapshot import VERSION, GateInputError, Snapshot
+from roofscope.gate.stats import steps_to_decide
 from roofscope.gate.thresholds import metric, parse_limit
 from roofscope.reports.github import annotations, append_step_summary, escape_data, escape_property, in_actions
 from roofscope.reports.junit import junit_xml
@@ -88,16 +90,51 @@ def test_clear_regression_fails_with_evidence():
     assert text.rstrip().endswith("FAIL: 2 of 2 checks regressed (step_time, mfu)")
 
 
-def test_noise_within_the_spread_passes_even_past_the_limit():
+def test_noise_past_the_limit_is_undecided_not_a_pass():
     # Medians 10.5 -> 11.5 ms (+9.5%) but the samples interleave: run ranks 2,5,6,8,10 of the pooled
-    # ten, rank sum 31, U = 16; 69 of 252 splits are as extreme: p = 0.274, noise.
+    # ten, rank sum 31, U = 16; 69 of 252 splits are as extreme: p = 0.274. The gate cannot tell a
+    # +9.5% regression from noise with these steps: not a pass (a run 58% slower once passed so).
     base = snap([9.0, 10.0, 12.0, 14.0, 10.5])
     run = snap([9.5, 11.0, 11.5, 15.0, 12.5])
-    c = by_name(check(run, base))["step_time"]
+    r = check(run, base)
+    c = by_name(r)["step_time"]
     assert c.worse_by == pytest.approx(1.0 / 10.5)
     assert c.p_value == pytest.approx(69 / 252)
-    assert c.status == "pass"
-    assert c.note == "past the limit but within noise (p=0.274 > alpha 0.05)"
+    assert c.status == "undecided"
+    need = steps_to_decide(run.samples["step_time"], base.samples["step_time"])
+    assert need is not None and need > 5
+    assert c.note == (f"past the limit but not clear (p=0.274 > alpha 0.05): the steps scatter too much to tell"
+                      f" this from noise; about {need} steps a side (--active {need}, the baseline's too) would"
+                      " decide a shift like this one")
+    assert not r.passed and r.exit_code == 3
+    assert r.verdict() == "UNDECIDED: 1 of 1 checks cannot be decided from these steps (step_time); not a pass"
+    assert "UNDECIDED" in r.report() and c.message() in r.report()
+
+
+def test_a_clear_shift_of_58_percent_fails_and_an_unclear_one_is_undecided():
+    # 5 vs 5 separated, +58%: p = 1/252, fails. With two run steps among the baseline's (run ranks
+    # 4, 6, 8, 9, 10: rank sum 37, U = 22; the 5-subsets of 1..10 summing to 40, 39, 38 (2) and 37 (3)
+    # are 7 of 252: p = 0.0278) it still fails; with two run steps at the bottom it cannot decide.
+    base = snap([10.0, 10.2, 10.4, 10.6, 10.8])
+    assert by_name(check(snap([15.8, 16.0, 16.3, 16.5, 16.9]), base))["step_time"].status == "fail"
+    c = by_name(check(snap([10.5, 10.7, 16.3, 16.5, 16.9]), base))["step_time"]
+    assert c.status == "fail" and c.p_value == pytest.approx(7 / 252)
+    c = by_name(check(snap([9.0, 10.1, 16.3, 16.5, 16.9]), base))["step_time"]
+    assert c.status == "undecided" and c.p_value > 0.05 and c.worse_by > 0.5
+
+
+def test_a_pass_says_when_the_steps_could_not_have_caught_the_limit():
+    # Unchanged (the same five steps), but they scatter 9-14 ms: a run 5% slower (every step + 0.525 ms)
+    # would interleave with these (ranks 2, 5, 6, 8, 10 of ten: p = 69/252 = 0.27), so this pass
+    # cannot mean "no 5% regression", and the note says so and how many steps would.
+    base = snap([9.0, 10.0, 12.0, 14.0, 10.5])
+    c = by_name(check(snap([9.0, 10.0, 12.0, 14.0, 10.5]), base))["step_time"]
+    assert c.status == "pass" and c.change == 0.0
+    need = steps_to_decide(base.samples["step_time"] + 0.525 * MS, base.samples["step_time"])
+    assert c.note == ("within the limit, but these steps could not have caught a regression of 5% (p=0.27 for one)"
+                      f"; about {need} steps a side (--active {need}, the baseline's too) would")
+    # Steady steps (10.0-10.2 ms, BASE): a 5% shift separates them, p = 1/252: no note.
+    assert by_name(check(BASE, BASE))["step_time"].note == ""
 
 
 def test_improvement_passes():
@@ -117,16 +154,20 @@ def test_small_change_under_the_limit_passes_even_when_clear():
     assert c.p_value == pytest.approx(1 / 252) and c.status == "pass" and c.note == ""
 
 
-def test_too_few_steps_decide_on_the_limit_alone():
+def test_too_few_steps_cannot_decide_either_way():
     base2 = snap([10.0, 10.1])
-    # 2 vs 2: the best p is 1/C(4,2) = 1/6 > 0.05, so the test cannot speak; +20% fails on the limit.
-    c = by_name(check(snap([12.0, 12.1]), base2))["step_time"]
-    assert c.status == "fail"
-    assert c.note == ("too few distinct steps for the rank test (best possible p=0.167 > alpha 0.05):"
-                      " the limit alone decided")
-    # +1% passes on the limit, with the same note.
+    # 2 vs 2: the best p is 1/C(4,2) = 1/6 > 0.05: no regression could ever be shown, so +20% is
+    # undecided (not a failure on the median alone) and +1% is not a pass either.
+    r = check(snap([12.0, 12.1]), base2)
+    c = by_name(r)["step_time"]
+    assert c.status == "undecided" and r.exit_code == 3
+    assert c.note == ("2 vs 2 steps cannot show a regression: the rank test's best possible p is 0.167 > alpha"
+                      " 0.05; record at least 3 steps a side (--active 3, 8-10 tolerate a slow step, and rewrite"
+                      " the baseline)")
     c = by_name(check(snap([10.1, 10.2]), base2))["step_time"]
-    assert c.status == "pass" and c.note.startswith("too few distinct steps")
+    assert c.status == "undecided" and c.note.startswith("2 vs 2 steps cannot show a regression")
+    # Three a side reach p = 1/20 = 0.05: decided.
+    assert by_name(check(snap([12.0, 12.1, 12.2]), snap([10.0, 10.1, 10.2])))["step_time"].status == "fail"
 
 
 def test_absolute_limits_points_and_time():
@@ -192,7 +233,8 @@ def test_warnings_device_versions_ceilings_throttling():
     assert w == ["the run throttled in 23% of telemetry samples (sw_power_cap): its clocks were lowered",
                  "different devices: baseline NVIDIA H200, run NVIDIA H100 80GB HBM3",
                  "different torch versions: baseline 2.11.0+cu130, run 2.12.0+cu130",
-                 "MFU/HFU use different ceilings: baseline 9.895e+14, run 9.894e+14 (peak_flops)"]
+                 "the run's ceilings differ from the baseline's (peak_flops: baseline 9.895e+14, run 9.894e+14):"
+                 " MFU/HFU compared on the baseline's; kernel classes are each run's own"]
     # 5% of samples is the threshold: at it, no warning; unknown versions never warn.
     assert warnings_for(snap([10.0], throttled=0.05, env={"torch": None}), BASE) == []
     # Warnings never fail the gate.
@@ -218,8 +260,11 @@ def test_baseline_round_trip(tmp_path):
     assert math.isnan(back.samples["mfu"][1])
     assert back.median("region:decode") == pytest.approx(1.0 * MS)
     pd.testing.assert_frame_equal(back.kernels, base.kernels, check_dtype=False)
-    # A baseline compared with the run it came from passes: every check, p = 0.5 + ties.
-    assert check(base, path).passed
+    # A baseline compared with the run it came from: step time and the region pass (3 vs 3, all tied);
+    # MFU has 2 known steps a side, too few to ever show a regression: undecided, not a pass.
+    c = by_name(check(base, path))
+    assert c["step_time"].status == c["region:decode"].status == "pass"
+    assert c["mfu"].status == "undecided" and (c["mfu"].n_run, c["mfu"].n_base) == (2, 2)
 
 
 def test_baseline_keeps_the_top_kernels_and_new_small_ones_are_not_blamed(tmp_path):
@@ -250,6 +295,66 @@ def test_bad_baseline_files(tmp_path, content, fragment):
     assert e.value.exit_code == 2
     with pytest.raises(GateInputError, match="no such baseline file"):
         load_baseline(tmp_path / "missing.json")
+
+
+def _corrupt(doc: dict, path: str, value) -> dict:
+    """``doc`` with the value at dotted ``path`` (list indices as numbers) replaced."""
+    d = json.loads(json.dumps(doc))
+    *parents, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+    node = d
+    for k in parents:
+        node = node[k]
+    node[last] = value
+    return d
+
+
+@pytest.mark.parametrize("path, value, where", [
+    ("environment", "x", "Expected `object`, got `str` - at `$.environment`"),
+    ("metrics", [1], "Expected `object`, got `array` - at `$.metrics`"),
+    ("kernels.rows.0.time_s", "1.0", "Expected `float`, got `str` - at `$.kernels.rows[0].time_s`"),
+    ("metrics.step_time.samples", "fast", "Expected `array`, got `str` - at `$.metrics[...].samples`"),
+    ("metrics.step_time.samples.1", {}, "Expected `float | null`, got `object` - at `$.metrics[...].samples[1]`"),
+    ("ceilings", 7, "Expected `object`, got `int` - at `$.ceilings`"),
+    ("kernels.rows.0.calls", -4, "Expected `float` >= 0.0 - at `$.kernels.rows[0].calls`"),
+    ("metrics.step_time.samples", [-0.01, -0.02], "a sample of step_time is a negative time"),
+    ("metrics.mfu.samples.0", float("inf"), "a sample of mfu is infinite"),
+    ("summary_metrics", {"throttled_fraction": "most"},
+     "Expected `float | null`, got `str` - at `$.summary_metrics.throttled_fraction`"),
+])
+def test_corrupt_baseline_is_a_one_line_input_error(tmp_path, capsys, path, value, where):
+    # Before: AttributeError/TypeError tracebacks and exit 1, which the gate defines as "regression".
+    good = json.loads(BASE.to_json())
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(_corrupt(good, path, value)))
+    with pytest.raises(GateInputError, match="malformed baseline") as e:
+        load_baseline(p)
+    assert where in str(e.value) and e.value.exit_code == 2
+    capsys.readouterr()
+    assert main(["gate", "unused-run.json", "--baseline", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"roofscope: error: {p}: malformed baseline") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("samples", [[], [None, None, None]])
+def test_baseline_without_samples_is_refused_not_passed(tmp_path, samples):
+    # Before: "PASS: 0 checks passed, 2 skipped", exit 0.
+    doc = json.loads(BASE.to_json())
+    for entry in doc["metrics"].values():
+        entry["samples"], entry["median"] = samples, None
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(GateInputError, match="the baseline holds no samples") as e:
+        check(snap([10.0, 10.1, 10.2]), p)
+    assert e.value.exit_code == 2
+
+
+def test_every_check_skipped_is_nothing_checked():
+    # The baseline has MFU only, the run has none: one check, skipped. Nothing checked is no pass.
+    base = snap([10.0, 10.1, 10.2], mfu=[0.4, 0.41, 0.39])
+    del base.samples["step_time"]
+    with pytest.raises(RoofscopeError, match=r"nothing was checked \(mfu: not measured in the run\)") as e:
+        check(snap([10.0, 10.1, 10.2]), base)
+    assert e.value.exit_code == 2
 
 
 def failing_result():
@@ -311,7 +416,7 @@ def test_result_json_is_strict_json():
     text = json.dumps(d, allow_nan=False)
     back = json.loads(text)
     assert back["passed"] is False and back["exit_code"] == 1
-    assert back["counts"] == {"pass": 1, "fail": 2, "skip": 1}
+    assert back["counts"] == {"pass": 1, "fail": 2, "skip": 1, "undecided": 0}
     assert [c["name"] for c in back["checks"]] == ["step_time", "mfu", "region:decode", "mfu >= 30.00%"]
     assert back["evidence"]["grown_kernels"][0]["name"] == "add<float>, 50%"
 
@@ -321,3 +426,20 @@ def test_check_regression_orients_higher_is_better():
     base, run = snap([10.0] * 3, mfu=[0.40, 0.41, 0.39]), snap([10.0] * 3, mfu=[0.44, 0.45, 0.43])
     c = check_regression(metric("mfu"), parse_limit("mfu", "5%"), run, base)
     assert c.status == "pass" and c.p_value == pytest.approx(1.0) and c.change == pytest.approx(0.1)
+
+
+def test_undecided_in_every_output():
+    # 2 vs 2 steps: undecided, exit 3, and no output reads it as a pass (nor as a regression).
+    r = check(snap([12.0, 12.1]), snap([10.0, 10.1]))
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["passed"] is False and d["exit_code"] == 3 and d["counts"]["undecided"] == 1
+    assert d["verdict"].startswith("UNDECIDED: 1 of 1 checks cannot be decided")
+    suite = ET.fromstring(junit_xml(r)).find("testsuite")
+    assert (suite.get("failures"), suite.get("errors")) == ("0", "1")
+    error = suite.find("testcase").find("error")
+    assert error.get("type") == "undecided" and "cannot show a regression" in error.get("message")
+    assert markdown(r).startswith("### roofscope gate :grey_question: UNDECIDED:")
+    assert "| step_time | 10.050 ms | 12.050 ms | +19.9% | 5% | 0.167 | **UNDECIDED** |" in markdown(r)
+    lines = annotations(r)
+    assert len(lines) == 1 and lines[0].startswith("::error title=roofscope gate%3A step_time undecided::step time")
+    assert "kernels whose time per step grew" not in r.report()

@@ -2,21 +2,17 @@
 from __future__ import annotations
 
 import itertools
-from math import comb
 
 import numpy as np
 import pytest
 
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
-from roofscope.gate.stats import mann_whitney, midranks
+from scipy.stats import rankdata
+
+from roofscope.gate.stats import mann_whitney, min_steps, steps_to_decide
 from roofscope.gate.thresholds import (DEFAULT_LIMITS, Limit, ThresholdError, bounds, limit_for, metric,
                                        metrics_for, parse_limit, parse_limits)
-
-
-def test_midranks_share_tied_ranks():
-    # 3 < 5 = 5 < 7: ranks 1, 2.5, 2.5, 4
-    assert midranks(np.array([5.0, 3.0, 7.0, 5.0])).tolist() == [2.5, 1.0, 4.0, 2.5]
 
 
 def test_complete_separation_three_against_three_reaches_alpha_exactly():
@@ -49,12 +45,18 @@ def test_improvement_is_not_a_regression():
 
 def test_exact_p_value_with_ties_matches_enumeration():
     run, base = np.array([3.0, 3, 4, 5]), np.array([1.0, 3, 3, 2, 4])
-    ranks = midranks(np.concatenate([run, base]))
+    ranks = rankdata(np.concatenate([run, base]))  # mid-ranks: 3 < 5 = 5 < 7 ranks 1, 2.5, 2.5, 4
     observed = ranks[:4].sum()
-    hits = sum(ranks[list(s)].sum() >= observed - 1e-9 for s in itertools.combinations(range(9), 4))
+    sums = [ranks[list(s)].sum() for s in itertools.combinations(range(9), 4)]
+    hits = sum(x >= observed - 1e-9 for x in sums)
     t = mann_whitney(run, base)
     assert hits == 17  # of C(9,4) = 126
-    assert t.p_value == pytest.approx(17 / 126)
+    # Exact with ties (SciPy's method="exact" ignores them: its p differs), by enumerating the splits.
+    assert t.exact and t.p_value == pytest.approx(17 / 126)
+    # The most extreme split: the run holds 5, 4, 4 and one of the four 3s (mid-ranks 9 + 7.5 + 7.5 + 4.5
+    # = 28.5): 4 of 126 splits, so no outcome of these values can give less than p = 4/126 = 0.0317.
+    assert max(sums) == 28.5
+    assert t.min_p == pytest.approx(4 / 126)
 
 
 def test_too_few_samples_cannot_reach_alpha():
@@ -65,6 +67,13 @@ def test_too_few_samples_cannot_reach_alpha():
     # Identical samples everywhere: every split ties, p = 1 and nothing is attainable.
     t = mann_whitney(np.full(4, 7.0), np.full(4, 7.0))
     assert t.p_value == pytest.approx(1.0) and t.min_p == pytest.approx(1.0)
+
+
+def test_one_sample_a_side_with_ties():
+    # SciPy permutes two or more a side: one baseline step tied with a run step takes the
+    # tie-corrected normal approximation instead of a traceback.
+    t = mann_whitney(np.array([0.4, 0.41, 0.42, 0.43]), np.array([0.4]))
+    assert not t.exact and 0.0 < t.p_value < 1.0 and t.min_p > 0.05
 
 
 def test_nans_are_dropped_and_empty_sides_refused():
@@ -88,14 +97,23 @@ def test_large_samples_use_the_normal_approximation():
     assert t.p_value == pytest.approx(scipy_stats.mannwhitneyu(run, base, alternative="greater").pvalue, rel=1e-6)
 
 
-def test_exact_path_agrees_with_scipy_without_ties():
-    scipy_stats = pytest.importorskip("scipy.stats")
-    rng = np.random.default_rng(1)
-    for n, m in ((3, 3), (5, 8), (12, 12), (28, 30)):
-        run, base = rng.normal(0.5, 1.0, n), rng.normal(0.0, 1.0, m)
-        expected = scipy_stats.mannwhitneyu(run, base, alternative="greater", method="exact").pvalue
-        assert mann_whitney(run, base).p_value == pytest.approx(expected, rel=1e-9), (n, m)
-    assert comb(58, 28) > 2 ** 53  # (28, 30) counts past float64's exact integers: the ratios stay right
+def test_fewest_steps_that_can_reach_alpha():
+    # 1/C(4,2) = 1/6 > 0.05, 1/C(6,3) = 1/20 = 0.05: three a side; at 0.01, 1/C(8,4) = 1/70 > 0.01,
+    # 1/C(10,5) = 1/252 <= 0.01: five a side.
+    assert min_steps(0.05) == 3 and min_steps(0.01) == 5
+
+
+def test_steps_to_decide_a_noisy_shift():
+    # Interleaved (run ranks 2,4,6,8,10 of 10, p = 0.345): repeated, the shift of one rank step in
+    # two stays, so enough steps make it clear; a run that is not worse never becomes clear.
+    run, base = np.array([2.0, 4, 6, 8, 10]), np.array([1.0, 3, 5, 7, 9])
+    need = steps_to_decide(run, base)
+    assert need is not None and 5 < need <= 200
+    assert mann_whitney(np.resize(run, need), np.resize(base, need)).clear()
+    assert not mann_whitney(np.resize(run, need - 1), np.resize(base, need - 1)).clear()
+    assert steps_to_decide(base, run) is None
+    # Identical distributions: no number of steps separates them.
+    assert steps_to_decide(np.array([1.0, 2, 3]), np.array([1.0, 2, 3])) is None
 
 
 def test_parse_limits_units_and_defaults():

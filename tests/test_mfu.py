@@ -88,3 +88,83 @@ def test_hfu_is_never_below_mfu(tmp_path):
     assert m["hfu"] == m["mfu"] and m["hfu_source"] == "raised_to_mfu"
     samples = a.step_samples()
     assert (samples["hfu"] >= samples["mfu"]).all()
+
+
+def _no_input_gradient_step() -> TraceBuilder:
+    """One Linear's forward (mm, 2·T·D·D) and a backward that computes only its weight gradient
+    (a first layer needs no input gradient): 2 GEMMs counted, where 3 × forward assumes 3."""
+    b = TraceBuilder()
+    b.annotation("ProfilerStep#1", 0, 700)
+    ext = b.op("aten::mm", 40, 20, [[T, D], [D, D]], [BF16, BF16])
+    b.launch_kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 41, 200, 100, ext=ext)
+    b.op("autograd::engine::evaluate_function: MmBackward0", 500, 100, tid=ENGINE)
+    ext = b.op("aten::mm", 540, 20, [[D, T], [T, D]], [BF16, BF16], tid=ENGINE)
+    b.launch_kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 541, 600, 100, ext=ext, tid=ENGINE)
+    return b
+
+
+def _console(a) -> str:
+    from roofscope.reports.registry import RenderOptions, renderer
+
+    return renderer("console").render(a, RenderOptions(top=3))
+
+
+def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
+    # Before: MFU 3 x 2.147 = 6.44 GFLOP over the step, HFU silently raised to it from the counted
+    # 4.29 GFLOP, and the printed "achieved vs peak" ratio (the count's) did not match either figure.
+    a = roofscope.analyze(_no_input_gradient_step().write(tmp_path / "t.json"), ceilings=TOY)
+    m = a.metrics()
+    assert m["model_flops_per_step"] == 3 * MM_FWD and m["flops_per_step"] == 2 * MM_FWD
+    assert m["mfu_source"] == "forward_x3" and m["hfu_source"] == "counted"
+    assert m["mfu_formula"] == "3 * forward matmul/conv/attention FLOPs (trace), capped at the counted FLOPs"
+    # MFU = HFU = counted / (step x bf16 peak): the step's GPU window is 200-700 us = 0.5 ms;
+    # 4.295e9 / (5e-4 s x 100e12) = 8.59%.
+    assert m["step_time_s"] == pytest.approx(500e-6)
+    assert m["mfu"] == m["hfu"] == pytest.approx(2 * MM_FWD / (500e-6 * 100e12))
+    s = a.step_samples()
+    assert (s["mfu"] <= s["hfu"]).all() and s["mfu"].iloc[0] == pytest.approx(m["mfu"])
+    text = " ".join(_console(a).split())
+    assert "MFU 8.6%, HFU 8.6%" in text
+    # The rate printed is HFU's: 8.59 TFLOP/s of 100 TFLOP/s, the 8.6% printed.
+    assert "HFU is 8.59 TFLOP/s of the bf16 peak 100 TFLOP/s" in text
+    assert ("MFU capped at HFU: the model FLOPs estimate (3 * forward matmul/conv/attention FLOPs (trace)),"
+            " 6.44 GFLOP per step, exceeds the 4.29 GFLOP the kernels were counted doing") in text
+    md = renderer_text(a, "markdown")
+    assert "| MFU/HFU adjusted | MFU capped at HFU:" in md
+    html = renderer_text(a, "html")
+    assert 'id="utilization-note">MFU capped at HFU' in html and "forward_x3, capped at HFU" in html
+
+
+def renderer_text(a, name: str) -> str:
+    from roofscope.reports.registry import RenderOptions, renderer
+
+    out = renderer(name).render(a, RenderOptions(top=3))
+    return out.decode() if isinstance(out, bytes) else out
+
+
+def test_a_users_model_flops_above_the_count_raise_hfu_and_say_so(tmp_path):
+    a, m = _metrics(tmp_path, model_flops_per_step=1e15)
+    assert m["hfu"] == m["mfu"] and m["hfu_source"] == "raised_to_mfu"
+    text = " ".join(_console(a).split())
+    assert "HFU raised to MFU: the kernels were counted doing" in text and "(--model-flops-per-step)" in text
+    # The printed rate is the raised HFU's: 1 PFLOP per step over the step, so the ratio shown matches.
+    rate = m["hfu"] * m["peak_flops"]
+    assert rate == pytest.approx(1e15 / m["step_time_s"])
+    assert 'raised to MFU' in renderer_text(a, "html")
+
+
+def test_without_ceilings_the_achieved_rate_is_shown(tmp_path):
+    # No peaks: no MFU, but the counted FLOPs over the step are known (4.295e9 / 5e-4 s = 8.59 TFLOP/s),
+    # and the kernels' rates are over their costed time, all of it ("costed 0.0%" and "-" before).
+    a = roofscope.analyze(_no_input_gradient_step().write(tmp_path / "t.json"),
+                          ceilings=Ceilings.none("toy", "no ceilings in this test"))
+    text = " ".join(_console(a).split())
+    assert "util achieved 8.59 TFLOP/s" in text and "MFU, HFU and MBU need ceilings" in text
+    k = a.by_kernel()
+    assert k["coverage"].tolist() == [1.0] and k["achieved_flops"].iloc[0] == pytest.approx(2 * MM_FWD / 200e-6)
+    assert "Cost coverage: 100.0% of non-communication time costed (0.0% without a cost model)" in text
+    md = renderer_text(a, "markdown")
+    assert "| achieved | 8.59 TFLOP/s (no ceilings: no MFU, HFU or MBU) |" in md
+    assert "| costed by the cost model | 100.0% of non-communication time (0.0% without) |" in md
+    html = renderer_text(a, "html")
+    assert ">Achieved<" in html and ">8.59 TFLOP/s<" in html and ">Costed<" in html

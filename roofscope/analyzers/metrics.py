@@ -6,22 +6,29 @@ are kept for statistics (the CI gate). With *peak* the roof of the precision tha
 most of the counted FLOPs (``peak_roof`` names it) and *bandwidth* the memory ceiling:
 
 * HFU = counted FLOPs per step / (step time × peak): the hardware's view, counting
-  every FLOP the kernels did, recomputation included. The hardware does at least the
-  model's FLOPs, so when the count falls short of them (kernels without a cost), HFU is
-  raised to MFU and ``hfu_source`` says so (``"counted"`` otherwise);
+  every FLOP the kernels did, recomputation included;
 * MFU = model FLOPs per step / (step time × peak), the model FLOPs from
   :func:`.modelflops.model_flops` (``mfu_source`` names the source, ``mfu_formula`` the
-  formula); without any, MFU = HFU (``"op_counted"``);
+  formula); without any, MFU = HFU (``"op_counted"``).
+
+MFU <= HFU by construction: the hardware does at least the model's FLOPs. When model FLOPs
+exceed the count, one of the two figures is wrong and is adjusted (:func:`utilization_flops`;
+:func:`utilization_note` says which, on screen): the user's ``--model-flops-per-step`` is
+taken as right, so the count fell short (kernels without a cost) and HFU is raised to MFU
+(``hfu_source: raised_to_mfu``); an estimate from the trace (3 × forward counts an input
+gradient the first layer never computes) is capped at the count (MFU = HFU, ``mfu_formula``
+ends in "capped at the counted FLOPs");
 * MBU = compulsory bytes per step / (step time × bandwidth).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from ..devices import Ceilings
+from ..units import si
 from .modelflops import FORMULAS, model_flops
 from .trace import Trace, is_region, is_step
 
@@ -127,6 +134,34 @@ def region_times(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame | None
     return out
 
 
+CAPPED = ", capped at the counted FLOPs"
+
+
+def utilization_flops(counted: Any, mflops: float | None, source: str | None) -> tuple[Any, Any]:
+    """(FLOPs for MFU, FLOPs for HFU) per step from the ``counted`` FLOPs (a number or a Series),
+    MFU's never above HFU's (see the module docstring)."""
+    if not mflops:
+        return counted, counted
+    if source == "model_flops":
+        return mflops, np.maximum(counted, mflops)
+    return np.minimum(counted, mflops), counted
+
+
+def utilization_note(m: Mapping[str, Any]) -> str | None:
+    """The sentence that says which of MFU and HFU was adjusted and why, or None."""
+    model, counted = m.get("model_flops_per_step"), m.get("flops_per_step")
+    if not model or counted is None or model <= counted or not m.get("peak_flops"):
+        return None
+    if m.get("hfu_source") == "raised_to_mfu":
+        return (f"HFU raised to MFU: the kernels were counted doing {si(counted, 'FLOP')} per step, less than the"
+                f" model's {si(model, 'FLOP')} (--model-flops-per-step); kernels without a cost model are missing"
+                " from the count")
+    formula = str(m.get("mfu_formula") or "").replace(CAPPED, "")
+    return (f"MFU capped at HFU: the model FLOPs estimate ({formula}), {si(model, 'FLOP')} per step, exceeds the"
+            f" {si(counted, 'FLOP')} the kernels were counted doing (a first layer computes no input gradient),"
+            " so MFU uses the count")
+
+
 def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
                  busy: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per profiled step (index ``step``): step_time_s, flops, bytes, hfu, mfu, mbu,
@@ -141,9 +176,9 @@ def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
     _, peak = dominant_roof(a.kernels, a.ceilings)
     mflops, source = model_flops(a)
     dur = out["step_time_s"].where(out["step_time_s"] > 0)
-    out["hfu"] = out["flops"] / (dur * peak) if peak else np.nan
-    out["mfu"] = (mflops / (dur * peak) if mflops else out["hfu"]) if peak else np.nan
-    out["hfu"] = np.fmax(out["hfu"], out["mfu"])  # the hardware did at least the model's FLOPs
+    model, hardware = utilization_flops(out["flops"], mflops, source)
+    out["hfu"] = hardware / (dur * peak) if peak else np.nan
+    out["mfu"] = model / (dur * peak) if peak else np.nan
     out["mbu"] = out["bytes"] / (dur * a.ceilings.bandwidth) if a.ceilings.bandwidth else np.nan
     # The timeline's busy and wall are summed over GPUs: their ratio is the device average.
     if busy is not None and len(busy):
@@ -191,12 +226,12 @@ def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | No
                bytes_per_step=float(samples["bytes"].mean()))
     if step > 0:
         out["achieved_flops_per_s"] = out["flops_per_step"] / step
-        out["hfu"] = out["achieved_flops_per_s"] / peak if peak else None
-        out["mfu"] = ((mflops / step) / peak if mflops else out["hfu"]) if peak else None
+        model, hardware = utilization_flops(out["flops_per_step"], mflops, source)
         if peak:
-            out["hfu_source"] = "counted"
-            if out["mfu"] > out["hfu"]:
-                out["hfu"], out["hfu_source"] = out["mfu"], "raised_to_mfu"
+            out["hfu"], out["mfu"] = float(hardware) / step / peak, float(model) / step / peak
+            out["hfu_source"] = "raised_to_mfu" if hardware > out["flops_per_step"] else "counted"
+            if mflops and model < mflops:
+                out["mfu_formula"] += CAPPED
         out["mbu"] = out["bytes_per_step"] / step / a.ceilings.bandwidth if a.ceilings.bandwidth else None
         out["tokens_per_s"] = tokens / step if tokens else None
     out["idle_fraction"] = _median(samples["idle_fraction"])

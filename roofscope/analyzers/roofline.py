@@ -221,7 +221,8 @@ def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=["calls", "time_s", "flops", "bytes", "intensity", "achieved_flops",
                                      "achieved_bw", "efficiency", "costed_calls", "coverage", "cls", "time_share"])
     keys = [by] if isinstance(by, str) else list(by)
-    costed = k["floor_s"].notna() & k["dur_s"].notna()
+    # Costed: the cost model gave FLOPs or bytes (a floor needs ceilings too; rates do not).
+    costed = (k["flops"].notna() | k["bytes"].notna()) & k["dur_s"].notna()
     sub = k[keys + ["dur_s", "flops", "bytes", "floor_s"]].assign(_costed_s=k["dur_s"].where(costed), _costed=costed)
     g = sub.groupby(keys, observed=True, sort=False)
     sums = g[["dur_s", "flops", "bytes", "floor_s", "_costed_s"]].sum(min_count=1)

@@ -1,6 +1,6 @@
 """`roofscope gate RUN --baseline B.json [limits]` and `roofscope gate --write-baseline RUN B.json`.
 
-Exit codes: 0 pass, 1 regression, 2 usage or input error (raised as RoofscopeError)."""
+Exit codes: 0 pass, 1 regression, 2 usage or input error (raised as RoofscopeError), 3 undecided."""
 from __future__ import annotations
 
 import json

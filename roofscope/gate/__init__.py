@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from ..errors import RoofscopeError
-from .evaluate import Check, check_bound, kernel_evidence, regression_checks, warnings_for
+from .evaluate import SKIP, Check, check_bound, kernel_evidence, regression_checks, warnings_for
 from .result import TOP_KERNELS, GateResult
 from .snapshot import KERNELS_KEPT, Snapshot, load_baseline, snapshot_of
 from .stats import ALPHA
@@ -46,7 +46,8 @@ def check(run: "str | os.PathLike | Analysis | Snapshot",
     metric's regression limit (``max_regression`` updates the defaults: ``"mfu=3%,region:*=off"``).
 
     Raises a :class:`~roofscope.errors.RoofscopeError` (exit code 2) for bad limits, unreadable
-    inputs, a run without profiled steps, or nothing to check.
+    inputs, a run without profiled steps, or nothing to check (nothing given, or every check
+    skipped). ``GateResult.exit_code`` is 0 pass, 1 regression, 3 cannot decide.
     """
     if not 0 < alpha < 1:
         raise RoofscopeError(f"alpha {alpha:g}: expected a probability between 0 and 1")
@@ -59,6 +60,11 @@ def check(run: "str | os.PathLike | Analysis | Snapshot",
     cur = snapshot_of(run)
     checks: list[Check] = regression_checks(cur, base, limits, alpha) if base is not None else []
     checks += [check_bound(b, cur) for b in absolute]
+    if all(c.status == SKIP for c in checks):
+        # A gate that checked nothing would pass every run: that is an input error, not a pass.
+        why = "; ".join(f"{c.name}: {c.note}" for c in checks[:4]) + ("; ..." if len(checks) > 4 else "")
+        raise NothingToCheckError(f"nothing was checked ({why or 'no metric in common'}): the baseline"
+                                  " and the run share no measured metric the limits cover")
     # A baseline file is named by its path; the run it was written from is inside it.
     base_name = os.fspath(baseline) if isinstance(baseline, (str, os.PathLike)) else base.source if base else None
     return GateResult(run=cur.source, baseline=base_name, checks=checks,

@@ -6,15 +6,20 @@ A regression check fails only when both hold:
 2. the one-sided Mann-Whitney test on the per-step samples says the run is worse at
    ``alpha`` (gate/stats.py).
 
-When the samples are too few for any outcome to reach ``alpha`` (fewer than 3 steps a side
-at 0.05), the test cannot speak: the limit alone decides and the check says so, as a
-gate that could never fail would be worse than a noisy one. Absolute bounds compare the
-run's median with the bound (a sign test on 3-10 steps cannot reach 0.05 either).
+It passes when the median is within the limit. Otherwise the gate *cannot decide*
+(``undecided``, never a pass): too few steps for any outcome to reach ``alpha`` (fewer
+than 3 a side at 0.05), or a median past the limit that the steps' scatter does not make
+clear; the note says how many steps would decide. Absolute bounds compare the run's
+median with the bound (a sign test on 3-10 steps cannot reach 0.05 either).
+
+MFU, HFU and MBU depend on the ceilings as much as on the run: the run's samples are
+re-expressed on the baseline's ceilings (stored in it) before they are compared, so
+ceilings re-measured between two runs of unchanged code move nothing.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -22,12 +27,13 @@ import pandas as pd
 
 from ..reports.console import plural
 from .snapshot import Snapshot
-from .stats import ALPHA, mann_whitney
+from .stats import ALPHA, mann_whitney, min_steps, steps_to_decide
 from .thresholds import REGION_PREFIX, Bound, Limit, Metric, limit_for, metric
 
 THROTTLE_WARN = 0.05     # share of telemetry samples with a throttle reason set
 MIN_REGION_SHARE = 0.01  # of the baseline's median step: shorter regions are not gated by default
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+PASS, FAIL, SKIP, UNDECIDED = "pass", "fail", "skip", "undecided"
+CEILING_METRICS = {"mfu": "peak_flops", "hfu": "peak_flops", "mbu": "bandwidth"}
 
 
 @dataclass
@@ -37,7 +43,7 @@ class Check:
     metric: Metric
     kind: str                    # "regression" (against the baseline) or "bound" (absolute)
     limit: str                   # 5%, 2pp, 1.5ms, ">= 35.00%"
-    status: str                  # pass | fail | skip
+    status: str                  # pass | fail | skip | undecided
     relative: bool = True        # the limit is a share of the baseline (else points or time)
     run: float | None = None     # the run's median
     base: float | None = None    # the baseline's median (regression) or the bound
@@ -66,6 +72,8 @@ class Check:
         m = self.metric
         if self.status == SKIP:
             return f"{m.label}: not checked ({self.note})"
+        if self.status == UNDECIDED and self.run is None:
+            return f"{m.label}: cannot decide ({self.note})"
         if self.kind == "bound":
             side = "below" if m.higher_is_better else "above"
             state = f"{side} the bound" if self.status == FAIL else "within the bound"
@@ -104,18 +112,46 @@ def check_regression(m: Metric, limit: Limit, run: Snapshot, base: Snapshot, alp
     sign = -1.0 if m.higher_is_better else 1.0
     test = mann_whitney(sign * r, sign * b)
     c.p_value = test.p_value
-    if not test.attainable(alpha):
-        c.status = FAIL if exceeded else PASS
-        c.note = (f"too few distinct steps for the rank test (best possible p={test.min_p:.3g} > alpha {alpha:g}):"
-                  " the limit alone decided")
-    elif exceeded and test.clear(alpha):
+    # Too few steps for the test ever to reject: this check could never fail, so it decides nothing.
+    # (Tied values, not the counts, can also put alpha out of reach: then the medians decide.)
+    if 1.0 / math.comb(len(r) + len(b), len(r)) > alpha:
+        k = min_steps(alpha)
+        c.status = UNDECIDED
+        c.note = (f"{len(r)} vs {plural(len(b), 'step')} cannot show a regression: the rank test's best possible"
+                  f" p is {test.min_p:.3g} > alpha {alpha:g}; record at least {k} steps a side (--active {k},"
+                  f" 8-10 tolerate a slow step{', and rewrite the baseline' if len(b) < k else ''})")
+    elif exceeded and (test.clear(alpha) or not test.attainable(alpha)):
         c.status = FAIL
+        if not test.clear(alpha):
+            c.note = f"tied samples: the best possible p is {test.min_p:.3g} > alpha {alpha:g}; the limit decided"
     elif exceeded:
-        c.status = PASS
-        c.note = f"past the limit but within noise (p={test.p_value:.3g} > alpha {alpha:g})"
+        need = steps_to_decide(sign * r, sign * b, alpha)
+        c.status = UNDECIDED
+        c.note = (f"past the limit but not clear (p={test.p_value:.3g} > alpha {alpha:g}): the steps scatter too"
+                  " much to tell this from noise; " + (f"{_more_steps(need, len(b))} would decide a shift like this"
+                                                       " one" if need else "more steps would not decide it: widen"
+                                                       " the limit or steady the machine"))
     else:
         c.status = PASS
+        c.note = _power_note(sign * r, sign * b, limit.value * abs(c.base) if limit.relative else limit.value,
+                             limit.text, alpha)
     return c
+
+
+def _power_note(worse: np.ndarray, base: np.ndarray, shift: float, text: str, alpha: float) -> str:
+    """On a pass: whether a regression of exactly the limit, with the run's scatter, would have been
+    clear; if not, these steps could not have caught one, and the note says so and what would."""
+    at_limit = worse - (np.median(worse) - np.median(base)) + shift
+    p = mann_whitney(at_limit, base).p_value
+    if p <= alpha:
+        return ""
+    need = steps_to_decide(at_limit, base, alpha)
+    return (f"within the limit, but these steps could not have caught a regression of {text} (p={p:.2g} for one)"
+            + (f"; {_more_steps(need, len(base))} would" if need else ""))
+
+
+def _more_steps(need: int, n_base: int) -> str:
+    return f"about {need} steps a side (--active {need}" + (", the baseline's too)" if need > n_base else ")")
 
 
 def check_bound(bound: Bound, run: Snapshot) -> Check:
@@ -143,14 +179,47 @@ def op_counted(s: Snapshot) -> bool:
     return s.metrics.mfu_source == "op_counted"
 
 
+def _ceiling(s: Snapshot, key: str, precision: str | None) -> float | None:
+    """The snapshot's peak FLOP/s for ``precision`` (``key`` peak_flops) or its bandwidth."""
+    c = s.ceilings
+    if key == "bandwidth":
+        return c.get("bandwidth") or None
+    if precision and precision == c.get("peak_roof"):
+        return c.get("peak_flops") or None
+    return (c.get("peaks") or {}).get(precision) or None
+
+
+def on_baseline_ceilings(run: Snapshot, base: Snapshot) -> tuple[Snapshot, dict[str, str]]:
+    """The run with its MFU, HFU and MBU samples re-expressed on the baseline's ceilings, and why
+    each metric that cannot be is not. Each is a figure over (step time x one ceiling), so the
+    run's value times its ceiling over the baseline's is the run measured on the baseline's:
+    step time and achieved rates do not depend on ceilings."""
+    samples, unaligned = dict(run.samples), {}
+    precision = run.ceilings.get("peak_roof")
+    for name, key in CEILING_METRICS.items():
+        if name not in samples or not len(_values(run, name)):
+            continue
+        mine, theirs = _ceiling(run, key, precision), _ceiling(base, key, precision)
+        if mine and theirs:
+            samples[name] = samples[name] * (mine / theirs)
+        elif mine:
+            what = f"no {precision} peak" if key == "peak_flops" else "no bandwidth"
+            unaligned[name] = (f"cannot compare on one set of ceilings: the baseline stores {what}"
+                               f" (the run's {name.upper()} is against {precision or 'its'} {key});"
+                               " rewrite the baseline")
+    return replace(run, samples=samples), unaligned
+
+
 def regression_checks(run: Snapshot, base: Snapshot, limits: Mapping[str, Limit | None],
                       alpha: float = ALPHA) -> list[Check]:
     """One check per metric of the baseline that has a limit; metrics only the run has are new.
+    MFU, HFU and MBU are compared on the baseline's ceilings (:func:`on_baseline_ceilings`).
     Regions under :data:`MIN_REGION_SHARE` of the baseline step are left out of ``region:*``:
     a 10 us region (torch's own zero_grad annotation) moves by 10 % with the scheduler.
     One figure counts once: op-counted MFU (HFU by another name) is not checked beside HFU."""
     out = []
     step = base.median("step_time")
+    run, unaligned = on_baseline_ceilings(run, base)
     for name in base.samples:
         m = metric(name)
         limit = limit_for(m, limits)
@@ -174,6 +243,10 @@ def regression_checks(run: Snapshot, base: Snapshot, limits: Mapping[str, Limit 
             out.append(Check(m, "regression", limit.text, SKIP, limit.relative, base=median, n_base=n_base,
                              note="not measured in the run"))
             continue
+        if name in unaligned and n_base:
+            out.append(Check(m, "regression", limit.text, UNDECIDED, limit.relative, base=median, n_base=n_base,
+                             note=unaligned[name]))
+            continue
         out.append(check_regression(m, limit, run, base, alpha))
     return out
 
@@ -195,10 +268,14 @@ def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
         r = run.environment.get(key)
         if b and r and b != r:
             out.append(f"different {key} versions: baseline {b}, run {r}")
-    for key, what in (("peak_flops", "MFU/HFU"), ("bandwidth", "MBU")):
-        b, r = base.ceilings.get(key), run.ceilings.get(key)
-        if b and r and not math.isclose(b, r, rel_tol=1e-6):
-            out.append(f"{what} use different ceilings: baseline {b:.4g}, run {r:.4g} ({key})")
+    moved = [(key, what, b, r) for key, what in (("peak_flops", "MFU/HFU"), ("bandwidth", "MBU"))
+             for b, r in [(base.ceilings.get(key), run.ceilings.get(key))]
+             if b and r and not math.isclose(b, r, rel_tol=1e-6)]
+    if moved:
+        out.append("the run's ceilings differ from the baseline's ("
+                   + ", ".join(f"{key}: baseline {b:.4g}, run {r:.4g}" for key, _, b, r in moved)
+                   + f"): {'/'.join(w for _, w, _, _ in moved)} compared on the baseline's;"
+                   " kernel classes are each run's own")
     return out
 
 

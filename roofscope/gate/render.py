@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 from ..reports.console import shorten, table
-from .evaluate import FAIL, PASS, Check
+from .evaluate import FAIL, PASS, UNDECIDED, Check
 
 if TYPE_CHECKING:  # pragma: no cover
     from .result import GateResult
 
 HEADERS = ("check", "baseline", "run", "change", "limit", "p", "verdict")
-_MARK = {PASS: "pass", FAIL: "FAIL", "skip": "skip"}
+_MARK = {PASS: "pass", FAIL: "FAIL", "skip": "skip", UNDECIDED: "UNDECIDED"}
 
 
 def _row(c: Check) -> list[str]:
@@ -46,7 +46,8 @@ def text(result: "GateResult") -> str:
         if lines:
             out += ["", f"  {title}:"] + [f"    - {w}" for w in lines]
     if not result.passed:
-        out += [""] + [f"  {c.message()}" for c in result.failures]
+        out += [""] + [f"  {c.message()}" for c in result.failures + result.undecided]
+    if result.failures:
         out += evidence_text(result)
     out += ["", f"  {result.verdict()}", ""]
     return "\n".join(out)
@@ -75,20 +76,20 @@ def _md_table(headers: Sequence[str], rows: list[list[str]]) -> list[str]:
 
 def markdown(result: "GateResult") -> str:
     """The same verdict as markdown: a headline, the checks, warnings, and the kernel evidence."""
-    icon = ":white_check_mark:" if result.passed else ":x:"
+    icon = ":white_check_mark:" if result.passed else ":x:" if result.failures else ":grey_question:"
     out = [f"### roofscope gate {icon} {result.verdict()}", "",
            f"Run `{result.run}`" + (f" against baseline `{result.baseline}`" if result.baseline else "")
            + f"; a check fails when its limit is exceeded and the shift is clear at alpha {result.alpha:g}"
            " (one-sided Mann-Whitney on per-step samples).", ""]
-    rows = [[c.name, *(_row(c)[1:6]), f"**{_MARK[c.status]}**" if c.status == FAIL else _MARK[c.status]]
+    rows = [[c.name, *(_row(c)[1:6]), f"**{_MARK[c.status]}**" if c.status in (FAIL, UNDECIDED) else _MARK[c.status]]
             for c in result.checks]
     out += _md_table(HEADERS, rows)
     if not result.passed:
-        out += [""] + [f"- {c.message()}" for c in result.failures]
+        out += [""] + [f"- {c.message()}" for c in result.failures + result.undecided]
     for title, lines in (("Warnings", result.warnings), ("Notes", _notes(result))):
         if lines:
             out += ["", f"**{title}**", ""] + [f"- {w}" for w in lines]
-    if not result.passed:
+    if result.failures:
         for title, k in (("Kernels whose time per step grew", result.grown_kernels()),
                          ("Kernels whose roofline class changed", result.class_changes())):
             if len(k):

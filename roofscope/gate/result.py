@@ -7,10 +7,11 @@ from typing import Any
 import pandas as pd
 
 from ..version import __version__
-from .evaluate import FAIL, PASS, SKIP, Check
+from .evaluate import FAIL, PASS, SKIP, UNDECIDED, Check
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 10
+EXIT_PASS, EXIT_FAIL, EXIT_UNDECIDED = 0, 1, 3   # 2: usage or input errors, raised before a result exists
 
 
 @dataclass
@@ -31,21 +32,30 @@ class GateResult:
         return [c for c in self.checks if c.status == FAIL]
 
     @property
+    def undecided(self) -> list[Check]:
+        return [c for c in self.checks if c.status == UNDECIDED]
+
+    @property
     def passed(self) -> bool:
-        return not self.failures
+        """Every check decided and passed: a check the samples cannot decide is not a pass."""
+        return not self.failures and not self.undecided
 
     @property
     def exit_code(self) -> int:
-        """0 pass, 1 regression (usage and input errors raise before a result exists: 2)."""
-        return 0 if self.passed else 1
+        """0 pass, 1 regression, 3 cannot decide (usage and input errors raise before a result exists: 2)."""
+        return EXIT_FAIL if self.failures else EXIT_UNDECIDED if self.undecided else EXIT_PASS
 
     def verdict(self) -> str:
         checked = [c for c in self.checks if c.status != SKIP]
+        skipped = len(self.checks) - len(checked)
         if self.failures:
             names = ", ".join(c.name for c in self.failures)
             return f"FAIL: {len(self.failures)} of {len(checked)} checks regressed ({names})"
-        return f"PASS: {len(checked)} checks passed" + (f", {len(self.checks) - len(checked)} skipped"
-                                                         if len(checked) < len(self.checks) else "")
+        if self.undecided:
+            names = ", ".join(c.name for c in self.undecided)
+            return (f"UNDECIDED: {len(self.undecided)} of {len(checked)} checks cannot be decided from these"
+                    f" steps ({names}); not a pass")
+        return f"PASS: {len(checked)} checks passed" + (f", {skipped} skipped" if skipped else "")
 
     def grown_kernels(self) -> pd.DataFrame:
         """Kernels whose time per step grew (slower or new), largest growth first."""
@@ -89,7 +99,7 @@ class GateResult:
             "schema_version": SCHEMA_VERSION, "roofscope_version": __version__,
             "run": self.run, "baseline": self.baseline, "passed": self.passed, "exit_code": self.exit_code,
             "verdict": self.verdict(), "alpha": self.alpha,
-            "counts": {s: sum(c.status == s for c in self.checks) for s in (PASS, FAIL, SKIP)},
+            "counts": {s: sum(c.status == s for c in self.checks) for s in (PASS, FAIL, SKIP, UNDECIDED)},
             "checks": [c.to_dict() for c in self.checks], "warnings": self.warnings,
             "evidence": {"grown_kernels": records(self.grown_kernels()),
                          "class_changes": records(self.class_changes())},

@@ -52,7 +52,7 @@ class Snapshot:
     source: str
     device: str | None
     environment: dict[str, str | None]
-    ceilings: dict[str, Any]                 # source, device, peak_roof, peak_flops, bandwidth
+    ceilings: dict[str, Any]                 # source, device, peak_roof, peak_flops, bandwidth, peaks
     steps: list[int]
     samples: dict[str, np.ndarray]           # metric name -> one value per step (NaN unknown)
     metrics: Metrics                         # the summary's headline figures
@@ -93,7 +93,8 @@ class Snapshot:
         return cls(source=where, device=s.device,
                    environment={k: env.get(k) for k in ENVIRONMENT_KEYS},
                    ceilings={"source": a.ceilings.source, "device": a.ceilings.device,
-                             "peak_roof": m.peak_roof, "peak_flops": m.peak_flops, "bandwidth": m.bandwidth},
+                             "peak_roof": m.peak_roof, "peak_flops": m.peak_flops, "bandwidth": m.bandwidth,
+                             "peaks": dict(a.ceilings.peaks)},
                    steps=[int(i) for i in samples.index],
                    samples={mt.name: samples[mt.column].to_numpy(dtype=np.float64)
                             for mt in metrics_for(samples.columns)},
@@ -125,25 +126,42 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "baseline") -> "Snapshot":
+        """A baseline file's document; a :class:`GateInputError` (exit 2, one line) names what is wrong
+        with a corrupt one, as a corrupt baseline must never read as a regression (exit 1) or a pass."""
+        import msgspec
+
+        from .schema import validate
+
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise GateInputError(f"{where}: not a roofscope gate baseline (write one with"
                                  " `roofscope gate --write-baseline RUN BASELINE.json`)")
         check_version(d.get("version"), VERSION, "baseline", where, key="version", error=GateInputError)
         try:
-            samples = {str(name): np.array([math.nan if v is None else float(v) for v in entry["samples"]])
-                       for name, entry in d["metrics"].items()}
-            for name in samples:
+            doc = validate(d)
+            for name in doc.metrics:
                 metric(name)
-            rows = d["kernels"]["rows"]
-            kernels = pd.DataFrame.from_records(rows, columns=["name", *KERNEL_COLUMNS]).set_index("name")
-            return cls(source=str(d.get("source")), device=d.get("device"),
-                       environment={k: (d.get("environment") or {}).get(k) for k in ENVIRONMENT_KEYS},
-                       ceilings=dict(d.get("ceilings") or {}), steps=[int(s) for s in d.get("steps", [])],
-                       samples=samples, metrics=Metrics.from_dict(d.get("summary_metrics") or {}),
-                       throttle_reasons=list(d.get("throttle_reasons") or []), kernels=kernels,
-                       kernels_total=int(d["kernels"].get("total", len(rows))), created=str(d.get("created")))
-        except (KeyError, TypeError, ValueError, RoofscopeError) as e:
-            raise GateInputError(f"{where}: malformed baseline ({type(e).__name__}: {e})") from None
+            summary = Metrics.from_dict(doc.summary_metrics)
+        except (msgspec.ValidationError, TypeError, ValueError, RoofscopeError) as e:
+            raise GateInputError(f"{where}: malformed baseline ({e})") from None
+        samples = {name: np.array([math.nan if v is None else v for v in entry.samples], dtype=np.float64)
+                   for name, entry in doc.metrics.items()}
+        for name, v in samples.items():
+            if np.isinf(v).any() or (metric(name).is_time and (v < 0).any()):
+                raise GateInputError(f"{where}: malformed baseline (a sample of {name} is"
+                                     f" {'infinite' if np.isinf(v).any() else 'a negative time'})")
+        if not any(np.isfinite(v).any() for v in samples.values()):
+            raise GateInputError(f"{where}: the baseline holds no samples (every metric's are empty or null):"
+                                 " nothing to compare with; write it again with `roofscope gate --write-baseline`")
+        rows = doc.kernels.rows
+        kernels = pd.DataFrame({"calls": [r.calls for r in rows], "time_s": [r.time_s for r in rows],
+                                "cls": [r.cls for r in rows], "category": [r.category for r in rows]},
+                               index=pd.Index([r.name for r in rows], name="name"), columns=list(KERNEL_COLUMNS))
+        return cls(source=str(doc.source), device=doc.device,
+                   environment={k: doc.environment.get(k) for k in ENVIRONMENT_KEYS},
+                   ceilings=msgspec.structs.asdict(doc.ceilings), steps=list(doc.steps), samples=samples,
+                   metrics=summary, throttle_reasons=list(doc.throttle_reasons), kernels=kernels,
+                   kernels_total=doc.kernels.total if doc.kernels.total is not None else len(rows),
+                   created=str(doc.created))
 
 
 def _read_json(p: Path) -> Any:

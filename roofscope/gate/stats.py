@@ -1,19 +1,19 @@
-"""Is a shift between two small sets of per-step samples clear, or noise?
+"""Is a shift between two small sets of per-step samples clear, or noise? And if the samples
+cannot tell, how many steps would?
 
 The gate has few samples per side (3 to 20 profiled steps), not normally distributed
 (one slow step from a page fault or a GC pause is common). It uses the one-sided
-Mann-Whitney U (Wilcoxon rank-sum) test: rank the pooled samples, and ask how likely a
-rank sum at least as large as the run's is when both sides come from one distribution.
-Up to ``EXACT_MAX_N`` pooled samples the p-value is exact: the permutation distribution
-of the rank sum is counted by dynamic programming over (doubled, so integral) mid-ranks,
-which is exact with ties too. Beyond that, the normal approximation with tie and
-continuity corrections is as good as exact and the counts would grow too large.
+Mann-Whitney U (Wilcoxon rank-sum) test, SciPy's ``scipy.stats.mannwhitneyu``: exact
+without ties up to ``EXACT_MAX_N`` pooled samples, exact with ties by enumerating every
+split of the pooled samples while there are at most ``ENUMERATE_MAX`` of them (SciPy's
+``method="exact"`` ignores ties), else the normal approximation with tie and continuity
+corrections, as good as exact at those sizes.
 
 The smallest p-value a test can reach is that of complete separation: 1 / C(n + m, n)
 without ties. With 3 steps against 3 it is 1/20 = 0.05, so at alpha 0.05 three steps a
 side can show a clear shift (every run step worse than every baseline step); 2 against 3
-(1/10) never can: :attr:`RankTest.attainable` says so and the gate decides on the
-threshold alone (see gate/evaluate.py).
+(1/10) never can: :attr:`RankTest.attainable` says so and the gate cannot decide (see
+gate/evaluate.py). :func:`steps_to_decide` says how many steps would.
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import numpy as np
 
 ALPHA = 0.05
 EXACT_MAX_N = 60
+ENUMERATE_MAX = 13_000     # splits of the pooled samples enumerated for an exact p with ties
+MAX_STEPS = 200           # steps_to_decide looks no further
 
 
 @dataclass(frozen=True)
@@ -45,32 +47,25 @@ class RankTest:
         return self.p_value <= alpha
 
 
-def midranks(values: np.ndarray) -> np.ndarray:
-    """Ranks 1..N with tied values sharing the mean of their ranks."""
-    order = np.argsort(values, kind="stable")
-    s = values[order]
-    # Run boundaries of equal values; each run's mid-rank is the mean of its first and last rank.
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    ends = np.r_[starts[1:], len(s)]
-    run_rank = (starts + 1 + ends) / 2.0
-    ranks = np.empty(len(s))
-    ranks[order] = np.repeat(run_rank, ends - starts)
-    return ranks
+def _method(x: np.ndarray, y: np.ndarray) -> tuple[object, bool]:
+    """SciPy's method for these samples, and whether its p-value is exact."""
+    from scipy.stats import PermutationMethod
+
+    n, m = len(x), len(y)
+    pooled = np.concatenate([x, y])
+    if len(np.unique(pooled)) == len(pooled):
+        return ("exact", True) if n + m <= EXACT_MAX_N else ("asymptotic", False)
+    if math.comb(n + m, n) <= ENUMERATE_MAX and min(n, m) > 1:   # SciPy permutes two or more a side
+        # n_resamples past the number of distinct splits: permutation_test enumerates them all.
+        return PermutationMethod(n_resamples=np.inf), True
+    return "asymptotic", False
 
 
-def _exact_tail(doubled: np.ndarray, n: int, observed: int) -> tuple[float, float]:
-    """P(sum of n doubled ranks drawn without replacement >= observed), and the same at the
-    largest attainable sum, from the count of n-subsets per sum (as float: C(60, 30) ~ 1e17
-    loses integer exactness, not the ratio's precision)."""
-    top = int(np.sort(doubled)[-n:].sum())
-    counts = np.zeros((n + 1, top + 1))
-    counts[0, 0] = 1.0
-    for v in doubled.astype(np.int64):
-        # Subsets of size k with sum s either skip this value or extend a (k-1)-subset with sum s-v.
-        counts[1:, v:] = counts[1:, v:] + counts[:-1, : top + 1 - v]
-    dist = counts[n]
-    total = dist.sum()
-    return float(dist[observed:].sum() / total), float(dist[top] / total)
+def _p(x: np.ndarray, y: np.ndarray, method: object) -> tuple[float, float]:
+    from scipy.stats import mannwhitneyu
+
+    r = mannwhitneyu(x, y, alternative="greater", method=method)
+    return float(r.statistic), min(float(r.pvalue), 1.0)
 
 
 def mann_whitney(worse: np.ndarray, base: np.ndarray) -> RankTest:
@@ -82,17 +77,31 @@ def mann_whitney(worse: np.ndarray, base: np.ndarray) -> RankTest:
     n, m = len(x), len(y)
     if n == 0 or m == 0:
         raise ValueError("the rank test needs at least one sample on each side")
-    ranks = midranks(np.concatenate([x, y]))
-    rank_sum = float(ranks[:n].sum())
-    u = rank_sum - n * (n + 1) / 2.0
-    if n + m <= EXACT_MAX_N:
-        doubled = np.rint(2 * ranks).astype(np.int64)
-        p, min_p = _exact_tail(doubled, n, int(round(2 * rank_sum)))
-        return RankTest(u=u, p_value=min(p, 1.0), min_p=min_p, n_worse=n, n_base=m, exact=True)
-    N = n + m
-    _, tie_sizes = np.unique(ranks, return_counts=True)
-    var = n * m / 12.0 * ((N + 1) - float(np.sum(tie_sizes ** 3 - tie_sizes)) / (N * (N - 1)))
-    mean = n * m / 2.0
-    p = 0.5 * math.erfc((u - mean - 0.5) / math.sqrt(2 * var)) if var > 0 else (0.0 if u > mean else 1.0)
-    min_p = 0.5 * math.erfc((n * m - mean - 0.5) / math.sqrt(2 * var)) if var > 0 else 1.0
-    return RankTest(u=u, p_value=min(p, 1.0), min_p=min_p, n_worse=n, n_base=m, exact=False)
+    method, exact = _method(x, y)
+    u, p = _p(x, y, method)
+    # Complete separation (the run holds the n largest pooled values) is the most extreme outcome.
+    pooled = np.sort(np.concatenate([x, y]))
+    _, min_p = _p(pooled[m:], pooled[:m], method)
+    return RankTest(u=u, p_value=p, min_p=min_p, n_worse=n, n_base=m, exact=exact)
+
+
+def min_steps(alpha: float = ALPHA) -> int:
+    """The fewest steps a side whose complete separation, 1 / C(2k, k), reaches ``alpha``."""
+    return next(k for k in range(1, MAX_STEPS) if 1.0 / math.comb(2 * k, k) <= alpha)
+
+
+def steps_to_decide(worse: np.ndarray, base: np.ndarray, alpha: float = ALPHA) -> int | None:
+    """About how many steps a side would make a shift like the observed one clear at ``alpha``
+    if more steps scattered as these did (each side's samples repeated; the normal
+    approximation, an estimate); None when the run is not worse or even :data:`MAX_STEPS`
+    would not do (the two sides overlap too much)."""
+    x = np.asarray(worse, dtype=np.float64)
+    y = np.asarray(base, dtype=np.float64)
+    x, y = x[~np.isnan(x)], y[~np.isnan(y)]
+    if not len(x) or not len(y) or np.median(x) <= np.median(y):
+        return None
+    for n in range(max(len(x), len(y), min_steps(alpha)), MAX_STEPS + 1):
+        xs, ys = np.resize(x, n), np.resize(y, n)
+        if _p(xs, ys, "asymptotic")[1] <= alpha:
+            return n
+    return None

@@ -210,7 +210,9 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
         out += [str(s.extra["inference_note"]), ""]
 
     u = s.unattributed
-    out.append(f"Cost coverage: {pct(u.share)} of non-communication time has no cost model")
+    # The costed share first: "coverage 0.0%" read as nothing costed when it was the uncosted share.
+    out.append(f"Cost coverage: {pct(1.0 - u.share)} of non-communication time costed ({pct(u.share)} without a"
+               " cost model)")
     rows = [[r, ms(v.time_s), pct(v.share), f"{v.kernels:,}"] for r, v in u.by_reason.items() if v.kernels]
     if rows:
         out += ["  " + r for r in table(["reason", "time ms", "share", "kernels"], rows, "<>>>")]
@@ -274,9 +276,22 @@ def _run_lines(s: "Summary") -> list[str]:
             if m.extra.get("step_time_source") != "unprofiled" else "without the profiler, median"
         out.append(f"  steps     {what} {ms(m.step_time_s)} ms/step" + (f" ({', '.join(extra)})" if extra else ""))
         if m.peak_flops:
+            import textwrap
+
+            from ..analyzers.metrics import utilization_note
+
             mfu = f"MFU {pct(m.mfu)}" + (" (op-counted)" if m.mfu_source == "op_counted" else "")
-            out.append(f"  util      {mfu}, HFU {pct(m.hfu)}, MBU {pct(m.mbu)}; "
-                       f"{si(m.achieved_flops_per_s, 'FLOP/s')} vs the {m.peak_roof} peak {si(m.peak_flops, 'FLOP/s')}")
+            # HFU's own rate, so that the ratio printed is the HFU printed (raised or counted).
+            rate = m.hfu * m.peak_flops if m.hfu is not None else m.achieved_flops_per_s
+            out.append(f"  util      {mfu}, HFU {pct(m.hfu)}, MBU {pct(m.mbu)}; HFU is {si(rate, 'FLOP/s')}"
+                       f" of the {m.peak_roof} peak {si(m.peak_flops, 'FLOP/s')}")
+            note = utilization_note(m.to_dict())
+            if note:
+                out += textwrap.wrap(note, 78, initial_indent=" " * 12, subsequent_indent=" " * 12)
+        elif m.achieved_flops_per_s is not None:
+            out.append(f"  util      achieved {si(m.achieved_flops_per_s, 'FLOP/s')}"
+                       + (f", {si(m.bytes_per_step / m.step_time_s, 'B/s')}" if m.bytes_per_step else "")
+                       + "; MFU, HFU and MBU need ceilings (--device, --ceilings)")
     for d in s.telemetry.devices if s.telemetry is not None else []:
         if not d.samples:
             continue

@@ -31,11 +31,12 @@ def command(kind: str, title: str, message: str) -> str:
 
 
 def annotations(result: "GateResult") -> list[str]:
-    """An error per failed check (with the kernels that grew most), a warning per warning."""
+    """An error per failed check (with the kernels that grew most) and per undecided one, a warning per warning."""
     culprits = result.culprits()
     lines = [command("error", f"roofscope gate: {c.name} regressed",
                      c.message() + (f"\nKernels that grew most: {culprits}" if culprits else ""))
              for c in result.failures]
+    lines += [command("error", f"roofscope gate: {c.name} undecided", c.message()) for c in result.undecided]
     lines += [command("warning", "roofscope gate", w) for w in result.warnings]
     return lines
 

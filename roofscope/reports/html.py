@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..version import __version__
 from ..analyzers.counters import l2_bandwidth
+from ..analyzers.metrics import utilization_note
 from ..analyzers.roofline import CLASSES
 from .charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
 from .console import above_roof_text, memory_text, number, pct, shorten, si
@@ -343,7 +344,8 @@ def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> s
     above = a.typed_summary().above_roof
     return env.get_template("report.html.j2").render(
         title=title or f"roofscope: {os.path.basename(os.path.dirname(path) if a.run_meta else path)}", s=s, a=a,
-        metrics=s.get("metrics") or {}, findings=s.get("findings") or [],
+        metrics=s.get("metrics") or {}, utilization_note=utilization_note(s.get("metrics") or {}),
+        findings=s.get("findings") or [],
         skipped=(s.get("diagnosis") or {}).get("skipped") or [], command=command,
         class_bar=_bar(by_class, CLASS_COLORS), category_bar=_bar(by_category, CATEGORY_COLORS),
         binding_bar=_bar([(t, None, v) for t, v in sorted(binding.items(), key=lambda kv: -kv[1])], BINDING_COLORS),

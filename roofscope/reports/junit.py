@@ -20,7 +20,7 @@ RULES_CLASSNAME = "roofscope.rules"
 @dataclass
 class Case:
     name: str
-    status: str            # "pass", "fail" or "skip"
+    status: str            # "pass", "fail", "skip" or "undecided" (an <error>: not a pass, not a regression)
     message: str           # the failure's or skip's message; a passing case's output
     text: str = ""         # a failure's full text (defaults to its message)
     kind: str = ""         # a failure's type
@@ -29,8 +29,9 @@ class Case:
 def document(suite: str, classname: str, cases: list[Case], properties: list[tuple[str, str]],
              errors: list[str]) -> str:
     """A ``<testsuites>`` document with one ``<testsuite>``."""
-    counts = {s: sum(c.status == s for c in cases) for s in ("fail", "skip")}
-    attrs = {"name": suite, "tests": str(len(cases)), "failures": str(counts["fail"]), "errors": "0",
+    counts = {s: sum(c.status == s for c in cases) for s in ("fail", "skip", "undecided")}
+    attrs = {"name": suite, "tests": str(len(cases)), "failures": str(counts["fail"]),
+             "errors": str(counts["undecided"]),
              "skipped": str(counts["skip"]), "time": "0"}
     root = ET.Element("testsuites", attrs)
     element = ET.SubElement(root, "testsuite", attrs)
@@ -44,6 +45,8 @@ def document(suite: str, classname: str, cases: list[Case], properties: list[tup
             failure.text = c.text or c.message
         elif c.status == "skip":
             ET.SubElement(case, "skipped", {"message": c.message})
+        elif c.status == "undecided":
+            ET.SubElement(case, "error", {"message": c.message, "type": "undecided"}).text = c.message
         else:
             ET.SubElement(case, "system-out").text = c.message
     if errors:

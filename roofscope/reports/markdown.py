@@ -11,6 +11,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..analyzers.metrics import utilization_note
 from .console import ms, pct, shorten, si
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,13 +67,21 @@ def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
                        ("throttled_fraction", "throttled (share of NVML samples)")):
         if _num(m.get(key)):
             note = f" ({md_text(m['mfu_source'])})" if key == "mfu" and m.get("mfu_source") else ""
+            if key == "hfu" and _num(m.get("peak_flops")):
+                note = f" ({si(m['hfu'] * m['peak_flops'], 'FLOP/s')} of the {md_text(m.get('peak_roof'))} peak" \
+                       f" {si(m['peak_flops'], 'FLOP/s')})"
             rows.append([label, pct(m[key]) + note])
+    if utilization_note(m):
+        rows.append(["MFU/HFU adjusted", md_text(utilization_note(m))])
+    if not _num(m.get("peak_flops")) and _num(m.get("achieved_flops_per_s")):
+        rows.append(["achieved", si(m["achieved_flops_per_s"], "FLOP/s") + " (no ceilings: no MFU, HFU or MBU)"])
     if _num(m.get("energy_per_step_j")):
         per_token = f", {m['energy_per_token_j']:.3g} J/token" if _num(m.get("energy_per_token_j")) else ""
         rows.append(["energy per step", f"{m['energy_per_step_j']:.3g} J{per_token}"])
     total = s["kernel_time_s"]
     rows.append(["CPU op time" if s["cpu_only"] else "GPU kernel time", f"{ms(total)} ms, {s['kernels']:,} activities"])
-    rows.append(["without cost model", f"{pct(s['unattributed']['share'])} of non-communication time"])
+    share = s["unattributed"]["share"]
+    rows.append(["costed by the cost model", f"{pct(1.0 - share)} of non-communication time ({pct(share)} without)"])
     return rows
 
 
