@@ -250,7 +250,6 @@ def test_cdn_report_without_network_still_fills_its_tables(browser, h200, tmp_pa
     page.close()
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="external HTA trace not present")
 def test_hta_report(browser, tmp_path):
     a = roofscope.analyze(HTA)
     t0 = time.perf_counter()

@@ -105,7 +105,6 @@ def test_subprocess_analyze_and_errors(tmp_path):
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
 def test_subprocess_hta_summary(tmp_path):
     res = _run_cli("analyze", str(HTA), "--json", str(tmp_path / "hta.json"))
     assert res.returncode == 0, res.stderr

@@ -14,8 +14,10 @@ import pytest
 
 from roofscope.analyzers.costmodel import COLUMNS, clear_cache, signature_costs
 
+from .conftest import external
+
 DATA = Path(__file__).resolve().parent / "data"
-A100 = Path(__file__).resolve().parents[2] / "shared" / "traces" / "external" / "hta_a100_rank0.json.gz"
+A100 = external("hta_a100_rank0.json.gz")
 BF16, F32, F16 = "c10::BFloat16", "float", "c10::Half"
 
 
@@ -396,7 +398,6 @@ def load_signatures(path: Path) -> tuple[pd.DataFrame, list[dict]]:
     return df[~key.duplicated().to_numpy()].reset_index(drop=True), events
 
 
-@pytest.mark.skipif(not A100.exists(), reason="shared A100 trace not present")
 def test_hta_a100_trace() -> None:
     sigs, events = load_signatures(A100)
     assert len(events) == 25_185 and len(sigs) == 818

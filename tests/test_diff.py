@@ -245,7 +245,6 @@ def test_real_traces_eager_vs_compiled_and_device_warning():
     assert d.warnings == ["the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"]
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
 def test_hta_trace_against_itself():
     a = analyze(HTA)
     d = diff(a, a)

@@ -210,7 +210,6 @@ def test_cpu_run_against_the_h200_baseline_warns(runs, tmp_path):
     assert any(w.startswith("MBU use different ceilings: baseline 4.8e+12") for w in r.warnings)
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="external HTA trace not present")
 def test_bare_trace_baseline_hta(tmp_path):
     snap = write_baseline(HTA, tmp_path / "hta.json")
     assert snap.device == "NVIDIA A100-SXM4-80GB" and len(snap.steps) == 5
