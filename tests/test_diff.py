@@ -292,7 +292,7 @@ def test_cli_device_warning(capsys):
 def test_cli_subprocess_markdown(pair, tmp_path):
     md = tmp_path / "d.md"
     r = subprocess.run([sys.executable, "-m", "roofscope", "diff", str(pair[0]), str(pair[1]), *PEAK_FLAGS,
-                        "--markdown", str(md)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                        "--markdown", str(md)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "Prediction check" in r.stdout and f"wrote {md}" in r.stderr
     text = md.read_text()

@@ -47,7 +47,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _roofscope(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "roofscope", *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env=_env(**env))
+                          timeout=600, cwd=ROOT, env=_env(**env))
 
 
 def _profile(out: Path, *script_args: str) -> Path:

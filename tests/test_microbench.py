@@ -96,7 +96,7 @@ def test_microbench_cpu_in_process_then_analyze_uses_the_cache(tmp_path, capsys,
 def test_microbench_cpu_subprocess_json(tmp_path):
     out = tmp_path / "m.json"
     res = subprocess.run([sys.executable, "-m", "roofscope", "microbench", "--device", "cpu", "--quick",
-                          "--out", str(out), "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                          "--out", str(out), "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stderr
     printed = json.loads(res.stdout)
     assert printed["schema_version"] == 1 and printed["device"] == cpu_name()
@@ -130,7 +130,7 @@ def test_cuda_requested_without_cuda_is_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sees no CUDA device" in err and "--device cpu" in err
     res = subprocess.run([sys.executable, "-m", "roofscope", "microbench", "--device", "cuda:1", "--quick"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and res.stdout == ""
 
 
