@@ -28,7 +28,7 @@ from roofscope.collectors.distributed import (
 )
 from roofscope.collectors.nvml import NvmlSampler, rank_devices
 from roofscope.errors import OutputExistsError, RoofscopeError
-from tests.test_nvml import FakeNvml
+from tests.test_nvml import FakeNvml, wait_for_passes
 
 REPO = Path(__file__).resolve().parents[1]
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
@@ -416,7 +416,7 @@ def test_sampler_reads_only_the_ranks_gpu(monkeypatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     s = NvmlSampler(hz=50, cuda_device=1)   # LOCAL_RANK 1 -> CUDA ordinal 1 -> NVML index 3
     s.start()
-    time.sleep(0.1)
+    wait_for_passes(s, 1)
     tel = s.stop()
     assert [(d["nvml_index"], d["cuda_index"]) for d in tel.devices] == [(3, 1)]
     assert set(tel.samples["device"]) == {3}
