@@ -53,9 +53,10 @@ def _check_results(c: Ceilings) -> None:
     # The DRAM roof is the best of its three streaming kernels, and the last level.
     assert c.bandwidth == max(r["value"] for r in results[-3:]) == c.levels[-1][2]
     assert c.peaks["fp32"] == results[0]["value"]
-    # Any CPU that runs the suite multiplies faster than 1 GFLOP/s and copies faster than 1 GB/s.
-    assert c.peaks["fp32"] > 1e9 and c.bandwidth > 1e9
-    assert 0 < c.env["runtime_s"] < 30 and c.env["threads"] == torch.get_num_threads()
+    # Even a core shared with a busy machine multiplies faster than 10 MFLOP/s and copies faster than
+    # 10 MB/s (how fast it ran is no test's business: a loaded machine measures its load).
+    assert c.peaks["fp32"] > 1e7 and c.bandwidth > 1e7
+    assert c.env["runtime_s"] > 0 and c.env["threads"] == torch.get_num_threads()
 
 
 def test_microbench_cpu_in_process_then_analyze_uses_the_cache(tmp_path, capsys, monkeypatch):
