@@ -5,16 +5,41 @@ from pathlib import Path
 
 import pytest
 
-# Real traces recorded by others (HTA's A100 traces, ...), shared beside the clone as ../shared.
-# Tests that read them skip without them; the header and the summary say so, and
-# ROOFSCOPE_REQUIRE_SHARED=1 (CI, .ci/run) turns their absence into an error.
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+ROOT = Path(__file__).resolve().parents[1]
+# Real traces recorded by others (HolisticTraceAnalysis's test data, ...). The few that tests need are
+# vendored in tests/data/external under their corpus paths (tests/data/README.md: source, licence, why),
+# so a fresh clone runs every test. The whole corpus, shared beside the clone as ../shared, widens the
+# corpus-wide sweeps (test_real_traces, test_golden_summaries, test_typed_summary) to all its files.
+# ROOFSCOPE_SHARED_DIR points at another shared folder, or at none (`=/nonexistent`: what a fresh clone
+# runs); ROOFSCOPE_REQUIRE_SHARED=1 (CI, .ci/run) makes a missing corpus an error, not a narrower sweep.
+SHARED = Path(os.environ.get("ROOFSCOPE_SHARED_DIR") or ROOT.parent / "shared")
 EXTERNAL = SHARED / "traces" / "external"
-_SHARED_SKIP_WORDS = ("absent", "not present")
+VENDORED = ROOT / "tests" / "data" / "external"
 
 
-def shared_present() -> bool:
-    return (EXTERNAL / "hta_a100_rank0.json.gz").is_file()
+def corpus_present() -> bool:
+    return (EXTERNAL / "hta").is_dir()
+
+
+def external(rel: str) -> Path:
+    """A real trace by its path in the corpus: the vendored copy when there is one, else the corpus's."""
+    vendored = VENDORED / rel
+    return vendored if vendored.is_file() else EXTERNAL / rel
+
+
+def _traces(root: Path) -> set[str]:
+    """Every file under ``root`` but its notes (README.md, LICENSE-*), by its path relative to it."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and p.name != "README.md" and not p.name.startswith("LICENSE")}
+
+
+def vendored_traces() -> list[str]:
+    return sorted(_traces(VENDORED))
+
+
+def available_traces() -> list[str]:
+    """Corpus paths of every file at hand: the vendored traces, and the whole corpus when present."""
+    return sorted(_traces(VENDORED) | (_traces(EXTERNAL) if corpus_present() else set()))
 
 
 def _cuda() -> bool:
@@ -26,38 +51,23 @@ def _cuda() -> bool:
 
 
 def pytest_report_header(config):
-    if shared_present():
-        return f"real traces: {EXTERNAL}"
-    return (f"real traces: MISSING at {EXTERNAL}: the tests on real traces will skip; put the shared data beside"
-            " the clone, as ../shared")
+    vendored = f"real traces: {len(vendored_traces())} vendored in {VENDORED}"
+    if corpus_present():
+        return f"{vendored}; the whole corpus at {EXTERNAL}"
+    return (f"{vendored}; no corpus at {EXTERNAL}: the corpus-wide sweeps cover the vendored traces only"
+            " (put the shared data beside the clone as ../shared, or set ROOFSCOPE_SHARED_DIR)")
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("ROOFSCOPE_REQUIRE_SHARED", "") not in ("", "0") and not shared_present():
-        raise pytest.UsageError(f"ROOFSCOPE_REQUIRE_SHARED is set but the shared real traces are missing at"
-                                f" {EXTERNAL}")
+    if os.environ.get("ROOFSCOPE_REQUIRE_SHARED", "") not in ("", "0") and not corpus_present():
+        raise pytest.UsageError(f"ROOFSCOPE_REQUIRE_SHARED is set but the shared corpus of real traces is missing"
+                                f" at {EXTERNAL}")
     if _cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def _shared_skips(terminalreporter) -> int:
-    n = 0
-    for rep in terminalreporter.stats.get("skipped", []):
-        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        n += "trace" in reason and any(w in reason for w in _SHARED_SKIP_WORDS)
-    return n
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    n = _shared_skips(terminalreporter)
-    if n:
-        terminalreporter.write_line(f"{n} test{'s' if n != 1 else ''} on real traces skipped: the shared traces are "
-                                    f"missing at {EXTERNAL} (put them beside the clone as ../shared)",
-                                    yellow=True, bold=True)
 
 
 @pytest.fixture(autouse=True)

@@ -20,22 +20,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import EXTERNAL, available_traces, corpus_present, external
+
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden_summaries.json"
 
 
-def shared_traces_dir() -> Path | None:
-    """../shared/traces/external from the main checkout or from a worktree one level deeper."""
-    here = Path(__file__).resolve()
-    for root in here.parents[1:4]:
-        d = root / "shared" / "traces" / "external"
-        if d.is_dir():
-            return d
-    return None
-
-
-def trace_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
-                  and p.name != "README.md")
+def trace_files() -> list[str]:
+    """Corpus paths of the HTA traces at hand (tests/conftest.py: vendored, and the whole corpus when present)."""
+    return [rel for rel in available_traces() if rel.startswith("hta") and rel.endswith((".json", ".json.gz"))]
 
 
 def _canon(v: Any) -> Any:
@@ -82,10 +74,9 @@ def digests(path: Path) -> dict[str, str] | str:
 
 
 def record() -> dict[str, Any]:
-    root = shared_traces_dir()
-    if root is None:
-        raise SystemExit("shared/traces/external not found")
-    return {str(p.relative_to(root)): digests(p) for p in trace_files(root)}
+    if not corpus_present():
+        raise SystemExit(f"the whole corpus is needed to record its digests: none at {EXTERNAL}")
+    return {rel: digests(external(rel)) for rel in trace_files()}
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ from roofscope.analyzers.roofline import RooflineParams
 from roofscope.devices import Ceilings
 
 from .kineto import TraceBuilder
-from .test_trace import EXTERNAL, HTA
+from .conftest import external
+from .test_trace import HTA
 
 DATA = Path(__file__).parent / "data"
-ALEXNET = EXTERNAL / "hta_a100_alexnet_cupti_counters.json.gz"
+ALEXNET = external("hta_a100_alexnet_cupti_counters.json.gz")
 # Round numbers make the arithmetic in the comments exact.
 TOY = Ceilings(device="toy", source="user", peaks={"fp32": 10e12, "bf16": 100e12}, bandwidth=1e12)
 
@@ -217,7 +218,6 @@ def test_cpu_only_trace_uses_innermost_costed_ops():
     assert a.by_region().loc[["forward", "backward", "Optimizer.step#AdamW.step"], "calls"].tolist() == [14, 25, 108]
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
 def test_hta_a100_report():
     a = roofscope.analyze(HTA)
     s = a.summary()
@@ -241,7 +241,6 @@ def test_hta_a100_report():
     assert np.isfinite(costed.loc[costed["category"] != "communication", "efficiency"]).all()
 
 
-@pytest.mark.skipif(not ALEXNET.exists(), reason="shared alexnet trace absent")
 def test_alexnet_counter_ranges():
     a = roofscope.analyze(ALEXNET)
     s = a.summary()

@@ -90,7 +90,7 @@ def test_device_override(tmp_path, capsys):
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "roofscope", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=600)
 
 
 def test_subprocess_analyze_and_errors(tmp_path):
@@ -105,7 +105,6 @@ def test_subprocess_analyze_and_errors(tmp_path):
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
 def test_subprocess_hta_summary(tmp_path):
     res = _run_cli("analyze", str(HTA), "--json", str(tmp_path / "hta.json"))
     assert res.returncode == 0, res.stderr
@@ -116,6 +115,6 @@ def test_subprocess_hta_summary(tmp_path):
 def test_import_is_cheap():
     """`import roofscope` must not import torch (or touch CUDA): commands that only read traces stay fast."""
     code = "import sys, roofscope, roofscope.cli; print(sorted(m for m in ('torch', 'pynvml', 'triton') if m in sys.modules))"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
     assert res.stdout.strip() == "[]", res.stderr

@@ -53,9 +53,9 @@ def script(tmp_path: Path) -> Path:
     return p
 
 
-def _cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "roofscope", *args], capture_output=True, text=True,
-                          timeout=timeout, **kw)
+                          timeout=600, **kw)
 
 
 def _meta(run: Path) -> dict:
@@ -99,12 +99,12 @@ def test_signal_mid_profile_writes_partial_run(script: Path, tmp_path: Path, sig
     out, ready = tmp_path / "run", tmp_path / "ready"
     proc = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, str(script),
                              "wait", str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600
     while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert ready.exists(), proc.communicate()[1]
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == code, stderr
     meta = _meta(out)
     assert meta["exit_status"]["reason"] == reason
@@ -185,7 +185,7 @@ def test_missing_script_and_module(tmp_path: Path, capsys) -> None:
 def test_no_steps_warns_and_duration_window_works(tmp_path: Path, capsys) -> None:
     s = tmp_path / "infer.py"
     s.write_text("import torch, time\nx = torch.randn(64, 64)\nt = time.time()\n"
-                 "while time.time() - t < 0.6:\n    x = torch.tanh(x @ x)\n")
+                 "while time.time() - t < 2:\n    x = torch.tanh(x @ x)\n")
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, str(s)]) == 2
     err = capsys.readouterr().err
@@ -196,9 +196,9 @@ def test_no_steps_warns_and_duration_window_works(tmp_path: Path, capsys) -> Non
     a = roofscope.analyze(out)
     names = set(a.kernels["name"].astype(str))
     assert {"aten::mm", "aten::tanh"} <= names
-    # Only the window was recorded: a 0.2 s window holds far fewer ops than the 0.6 s loop ran.
+    # Only the window was recorded: 0.2 s of the 2 s loop (the bound leaves a loaded machine 1.3 s to stop).
     span_s = (a.trace.ops["end_ns"].max() - a.trace.ops["ts_ns"].min()) / 1e9
-    assert 0.1 < span_s < 0.55
+    assert 0.1 < span_s < 1.5
 
 
 def test_profile_context_manager(tmp_path: Path, capsys) -> None:

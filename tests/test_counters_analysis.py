@@ -19,6 +19,7 @@ from roofscope.analyzers.counters import apply_counters, l2_bandwidth
 from roofscope.analyzers.roofline import RooflineParams, place
 from roofscope.devices import Ceilings
 
+from .conftest import external
 from .kineto import TraceBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def test_accuracy_needs_counters(tmp_path, capsys):
 
 # ---- SASS counters of old CUPTI traces (attribution.py, benchmarks/accuracy_sass.py) ----------
 
-ALEXNET = ROOT.parent / "shared" / "traces" / "external" / "hta_a100_alexnet_cupti_counters.json.gz"
+ALEXNET = external("hta_a100_alexnet_cupti_counters.json.gz")
 
 
 def test_counter_ranges_keep_the_analytic_flops(tmp_path):
@@ -250,7 +251,6 @@ def _sass_module():
     return mod
 
 
-@pytest.mark.skipif(not ALEXNET.exists(), reason="external AlexNet CUPTI trace not present")
 def test_sass_flops_against_the_formulas():
     t = _sass_module().sass_table(ALEXNET).set_index("layer")
     assert len(t) == 23 and t["sass"].notna().all()

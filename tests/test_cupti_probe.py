@@ -14,9 +14,11 @@ from roofscope.collectors.cupti_probe import (CuptiCountersError, counter_events
 from roofscope.collectors.torchprof import Schedule, TorchCollector
 from roofscope.errors import RoofscopeError
 
+from .conftest import external
+
 ROOT = Path(__file__).resolve().parents[1]
 KINETO = ROOT / "tests" / "data" / "ncu" / "h200_probe_kineto.json.gz"   # H200, torch 2.11+cu130: no counter events
-ALEXNET = ROOT.parent / "shared" / "traces" / "external" / "hta_a100_alexnet_cupti_counters.json.gz"
+ALEXNET = external("hta_a100_alexnet_cupti_counters.json.gz")
 
 
 def _exports(monkeypatch, source: Path) -> list[str]:
@@ -52,7 +54,6 @@ def test_dead_path_detected(monkeypatch):
     assert not Path(calls[0]).exists()  # the probe's temporary trace is gone
 
 
-@pytest.mark.skipif(not ALEXNET.exists(), reason="external AlexNet CUPTI trace not present")
 def test_working_path_passes(monkeypatch):
     _exports(monkeypatch, ALEXNET)
     assert cupti_counters_work() is True

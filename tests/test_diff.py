@@ -245,7 +245,6 @@ def test_real_traces_eager_vs_compiled_and_device_warning():
     assert d.warnings == ["the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"]
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
 def test_hta_trace_against_itself():
     a = analyze(HTA)
     d = diff(a, a)
@@ -293,7 +292,7 @@ def test_cli_device_warning(capsys):
 def test_cli_subprocess_markdown(pair, tmp_path):
     md = tmp_path / "d.md"
     r = subprocess.run([sys.executable, "-m", "roofscope", "diff", str(pair[0]), str(pair[1]), *PEAK_FLAGS,
-                        "--markdown", str(md)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                        "--markdown", str(md)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "Prediction check" in r.stdout and f"wrote {md}" in r.stderr
     text = md.read_text()

@@ -23,7 +23,7 @@ def _run(script: str, *args: str) -> str:
     # The scripts import roofscope from this checkout whether or not it is installed.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, str(EXAMPLES / script), "--device", "cpu", *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

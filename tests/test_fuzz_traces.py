@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,11 @@ from hypothesis import strategies as st  # noqa: E402
 
 from roofscope.cli import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-EXTERNAL = Path(os.environ.get("ROOFSCOPE_SHARED_TRACES", ROOT.parent / "shared" / "traces" / "external"))
-# A real H100 trace of the project's own fixtures (always there) and ROCm 6.2's MI250 trace
-# from the shared corpus (skipped when absent).
+from .conftest import ROOT, external  # noqa: E402
+
+# A real H100 trace of the project's own fixtures and ROCm 6.2's MI250 trace from HTA's (vendored).
 BASES = [ROOT / "tests" / "data" / "h100_compiled_block.json.gz",
-         EXTERNAL / "hta" / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]
+         external("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")]
 
 HOSTILE = [None, "", "abc", "0x1f", "12", "1e3", "NaN", -1, 0, 1.5, 1e308, -1e308, 2**70, True, [], [[1, [2]]],
            {}, {"a": 1}, "<script>alert(1)</script>", "\u0000\u202e\n\"", "x" * 5000]
@@ -33,8 +31,6 @@ TOP_KEYS = ["traceEvents", "deviceProperties", "distributedInfo", "baseTimeNanos
 
 
 def _load(path: Path) -> dict:
-    if not path.exists():
-        pytest.skip(f"shared trace corpus absent: {path} (set ROOFSCOPE_SHARED_TRACES)")
     return json.loads(gzip.decompress(path.read_bytes()))
 
 

@@ -51,7 +51,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _roofscope(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "roofscope", *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env=_env(**env))
+                          timeout=600, cwd=ROOT, env=_env(**env))
 
 
 def _profile(out: Path, *script_args: str) -> Path:
@@ -264,7 +264,6 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     assert c["step_time"].status == "fail" and c["hfu"].change < -0.5
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="external HTA trace not present")
 def test_bare_trace_baseline_hta(tmp_path):
     snap = write_baseline(HTA, tmp_path / "hta.json")
     assert snap.device == "NVIDIA A100-SXM4-80GB" and len(snap.steps) == 5

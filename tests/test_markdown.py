@@ -82,6 +82,6 @@ def test_analyze_markdown_option(tmp_path, capsys):
 
 def test_analyze_markdown_as_a_subprocess(tmp_path):
     p = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(H200_RUN), "--markdown", "-"],
-                       capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+                       capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[1])
     assert p.returncode == 0, p.stderr
     assert "| MBU | 1.1% |" in p.stdout

@@ -7,6 +7,7 @@ import pytest
 
 from roofscope.analyzers.analysis import analyze
 
+from .conftest import external
 from .kineto import TraceBuilder
 
 MM = dict(dims=[[1024, 1024], [1024, 1024]], types=["float", "float"])
@@ -220,25 +221,6 @@ def test_gate_bounds_take_shares_and_times_with_units():
         bounds(max_step_time="1s", max_step_time_ms=5)
 
 
-def test_missing_shared_traces_are_said_loudly(monkeypatch, tmp_path):
-    from types import SimpleNamespace
-
-    from . import conftest
-
-    monkeypatch.setattr(conftest, "EXTERNAL", tmp_path / "nowhere")
-    assert "real traces: MISSING at" in conftest.pytest_report_header(None)
-    monkeypatch.setenv("ROOFSCOPE_REQUIRE_SHARED", "1")
-    with pytest.raises(pytest.UsageError, match="shared real traces are missing"):
-        conftest.pytest_collection_modifyitems(None, [])
-    lines = []
-    skipped = [SimpleNamespace(longrepr=("f.py", 1, "Skipped: shared HTA trace absent")),
-               SimpleNamespace(longrepr=("f.py", 2, "Skipped: needs a CUDA GPU"))]
-    reporter = SimpleNamespace(stats={"skipped": skipped}, write_line=lambda text, **kw: lines.append(text))
-    conftest.pytest_terminal_summary(reporter, 0, None)
-    assert lines == [f"1 test on real traces skipped: the shared traces are missing at {tmp_path / 'nowhere'} "
-                     "(put them beside the clone as ../shared)"]
-
-
 def test_scipy_is_installed_with_roofscope():
     # The gate's Mann-Whitney test is scipy's: a runtime dependency, which the dev extra gets too.
     import configparser
@@ -365,8 +347,7 @@ def test_microbench_without_flags_measures_the_device_analyses_use(monkeypatch, 
 
 # -- advice that changes something -----------------------------------------------------------------
 
-HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "external" / "hta_a100_rank0.json.gz"
-needs_hta = pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
+HTA = external("hta_a100_rank0.json.gz")
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +355,6 @@ def hta():
     return analyze(HTA, use_cache=False)
 
 
-@needs_hta
 def test_idle_other_is_addressed_on_the_a100_trace(hta):
     (f,) = [f for f in hta.diagnosis().findings if f.rule == "idle_other"]
     # 68% of the step idle with work queued; the host spent 86 ms/step of it in aten::to (cudaMemcpyAsync).
@@ -384,7 +364,6 @@ def test_idle_other_is_addressed_on_the_a100_trace(hta):
     assert f.saving_s == pytest.approx(0.5 * f.figures["idle_other_s"])
 
 
-@needs_hta
 def test_fix_snippets_hold_for_the_runs_own_facts(hta):
     from roofscope.reports.console import render_summary
 

@@ -21,9 +21,10 @@ from roofscope.analyzers.categories import category_of
 from roofscope.analyzers.collectives import bus_factor, collective_table, parse_kernel
 from roofscope.analyzers.ranks import PartsError, analyze_parts, resolve_parts
 from roofscope.analyzers.straggler import combine, detect, scaling_tax
+from tests.conftest import external
 from tests.kineto import TraceBuilder
 
-HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "external" / "hta_a100_rank0.json.gz"
+HTA = external("hta_a100_rank0.json.gz")
 OLD_NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 NEW_NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 STEP_US = 25_000
@@ -297,7 +298,6 @@ def test_dead_worker_is_one_error_and_cancels_the_rest(tmp_path, monkeypatch):
     assert KilledPool.shutdown_args == (True, True)
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="HTA trace not present")
 def test_hta_collectives():
     parts, world, warnings = resolve_parts([str(HTA)])
     assert (parts[0].rank, world) == (0, 16) and "15 of 16 ranks missing" in warnings[0]

@@ -1,12 +1,11 @@
-"""Every file of the shared corpus of real traces (../shared/traces/external: HolisticTraceAnalysis's
-test data, 34 files from V100/A100/MI250/MTIA/CPU-only set-ups) analyzed, or refused in one line when
-it is not a trace, with the outcome per file asserted."""
+"""Every file of HolisticTraceAnalysis's test data (34 files from V100/A100/MI250/MTIA/CPU-only set-ups)
+analyzed, or refused in one line when it is not a trace, with the outcome per file asserted: the files
+vendored in tests/data/external, and the whole corpus when it is at hand (tests/conftest.py)."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,12 +13,7 @@ import roofscope
 from roofscope.errors import TraceError
 from roofscope.reports.console import render_summary
 
-ROOT = Path(__file__).resolve().parents[1]
-# Worktrees sit one level deeper than the main checkout; ROOFSCOPE_SHARED_TRACES points at the corpus.
-EXTERNAL = Path(os.environ.get("ROOFSCOPE_SHARED_TRACES", ROOT.parent / "shared" / "traces" / "external"))
-needs_corpus = pytest.mark.skipif(not (EXTERNAL / "hta").is_dir(),
-                                  reason=f"shared trace corpus absent: {EXTERNAL / 'hta'} "
-                                         "(set ROOFSCOPE_SHARED_TRACES to its external/ folder)")
+from .conftest import ROOT, available_traces, corpus_present, external
 
 # path -> (cpu_only, ceilings source, datasheet key, GPU activities; for CPU-only traces the number of
 # CPU work items, None where that is the cost model's choice rather than a fact of the trace)
@@ -67,17 +61,21 @@ REFUSED = {
 }
 
 
-@needs_corpus
-def test_the_table_covers_the_whole_corpus():
-    files = {str(p.relative_to(EXTERNAL)) for p in EXTERNAL.rglob("*") if p.is_file() and p.name != "README.md"}
-    assert files == set(ANALYZED) | set(REFUSED)
+# HTA's corpus only: the shared data's other folders (tracelens/) are not swept here.
+AT_HAND = [rel for rel in available_traces() if rel.startswith("hta")]
 
 
-@needs_corpus
-@pytest.mark.parametrize("rel", sorted(ANALYZED))
+def test_the_table_covers_every_trace_at_hand():
+    # Every vendored trace has its outcome here; with the corpus at hand, the table is the whole corpus.
+    assert AT_HAND and set(AT_HAND) <= set(ANALYZED) | set(REFUSED)
+    if corpus_present():
+        assert set(AT_HAND) == set(ANALYZED) | set(REFUSED)
+
+
+@pytest.mark.parametrize("rel", [rel for rel in AT_HAND if rel in ANALYZED])
 def test_every_trace_is_analyzed(rel):
     cpu_only, source, key, n = ANALYZED[rel]
-    a = roofscope.analyze(EXTERNAL / rel)
+    a = roofscope.analyze(external(rel))
     s = a.summary()
     text = render_summary(a)
     assert (a.cpu_only, a.ceilings.source, a.ceilings.datasheet.key if a.ceilings.datasheet else None,
@@ -94,25 +92,23 @@ def test_every_trace_is_analyzed(rel):
             assert reasons["fusion"].startswith("needs ceilings") and reasons["tf32"].startswith("needs ceilings")
 
 
-@needs_corpus
-@pytest.mark.parametrize("rel", sorted(REFUSED))
+@pytest.mark.parametrize("rel", [rel for rel in AT_HAND if rel in REFUSED])
 def test_non_traces_are_refused_in_one_line(rel):
     with pytest.raises(TraceError, match=REFUSED[rel]):
-        roofscope.analyze(EXTERNAL / rel)
+        roofscope.analyze(external(rel))
 
 
-@needs_corpus
 @pytest.mark.parametrize("rel,rc,expect", [
     ("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", 0, "identified from its properties"),
-    ("hta/trace_filter/sampled_rank-1.json.gz", 0, "no ceilings: the trace names no GPU device"),
+    ("hta/trace_file_list/inference_rank_1.json.gz", 0, "no ceilings: the trace names no GPU device"),
     ("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", 0, "CPU-only trace"),
     ("hta/execution_trace/benchmark_simple_add_et.json.gz", 2, "a PyTorch execution trace"),
     ("hta/memory_analysis/memory_timeline.raw.gz", 2, "a memory timeline"),
 ])
 def test_analyze_command(rel, rc, expect, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), ROOFSCOPE_CACHE_DIR=str(tmp_path))
-    res = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(EXTERNAL / rel)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(external(rel))],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == rc, res.stderr
     assert "Traceback" not in res.stderr + res.stdout
     assert expect in (res.stdout if rc == 0 else res.stderr)
@@ -120,11 +116,10 @@ def test_analyze_command(rel, rc, expect, tmp_path):
         assert res.stderr.count("\n") == 1 and res.stdout == ""
 
 
-@needs_corpus
 def test_mi250_rocm_trace():
     """ROCm 6.2: hipLaunchKernel / hipExtModuleLaunchKernel launches, "stream": "0x0" on runtime
     calls, kernels on device 2 while deviceProperties lists ids 0-3 named 'AMD Radeon Graphics'."""
-    a = roofscope.analyze(EXTERNAL / "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    a = roofscope.analyze(external("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"))
     k = a.kernels
     assert (k["op"] >= 0).all()  # every kernel and copy linked to its launching op
     gemm = k[k["name"].astype(str).str.startswith("Cijk_")]
@@ -134,12 +129,11 @@ def test_mi250_rocm_trace():
     assert copies["bytes"].tolist() == [2560.0, 2560.0]
 
 
-@needs_corpus
 def test_report_and_diff_without_ceilings(tmp_path):
-    base, test = EXTERNAL / "hta/trace_compare/base/base.json.gz", EXTERNAL / "hta/trace_compare/test/test.json.gz"
+    base, test = external("hta/trace_compare/base/base.json.gz"), external("hta/trace_compare/test/test.json.gz")
     env = dict(os.environ, PYTHONPATH=str(ROOT), ROOFSCOPE_CACHE_DIR=str(tmp_path))
     for args in (["report", str(base), "-o", str(tmp_path / "r.html")], ["diff", str(base), str(test)]):
         res = subprocess.run([sys.executable, "-m", "roofscope", *args], capture_output=True, text=True,
-                             env=env, timeout=300)
+                             env=env, timeout=600)
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert (tmp_path / "r.html").stat().st_size > 10_000

@@ -13,13 +13,14 @@ import roofscope
 from roofscope.analyzers.rules import RULES, diagnose
 from roofscope.devices import Ceilings
 
+from .conftest import external
 from .kineto import TraceBuilder
 
 TOY = Ceilings(device="toy", source="user", peaks={"fp32": 10e12, "tf32": 80e12, "bf16": 160e12},
                bandwidth=1e12)
 F32, BF16 = "float", "c10::BFloat16"
 N = 1 << 24  # elements of the elementwise tensors: 64 MiB in fp32
-HTA = Path(__file__).resolve().parents[2] / "shared/traces/external/hta_a100_rank0.json.gz"
+HTA = external("hta_a100_rank0.json.gz")
 RUN = Path(__file__).parent / "data" / "h200_gpt_run"
 
 
@@ -219,7 +220,6 @@ def test_real_h200_gpt_run_is_launch_bound() -> None:
     assert not {"fusion", "tf32", "alignment"} & {f["rule"] for f in found}
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace not present")
 def test_hta_a100_trace_diagnosis() -> None:
     a = roofscope.analyze(HTA)
     d = diagnose(a)

@@ -16,6 +16,7 @@ from roofscope.analyzers.metrics import step_table
 from roofscope.analyzers.timeline import BUCKET_LABELS, Timeline, timeline
 from roofscope.devices import Ceilings
 
+from .conftest import external
 from .kineto import PID, TID, TraceBuilder
 from .test_trace import HTA
 
@@ -341,7 +342,6 @@ def test_h200_gpt_run():
     assert o["comm_overlap_share"] is None
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="external HTA trace not present")
 def test_hta_a100_nccl_trace():
     a = roofscope.analyze(HTA)
     tl = timeline(a.trace, a.kernels, step_table(a.trace), None)
@@ -360,11 +360,9 @@ def test_hta_a100_nccl_trace():
     assert 0.3 < o["busy_fraction"] < 0.4
 
 
-@pytest.mark.skipif(not (HTA.parent / "hta_a100_alexnet_cupti_counters.json.gz").exists(),
-                    reason="external HTA trace not present")
 def test_counter_ranges_are_not_timed():
     # 77 cuda_profiler_range events and no kernel events: replayed counter ranges have no real time.
-    a = roofscope.analyze(HTA.parent / "hta_a100_alexnet_cupti_counters.json.gz")
+    a = roofscope.analyze(external("hta_a100_alexnet_cupti_counters.json.gz"))
     assert len(a.kernels) == 77
     tl = timeline(a.trace, a.kernels, a.steps(), None)
     assert tl.steps.empty and tl.overall["distribution"]["count"] == 0

@@ -11,10 +11,10 @@ from roofscope.analyzers.linking import ancestor_where, enclosing, interval_pare
 from roofscope.analyzers.trace import load_trace
 from roofscope.errors import TraceError
 
+from .conftest import external
 from .kineto import TraceBuilder
 
-EXTERNAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "external"
-HTA = EXTERNAL / "hta_a100_rank0.json.gz"
+HTA = external("hta_a100_rank0.json.gz")
 
 
 def test_interval_parents_nested_and_threads():
@@ -168,7 +168,6 @@ def test_truncated_gzip_and_missing_file(tmp_path):
         load_trace(tmp_path)
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
 def test_hta_trace_ingestion_counts():
     t = load_trace(HTA)
     assert t.meta["events"] == 108_936
@@ -188,7 +187,6 @@ def test_hta_trace_ingestion_counts():
     assert linked == 6_785
 
 
-@pytest.mark.skipif(not HTA.exists(), reason="shared HTA trace absent")
 def test_hta_links_match_brute_force():
     """The vectorized containment agrees with a direct search on a sample of real launches."""
     t = load_trace(HTA)
