@@ -129,6 +129,7 @@ def render_console(job: "Job", top: int = 5) -> str:
     """Terminal summary of a job: per-rank table, straggler verdict, collectives, recommendations."""
     from ..analyzers.summary import Recommendation
     from ..reports.console import _finding_lines, pct, shorten, table
+    from ..text_safety import clean
 
     def ms(x: float) -> str:
         return "-" if x != x else f"{x * 1e3:.2f}"
@@ -168,4 +169,4 @@ def render_console(job: "Job", top: int = 5) -> str:
                    f" other {ms(t['other_s'])}); scaling efficiency {pct(t['efficiency'])}")
         out.append("")
     out += _finding_lines([Recommendation.from_dict(f.to_dict()) for f in job.findings], top)
-    return "\n".join(out) + "\n"
+    return "\n".join(map(clean, out)) + "\n"
