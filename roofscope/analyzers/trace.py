@@ -528,7 +528,7 @@ def _decode_batched(data: bytes, columns: _Columns) -> tuple[TraceFile, Counter]
     the whole-file decoder (kineto.decode: repairs, skipped events, refusals) must see."""
     try:
         loose = _RAW_DECODER.decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         raise _Unclean from None
     raws = loose if isinstance(loose, list) else loose.traceEvents
     if not raws:
