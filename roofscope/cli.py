@@ -197,6 +197,8 @@ def gate_cmd(**kwargs: object) -> int:
 @config_options(MergeWorkers, "jobs", "scheduler")
 @ceiling_options
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option("--allow-remote", is_flag=True,
+              help="Read job.json parts that lie outside the job's folder or behind URLs.")
 def merge_cmd(**kwargs: object) -> int:
     """One report for the ranks of a distributed job: RUN_OR_TRACE... are per-rank Run directories,
     Kineto traces, folders of rank traces, job directories (rank-NNNN/ Runs), or fsspec URLs of
