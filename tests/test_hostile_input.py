@@ -45,11 +45,11 @@ def _one_line_error(err: str, *words: str) -> None:
         assert w in err, err
 
 
-def _evil_trace(path: Path) -> Path:
+def _evil_trace(path: Path, dur: float = 200) -> Path:
     b = TraceBuilder()
     b.annotation("ProfilerStep#1", 0, 1_000)
     b.op(EVIL_OP, 10, 100)
-    b.launch_kernel(EVIL_KERNEL, 12, 100, 200)
+    b.launch_kernel(EVIL_KERNEL, 12, 100, dur)
     return b.write(path)
 
 
@@ -89,6 +89,14 @@ def test_names_cannot_drive_terminal_ci_or_spreadsheet_in_process(tmp_path, caps
     assert rows[0]["op_name"] == "'" + EVIL_OP                        # a text cell, not a formula
     assert main(["analyze", str(trace), "--markdown", "-"]) == 0
     _no_injection(capsys.readouterr().out)
+
+
+def test_names_cannot_drive_the_diff_view(tmp_path, capsys):
+    a, b = _evil_trace(tmp_path / "a.json"), _evil_trace(tmp_path / "b.json", dur=400)
+    assert main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    _no_injection(out)
+    assert re.search(r"^  slower  200\.0  400\.0  \+200\.0    1/1  evil_kernel", out, re.M)  # listed, escapes gone
 
 
 def test_names_cannot_drive_terminal_as_subprocess(tmp_path):
