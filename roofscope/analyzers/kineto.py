@@ -5,9 +5,11 @@ every variant seen in real traces (ids and sizes as numbers or numeric strings, 
 ``"stream": "0x0"``, ``"grid": "grid(100,)"``), so one typed msgspec pass decodes them at C
 speed. An event that still does not fit (a hostile or corrupted field) fails that pass; the
 file is then decoded event by event, and each malformed event is skipped and counted by its
-reason ("args.bytes not a number"). Shape arguments stay raw JSON bytes so that identical op
-signatures are deduplicated before anything is parsed. Files that are not Kineto traces
-(execution traces, memory timelines, rocprof output) are refused in one line.
+reason ("args.bytes not a number"); so is an event holding a token that is not JSON (NaN,
+Infinity, a lone surrogate escape: Python's json writes them). Shape arguments stay raw JSON
+bytes so that identical op signatures are deduplicated before anything is parsed. Files that
+are not Kineto traces (execution traces, memory timelines, rocprof output) are refused in one
+line.
 """
 from __future__ import annotations
 
@@ -291,8 +293,9 @@ def _one_by_one(path: str, data: bytes, loose: _LooseFile | list[msgspec.Raw],
     if raws is None:
         return TraceFile()
     events = []
+    marked = _MARK in data
     for raw in raws:
-        at = bytes(raw).find(_MARK)
+        at = bytes(raw).find(_MARK) if marked else -1
         if at >= 0:
             what = bytes(raw)[at + len(_MARK):]
             skipped[next((r for k, r in _MARK_REASONS.items() if what.startswith(k)), "not JSON")] += 1
