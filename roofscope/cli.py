@@ -217,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = list(argv) if argv is not None else sys.argv[1:]
         rv = cli.main(args=args, prog_name="roofscope", standalone_mode=False, obj={"argv": args})
     except RoofscopeError as e:
-        click.echo(f"roofscope: error: {e}", err=True)
+        from .text_safety import clean
+
+        click.echo(f"roofscope: error: {clean(e)}", err=True)  # one line, whatever a path or name holds
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("roofscope: interrupted", err=True)

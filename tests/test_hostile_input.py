@@ -215,6 +215,28 @@ def test_deep_nesting_is_refused_in_one_line(tmp_path, capsys, depth):
         _one_line_error(capsys.readouterr().err, "nested more than")
 
 
+def test_deep_run_json_and_job_json_are_refused_in_one_line(tmp_path, capsys):
+    job = torchrun_layout(tmp_path)
+    deep = "[" * 20_000 + "]" * 20_000
+    meta = job / "rank-0001" / "run.json"
+    meta.write_text(meta.read_text().replace("{", '{"x": ' + deep + ", ", 1))
+    for argv in (["analyze", str(job / "rank-0001")], ["merge", str(job), "-q"], ["analyze", str(job)]):
+        assert main(argv) == 2
+        _one_line_error(capsys.readouterr().err, "rank-0001", "run.json: unreadable (maximum recursion depth")
+    _job_json(tmp_path / "other", [])
+    (tmp_path / "other" / "job.json").write_text('{"schema_version": 1, "parts": ' + deep + "}")
+    assert main(["merge", str(tmp_path / "other"), "-q"]) == 2
+    _one_line_error(capsys.readouterr().err, "job.json: not valid JSON (maximum recursion depth")
+
+
+def test_an_error_naming_a_hostile_path_stays_one_line(tmp_path, capsys):
+    p = tmp_path / "x\n::error::pwned\x1b[2J.json"
+    p.write_text("not json")
+    assert main(["analyze", str(p)]) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, "x ::error::pwned.json: not valid JSON")
+
+
 def test_device_fifo_and_directory_are_refused(tmp_path, capsys):
     fifo = tmp_path / "trace.json"
     os.mkfifo(fifo)
