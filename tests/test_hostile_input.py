@@ -260,8 +260,8 @@ def _limit_memory(mib: int):
     return apply
 
 
-def _gzip_bomb(path: Path, head: bytes, fill: bytes, mib: int) -> Path:
-    c = zlib.compressobj(1, zlib.DEFLATED, 31)
+def _gzip_bomb(path: Path, head: bytes, fill: bytes, mib: int, level: int = 1) -> Path:
+    c = zlib.compressobj(level, zlib.DEFLATED, 31)
     chunk = fill * (16 << 20)
     path.write_bytes(b"".join([c.compress(head)] + [c.compress(chunk) for _ in range(mib // 16)] + [c.flush()]))
     return path
@@ -282,6 +282,17 @@ def test_gzip_bomb_is_refused_within_the_bound(tmp_path, capsys):
         _one_line_error(capsys.readouterr().err, "decompresses to more than 32 MiB")
     finally:
         del os.environ["ROOFSCOPE_MAX_TRACE_SIZE"]
+
+
+def test_gzip_bomb_is_refused_by_its_ratio_without_a_setting(tmp_path, capsys):
+    # 512 MiB of whitespace in 0.5 MB: past 256 MiB (the floor; 250 x 0.5 MB is less) it is
+    # refused as a bomb, under the default 4 GiB bound. Real traces inflate up to 30x.
+    bomb = _gzip_bomb(tmp_path / "bomb.json.gz", b'{"traceEvents": [', b" ", 512, level=9)
+    assert 250 * bomb.stat().st_size < 256 << 20
+    assert main(["analyze", str(bomb)]) == 2
+    _one_line_error(capsys.readouterr().err, "decompresses to more than 256 MiB of JSON, 250 times its compressed"
+                    " size (a gzip bomb?); set ROOFSCOPE_MAX_TRACE_SIZE")
+    assert load_trace(REAL).meta["events"] > 0                       # a real trace (about 20x) is read
 
 
 def test_bomb_of_zeros_and_sparse_file_are_refused_by_their_first_bytes(tmp_path, capsys):

@@ -99,6 +99,10 @@ class Trace:
 # the bound is what keeps a gzip bomb or a huge sparse file from taking the machine's memory.
 MAX_TRACE_ENV = "ROOFSCOPE_MAX_TRACE_SIZE"
 DEFAULT_MAX_TRACE = 4 << 30
+# Unless the bound is set, a gzip stream may also inflate only this many times its size (real
+# traces: up to 30x; a gzip bomb: ~1000x) beyond a floor, so that a 1 MB bomb stops at 256 MiB.
+GZIP_RATIO = 250
+_GZIP_FLOOR = 256 << 20
 # The first bytes say whether a file can be JSON at all, before the rest is read.
 _HEAD_BYTES = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -115,9 +119,9 @@ def max_trace_bytes() -> int:
     return int(float(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_"))
 
 
-def _too_big(path: Path, what: str, limit: int) -> TraceError:
+def _too_big(path: Path, what: str, limit: int, why: str = "the limit for a trace") -> TraceError:
     size = f"{limit / 2**30:.3g} GiB" if limit >= 2**30 else f"{limit / 2**20:.3g} MiB"
-    return TraceError(f"{path}: {what} more than {size} of JSON, the limit for a trace; set"
+    return TraceError(f"{path}: {what} more than {size} of JSON, {why}; set"
                       f" {MAX_TRACE_ENV} (e.g. {MAX_TRACE_ENV}=16G) to analyze a larger one")
 
 
@@ -148,7 +152,12 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         raise TraceError(f"{p}: no such file") from None
     except OSError as e:
         raise TraceError(f"{p}: cannot read: {e.strerror}") from None
-    return _gunzip(p, data, limit) if data[:2] == _GZIP_MAGIC else data
+    if data[:2] != _GZIP_MAGIC:
+        return data
+    bomb = max(_GZIP_FLOOR, GZIP_RATIO * len(data))
+    if bomb < limit and not os.environ.get(MAX_TRACE_ENV, "").strip():
+        return _gunzip(p, data, bomb, f"{GZIP_RATIO} times its compressed size (a gzip bomb?)")
+    return _gunzip(p, data, limit)
 
 
 def _check_head(path: Path, head: bytes) -> None:
@@ -164,7 +173,7 @@ def _gunzip_head(data: bytes) -> bytes:
         return b""  # corrupt from the start: _gunzip says so
 
 
-def _gunzip(path: Path, data: bytes, limit: int) -> bytes:
+def _gunzip(path: Path, data: bytes, limit: int, why: str = "the limit for a trace") -> bytes:
     """The members of a gzip file, decompressed to at most ``limit`` bytes. Each member is
     decompressed in one call (one output buffer, as gzip.decompress); a damaged or cut stream
     gives what decompresses before the damage."""
@@ -178,12 +187,12 @@ def _gunzip(path: Path, data: bytes, limit: int) -> bytes:
         except zlib.error as e:
             members.append(_gzip_prefix(rest, limit - total))
             if total + len(members[-1]) > limit:
-                raise _too_big(path, "decompresses to", limit) from None
+                raise _too_big(path, "decompresses to", limit, why) from None
             error = str(e)
             break
         total += len(out)
         if total > limit:
-            raise _too_big(path, "decompresses to", limit)
+            raise _too_big(path, "decompresses to", limit, why)
         members.append(out)
         if not d.eof:
             error = "the stream is cut short"
