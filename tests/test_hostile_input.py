@@ -246,6 +246,13 @@ def test_device_fifo_and_directory_are_refused(tmp_path, capsys):
         _one_line_error(capsys.readouterr().err, words)
     r = _cli("analyze", str(fifo), timeout=60)                      # before: blocked forever on open()
     assert r.returncode == 2 and "not a regular file" in r.stderr
+    # A Run whose trace is a FIFO, merged: its rank is not peeked from the FIFO's head.
+    run = torchrun_layout(tmp_path) / "rank-0001"
+    _edit_meta(run, lambda d: d.pop("distributed"))
+    (run / "trace.json.gz").unlink()
+    os.mkfifo(run / "trace.json.gz")
+    r = _cli("merge", str(run), "-q", "--jobs", "1", timeout=60)
+    assert r.returncode == 2 and "rank-0001: Run has no trace.json.gz" in r.stderr, r.stderr  # before: hung
 
 
 # ---------------------------------------------------------------------------------------------

@@ -93,6 +93,8 @@ def _peek_dist(path: Path | str) -> dict[str, Any] | None:
             from .urls import read_head
 
             raw = read_head(path, _HEAD_BYTES)
+        elif not path.is_file():  # a FIFO would block open(); the analysis refuses it in one line
+            return None
         else:
             with open(path, "rb") as f:
                 raw = f.read(_HEAD_BYTES)
