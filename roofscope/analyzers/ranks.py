@@ -152,7 +152,7 @@ def _job_of(run_dir: Path) -> tuple[str | None, int | None]:
 
 
 def _rank_runs(p: Path) -> tuple[list[Path], dict[int, str]]:
-    """The job's rank-* Runs, and why each one left out was (by the rank its folder names). A
+    """The job's rank-* Runs, and the reason for each Run left out (by the rank its folder names). A
     --force rerun with fewer ranks leaves the earlier job's higher ranks behind: only parts of
     the job rank 0 belongs to (else of the most parts) count."""
     dirs = sorted(d for d in p.iterdir() if RANK_DIR.match(d.name) and is_run_dir(d)) if p.is_dir() else []
