@@ -211,6 +211,8 @@ def gate_cmd(**kwargs: object) -> int:
 @config_options(MergeWorkers, "jobs", "scheduler")
 @ceiling_options
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option("--allow-remote", is_flag=True,
+              help="Read job.json parts that lie outside the job's folder or behind URLs.")
 def merge_cmd(**kwargs: object) -> int:
     """One report for the ranks of a distributed job: RUN_OR_TRACE... are per-rank Run directories,
     Kineto traces, folders of rank traces, job directories (rank-NNNN/ Runs), or fsspec URLs of
@@ -229,7 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = list(argv) if argv is not None else sys.argv[1:]
         rv = cli.main(args=args, prog_name="roofscope", standalone_mode=False, obj={"argv": args})
     except RoofscopeError as e:
-        click.echo(f"roofscope: error: {e}", err=True)
+        from .text_safety import clean
+
+        click.echo(f"roofscope: error: {clean(e)}", err=True)  # one line, whatever a path or name holds
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("roofscope: interrupted", err=True)

@@ -1,6 +1,7 @@
 """Property test: real traces mutated the ways real files differ and break (field types, missing
-keys, truncation, hostile and non-UTF-8 names) are analyzed (rc 0) or refused in one line (rc 2)
-by analyze, report and diff; never a traceback."""
+keys, truncation, hostile and non-UTF-8 names, NaN tokens) are analyzed (rc 0) or refused in one
+line (rc 2) by analyze, report and diff; never a traceback, never an escape sequence or a
+line-leading workflow command in the output."""
 from __future__ import annotations
 
 import gzip
@@ -22,7 +23,10 @@ BASES = [ROOT / "tests" / "data" / "h100_compiled_block.json.gz",
          external("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")]
 
 HOSTILE = [None, "", "abc", "0x1f", "12", "1e3", "NaN", -1, 0, 1.5, 1e308, -1e308, 2**70, True, [], [[1, [2]]],
-           {}, {"a": 1}, "<script>alert(1)</script>", "\u0000\u202e\n\"", "x" * 5000]
+           {}, {"a": 1}, "<script>alert(1)</script>", "\u0000\u202e\n\"", "x" * 5000,
+           # json writes NaN / Infinity tokens, which are not JSON; a 5000-digit number string;
+           # escape sequences and a GitHub Actions command behind a newline.
+           float("nan"), float("-inf"), "9" * 5000, "\x1b[31m\n::notice::x", "=HYPERLINK(1)"]
 ARG_KEYS = ["External id", "correlation", "device", "stream", "bytes", "grid", "block", "Input Dims",
             "Input type", "Input Strides", "Concrete Inputs", "Sequence number", "Record function id",
             "kernel_num_gb", "kernel_flop", "In msg nelems", "Collective name", "dtype", "Group size"]
@@ -93,6 +97,7 @@ def _check(capsys, argv: list[str]) -> None:
     out, err = capsys.readouterr()
     assert rc in (0, 2), (rc, err)
     assert "Traceback" not in out + err
+    assert "\x1b" not in out and not any(line.startswith("::") for line in out.splitlines())
     if rc == 2:
         assert err.startswith("roofscope: error: ") and err.count("\n") == 1, err
 

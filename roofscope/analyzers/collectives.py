@@ -124,7 +124,9 @@ def _tensor_bytes(a: "Analysis") -> np.ndarray:
 
     def largest(dims: object, types: object) -> float:
         best = np.nan
-        for d, t in zip(dims or (), types or ()):
+        if not isinstance(dims, list) or not isinstance(types, list):  # absent, or hostile ("Input type": 5)
+            return best
+        for d, t in zip(dims, types):
             dt = parse_dtype(t) if isinstance(t, str) else None
             if dt is not None and isinstance(d, list) and all(isinstance(x, int) for x in d):
                 size = float(np.prod(d, dtype=np.float64)) * dt.itemsize

@@ -5,13 +5,16 @@ every variant seen in real traces (ids and sizes as numbers or numeric strings, 
 ``"stream": "0x0"``, ``"grid": "grid(100,)"``), so one typed msgspec pass decodes them at C
 speed. An event that still does not fit (a hostile or corrupted field) fails that pass; the
 file is then decoded event by event, and each malformed event is skipped and counted by its
-reason ("args.bytes not a number"). Shape arguments stay raw JSON bytes so that identical op
-signatures are deduplicated before anything is parsed. Files that are not Kineto traces
-(execution traces, memory timelines, rocprof output) are refused in one line.
+reason ("args.bytes not a number"); so is an event holding a token that is not JSON (NaN,
+Infinity, a lone surrogate escape: Python's json writes them). Shape arguments stay raw JSON
+bytes so that identical op signatures are deduplicated before anything is parsed. Files that
+are not Kineto traces (execution traces, memory timelines, rocprof output) are refused in one
+line.
 """
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
@@ -145,10 +148,18 @@ def decode(path: str, data: bytes) -> Decoded:
     if not data.strip():
         raise TraceError(f"{path}: empty file")
     skipped: Counter = Counter()
-    data, doc = _parse(path, data, _typed, skipped)
-    if doc is None:  # some event does not fit the typed pass: decode them one by one
-        data, loose = _parse(path, data, lambda d: _loose(path, d), skipped)
-        doc = _one_by_one(path, data, loose, skipped)
+    try:
+        given = data
+        data, doc = _parse(path, data, _typed, skipped)
+        # Some event does not fit the typed pass, or holds a token that is not JSON (a marked
+        # value, which may fit a string field): decode them one by one.
+        if doc is None or (data is not given and _MARK in data):
+            data, loose = _parse(path, data, lambda d: _loose(path, d), skipped)
+            doc = _one_by_one(path, data, loose, skipped)
+    except RecursionError:
+        # No decoder splits such a file into events; no profiler nests its arguments this deep.
+        raise TraceError(f"{path}: not a Kineto trace (JSON nested more than {sys.getrecursionlimit()} levels"
+                         " deep)") from None
     if isinstance(doc, list):
         doc = TraceFile(traceEvents=doc)
     if doc.traceEvents is None:
@@ -215,6 +226,11 @@ def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[
         data.decode("utf-8")
     except UnicodeDecodeError:
         data = _valid_utf8(data)
+    marked = _marked(data)
+    if marked is not data:
+        # NaN, Infinity or a lone surrogate escape (Python's json writes them) is not JSON, and
+        # msgspec calls a leading "-I" truncation: the marked events are skipped, not the file.
+        return _parse(path, marked, fn, skipped)
     if "truncated" not in str(error):
         cleaned = data.translate(_CONTROL)
         try:
@@ -237,6 +253,39 @@ def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[
     raise TraceError(f"{path}: not valid JSON ({error}); the file is truncated") from None
 
 
+# Where a token that is not JSON was: a string holding a NUL and this text (NUL never occurs
+# in a profiler's strings), then what it was (see _marked).
+_MARK = b"\\u0000roofscope:"
+_MARK_REASONS = {b"nonfinite": "NaN or Infinity (not JSON)", b"surrogate": "a lone UTF-16 surrogate in a string"}
+# A run of JSON without escapes or the letters of NaN / Infinity outside strings (one match for
+# most of a file), a string with escapes, a bare NaN / Infinity, or a lone such character.
+# (possessive: never backtracks, ~80 MB/s).
+_TOKENS = re.compile(rb'(?:[^"NI-]++|"[^"\\]*+")++|"[^"\\]*+(?:\\.[^"\\]*+)*+"|-?Infinity|NaN|[NI-]')
+# A surrogate escape: a high one followed by its low one is a pair (kept), any other is alone.
+_SURROGATES = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+                         rb"|\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _mark_surrogate(m: re.Match) -> bytes:
+    return m.group() if len(m.group()) == 12 else _MARK + b"surrogate"
+
+
+def _mark_token(m: re.Match) -> bytes:
+    token = m.group()
+    if token in (b"NaN", b"Infinity", b"-Infinity"):
+        return b'"' + _MARK + b'nonfinite"'
+    return _SURROGATES.sub(_mark_surrogate, token) if token[:1] == b'"' and b"\\u" in token else token
+
+
+def _marked(data: bytes) -> bytes:
+    """``data`` with NaN / Infinity tokens and lone surrogate escapes replaced by marked strings
+    (the same object when it has none: a regex pass over the file only where one may be)."""
+    if not any(t in data for t in (b"NaN", b"Infinity", b"\\ud", b"\\uD")):
+        return data
+    marked = _TOKENS.sub(_mark_token, data)
+    return data if marked == data else marked
+
+
 def _one_by_one(path: str, data: bytes, loose: _LooseFile | list[msgspec.Raw],
                 skipped: Counter) -> TraceFile | list[Event]:
     """Each event decoded on its own: the malformed ones are skipped and counted by reason."""
@@ -244,7 +293,13 @@ def _one_by_one(path: str, data: bytes, loose: _LooseFile | list[msgspec.Raw],
     if raws is None:
         return TraceFile()
     events = []
+    marked = _MARK in data
     for raw in raws:
+        at = bytes(raw).find(_MARK) if marked else -1
+        if at >= 0:
+            what = bytes(raw)[at + len(_MARK):]
+            skipped[next((r for k, r in _MARK_REASONS.items() if what.startswith(k)), "not JSON")] += 1
+            continue
         try:
             try:
                 events.append(_EVENT_DECODER.decode(raw))
@@ -289,7 +344,7 @@ def _what_else(data: bytes, err: Exception | None = None, fallback: str | None =
     """What a JSON file that is not a Kineto trace is, for the refusal."""
     try:
         sniff = _SNIFF_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         sniff = None
     if isinstance(sniff, list):
         first = bytes(sniff[0])[:1] if sniff else b""
@@ -343,5 +398,6 @@ def as_dims(v: Any) -> list[int] | None:
     """Launch dimensions as a list of ints ("grid(100,)" -> [100]), None when absent or unreadable."""
     if v is None or type(v) is list:
         return v
-    found = [int(x) for x in re.findall(r"\d+", v)] if isinstance(v, str) else []
-    return found or None
+    digits = re.findall(r"\d+", v) if isinstance(v, str) else []
+    # A number of more than 18 digits is no launch dimension (and int() refuses 4300 digits).
+    return [int(x) for x in digits] if digits and max(map(len, digits)) <= 18 else None

@@ -93,6 +93,8 @@ def _peek_dist(path: Path | str) -> dict[str, Any] | None:
             from .urls import read_head
 
             raw = read_head(path, _HEAD_BYTES)
+        elif not path.is_file():  # a FIFO would block open(); the analysis refuses it in one line
+            return None
         else:
             with open(path, "rb") as f:
                 raw = f.read(_HEAD_BYTES)
@@ -140,22 +142,33 @@ def is_job_dir(path: str | os.PathLike) -> bool:
 
 
 def _job_of(run_dir: Path) -> tuple[str | None, int | None]:
+    """The Run's job id and world size; a damaged or newer run.json is refused (naming the rank's
+    directory), never taken for a Run of another job."""
     try:
         d = read_meta(run_dir)[1].distributed
-    except RunError:
-        return None, None
+    except RunError as e:
+        raise PartsError(f"{run_dir.name} of the job: {e}") from None
     return (d.job_id, d.world_size) if d is not None else (None, None)
 
 
-def _rank_dirs(p: Path) -> list[Path]:
-    """The job's rank-* Runs. A --force rerun with fewer ranks leaves the earlier job's higher
-    ranks behind: only parts of the job rank 0 belongs to (else of the most parts) count."""
+def _rank_runs(p: Path) -> tuple[list[Path], dict[int, str]]:
+    """The job's rank-* Runs, and the reason for each Run left out (by the rank its folder names). A
+    --force rerun with fewer ranks leaves the earlier job's higher ranks behind: only parts of
+    the job rank 0 belongs to (else of the most parts) count."""
     dirs = sorted(d for d in p.iterdir() if RANK_DIR.match(d.name) and is_run_dir(d)) if p.is_dir() else []
     jobs = [_job_of(d) for d in dirs]
     if len(set(jobs)) <= 1:
-        return dirs
+        return dirs, {}
     keep = jobs[0] if jobs[0][0] is not None else max(set(jobs), key=jobs.count)
-    return [d for d, j in zip(dirs, jobs) if j == keep]
+    left = {int(RANK_DIR.match(d.name).group(1)):  # type: ignore[union-attr]
+            f"{d.name} is a Run of another job (job id {j[0] or 'none'}, world size {j[1] or '?'};"
+            f" this job: {keep[0] or 'none'}, {keep[1] or '?'})"
+            for d, j in zip(dirs, jobs) if j != keep}
+    return [d for d, j in zip(dirs, jobs) if j == keep], left
+
+
+def _rank_dirs(p: Path) -> list[Path]:
+    return _rank_runs(p)[0]
 
 
 def _traces_in(path: Path) -> list[Path]:
@@ -164,15 +177,15 @@ def _traces_in(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p.name)) if path.is_dir() else []
 
 
-def _expand_source(source: str) -> list[Path | str]:
+def _expand_source(source: str, allow_remote: bool, left: dict[int, str]) -> list[Path | str]:
     from .urls import expand, is_url, local_path
 
     if is_url(source) and local_path(source) is None:
         return list(expand(source))
-    return _expand(Path(local_path(source) or source))
+    return _expand(Path(local_path(source) or source), allow_remote, left)
 
 
-def _expand(path: Path) -> list[Path | str]:
+def _expand(path: Path, allow_remote: bool, left: dict[int, str]) -> list[Path | str]:
     from .urls import is_url
 
     if not path.exists():
@@ -180,7 +193,8 @@ def _expand(path: Path) -> list[Path | str]:
     if not is_job_dir(path):
         # A folder of rank traces (one file per rank, as the profiler wrote them) is the job too.
         return [path] if is_run_dir(path) else (_traces_in(path) or [path])
-    ranks = _rank_dirs(path)
+    ranks, stale = _rank_runs(path)
+    left.update(stale)
     if ranks:
         return ranks
     try:
@@ -189,17 +203,34 @@ def _expand(path: Path) -> list[Path | str]:
         raise PartsError(f"{path / JOB_FILE}: unreadable ({e})") from None
     job: JobDoc = read_versioned(data, JobDoc, key="schema_version", current=JOB_SCHEMA_VERSION, what="job",
                                  where=str(path / JOB_FILE), error=PartsError)
-    return [p.path if is_url(p.path) else (path / p.path).resolve() if not Path(p.path).is_absolute()
-            else Path(p.path) for p in job.parts]
+    return [_job_part(path, p.path, allow_remote) for p in job.parts]
 
 
-def resolve_parts(sources: list[str]) -> tuple[list[Part], int, list[str]]:
-    """The parts of ``sources`` sorted by rank, the world size and warnings (missing ranks).
-    Raises :class:`PartsError` for a source that is none of the accepted kinds, a part given
-    twice, two parts claiming one rank, or sources that hold no part at all."""
+def _job_part(job: Path, part: str, allow_remote: bool) -> Path | str:
+    """A part that job.json names: inside the job's folder, unless ``allow_remote`` (a job.json
+    is data: it must not make a merge read /etc, another user's files or a server)."""
+    from .urls import is_url
+
+    if is_url(part):
+        if not allow_remote:
+            raise PartsError(f"{job / JOB_FILE}: part {part!r} is a URL; pass --allow-remote to read it")
+        return part
+    target = (job / part).resolve()   # an absolute part stays as it is
+    if not allow_remote and not target.is_relative_to(job.resolve()):
+        raise PartsError(f"{job / JOB_FILE}: part {part!r} lies outside {job}; pass --allow-remote to read it")
+    return target
+
+
+def resolve_parts(sources: list[str], allow_remote: bool = False) -> tuple[list[Part], int, list[str]]:
+    """The parts of ``sources`` sorted by rank, the world size and warnings (missing ranks, and
+    why a rank's Run was left out). Raises :class:`PartsError` for a source that is none of the
+    accepted kinds, a damaged or newer run.json, a job.json part outside its folder or behind a
+    URL (unless ``allow_remote``), a part given twice, two parts claiming one rank, or sources
+    that hold no part at all."""
     if not sources:
         raise PartsError("no sources given")
-    parts = [_part(p) for s in sources for p in _expand_source(s)]
+    left: dict[int, str] = {}
+    parts = [_part(p) for s in sources for p in _expand_source(s, allow_remote, left)]
     if not parts:
         raise PartsError(f"{', '.join(sources)}: no parts to merge (an empty {JOB_FILE})")
     given: dict[Path | str, Path] = {}
@@ -227,6 +258,7 @@ def resolve_parts(sources: list[str]) -> tuple[list[Part], int, list[str]]:
     if missing:
         shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
         warnings.append(f"{len(missing)} of {world} ranks missing: {shown}; figures cover the ranks given")
+    warnings += [f"rank {r} left out: {left[r]}" for r in missing if r in left]
     return parts, world, warnings
 
 

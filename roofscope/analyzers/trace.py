@@ -10,18 +10,20 @@ and orjson.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 from typing import Any, Union
 
 import msgspec
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceError
-from ..fileio import read_maybe_gzip
+from ..errors import RoofscopeError, TraceError
 from .kineto import META_KEYS, TraceFile, as_dims, as_int, clean_meta
 from .kineto import Args as _Args
 from .kineto import Event as _Event
@@ -92,29 +94,132 @@ class Trace:
         return mem if isinstance(mem, (int, float)) and not isinstance(mem, bool) else None
 
 
+# A trace's JSON (after gunzip) may hold this many bytes; ROOFSCOPE_MAX_TRACE_SIZE raises or
+# lowers it ("8G", "500M", bytes). Analysis needs about twice the JSON's size in memory, so
+# the bound is what keeps a gzip bomb or a huge sparse file from taking the machine's memory.
+MAX_TRACE_ENV = "ROOFSCOPE_MAX_TRACE_SIZE"
+DEFAULT_MAX_TRACE = 4 << 30
+# Unless the bound is set, a gzip stream may also inflate only this many times its size (real
+# traces: up to 30x; a gzip bomb: ~1000x) beyond a floor, so that a 1 MB bomb stops at 256 MiB.
+GZIP_RATIO = 250
+_GZIP_FLOOR = 256 << 20
+# The first bytes say whether a file can be JSON at all, before the rest is read.
+_HEAD_BYTES = 1 << 16
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def max_trace_bytes() -> int:
+    """The size bound of a trace's JSON: ``$ROOFSCOPE_MAX_TRACE_SIZE``, else 4 GiB."""
+    raw = os.environ.get(MAX_TRACE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_TRACE
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", raw, re.I)
+    if not m:
+        raise RoofscopeError(f"{MAX_TRACE_ENV}={raw!r}: expected a size such as 8G, 500M or a number of bytes")
+    return int(float(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_"))
+
+
+def _too_big(path: Path, what: str, limit: int, why: str = "the limit for a trace") -> TraceError:
+    size = f"{limit / 2**30:.3g} GiB" if limit >= 2**30 else f"{limit / 2**20:.3g} MiB"
+    return TraceError(f"{path}: {what} more than {size} of JSON, {why}; set"
+                      f" {MAX_TRACE_ENV} (e.g. {MAX_TRACE_ENV}=16G) to analyze a larger one")
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The trace file's JSON bytes, gunzipped when needed. A gzip stream cut short (a process
-    killed while writing ``.json.gz``) gives what it holds; the decoder then reads the JSON up to
-    its last complete event and reports the cut."""
+    """The trace file's JSON bytes, gunzipped when needed. Refused in one line: what is not a
+    regular file (a FIFO, /dev/zero), what does not start like JSON, and what holds more than
+    :func:`max_trace_bytes`. A gzip stream cut short (a process killed while writing
+    ``.json.gz``) gives what it holds; the decoder then reads the JSON up to its last complete
+    event and reports the cut."""
+    p = Path(path)
+    limit = max_trace_bytes()
     try:
-        return read_maybe_gzip(path, TraceError, "neither a trace file nor a roofscope Run")
-    except TraceError as e:
-        head = _gzip_prefix(path) if "truncated or corrupt gzip" in str(e) else b""
-        if not head.strip():
-            raise
-        return head
+        st = p.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise TraceError(f"{p}: is a directory, neither a trace file nor a roofscope Run")
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(f"{p}: not a regular file (a device, pipe or socket), so not a trace")
+        if st.st_size > limit:
+            raise _too_big(p, "holds", limit)
+        with open(p, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+            if head[:2] == _GZIP_MAGIC:
+                head = _gunzip_head(head)
+            _check_head(p, head)
+            f.seek(0)
+            data = f.read()
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read: {e.strerror}") from None
+    if data[:2] != _GZIP_MAGIC:
+        return data
+    bomb = max(_GZIP_FLOOR, GZIP_RATIO * len(data))
+    if bomb < limit and not os.environ.get(MAX_TRACE_ENV, "").strip():
+        return _gunzip(p, data, bomb, f"{GZIP_RATIO} times its compressed size (a gzip bomb?)")
+    return _gunzip(p, data, limit)
 
 
-def _gzip_prefix(path: str | os.PathLike) -> bytes:
-    """What a damaged gzip file decompresses to before the damage."""
+def _check_head(path: Path, head: bytes) -> None:
+    first = head.lstrip(b" \t\r\n")[:16]
+    if first and first[:1] not in b"{[":
+        raise TraceError(f"{path}: not valid JSON (it begins {first!r}), so not a trace")
+
+
+def _gunzip_head(data: bytes) -> bytes:
+    try:
+        return zlib.decompressobj(wbits=31).decompress(data, _HEAD_BYTES)
+    except zlib.error:
+        return b""  # corrupt from the start: _gunzip says so
+
+
+def _gunzip(path: Path, data: bytes, limit: int, why: str = "the limit for a trace") -> bytes:
+    """The members of a gzip file, decompressed to at most ``limit`` bytes. Each member is
+    decompressed in one call (one output buffer, as gzip.decompress); a damaged or cut stream
+    gives what decompresses before the damage."""
+    members: list[bytes] = []
+    total = 0
+    rest = data
+    while rest:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(rest, limit - total + 1)
+        except zlib.error as e:
+            members.append(_gzip_prefix(rest, limit - total))
+            if total + len(members[-1]) > limit:
+                raise _too_big(path, "decompresses to", limit, why) from None
+            error = str(e)
+            break
+        total += len(out)
+        if total > limit:
+            raise _too_big(path, "decompresses to", limit, why)
+        members.append(out)
+        if not d.eof:
+            error = "the stream is cut short"
+            break
+        rest = d.unused_data
+    else:
+        return b"".join(members)
+    head = b"".join(members)
+    if not head.strip():
+        raise TraceError(f"{path}: truncated or corrupt gzip ({error})")
+    return head
+
+
+def _gzip_prefix(data: bytes, limit: int) -> bytes:
+    """What a damaged gzip member decompresses to before the damage (at most ``limit`` bytes and
+    one step: 64 KiB of input inflates to 64 MiB at most)."""
     d = zlib.decompressobj(wbits=31)
-    out = []
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            try:
-                out.append(d.decompress(chunk))
-            except zlib.error:
-                break
+    out: list[bytes] = []
+    total = 0
+    for i in range(0, len(data), _HEAD_BYTES):
+        try:
+            out.append(d.decompress(data[i:i + _HEAD_BYTES]))
+        except zlib.error:
+            break
+        total += len(out[-1])
+        if total > limit:
+            break
     return b"".join(out)
 
 
@@ -432,7 +537,7 @@ def _decode_batched(data: bytes, columns: _Columns) -> tuple[TraceFile, Counter]
     the whole-file decoder (kineto.decode: repairs, skipped events, refusals) must see."""
     try:
         loose = _RAW_DECODER.decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         raise _Unclean from None
     raws = loose if isinstance(loose, list) else loose.traceEvents
     if not raws:

@@ -78,7 +78,15 @@ def read_head(url: str, size: int) -> bytes:
 @contextmanager
 def fetched(url: str) -> Iterator[Path]:
     """The file behind ``url`` as a local temporary file, removed afterwards."""
+    from .trace import MAX_TRACE_ENV, max_trace_bytes
+
     fs, path = _fs(url)
+    try:
+        size = fs.size(path)
+    except (OSError, NotImplementedError):
+        size = None
+    if size is not None and size > max_trace_bytes():  # refused before it fills the disk
+        raise UrlError(f"{url}: {size:,} bytes, more than the limit for a trace; set {MAX_TRACE_ENV} to raise it")
     suffix = ".json.gz" if url.endswith(".gz") else ".json"
     fd, tmp = tempfile.mkstemp(prefix="roofscope-rank-", suffix=suffix)
     os.close(fd)

@@ -21,6 +21,7 @@ from ..fileio import atomic_write, check_writable
 from ..run import is_run_dir
 from ..run.layout import COMBINED_FILES, JOB_FILE, REPORT_FILE, SUMMARY_FILE
 from ..run.schema import JOB_SCHEMA_VERSION
+from ..text_safety import clean
 from .options import CeilingOptions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +36,7 @@ class MergeOptions(CeilingOptions, MergeWorkers):
     json_out: str | None = None
     baseline: str | None = None
     quiet: bool = False
+    allow_remote: bool = False
 
 
 def default_out(sources: list[str]) -> str | None:
@@ -94,7 +96,7 @@ def run(opts: MergeOptions) -> int:
     files = [out / n for n in COMBINED_FILES] if out else []
     # Parts first (they only read run.json and trace heads), so that no output can overwrite one;
     # both checks come before the analysis.
-    parts, world, warnings = resolve_parts(opts.sources)
+    parts, world, warnings = resolve_parts(opts.sources, allow_remote=opts.allow_remote)
     _check_outputs(out, files + ([Path(opts.json_out)] if opts.json_out else []),
                    [p.path for p in parts if not p.url] + ([Path(opts.baseline)] if opts.baseline else []),
                    opts.force)
@@ -109,6 +111,9 @@ def run(opts: MergeOptions) -> int:
     summary = job.to_dict()
     if not opts.quiet:
         sys.stdout.write(render_console(job))
+    else:  # missing ranks and left-out Runs are said even then
+        for w in job.warnings:
+            print(f"roofscope: warning: {clean(w)}", file=sys.stderr)
     reports = {p.rank: p.report() for p in parts}
     if out:
         from ..reports.multirank import render_multirank
@@ -168,4 +173,4 @@ def render_console(job: "Job", top: int = 5) -> str:
                    f" other {ms(t['other_s'])}); scaling efficiency {pct(t['efficiency'])}")
         out.append("")
     out += _finding_lines([Recommendation.from_dict(f.to_dict()) for f in job.findings], top)
-    return "\n".join(out) + "\n"
+    return "\n".join(map(clean, out)) + "\n"

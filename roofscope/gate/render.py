@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 from ..reports.console import shorten, table
+from ..text_safety import clean
 from .evaluate import FAIL, PASS, UNDECIDED, Check
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,7 +25,7 @@ def _row(c: Check) -> list[str]:
 def _kernel_rows(k: pd.DataFrame, width: int) -> list[list[str]]:
     return [[f"{1e3 * r.delta_s:+.3f}", f"{1e3 * r.time_a_s:.3f}", f"{1e3 * r.time_b_s:.3f}",
              f"{r.calls_a:g} -> {r.calls_b:g}", f"{r.cls_a or '-'} -> {r.cls_b or '-'}", r.status,
-             shorten(str(r.name), width)] for r in k.itertuples()]
+             shorten(clean(str(r.name)), width)] for r in k.itertuples()]
 
 
 _KERNEL_HEADERS = ("delta ms", "base ms", "run ms", "calls/step", "class", "status", "kernel")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..analyzers.roofline import ABOVE_ROOF_TOLERANCE
 from ..config import Presentation
 from ..run.layout import REPORT_FILE
+from ..text_safety import clean
 from .programtime import savings_note, step_time_lines
 from ..units import si
 
@@ -237,7 +238,8 @@ def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
                                      ">>><>>>>" + (">" if partly else "") + "<<")]
     if partly:
         out.append("  (eff, achieved, bandwidth: over the costed launches only; costed: their share of the time)")
-    return "\n".join(out) + "\n"
+    # Names from the trace reach every line: each line is cleaned as one (text_safety.py).
+    return "\n".join(map(clean, out)) + "\n"
 
 
 def above_roof_text(above: "AboveRoof") -> str:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..analyzers.diff import UNCHANGED_ABS_S, UNCHANGED_REL
 from ..config import Presentation
+from ..text_safety import clean
 from .console import pct, shorten, si, table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,7 +148,7 @@ def render_terminal(d: "Diff", top: int = Presentation.top) -> str:
     out.append("Prediction check")
     for label, text in _prediction_items(d.prediction):
         out += textwrap.wrap(text, WIDTH, initial_indent=f"  {label + ':':<11}", subsequent_indent=" " * 13)
-    return "\n".join(out) + "\n"
+    return "\n".join(map(clean, out)) + "\n"   # kernel names: text_safety.py
 
 
 def render_markdown(d: "Diff", top: int = Presentation.top) -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..jsonsafe import json_safe
+from ..text_safety import csv_cell
 from ..version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,4 +45,11 @@ def to_json(a: "Analysis", top: int = 50) -> str:
 
 def kernels_csv(a: "Analysis") -> str:
     cols = [c for c in KERNEL_COLUMNS if c in a.kernels.columns]
-    return a.kernels[cols].to_csv(index=False)
+    df = a.kernels[cols]
+    text = {c: _csv_text(df[c]) for c in cols if not pd.api.types.is_numeric_dtype(df[c])}
+    return df.assign(**text).to_csv(index=False)
+
+
+def _csv_text(col: pd.Series) -> pd.Series:
+    """Text cells through text_safety.csv_cell, once per distinct value (names repeat a lot)."""
+    return col.map({u: csv_cell(u) if isinstance(u, str) else u for u in col.dropna().unique()})

@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import RoofscopeError
+from ..text_safety import clean_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..gate.result import GateResult
 
 
 def escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # Kernel names in a message: their escape sequences and controls go (text_safety), the
+    # message's own line breaks stay, encoded.
+    return "%0D".join(clean_lines(part).replace("%", "%25").replace("\n", "%0A") for part in s.split("\r"))
 
 
 def escape_property(s: str) -> str:

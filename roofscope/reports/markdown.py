@@ -12,6 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..analyzers.metrics import utilization_note
+from ..text_safety import clean
 from .console import ms, pct, shorten, si
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,8 +23,8 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 def md_text(text: Any) -> str:
     """Free text as inert markdown: HTML's specials as entities, markdown's backslash-escaped,
-    one line (a newline would end a table row)."""
-    s = " ".join(str(text).split())
+    one line (a newline would end a table row), control characters dropped."""
+    s = " ".join(clean(text).split())
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL.sub(r"\\\1", s)
 
@@ -31,7 +32,7 @@ def md_text(text: Any) -> str:
 def md_code(text: Any) -> str:
     """A code span holding ``text`` verbatim; ``|`` is escaped, which GFM tables require even
     inside code spans."""
-    s = " ".join(str(text).split()).replace("|", "\\|")
+    s = " ".join(clean(text).split()).replace("|", "\\|")
     if not s:
         return ""
     fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)

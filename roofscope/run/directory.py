@@ -100,7 +100,7 @@ def read_meta(path: str | os.PathLike) -> tuple[dict[str, Any], RunMeta]:
         raise RunError(f"{p}: unreadable ({e})") from None
     try:
         raw = msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: JSON nested 10^4 deep
         raise RunError(f"{p}: unreadable ({e})") from None
     info = read_versioned(raw, RunMeta, key="schema_version", current=RUN_SCHEMA_VERSION, what="Run",
                           where=str(p), error=RunError)

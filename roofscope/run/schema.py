@@ -191,7 +191,7 @@ def read_versioned(data: bytes | dict[str, Any], kind: type[msgspec.Struct], *, 
     is ``error`` with a one-line message."""
     try:
         doc = msgspec.json.decode(data) if isinstance(data, bytes) else data
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: JSON nested 10^4 deep
         raise error(f"{where}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise error(f"{where}: not a roofscope {what} file (the JSON must be an object)")
