@@ -203,6 +203,8 @@ def cpu_work(ctx: "Context") -> list[Blocker]:
     flops = signature_costs(a.trace.signatures)["flops"].to_numpy(dtype=np.float64)
     work = ((np.nan_to_num(take(flops, ops["sig"].to_numpy(dtype=np.int64), np.nan)) > 0) & ~gpu
             & _in_model(ctx, step, ops["ts_ns"].to_numpy(dtype=np.int64)))
+    # Under an op with GPU work it is that op's helper (the launch linking may credit the parent).
+    work &= ancestor_where(parent, np.arange(len(ops)), gpu) < 0
     rows = np.flatnonzero(work)
     rows = rows[ancestor_where(parent, take(parent, rows, -1), work) < 0]
     if not len(rows):
