@@ -104,6 +104,9 @@ class UnfusedAttention(Rule):
             figures={"score_elements": max(scores), "sxs_kernels_per_step": len(sxs) / ctx.steps})]
 
 
+_FUSED = r"multi_tensor_apply|fused_adam|FusedAdam|_fused_"
+
+
 class UnfusedOptimizer(Rule):
     """Hundreds of per-parameter kernels in the optimizer's own work instead of a few
     foreach/fused ones. Only the optimizer phase counts (analyzers/phases.py): a closure's
@@ -113,14 +116,23 @@ class UnfusedOptimizer(Rule):
     binding = "optimizer"
     MIN_KERNELS = 50
 
+    def precondition(self, ctx: Context) -> str | None:
+        facts = (ctx.analysis.run_meta or {}).get("optimizer") or {}
+        if facts.get("fused") or facts.get("foreach"):
+            return f"already {'fused' if facts.get('fused') else 'foreach'}: {facts.get('class', 'the optimizer')}"
+        opt = ctx.kernels[ctx.kernels["phase"] == "optimizer"] if "phase" in ctx.kernels else ctx.kernels[:0]
+        multi = opt["name"].astype(str).str.contains(_FUSED, case=False, regex=True)
+        if len(opt) and multi.mean() > 0.5:
+            return (f"already fused or foreach: {multi.sum() / ctx.steps:g} of the {len(opt) / ctx.steps:g}"
+                    " optimizer kernels/step are multi-tensor or fused")
+        return None
+
     def match(self, ctx: Context) -> list[Finding]:
         a = ctx.analysis
         k = ctx.kernels
         opt = k[k["phase"] == "optimizer"]
-        multi = opt["name"].astype(str).str.contains(r"multi_tensor_apply|fused_adam|FusedAdam|_fused_",
-                                                     case=False, regex=True)
         per_step = len(opt) / ctx.steps
-        if per_step < self.MIN_KERNELS or multi.mean() > 0.5:
+        if per_step < self.MIN_KERNELS:
             return []
         # The GPU idles inside the optimizer while the host launches its next kernel.
         gaps = a.timeline().gaps
