@@ -25,6 +25,12 @@ Classes, first match wins (docs/roofline.md):
 * ``underutilized``: efficiency below ``underutilized_below`` (``--underutilized-below``),
 * ``compute``: intensity at or above the ridge, else ``memory``.
 
+A kernel with no cost is not left without an answer: its class comes from what is known
+(``cls_source``; ``formula`` for costed kernels, ``counters`` for Nsight Compute's, ``""`` where
+nothing is): one block in its grid runs on one SM whatever the GPU, ``latency`` by ``launch
+geometry``; a run shorter than the latency floor is ``latency`` by ``duration``; fewer blocks than
+the device has SMs (CUs) leave SMs idle, ``underutilized`` by ``launch geometry``.
+
 Bytes measured by Nsight Compute (``--counters ncu``) carry L2 bytes beside the DRAM bytes: for
 streaming kernels (not GEMM, convolution or attention) the memory floor is then the larger of
 DRAM bytes / HBM rate and L2 bytes / L2 rate, and a kernel
@@ -129,9 +135,52 @@ def _measured_l2(k: pd.DataFrame, ceilings: Ceilings) -> tuple[np.ndarray, float
     return np.where(tiled, np.nan, k["m_l2_bytes"].to_numpy(dtype=np.float64)), inner[0]
 
 
-def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
-    """Add roofline columns and ``cls`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
-    ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
+def device_sms(props: dict | None, ceilings: Ceilings) -> int | None:
+    """SMs (CUs) of the traced GPU: its deviceProperties, else its datasheet row's."""
+    n = (props or {}).get("numSms")
+    if isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0:
+        return int(n)
+    from ..datasheets import sm_count
+
+    return sm_count(ceilings.datasheet.key) if ceilings.datasheet is not None else None
+
+
+def _blocks(grid: pd.Series) -> np.ndarray:
+    """Blocks in each launch's grid (NaN where the trace has no grid)."""
+    return np.array([float(np.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.nan for g in grid],
+                    dtype=np.float64)
+
+
+def class_sources(k: pd.DataFrame, params: RooflineParams, sms: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``cls`` with uncosted GPU kernels classed from their launch geometry and duration, and
+    ``cls_source`` (see the module docstring)."""
+    cls = k["cls"].to_numpy(dtype=object).copy()
+    costed = k["floor_s"].notna().to_numpy()
+    src = np.where(costed, "formula", "").astype(object)
+    if "cost_source" in k:
+        src[costed & (k["cost_source"].astype(str).to_numpy() == "ncu")] = "counters"
+    src[cls == "communication"] = ""
+    gpu = (k["cat"].astype(str).to_numpy() == "kernel") if "cat" in k else np.zeros(len(k), dtype=bool)
+    rows = np.flatnonzero((cls == "unknown") & gpu & k["dur_s"].notna().to_numpy())
+    if not len(rows):
+        return cls, src
+    blocks = _blocks(k["grid"].iloc[rows]) if "grid" in k else np.full(len(rows), np.nan)
+    dur = k["dur_s"].to_numpy()[rows]
+    serial = blocks <= 1
+    short = ~serial & (dur < params.latency_floor_s)
+    small = ~serial & ~short & (blocks < sms) if sms else np.zeros(len(rows), dtype=bool)
+    for mask, c, why in ((serial, "latency", "launch geometry"), (short, "latency", "duration"),
+                         (small, "underutilized", "launch geometry")):
+        cls[rows[mask]] = c
+        src[rows[mask]] = why
+    return cls, src
+
+
+def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams(),
+          sms: int | None = None) -> pd.DataFrame:
+    """Add roofline columns, ``cls`` and ``cls_source`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
+    ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame); ``sms``: the GPU's SMs
+    (:func:`device_sms`), which class uncosted kernels by their grid."""
     k = kernels.copy()
     dur = k["dur_ns"].to_numpy(dtype=np.float64) * 1e-9
     if "timed" in k:  # counter-replay ranges have no real duration
@@ -180,6 +229,10 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     k["above_roof"] = k["efficiency"].to_numpy() > 1.0 + ABOVE_ROOF_TOLERANCE
     k["compute_bound"] = (compute_floor >= memory_floor) & (compute_floor > 0)
     k["cls"] = classify(k, params)
+    if ceilings.known:  # without ceilings every class is unknown (Ceilings.none), these too
+        k["cls"], k["cls_source"] = class_sources(k, params, sms)
+    else:
+        k["cls_source"] = ""
     return k
 
 

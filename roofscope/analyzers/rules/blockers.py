@@ -143,19 +143,14 @@ def host_syncs(ctx: "Context") -> list[Blocker]:
 def data_dependent(ctx: "Context") -> list[Blocker]:
     ops, step = _profiled_ops(ctx)
     names = ops["name"].astype(str)
-    dd = names.isin(DATA_DEPENDENT).to_numpy()
-    idx = names.isin(MASK_INDEXING).to_numpy()
-    if idx.any():
-        types = ctx.analysis.trace.signatures["input_types"]
-        mask_sig = np.array([any(isinstance(t, str) and t.lower() == "bool" for t in (ts or [])[1:])
-                             for ts in types], dtype=bool)
-        sig = ops["sig"].to_numpy(dtype=np.int64)
-        idx &= take(mask_sig, sig, False).astype(bool)
-    hit = (dd | idx) & _in_model(ctx, step, ops["ts_ns"].to_numpy(dtype=np.int64))
+    hit = names.isin(DATA_DEPENDENT).to_numpy() & _in_model(ctx, step, ops["ts_ns"].to_numpy(dtype=np.int64))
     rows = np.flatnonzero(hit)
-    # Count the outermost one: boolean indexing calls nonzero inside.
     parent = ops["parent"].to_numpy()
+    # Count the outermost one, and boolean indexing as itself: x[mask] calls nonzero inside aten::index.
     rows = rows[ancestor_where(parent, take(parent, rows, -1), hit) < 0]
+    up = take(parent, rows, -1)
+    masked = np.isin(take(names.to_numpy(dtype=object), up, ""), list(MASK_INDEXING))
+    rows = np.where(masked, up, rows)
     return _counted(ctx, "data_dependent_shape", rows, "output size depends on tensor values")
 
 

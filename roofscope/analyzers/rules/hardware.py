@@ -122,7 +122,8 @@ class Underutilized(Rule):
     binding = "underutilized"
 
     def match(self, ctx: Context) -> list[Finding]:
-        k = ctx.kernels[ctx.kernels["cls"] == "underutilized"]
+        # Costed ones only: an uncosted kernel classed by its grid (roofline.class_sources) has no floor to reach.
+        k = ctx.kernels[(ctx.kernels["cls"] == "underutilized") & ctx.kernels["floor_s"].notna()]
         if not len(k):
             return []
         per = k.groupby(k["name"].astype(str)).agg(time_s=("dur_s", "sum"), floor_s=("floor_s", "sum"))
