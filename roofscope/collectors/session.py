@@ -195,7 +195,8 @@ class Session:
         self._tmp = tempfile.TemporaryDirectory(prefix="roofscope-")
         self._collector = TorchCollector(Path(self._tmp.name) / "trace.json", self.config.schedule,
                                          self.config.duration, self.config.delay,
-                                         experimental_config=self.config.experimental_config)
+                                         experimental_config=self.config.experimental_config,
+                                         stepless_after_s=self.config.stepless_after)
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
             from .nvml import NvmlSampler
 
@@ -304,7 +305,8 @@ class Session:
             steps={"requested": ({"duration_s": self.config.duration, "delay_s": self.config.delay}
                                  if c.windowed else {"wait": s.wait, "warmup": s.warmup, "active": s.active}),
                    "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on,
-                   **({"delay_from": c.delay_from} if c.windowed else {})},
+                   **({"delay_from": c.delay_from} if c.windowed else {}),
+                   **({"stepless_window": c.fallback} if c.fallback not in (None, "armed") else {})},
             tokens_per_step=self.config.tokens_per_step, model_flops_per_step=self.config.model_flops_per_step,
             inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,
             modules={"enabled": self.config.modules, "calls": self._labels.calls if self._labels is not None else 0},
