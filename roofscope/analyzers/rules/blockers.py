@@ -247,7 +247,8 @@ def graph_fix(ctx: "Context", blockers: list[Blocker]) -> tuple[str, str]:
     if libs:
         fix += (f" The blockers come from {', '.join(libs)}'s ops: capture only the modules before them"
                 " (run with --modules to see which), or compile without graphs.")
-        return fix, 'model.backbone = torch.compile(model.backbone, mode="reduce-overhead")   # the part before them'
+        return fix, ("# the modules that run before them, alone (--modules names them), e.g.\n"
+                     'model.backbone = torch.compile(model.backbone, mode="reduce-overhead")')
     if kinds <= {"host_sync"} or kinds <= {"host_sync", "data_dependent_shape"} and all(
             b.op in READS for b in blockers if b.kind == "data_dependent_shape"):
         fix += " Move the host reads out of the step (log every N steps), then capture it."
