@@ -241,3 +241,31 @@ def test_blocked_finding_round_trips_through_the_typed_summary(tmp_path: Path) -
     s = a.summary()
     typed = a.typed_summary()
     assert json.dumps(typed.to_dict(), sort_keys=True, default=str) == json.dumps(s, sort_keys=True, default=str)
+
+
+# -- traces without deviceProperties ------------------------------------------------------------
+
+def _no_props(tmp_path: Path, info: dict) -> Path:
+    b = TraceBuilder(device_name=None, extra={"distributedInfo": info})
+    ext = b.op("aten::add", 0, 5, [[1 << 20], [1 << 20]], [F32, F32])
+    b.launch_kernel("add_kernel", 1, 10, 5, ext=ext)
+    ext = b.op("mylib::scan", 100, 5, [[4096]], [F32])
+    b.launch_kernel("scan_kernel", 101, 110, 500, ext=ext)
+    b.events[-2]["args"]["grid"] = [64, 1, 1]
+    return b.write(tmp_path / "t.json")
+
+
+def test_a_trace_without_device_properties_uses_the_device_it_names(tmp_path: Path) -> None:
+    a = roofscope.analyze(_no_props(tmp_path, {"rank": 0, "device_name": "NVIDIA H100 80GB HBM3"}))
+    assert a.ceilings.known and a.ceilings.datasheet.key == "h100-sxm"
+    k = a.kernels.set_index("name")
+    # 12.6 MB in 5 us: 75% of 3.35 TB/s; the scan's 64 blocks leave most of the 132 SMs idle.
+    assert (k.at["add_kernel", "cls"], k.at["scan_kernel", "cls"]) == ("memory", "underutilized")
+
+
+def test_a_trace_naming_no_device_uses_datasheet_else_unknown(tmp_path: Path) -> None:
+    path = _no_props(tmp_path, {"rank": 0})
+    a = roofscope.analyze(path)
+    assert not a.ceilings.known and set(a.kernels["cls"]) == {"unknown"}
+    a = roofscope.analyze(path, device="h100-sxm")   # --datasheet
+    assert a.ceilings.known and a.kernels.set_index("name").at["scan_kernel", "cls"] == "underutilized"
