@@ -132,7 +132,8 @@ class TorchCollector:
                 self._sync()
             self._prof.start()
             # With no wait and warm-up the profiler records from the start: a script without steps is recorded anyway.
-            if self.stepless_after_s and s.wait + s.warmup > 0 and threading.current_thread() is threading.main_thread():
+            main = threading.current_thread() is threading.main_thread()
+            if self.stepless_after_s and s.wait + s.warmup > 0 and main:
                 self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
                 self.fallback = "armed"
                 self._from_first_gpu_work(self.stepless_after_s, lambda: self.fallback == "armed")

@@ -60,7 +60,8 @@ class Blocker:
 
     def text(self) -> str:
         w = self.where()
-        return f"{self.op} {self.per_step:g}x/step" + (f" {w}" if w else "") + (f" ({self.detail})" if self.detail else "")
+        return (f"{self.op} {self.per_step:g}x/step" + (f" {w}" if w else "")
+                + (f" ({self.detail})" if self.detail else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

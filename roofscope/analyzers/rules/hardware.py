@@ -46,7 +46,8 @@ def counters_command(a: "Analysis", kernel: str) -> tuple[str, str]:
     """(tool, command) that measures ``kernel``'s hardware counters on this trace's GPU vendor."""
     if is_amd(a):
         return "rocprof-compute (omniperf)", f'rocprof-compute profile -n roofscope -k "{kernel}" -- python train.py'
-    return "Nsight Compute", f'ncu --kernel-name regex:"{re.escape(kernel)}" --launch-count 3 --set full python train.py'
+    return "Nsight Compute", (f'ncu --kernel-name regex:"{re.escape(kernel)}" --launch-count 3 --set full'
+                              " python train.py")
 
 
 class Throttling(Rule):
