@@ -157,6 +157,9 @@ def test_uncosted_kernels_are_classed_by_launch_geometry_and_duration(tmp_path: 
         b.events[-2]["args"]["grid"] = grid
     ext = b.op("aten::add", 5000, 5, [[1 << 20], [1 << 20]], [F32, F32])
     b.launch_kernel("add_kernel", 5001, 5010, 5, ext=ext)
+    ext = b.op("mylib::scan", 6000, 5, [[1 << 22]], [F32])
+    b.launch_kernel("scan_kernel_4", 6001, 6010, 10, ext=ext)
+    b.events[-2]["args"]["grid"] = [264, 1, 1]
     a = roofscope.analyze(b.write(tmp_path / "t.json"))
     k = a.kernels.set_index("name")
     got = {n: (k.at[n, "cls"], k.at[n, "cls_source"]) for n in k.index}
@@ -164,7 +167,9 @@ def test_uncosted_kernels_are_classed_by_launch_geometry_and_duration(tmp_path: 
         "scan_kernel_0": ("latency", "launch geometry"),        # one block: one SM, serial on its face
         "scan_kernel_1": ("underutilized", "launch geometry"),  # 64 blocks on 132 SMs
         "scan_kernel_2": ("latency", "duration"),               # 2 us: under the 3 us latency floor
-        "scan_kernel_3": ("unknown", ""),                        # fills the GPU for 500 us: nothing known
+        "scan_kernel_3": ("unknown", ""),                        # fills the GPU for 500 us: its 16 kB say nothing
+        # Its op reads 16.8 MB: 5.0 us at 3.35 TB/s, at least half of its 10 us (>= the 25% threshold).
+        "scan_kernel_4": ("memory", "io bytes"),
         "add_kernel": ("memory", "formula"),                     # 12.6 MB in 5 us: 75% of 3.35 TB/s
     }
     assert k.loc[k.index.str.startswith("scan"), "floor_s"].isna().all()   # still uncosted

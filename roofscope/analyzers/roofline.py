@@ -29,7 +29,9 @@ A kernel with no cost is not left without an answer: its class comes from what i
 (``cls_source``; ``formula`` for costed kernels, ``counters`` for Nsight Compute's, ``""`` where
 nothing is): one block in its grid runs on one SM whatever the GPU, ``latency`` by ``launch
 geometry``; a run shorter than the latency floor is ``latency`` by ``duration``; fewer blocks than
-the device has SMs (CUs) leave SMs idle, ``underutilized`` by ``launch geometry``.
+the device has SMs (CUs) leave SMs idle, ``underutilized`` by ``launch geometry``; a kernel whose
+launching op's tensor inputs (``io_bytes``: Kineto records no outputs, so a lower bound on what it
+moves) take at least ``underutilized_below`` of its time at the memory roof is ``memory`` by ``io bytes``.
 
 Bytes measured by Nsight Compute (``--counters ncu``) carry L2 bytes beside the DRAM bytes: for
 streaming kernels (not GEMM, convolution or attention) the memory floor is then the larger of
@@ -39,6 +41,7 @@ intensity against the ridge).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,7 +154,22 @@ def _blocks(grid: pd.Series) -> np.ndarray:
                     dtype=np.float64)
 
 
-def class_sources(k: pd.DataFrame, params: RooflineParams, sms: int | None) -> tuple[np.ndarray, np.ndarray]:
+def input_bytes(signatures: pd.DataFrame, sig: np.ndarray) -> np.ndarray:
+    """Bytes of the tensor inputs of signature rows ``sig`` (-1, or no tensor with a known dtype: NaN)."""
+    from .formulas.dtypes import parse_dtype
+
+    per = np.full(len(signatures), np.nan)
+    for i, (dims, types) in enumerate(zip(signatures["input_dims"], signatures["input_types"])):
+        sizes = [math.prod(d) * dt.itemsize for d, t in zip(dims or (), types or ())
+                 if isinstance(t, str) and (dt := parse_dtype(t)) is not None
+                 and isinstance(d, list) and all(isinstance(x, int) for x in d)]
+        per[i] = sum(sizes) if sizes else np.nan
+    sig = np.asarray(sig, dtype=np.int64)
+    return np.where(sig >= 0, per[np.maximum(sig, 0)] if len(per) else np.nan, np.nan)
+
+
+def class_sources(k: pd.DataFrame, params: RooflineParams, sms: int | None,
+                  bandwidth: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``cls`` with uncosted GPU kernels classed from their launch geometry and duration, and
     ``cls_source`` (see the module docstring)."""
     cls = k["cls"].to_numpy(dtype=object).copy()
@@ -169,8 +187,11 @@ def class_sources(k: pd.DataFrame, params: RooflineParams, sms: int | None) -> t
     serial = blocks <= 1
     short = ~serial & (dur < params.latency_floor_s)
     small = ~serial & ~short & (blocks < sms) if sms else np.zeros(len(rows), dtype=bool)
+    io = k["io_bytes"].to_numpy(dtype=np.float64)[rows] if "io_bytes" in k else np.full(len(rows), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        streams = ~serial & ~short & ~small & (io / (bandwidth or np.nan) >= params.underutilized_below * dur)
     for mask, c, why in ((serial, "latency", "launch geometry"), (short, "latency", "duration"),
-                         (small, "underutilized", "launch geometry")):
+                         (small, "underutilized", "launch geometry"), (streams, "memory", "io bytes")):
         cls[rows[mask]] = c
         src[rows[mask]] = why
     return cls, src
@@ -230,7 +251,7 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     k["compute_bound"] = (compute_floor >= memory_floor) & (compute_floor > 0)
     k["cls"] = classify(k, params)
     if ceilings.known:  # without ceilings every class is unknown (Ceilings.none), these too
-        k["cls"], k["cls_source"] = class_sources(k, params, sms)
+        k["cls"], k["cls_source"] = class_sources(k, params, sms, ceilings.bandwidth)
     else:
         k["cls_source"] = ""
     return k
