@@ -116,7 +116,7 @@ def test_a_user_item_blocks_with_advice_to_move_it(tmp_path: Path) -> None:
     a = _launch_bound(tmp_path, sync_ops=("aten::item",))
     f = _finding(a, "cuda_graphs")
     assert f["status"] == "blocked" and {b["op"] for b in f["blockers"]} == {"aten::item"}
-    assert "Move the host reads out of the step" in f["fix"]["text"]
+    assert "Move the host reads and blocking copies out of the step" in f["fix"]["text"]
 
 
 def test_sync_saving_is_bounded_by_the_time_the_syncs_held_the_host(tmp_path: Path) -> None:

@@ -252,7 +252,8 @@ def graph_fix(ctx: "Context", blockers: list[Blocker]) -> tuple[str, str]:
                      'model.backbone = torch.compile(model.backbone, mode="reduce-overhead")')
     if kinds <= {"host_sync"} or kinds <= {"host_sync", "data_dependent_shape"} and all(
             b.op in READS for b in blockers if b.kind == "data_dependent_shape"):
-        fix += " Move the host reads out of the step (log every N steps), then capture it."
+        fix += (" Move the host reads and blocking copies out of the step (log every N steps, copy with"
+                " non_blocking=True), then capture it.")
         return fix, ("loss_sum += loss.detach()          # instead of loss.item() every step\n"
                      'model = torch.compile(model, mode="reduce-overhead")')
     if "dynamic_shape" in kinds:
