@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import roofscope
 from roofscope.cli import main
 from roofscope.collectors.torchprof import STEPLESS_WINDOW_S
@@ -81,3 +83,20 @@ def test_a_boundary_in_time_keeps_the_schedule(tmp_path: Path) -> None:
     assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", str(script), "0", "8"]) == 0
     meta = _meta(out)
     assert "stepless_window" not in meta["steps"] and meta["steps"]["boundaries_seen"] == 6
+
+
+@pytest.mark.gpu
+def test_a_stepless_cuda_loop_counts_from_the_first_gpu_work(tmp_path: Path) -> None:
+    # On a CUDA machine the wait for a boundary starts at the first GPU work, not at start-up.
+    script = tmp_path / "cuda_loop.py"
+    script.write_text(LOOP.replace("torch.randn(64, 64)", "torch.randn(1024, 1024, device='cuda')"))
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--no-report",
+                          "--stepless-after", "0.5", str(script), "2", "0"], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    meta = _meta(out)
+    assert meta["steps"]["stepless_window"] == "recorded"
+    assert "within 0.5 s of the program's first GPU work" in " ".join(meta["warnings"])
+    a = roofscope.analyze(out)
+    assert len(a.kernels) > 0 and (a.kernels["cat"] == "kernel").any()
