@@ -18,7 +18,10 @@ def chains(k: pd.DataFrame) -> pd.Series:
     kernels on one stream (-1 elsewhere); ``k`` in any order, ids follow stream then time."""
     order = k.index
     k = k.sort_values(["stream", "ts_ns"], kind="stable")
+    # Costed kernels only: one classed by its grid or op inputs (roofline.class_sources) has no bytes
+    # to say what a fused kernel would still move.
     fusible = (k["category"].isin(FUSIBLE) & k["cls"].isin(("memory", "latency"))
+               & (k["floor_s"].notna() if "floor_s" in k else True)
                & ~k["name"].astype(str).str.contains(_FUSED_NAME, regex=True)).to_numpy()
     stream = k["stream"].fillna(-1).to_numpy()
     prev_ok = np.r_[False, fusible[:-1] & (stream[1:] == stream[:-1])]
