@@ -274,3 +274,13 @@ def test_a_trace_naming_no_device_uses_datasheet_else_unknown(tmp_path: Path) ->
     assert not a.ceilings.known and set(a.kernels["cls"]) == {"unknown"}
     a = roofscope.analyze(path, device="h100-sxm")   # --datasheet
     assert a.ceilings.known and a.kernels.set_index("name").at["scan_kernel", "cls"] == "underutilized"
+
+
+def test_analyze_prints_the_blocked_fix_and_its_blocker(tmp_path: Path, capsys) -> None:
+    from roofscope.cli import main
+
+    _launch_bound(tmp_path, library="torchvision::nms", sync_ops=("aten::nonzero",))
+    assert main(["analyze", str(tmp_path / "t.json"), "--peak-tflops", "10", "--peak-bandwidth", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "cannot be captured in a CUDA graph as it is: blocked" in out
+    assert "aten::nonzero 1x/step inside torchvision::nms" in out
