@@ -50,44 +50,51 @@ FEW_ALLREDUCES = 2           # per step: the backward waits for whole buckets, s
 
 
 def comm_snippet(kc: pd.DataFrame | None, steps: int = 1) -> str:
-    """The fix as code for this run's collectives (analyzers.collectives.kernel_collectives):
-    DDP lines only when it all-reduces, a bucket size only when its all-reduce count and sizes
-    call for a different one (never DDP's default), the bf16 hook only for fp32 gradients, FSDP
-    lines only when it all-gathers or reduce-scatters."""
+    """The fix as code for this run's collectives (analyzers.collectives.kernel_collectives): one
+    part per kind it runs (all-to-all: MoE; all-reduce: DDP; all-gather/reduce-scatter: FSDP), the
+    kind with most time first, a kind under :data:`MINOR_SHARE` of the collective time left out
+    (when ``kc`` has ``dur_s``). DDP: a bucket size only when its all-reduce count and sizes call
+    for a different one (never DDP's default), the bf16 hook only for fp32 gradients."""
     if kc is None or not len(kc):
         return ""
-    lines = []
-    ar = kc[kc["collective"] == "allreduce"]
-    time = kc.groupby("collective")["dur_s"].sum() if "dur_s" in kc else None
-    moe = "alltoall" in set(kc["collective"])
-    if moe:
-        lines.append(MOE_SNIPPET)
-    minor = time is not None and time.sum() > 0 and time.get("allreduce", 0.0) < MINOR_SHARE * time.sum()
-    if len(ar) and not (moe and minor):
-        # steps=0: rows are not one per call (a per-collective table): no count, no bucket advice.
-        per_step = len(ar) / steps if steps > 0 else float("nan")
-        size = float(np.nanmedian(ar["bytes"])) if ar["bytes"].notna().any() else None
-        bucket = None
-        if size is not None and per_step >= MANY_ALLREDUCES:
-            bucket = max(2 * size / 2 ** 20, 1.0)    # fewer, larger buckets
-        elif size is not None and per_step <= FEW_ALLREDUCES:
-            bucket = max(size / 4 / 2 ** 20, 1.0)    # smaller buckets start all-reducing earlier
-        args = (f"bucket_cap_mb={bucket:.0f}, " if bucket is not None and round(bucket) != DDP_DEFAULT_BUCKET_MB
-                else "")
-        lines.append(f"model = DDP(model, {args}gradient_as_bucket_view=True)"
-                     + (f"  # {per_step:.0f} all-reduces/step of ~{size / 2 ** 20:.1f} MB"
-                        if size and per_step == per_step else ""))
-        names = kc.attrs.get("names", [])
-        if not any(("bf16" in n or "f16" in n) for n in names):
-            lines += ["from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
-                      "model.register_comm_hook(None, default_hooks.bf16_compress_hook)"]
-    if kc["collective"].isin(("allgather", "reduce_scatter")).any():
-        fsdp = ("FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,"
-                " limit_all_gathers=True)")
-        # Beside DDP's all-reduces or MoE's all-to-alls, the all-gathers may come from another wrapper:
-        # say it, do not assign twice.
-        lines.append(f"# the all-gathers/reduce-scatters, if FSDP: model = {fsdp}" if lines else f"model = {fsdp}")
+    kind = kc["collective"].replace({"reduce_scatter": "allgather"})
+    time = kc["dur_s"].groupby(kind).sum() if "dur_s" in kc else pd.Series(1.0, index=kind.unique())
+    time = time[time >= MINOR_SHARE * time.sum()] if time.sum() > 0 else time
+    parts = {"alltoall": [MOE_SNIPPET] if "alltoall" in time else [],
+             "allreduce": _ddp_lines(kc, steps) if "allreduce" in time else [],
+             "allgather": ["FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,"
+                           " limit_all_gathers=True)"] if "allgather" in time else []}
+    lines: list[str] = []
+    for k in time.sort_values(ascending=False, kind="stable").index:
+        for line in parts.get(str(k), []):
+            # Beside DDP's all-reduces or MoE's all-to-alls, the all-gathers may come from another
+            # wrapper: say it, do not assign twice.
+            if line.startswith("FSDP("):
+                line = f"# the all-gathers/reduce-scatters, if FSDP: model = {line}" if lines else f"model = {line}"
+            lines.append(line)
     return "\n".join(lines)
+
+
+def _ddp_lines(kc: pd.DataFrame, steps: int) -> list[str]:
+    ar = kc[kc["collective"] == "allreduce"]
+    # steps=0: rows are not one per call (a per-collective table): no count, no bucket advice.
+    per_step = len(ar) / steps if steps > 0 else float("nan")
+    size = float(np.nanmedian(ar["bytes"])) if ar["bytes"].notna().any() else None
+    bucket = None
+    if size is not None and per_step >= MANY_ALLREDUCES:
+        bucket = max(2 * size / 2 ** 20, 1.0)    # fewer, larger buckets
+    elif size is not None and per_step <= FEW_ALLREDUCES:
+        bucket = max(size / 4 / 2 ** 20, 1.0)    # smaller buckets start all-reducing earlier
+    args = (f"bucket_cap_mb={bucket:.0f}, " if bucket is not None and round(bucket) != DDP_DEFAULT_BUCKET_MB
+            else "")
+    lines = [f"model = DDP(model, {args}gradient_as_bucket_view=True)"
+             + (f"  # {per_step:.0f} all-reduces/step of ~{size / 2 ** 20:.1f} MB" if size and per_step == per_step
+                else "")]
+    names = kc.attrs.get("names", [])
+    if not any(("bf16" in n or "f16" in n) for n in names):
+        lines += ["from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
+                  "model.register_comm_hook(None, default_hooks.bf16_compress_hook)"]
+    return lines
 
 
 def exposed_comm_finding(exposed_s: float, comm_s: float, step_s: float, collectives: pd.DataFrame | None = None,
