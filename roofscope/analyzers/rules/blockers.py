@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # Ops whose output size depends on the values of their inputs (they read a count back).
 DATA_DEPENDENT = frozenset(("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::is_nonzero",
                             "aten::item", "aten::_local_scalar_dense", "aten::unique", "aten::_unique",
-                            "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
-                            "aten::repeat_interleave", "torchvision::nms"))
+                            "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "torchvision::nms"))
+# (repeat_interleave is data-dependent only with tensor repeats, and then syncs: a host_sync blocker.)
 # Indexing ops that are data-dependent when an index is a boolean mask.
 MASK_INDEXING = frozenset(("aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"))
 SIZE_READERS = DATA_DEPENDENT | MASK_INDEXING
