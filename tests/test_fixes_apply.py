@@ -301,3 +301,15 @@ def test_collective_advice_on_real_traces() -> None:
     lines = f["fix"]["snippet"].splitlines()
     assert lines[0].startswith("# expert parallel") and lines[3].startswith("model = DDP(model")
     assert lines[-1].startswith("# the all-gathers/reduce-scatters, if FSDP")
+
+
+def test_measured_counters_are_the_class_source() -> None:
+    from roofscope.analyzers.roofline import place
+
+    # The same 1 GB / 2 ms copy-like kernel, costed by a formula and by Nsight Compute's counters
+    # (attribution's cost_source "ncu" after analyzers/counters.apply_counters): 1 ms floor at 1 TB/s.
+    k = pd.DataFrame({"name": ["a", "b"], "dur_ns": [2e6, 2e6], "flops": [0.0, 0.0], "bytes": [1e9, 1e9],
+                      "dtype": ["fp32", "fp32"], "tensor_core": [False, False], "category": ["copy", "copy"],
+                      "cat": ["kernel", "kernel"], "cost_source": ["formula", "ncu"]})
+    p = place(k, TOY)
+    assert p["cls"].tolist() == ["memory", "memory"] and p["cls_source"].tolist() == ["formula", "counters"]
