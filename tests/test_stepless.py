@@ -100,3 +100,14 @@ def test_a_stepless_cuda_loop_counts_from_the_first_gpu_work(tmp_path: Path) -> 
     assert "within 0.5 s of the program's first GPU work" in " ".join(meta["warnings"])
     a = roofscope.analyze(out)
     assert len(a.kernels) > 0 and (a.kernels["cat"] == "kernel").any()
+
+
+def test_a_stepless_run_has_no_steps_for_the_counters_pass() -> None:
+    from roofscope.commands.counters import recorded_target
+    from roofscope.errors import RoofscopeError
+    from roofscope.run import new_meta
+
+    meta = new_meta(["roofscope", "run", "loop.py"],
+                    steps={"requested": {"wait": 1, "warmup": 2, "active": 3}, "stepless_window": "recorded"})
+    with pytest.raises(RoofscopeError, match="none arrived in this Run: it recorded a time window"):
+        recorded_target(meta)
