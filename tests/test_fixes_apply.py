@@ -101,8 +101,8 @@ def test_dynamic_shapes_across_steps_block_the_cuda_graph(tmp_path: Path) -> Non
     a = _launch_bound(tmp_path, sizes=(256, 512))
     f = _finding(a, "cuda_graphs")
     assert f["status"] == "blocked"
-    assert [(b["kind"], b["op"], b["per_step"]) for b in f["blockers"]] == [("dynamic_shape", "aten::add", 2.0)]
-    assert "2 input shapes across 2 steps" in f["summary"]
+    assert [(b["kind"], b["op"], b["per_step"]) for b in f["blockers"]] == [("dynamic_shape", "aten::add", 20.0)]
+    assert "aten::add 20x/step (2 input shapes across 2 steps)" in f["summary"]
 
 
 def test_same_shapes_and_no_syncs_leave_the_cuda_graph_fix_as_it_was(tmp_path: Path) -> None:

@@ -172,11 +172,12 @@ def dynamic_shapes(ctx: "Context") -> list[Blocker]:
     # An op is dynamic when one of its shapes is missing from a step the op runs in.
     varying = per_dims[per_dims < in_steps.reindex(per_dims.index.get_level_values("name")).to_numpy()]
     names = varying.index.get_level_values("name").unique()
+    calls = pd.Series(ops["name"].astype(str).to_numpy()[rows]).value_counts()
     out = []
     for name in names:
         shapes = df.loc[df["name"] == name, "dims"].nunique()
-        out.append(Blocker("dynamic_shape", name, float(shapes), detail=f"{shapes} input shapes across"
-                           f" {int(in_steps[name])} steps"))
+        out.append(Blocker("dynamic_shape", name, float(calls[name]) / ctx.steps,
+                           detail=f"{shapes} input shapes across {int(in_steps[name])} steps"))
     return sorted(out, key=lambda b: -b.per_step)
 
 
