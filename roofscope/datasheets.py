@@ -475,6 +475,11 @@ _FINGERPRINTS: dict[tuple[int, int, int, int], tuple[str, ...]] = {
 }
 
 
+def sm_count(key: str) -> int | None:
+    """SMs (CUs on AMD) of the datasheet row ``key``, from the fingerprints above; None if not listed."""
+    return next((sms for (_, _, sms, _), keys in _FINGERPRINTS.items() if key in keys), None)
+
+
 def _int_prop(props: Mapping[str, Any], key: str) -> int | None:
     v = props.get(key)
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None

@@ -75,9 +75,9 @@ def test_session_schedule_collector_and_sampler_default_as_the_config() -> None:
 def test_profile_signature_defaults_are_the_configs() -> None:
     sig = inspect.signature(context.profile).parameters
     # profile() calls the active steps `steps` (its first, positional argument); the time window,
-    # exit_after_profile and step_on are the command line's alone; `top` is prof.summary()'s.
+    # exit_after_profile, step_on and stepless_after are the command line's alone; `top` is prof.summary()'s.
     own = {"steps": "active"} | {n: n for n in _names(COMMANDS["run"][1]) if n not in (
-        "active", "duration", "delay", "exit_after_profile", "step_on", "top")}
+        "active", "duration", "delay", "exit_after_profile", "step_on", "stepless_after", "top")}
     assert {mine: sig[mine].default for mine in own} == {mine: DEFAULTS[theirs] for mine, theirs in own.items()}
     assert inspect.signature(roofscope.profile).parameters["steps"].default == Collection.active
     assert inspect.signature(context.Profile.summary).parameters["top"].default == Presentation.top

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
-from .roofline import CLASSES, RooflineParams, above_roof, aggregate, place
+from .roofline import CLASSES, RooflineParams, above_roof, aggregate, device_sms, input_bytes, place
 from .summary import Summary
 from .trace import Trace, load_trace, regions_at, steps_at
 
@@ -352,11 +352,17 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
 
         graphs = map_graph_kernels(trace, kernels, load_captures(captures))
     kernels["phase"] = kernel_phases(trace, kernels)
-    kernels = place(kernels, ceilings, params)
+    sms = device_sms(trace.device_props, ceilings) if not cpu_only else None
+    if not cpu_only:  # what an uncosted kernel's op reads: a class from its bytes (roofline.class_sources)
+        from .linking import take
+
+        sig = take(trace.ops["sig"].to_numpy(), kernels["op"].to_numpy(dtype=np.int64), -1)
+        kernels["io_bytes"] = input_bytes(trace.signatures, sig)
+    kernels = place(kernels, ceilings, params, sms)
     if counters is not None and not cpu_only:
         from .counters import apply_counters
 
-        kernels = place(apply_counters(kernels, counters.table), ceilings, params)
+        kernels = place(apply_counters(kernels, counters.table), ceilings, params, sms)
     return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only,
                     run_meta=run_meta, telemetry=telemetry,
                     counters_meta=counters.meta if counters is not None else None, graphs=graphs)

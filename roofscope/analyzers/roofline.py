@@ -25,6 +25,14 @@ Classes, first match wins (docs/roofline.md):
 * ``underutilized``: efficiency below ``underutilized_below`` (``--underutilized-below``),
 * ``compute``: intensity at or above the ridge, else ``memory``.
 
+A kernel with no cost is not left without an answer: its class comes from what is known
+(``cls_source``; ``formula`` for costed kernels, ``counters`` for Nsight Compute's, ``""`` where
+nothing is): one block in its grid runs on one SM whatever the GPU, ``latency`` by ``launch
+geometry``; a run shorter than the latency floor is ``latency`` by ``duration``; fewer blocks than
+the device has SMs (CUs) leave SMs idle, ``underutilized`` by ``launch geometry``; a kernel whose
+launching op's tensor inputs (``io_bytes``: Kineto records no outputs, so a lower bound on what it
+moves) take at least ``underutilized_below`` of its time at the memory roof is ``memory`` by ``io bytes``.
+
 Bytes measured by Nsight Compute (``--counters ncu``) carry L2 bytes beside the DRAM bytes: for
 streaming kernels (not GEMM, convolution or attention) the memory floor is then the larger of
 DRAM bytes / HBM rate and L2 bytes / L2 rate, and a kernel
@@ -33,6 +41,7 @@ intensity against the ridge).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,9 +138,70 @@ def _measured_l2(k: pd.DataFrame, ceilings: Ceilings) -> tuple[np.ndarray, float
     return np.where(tiled, np.nan, k["m_l2_bytes"].to_numpy(dtype=np.float64)), inner[0]
 
 
-def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams()) -> pd.DataFrame:
-    """Add roofline columns and ``cls`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
-    ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame)."""
+def device_sms(props: dict | None, ceilings: Ceilings) -> int | None:
+    """SMs (CUs) of the traced GPU: its deviceProperties, else its datasheet row's."""
+    n = (props or {}).get("numSms")
+    if isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0:
+        return int(n)
+    from ..datasheets import sm_count
+
+    return sm_count(ceilings.datasheet.key) if ceilings.datasheet is not None else None
+
+
+def _blocks(grid: pd.Series) -> np.ndarray:
+    """Blocks in each launch's grid (NaN where the trace has no grid)."""
+    return np.array([float(np.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.nan for g in grid],
+                    dtype=np.float64)
+
+
+def input_bytes(signatures: pd.DataFrame, sig: np.ndarray) -> np.ndarray:
+    """Bytes of the tensor inputs of signature rows ``sig`` (-1, or no tensor with a known dtype: NaN)."""
+    from .formulas.dtypes import parse_dtype
+
+    per = np.full(len(signatures), np.nan)
+    for i, (dims, types) in enumerate(zip(signatures["input_dims"], signatures["input_types"])):
+        sizes = [math.prod(d) * dt.itemsize for d, t in zip(dims or (), types or ())
+                 if isinstance(t, str) and (dt := parse_dtype(t)) is not None
+                 and isinstance(d, list) and all(isinstance(x, int) for x in d)]
+        per[i] = sum(sizes) if sizes else np.nan
+    sig = np.asarray(sig, dtype=np.int64)
+    return np.where(sig >= 0, per[np.maximum(sig, 0)] if len(per) else np.nan, np.nan)
+
+
+def class_sources(k: pd.DataFrame, params: RooflineParams, sms: int | None,
+                  bandwidth: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``cls`` with uncosted GPU kernels classed from their launch geometry and duration, and
+    ``cls_source`` (see the module docstring)."""
+    cls = k["cls"].to_numpy(dtype=object).copy()
+    costed = k["floor_s"].notna().to_numpy()
+    src = np.where(costed, "formula", "").astype(object)
+    if "cost_source" in k:
+        src[costed & (k["cost_source"].astype(str).to_numpy() == "ncu")] = "counters"
+    src[cls == "communication"] = ""
+    gpu = (k["cat"].astype(str).to_numpy() == "kernel") if "cat" in k else np.zeros(len(k), dtype=bool)
+    rows = np.flatnonzero((cls == "unknown") & gpu & k["dur_s"].notna().to_numpy())
+    if not len(rows):
+        return cls, src
+    blocks = _blocks(k["grid"].iloc[rows]) if "grid" in k else np.full(len(rows), np.nan)
+    dur = k["dur_s"].to_numpy()[rows]
+    serial = blocks <= 1
+    short = ~serial & (dur < params.latency_floor_s)
+    small = ~serial & ~short & (blocks < sms) if sms else np.zeros(len(rows), dtype=bool)
+    io = k["io_bytes"].to_numpy(dtype=np.float64)[rows] if "io_bytes" in k else np.full(len(rows), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        streams = ~serial & ~short & ~small & (io / (bandwidth or np.nan) >= params.underutilized_below * dur)
+    for mask, c, why in ((serial, "latency", "launch geometry"), (short, "latency", "duration"),
+                         (small, "underutilized", "launch geometry"), (streams, "memory", "io bytes")):
+        cls[rows[mask]] = c
+        src[rows[mask]] = why
+    return cls, src
+
+
+def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = RooflineParams(),
+          sms: int | None = None) -> pd.DataFrame:
+    """Add roofline columns, ``cls`` and ``cls_source`` to a frame with ``dur_ns``, ``flops``, ``bytes``,
+    ``dtype``, ``tensor_core`` and ``category`` columns (returns a new frame); ``sms``: the GPU's SMs
+    (:func:`device_sms`), which class uncosted kernels by their grid."""
     k = kernels.copy()
     dur = k["dur_ns"].to_numpy(dtype=np.float64) * 1e-9
     if "timed" in k:  # counter-replay ranges have no real duration
@@ -180,6 +250,10 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     k["above_roof"] = k["efficiency"].to_numpy() > 1.0 + ABOVE_ROOF_TOLERANCE
     k["compute_bound"] = (compute_floor >= memory_floor) & (compute_floor > 0)
     k["cls"] = classify(k, params)
+    if ceilings.known:  # without ceilings every class is unknown (Ceilings.none), these too
+        k["cls"], k["cls_source"] = class_sources(k, params, sms, ceilings.bandwidth)
+    else:
+        k["cls_source"] = ""
     return k
 
 

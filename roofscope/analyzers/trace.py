@@ -82,9 +82,15 @@ class Trace:
 
     @property
     def device_name(self) -> str | None:
-        """Name of the GPU the kernels ran on (see :attr:`device_props`), None for CPU-only."""
+        """Name of the GPU the kernels ran on (see :attr:`device_props`); in a trace without
+        deviceProperties, the one its distributedInfo names (``device_name``, ``deviceName`` or
+        ``gpu_name``); None when none does (and for CPU-only traces)."""
         p = self.device_props
         name = p.get("name") if p else None
+        info = self.meta.get("distributedInfo")
+        if p is None and len(self.kernels) and isinstance(info, dict):
+            name = next((info[k] for k in ("device_name", "deviceName", "gpu_name") if isinstance(info.get(k), str)),
+                        None)
         return name if isinstance(name, str) else None
 
     @property

@@ -289,7 +289,8 @@ class Session:
         self.timer = StepTimer(cuda=torch.cuda.is_available())
         self._collector = TorchCollector(self._tmp / "trace.json", self.config.schedule,
                                          self.config.duration, self.config.delay,
-                                         experimental_config=self.config.experimental_config, ready=self._settled)
+                                         experimental_config=self.config.experimental_config, ready=self._settled,
+                                         stepless_after_s=self.config.stepless_after)
         self._collector.settle_words = self._settle.words(self.config)
         self._start_aids()
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
@@ -470,7 +471,8 @@ class Session:
                    "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on,
                    **({"delay_from": c.delay_from} if c.windowed else
                       {"profiled_from": (c.begin + s.warmup) if c.begin is not None else None,
-                       "settle": self._settle.to_dict(self.config), "rearmed": self.rearmed})},
+                       "settle": self._settle.to_dict(self.config), "rearmed": self.rearmed}),
+                   **({"stepless_window": c.fallback} if c.fallback not in (None, "armed") else {})},
             step_times=step_times_columns(step_times, self.timer.dropped if self.timer is not None else 0),
             tokens_per_step=self.config.tokens_per_step, model_flops_per_step=self.config.model_flops_per_step,
             inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,

@@ -11,6 +11,13 @@ be the steady one and records the schedule again (a later ``generate()`` call). 
 the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs the main
 thread; step boundaries that do arrive are still marked. On a CUDA machine the delay counts
 from the program's first GPU work.
+
+Every script gets a recording: in step mode, when no step boundary has arrived
+``stepless_after_s`` seconds after the program's first GPU work (its start on a CPU machine),
+the collector records a :data:`STEPLESS_WINDOW_S` time window from there instead (a user's own
+kernel in a plain loop: no optimizer, no module, no ``roofscope.step()``). A boundary that
+arrives later still starts the step schedule: the window's trace is kept unless the schedule
+records one of its own.
 """
 from __future__ import annotations
 
@@ -28,6 +35,8 @@ from ..errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 CUPTI_TEARDOWN_ENV = "TEARDOWN_CUPTI"
+# The time window recorded when no step boundary arrives (seconds).
+STEPLESS_WINDOW_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -80,7 +89,8 @@ class TorchCollector:
 
     def __init__(self, trace_path: Path, schedule: Schedule | None = None,
                  duration_s: float | None = Collection.duration, delay_s: float = Collection.delay,
-                 experimental_config: Any = None, ready: Callable[[], bool] | None = None) -> None:
+                 experimental_config: Any = None, ready: Callable[[], bool] | None = None,
+                 stepless_after_s: float | None = Collection.stepless_after) -> None:
         if duration_s is not None and duration_s <= 0:
             raise RoofscopeError("--duration must be positive")
         if delay_s < 0:
@@ -97,6 +107,11 @@ class TorchCollector:
         self.begin: int | None = None
         self.ready = ready
         self.settle_words = ""         # how ``ready`` decides, for the shortfall's message
+        self.stepless_after_s = stepless_after_s or None
+        # The step-less fallback: None (off, or a boundary came in time), "armed", "recording", "recorded"
+        # (its trace is the one on disk), "resumed" (a later boundary started the step schedule; the
+        # window's trace stays until...), "superseded" (...the schedule recorded its own)
+        self.fallback: str | None = None
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._prof: Any = None
@@ -110,12 +125,17 @@ class TorchCollector:
 
     @property
     def done(self) -> bool:
-        """Everything requested has been recorded: later steps need no profiling."""
-        return self.trace_ready
+        """Everything requested has been recorded: later steps need no profiling (a step-less
+        window's trace is not what was requested: steps that arrive after it are still profiled)."""
+        return self.trace_ready and self.fallback not in ("recorded", "resumed")
 
     def _export(self, prof: Any) -> None:
         prof.export_chrome_trace(str(self.trace_path))
         self.trace_ready = True
+        if self.fallback == "recording":
+            self.fallback = "recorded"
+        elif self.fallback == "resumed":
+            self.fallback = "superseded"
 
     def _new_profile(self, schedule: Any) -> Any:
         import torch
@@ -132,6 +152,12 @@ class TorchCollector:
 
         if not self.windowed:
             self._maybe_begin()
+            main = threading.current_thread() is threading.main_thread()
+            # A profiler already recording (no wait, no warm-up, no settling) records a step-less script anyway.
+            if self.stepless_after_s and self.phase != "recording" and main:
+                self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
+                self.fallback = "armed"
+                self._from_first_gpu_work(self.stepless_after_s, lambda: self.fallback == "armed")
             return
         if threading.current_thread() is not threading.main_thread():
             raise RoofscopeError("a time window (--duration) needs the main thread (it uses SIGALRM)")
@@ -142,7 +168,7 @@ class TorchCollector:
         self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
         self.window = "waiting"
         if self.delay_s > 0:
-            self._delay_from_first_gpu_work()
+            self._from_first_gpu_work(self.delay_s, lambda: self.window == "waiting")
         else:
             self._on_alarm()
 
@@ -182,15 +208,16 @@ class TorchCollector:
         self.schedule = Schedule(0, self.schedule.warmup, self.schedule.active)
         return True
 
-    def _delay_from_first_gpu_work(self) -> None:
-        """--delay counts from the program's first GPU work (CUDA's lazy initialization, which
-        its first kernel launch or allocation triggers), not from start-up: imports and model
-        construction on the CPU can take longer than any delay one would guess."""
+    def _from_first_gpu_work(self, seconds: float, still: Any) -> None:
+        """Set the alarm ``seconds`` after the program's first GPU work (CUDA's lazy
+        initialization, which its first kernel launch or allocation triggers), not from start-up:
+        imports and model construction on the CPU can take longer than any delay one would guess
+        (--delay; the step-less fallback). ``still()`` says whether the alarm is still wanted then."""
         import torch
 
         def arm() -> None:
-            if self.window == "waiting":
-                signal.setitimer(signal.ITIMER_REAL, self.delay_s)
+            if still():
+                signal.setitimer(signal.ITIMER_REAL, seconds)
 
         if torch.cuda.is_available() and not torch.cuda.is_initialized():
             self.delay_from = "first GPU work"
@@ -201,13 +228,46 @@ class TorchCollector:
 
     def _on_alarm(self, *_: Any) -> None:
         # Runs in the main thread between bytecodes, so no op is half-recorded.
-        if self.window == "waiting":
+        if self.fallback == "armed":
+            self._begin_stepless()
+        elif self.window == "waiting":
             self._sync()
             self._prof.start()
             self.window = "recording"
             signal.setitimer(signal.ITIMER_REAL, self.duration_s)
         elif self.window == "recording":
             self._finish_window()
+
+    def _disarm(self) -> None:
+        """Cancel the alarm and give SIGALRM back to whoever had it."""
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._old_alarm if self._old_alarm is not None else signal.SIG_DFL)
+
+    def _begin_stepless(self) -> None:
+        """No step boundary yet: drop a warming-up profiler (it holds nothing) and record a time
+        window from now."""
+        from torch.profiler import ProfilerAction
+
+        if self._prof is not None:
+            self._prof.stop()
+        self._prof = self._new_profile(lambda _: ProfilerAction.RECORD)
+        self.fallback = "recording"
+        self._sync()
+        self._prof.start()
+        self.window = "recording"
+        signal.setitimer(signal.ITIMER_REAL, STEPLESS_WINDOW_S)
+
+    def _resume_steps(self) -> None:
+        """A step boundary after the step-less window opened: close the window (its trace is kept
+        until the schedule records one) and wait for the step schedule from this boundary."""
+        if self.window == "recording":
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._finish_window()
+        self._disarm()
+        self.window = None
+        self.fallback = "resumed"
+        self._prof = None
+        self.schedule = Schedule(self.steps + self.schedule.wait, self.schedule.warmup, self.schedule.active)
 
     def _finish_window(self) -> None:
         self.window = "done"
@@ -222,7 +282,7 @@ class TorchCollector:
         Inductor's cudagraph trees capture during the first steps, the ones warm-up covers."""
         if self.phase in ("idle", "done"):
             return True
-        if self.phase != "warmup" or self.windowed:
+        if self.phase != "warmup" or self.windowed or self.window is not None:
             return False
         prof, self._prof = self._prof, None
         prof.stop()          # WARMUP -> None starts and stops a trace: no export, nothing kept
@@ -241,9 +301,9 @@ class TorchCollector:
     @property
     def phase(self) -> str:
         """``idle`` (not started or waiting), ``warmup`` (Kineto prepared), ``recording`` or ``done``."""
-        if self.trace_ready or self.window == "done":
+        if self.done or self.window == "done" and self.fallback is None:
             return "done"
-        if self.windowed:
+        if self.windowed or self.window is not None:
             return "recording" if self.window == "recording" else "idle"
         if self._prof is None or self.begin is None:
             return "idle"
@@ -259,6 +319,11 @@ class TorchCollector:
     def step(self) -> None:
         if self.windowed and self._prof is None:
             return
+        if self.fallback == "armed":
+            self.fallback = None   # a boundary arrived in time: no window needed
+            self._disarm()
+        elif self.fallback in ("recording", "recorded"):
+            self._resume_steps()
         self.steps += 1   # counted after the profile too: boundaries number the steps for a rearm
         if self.done:
             return
@@ -293,14 +358,15 @@ class TorchCollector:
 
     def stop(self) -> bool:
         """Stop recording (keeping a partly recorded active phase); True when a trace was written."""
+        if self.windowed or self.fallback is not None:
+            self._disarm()
         if self._prof is None:
             return self.trace_ready
-        if self.windowed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._old_alarm if self._old_alarm is not None else signal.SIG_DFL)
-            if self.window == "recording":
-                self._finish_window()
-        elif not self.trace_ready:
+        if self.window == "recording":
+            self._finish_window()
+        elif self.windowed or self.window == "done":
+            pass
+        elif not self.trace_ready or self.fallback == "resumed":
             self._sync()
             self._prof.stop()
         self._prof = None
@@ -308,6 +374,11 @@ class TorchCollector:
 
     def shortfall(self) -> str | None:
         """Why the requested steps or window were not all recorded, or None."""
+        if self.fallback in ("recorded", "resumed"):
+            return (f"no step boundary arrived within {self.stepless_after_s:g} s of the program's"
+                    f" {self.delay_from}: recorded a {STEPLESS_WINDOW_S:g} s time window from there instead"
+                    + (f" (a step schedule started at a later boundary recorded nothing: {self.steps} boundaries"
+                       " arrived in all)" if self.fallback == "resumed" else ""))
         if self.windowed:
             if self.window == "waiting":
                 return (f"the program ended before the time window opened (--delay {self.delay_s:g} s, counted from "

@@ -114,7 +114,7 @@ run_options = stack(
     config_options(Presentation, "top"),
     click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),
     config_options(RankMerge, "merge_timeout"),
-    config_options(Collection, "step_on"),
+    config_options(Collection, "step_on", "stepless_after"),
     click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
                  help="Import cost formulas for custom ops (roofscope.register_formula; repeatable)."),
     click.argument("target"),

@@ -54,6 +54,9 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
     if "duration_s" in requested:
         raise RoofscopeError("counters need step boundaries, and this Run profiled a time window (--duration);"
                              " record a Run over steps (roofscope.step() or an optimizer) instead")
+    if isinstance(steps, dict) and steps.get("stepless_window") in ("recorded", "resumed"):
+        raise RoofscopeError("counters need step boundaries, and none arrived in this Run: it recorded a time window"
+                             " instead (--stepless-after); mark steps with --step-on or roofscope.step()")
     if not all(isinstance(requested.get(k), int) for k in ("wait", "warmup", "active")):
         raise RoofscopeError("the Run's run.json records no step schedule (steps.requested wait/warmup/active),"
                              " so the counters pass cannot find its steps again")

@@ -328,7 +328,9 @@ def _finding_lines(findings: "list[Recommendation]", top: int = 5) -> list[str]:
         return []
     out = [f"Recommendations (estimated saving per step; savings overlap){'' if len(findings) <= top else f', top {top} of {len(findings)}'}"]
     for f in findings[:top]:
-        out.append(f"  {f.rank}. {f.title}: -{f.saving_s * 1e3:.3f} ms ({pct(f.saving_pct)}),"
+        # A blocked fix offers no saving: say what blocks it instead (rules/blockers.py).
+        out.append(f"  {f.rank}. {f.title}: blocked" if f.extra.get("status") == "blocked" else
+                   f"  {f.rank}. {f.title}: -{f.saving_s * 1e3:.3f} ms ({pct(f.saving_pct)}),"
                    f" {f.confidence} confidence")
         out += textwrap.wrap(f.summary, 78, initial_indent="     ", subsequent_indent="     ")
         code = (f.fix.snippet or "").splitlines()

@@ -77,7 +77,8 @@ def diagnosis_xml(a: "Analysis") -> str:
         by_rule.setdefault(f.rule, []).append(f)
     cases = []
     for rule, found in by_rule.items():
-        heads = [f"{f.title}: -{f.saving_s * 1e3:.3f} ms per step ({100 * f.saving_pct:.1f}%),"
+        heads = [f"{f.title}: blocked" if f.extra.get("status") == "blocked" else
+                 f"{f.title}: -{f.saving_s * 1e3:.3f} ms per step ({100 * f.saving_pct:.1f}%),"
                  f" {f.confidence} confidence" for f in found]
         text = "\n\n".join(f"{head}. {f.summary}. Fix: {f.fix.text}" for head, f in zip(heads, found))
         cases.append(Case(rule, "fail", heads[0], text=text, kind=found[0].binding))

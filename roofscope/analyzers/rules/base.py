@@ -57,6 +57,10 @@ class Finding:
     rank: int = 0
     change: str = ""             # the change a user makes (fixes.py); set by the engine
     framework: str = ""          # the framework the snippet is written for ("" = plain PyTorch)
+    # "blocked": a precondition of the fix fails on this trace (blockers.py); the finding names what
+    # blocks it, offers no saving (saving_s 0; the saving it would have is figures["unblocked_saving_s"])
+    status: str = "ok"
+    blockers: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -64,7 +68,7 @@ class Finding:
                 "saving_pct": d["saving_pct"], "confidence": d["confidence"], "summary": d["summary"],
                 "evidence": {"kernels": d["kernels"], "figures": d["figures"]},
                 "fix": {"text": d["fix"], "snippet": d["snippet"], "framework": d["framework"]},
-                "change": d["change"], "rank": d["rank"]}
+                "change": d["change"], "rank": d["rank"], "status": d["status"], "blockers": d["blockers"]}
 
 
 @dataclass
@@ -200,7 +204,7 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
         if why:
             skipped.append({"rule": rule.name, "reason": why})
             continue
-        found = [f for f in rule.match(ctx) if f.saving_s > 0]
+        found = [f for f in rule.match(ctx) if f.saving_s > 0 or f.status == "blocked"]
         if not found:
             skipped.append({"rule": rule.name, "reason": "no matching kernels with a saving"})
         for f in found:

@@ -122,7 +122,8 @@ def group(findings: list["Finding"], terms: dict[str, float], step_s: float) -> 
     """One entry per change, ranked by combined saving (see the module docstring)."""
     by_change: dict[str, list["Finding"]] = {}
     for f in findings:
-        by_change.setdefault(f.change or change_of(f.rule), []).append(f)
+        if f.status != "blocked":  # a blocked fix is no change to make as it stands
+            by_change.setdefault(f.change or change_of(f.rule), []).append(f)
     out = []
     for key, fs in by_change.items():
         per_term: dict[str, float] = {}
@@ -148,7 +149,8 @@ def apply(findings: list["Finding"], a: "Analysis") -> list[str]:
     frameworks = detect_frameworks(a)
     for f in findings:
         f.change = change_of(f.rule)
-        f.snippet, f.framework = snippet_for(f.change, frameworks, f.snippet)
+        if f.status != "blocked":  # a blocked fix's snippet is the way around its blocker, not the change
+            f.snippet, f.framework = snippet_for(f.change, frameworks, f.snippet)
     return frameworks
 
 

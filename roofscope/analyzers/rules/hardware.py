@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .base import Context, Finding, Rule, top_kernels
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analysis import Analysis
 
 # Kernels shorter than this are launch-dominated whatever their grid.
 _MIN_GRID_KERNEL_S = 20e-6
@@ -22,6 +26,28 @@ def kernel_function(name: str) -> str:
     head = re.sub(r"^void\s+", "", name.replace("(anonymous namespace)::", ""))
     head = head.split("(", 1)[0] if not head.startswith("(") else head
     return head.split("<", 1)[0].rsplit("::", 1)[-1].strip() or name
+
+
+def is_amd(a: "Analysis") -> bool:
+    """An AMD GPU's trace: HIP runtime calls, a 64-wide wavefront in deviceProperties, or an AMD
+    (Instinct MI) device or datasheet. Its counter tool is rocprof-compute (formerly omniperf), not ncu."""
+    rt = a.trace.runtime
+    if len(rt) and rt["name"].astype(str).str.startswith("hip").any():
+        return True
+    props = a.trace.device_props or {}
+    if props.get("warpSize") == 64:
+        return True
+    spec = a.ceilings.datasheet
+    names = f"{a.trace.device_name or ''} {a.ceilings.device} {spec.name if spec is not None else ''}"
+    return bool(re.search(r"\bAMD\b|\bMI\d{3}", names, re.IGNORECASE))
+
+
+def counters_command(a: "Analysis", kernel: str) -> tuple[str, str]:
+    """(tool, command) that measures ``kernel``'s hardware counters on this trace's GPU vendor."""
+    if is_amd(a):
+        return "rocprof-compute (omniperf)", f'rocprof-compute profile -n roofscope -k "{kernel}" -- python train.py'
+    return "Nsight Compute", (f'ncu --kernel-name regex:"{re.escape(kernel)}" --launch-count 3 --set full'
+                              " python train.py")
 
 
 class Throttling(Rule):
@@ -78,13 +104,14 @@ class SmallGrid(Rule):
             return []
         # Spread over all SMs the same work could run up to SMs/blocks times faster.
         saving = float((small["dur_s"].to_numpy() * (1 - f)).sum()) / ctx.steps
+        tool, _ = counters_command(ctx.analysis, "")
         return [Finding(
             rule=self.name, title="Kernels with fewer blocks than SMs",
             binding=self.binding, saving_s=saving, confidence="low",
             summary=f"{len(small) / ctx.steps:.0f} kernels/step of >= 20 us use < half of the {sms} SMs"
             f" (median {np.median(f * sms):.0f} blocks), {small['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
             fix="Give these kernels more parallel work: a larger batch, split-K GEMMs, or torch.compile"
-            " (max-autotune) to pick other tilings; confirm occupancy with Nsight Compute.",
+            f" (max-autotune) to pick other tilings; confirm occupancy with {tool}.",
             snippet='model = torch.compile(model, mode="max-autotune")',
             kernels=top_kernels(small, ctx.steps), figures={"sms": sms, "median_blocks": float(np.median(f * sms))})]
 
@@ -96,7 +123,8 @@ class Underutilized(Rule):
     binding = "underutilized"
 
     def match(self, ctx: Context) -> list[Finding]:
-        k = ctx.kernels[ctx.kernels["cls"] == "underutilized"]
+        # Costed ones only: an uncosted kernel classed by its grid (roofline.class_sources) has no floor to reach.
+        k = ctx.kernels[(ctx.kernels["cls"] == "underutilized") & ctx.kernels["floor_s"].notna()]
         if not len(k):
             return []
         per = k.groupby(k["name"].astype(str)).agg(time_s=("dur_s", "sum"), floor_s=("floor_s", "sum"))
@@ -106,13 +134,13 @@ class Underutilized(Rule):
         saving = float(np.maximum(0.0, heavy["time_s"] - heavy["floor_s"] / TARGET_EFFICIENCY).sum()) / ctx.steps
         names = set(heavy.index)
         sel = k[k["name"].astype(str).isin(names)]
-        first = re.escape(kernel_function(heavy["time_s"].idxmax()))
+        tool, command = counters_command(ctx.analysis, kernel_function(heavy["time_s"].idxmax()))
         return [Finding(
-            rule=self.name, title="Under-utilized heavy kernels: inspect with Nsight Compute",
+            rule=self.name, title=f"Under-utilized heavy kernels: inspect with {tool.split(' (')[0]}",
             binding=self.binding, saving_s=saving, confidence="low",
             summary=f"{len(heavy)} kernels below {ctx.analysis.params.underutilized_below:.0%} of their roofline floor,"
             f" {heavy['time_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
             fix="These kernels neither hit a roof nor are too small to; measure them with hardware counters"
-            " (occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",
-            snippet=f'ncu --kernel-name regex:"{first}" --launch-count 3 --set full python train.py',
+            f" ({tool}: occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",
+            snippet=command,
             kernels=top_kernels(sel, ctx.steps), figures={"kernels": len(heavy)})]

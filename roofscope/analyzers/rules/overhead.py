@@ -5,7 +5,9 @@ import numpy as np
 import pandas as pd
 
 from ..runtime_names import GRAPH_LAUNCHES
+from ..timeline import AFTER_SYNC_NS
 from .base import Context, Finding, Rule, top_kernels
+from .blockers import READS, SIZE_READERS, Blocker, graph_blockers, graph_fix, host_syncs
 from .inference import GRAPH_LAUNCH_S, is_inference
 
 # Pinned host memory copies at about twice the rate of pageable memory (staged through
@@ -44,6 +46,9 @@ class CudaGraphs(Rule):
         # for other reasons (data loading, Python), which graphs do not remove.
         short = median_us < 20
         conf = "high" if short and ctx.share("host") >= 0.3 else "medium" if short else "low"
+        found = graph_blockers(ctx)
+        if found:
+            return [_blocked_graphs(ctx, found, saving, idle, per_step, median_us, k)]
         return [Finding(
             rule=self.name, title="Launch-bound: capture the step in a CUDA graph",
             binding=self.binding, saving_s=saving, confidence=conf,
@@ -58,6 +63,22 @@ class CudaGraphs(Rule):
             kernels=top_kernels(k, ctx.steps),
             figures={"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
              "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host")})]
+
+
+def _blocked_graphs(ctx: Context, found: list[Blocker], saving: float, idle: float, per_step: float,
+                    median_us: float, k: pd.DataFrame) -> Finding:
+    """The CUDA-graph finding when the step cannot be captured: what blocks it, and the way around."""
+    fix, snippet = graph_fix(ctx, found)
+    return Finding(
+        rule="cuda_graphs", title="Launch-bound, but the step cannot be captured in a CUDA graph as it is",
+        binding="host", saving_s=0.0, confidence="low", status="blocked",
+        summary=f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches,"
+        f" {per_step:.0f} kernels/step, median {median_us:.1f} us; blocked by "
+        + "; ".join(b.text() for b in found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else ""),
+        fix=fix, snippet=snippet, kernels=top_kernels(k, ctx.steps),
+        blockers=[b.to_dict() for b in found],
+        figures={"unblocked_saving_s": saving, "host_idle_s": idle, "kernels_per_step": per_step,
+                 "median_kernel_us": median_us, "blockers": len(found)})
 
 
 def _in_model_idle(ctx: Context) -> float:
@@ -78,7 +99,8 @@ def _in_model_idle(ctx: Context) -> float:
 
 
 class HostSyncs(Rule):
-    """Host-device synchronizations inside the step drain the GPU's queue."""
+    """Host-device synchronizations inside the step drain the GPU's queue. Removing one saves at
+    most the time it held the host: the GPU idle after it shrinks by no more than the host waited."""
 
     name = "host_syncs"
     binding = "sync"
@@ -93,7 +115,14 @@ class HostSyncs(Rule):
         callers = (syncs.groupby(["kind", "caller"]).size() / ctx.steps).sort_values(ascending=False)
         where = ", ".join(f"{n:g}x {kind} in {caller or '(top level)'}" for (kind, caller), n in callers.head(4).items())
         bubble = ctx.terms["sync"]
-        if is_inference(ctx.analysis):  # a decode loop has no loss to accumulate
+        blocked = _sync_bound(tl.gaps, syncs, ctx.steps)
+        saving = min(bubble, blocked)
+        origin = host_syncs(ctx)
+        # Syncs inside a library's ops or in ops that read a size back: no .item() of the user's to drop.
+        library = [b for b in origin if b.library or (b.op in SIZE_READERS and b.op not in READS)]
+        if library:
+            fix, snippet = _library_sync_fix(library)
+        elif is_inference(ctx.analysis):  # a decode loop has no loss to accumulate
             fix = ("Keep generated tokens on the GPU: check stop conditions (EOS, length) every N tokens instead "
                    "of every token, and avoid .item()/.cpu()/.tolist() of logits or tokens inside the loop.")
             snippet = ("done = (tokens == eos).any(-1)            # stays on the GPU\n"
@@ -105,10 +134,42 @@ class HostSyncs(Rule):
                        "if step % 100 == 0: print(loss_sum.item() / 100)")
         return [Finding(
             rule=self.name, title="Host-device syncs inside the step",
-            binding=self.binding, saving_s=bubble, confidence="medium",
-            summary=f"{len(syncs) / ctx.steps:g} syncs/step ({where}); GPU idle {bubble * 1e3:.3f} ms/step after them",
-            fix=fix, snippet=snippet, kernels=[],
-            figures={"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble})]
+            binding=self.binding, saving_s=saving, confidence="medium" if not library else "low",
+            summary=f"{len(syncs) / ctx.steps:g} syncs/step ({where}); GPU idle {bubble * 1e3:.3f} ms/step after them,"
+            f" the host blocked {blocked * 1e3:.3f} ms/step in them (the most removing them saves)",
+            fix=fix, snippet=snippet, kernels=[], blockers=[b.to_dict() for b in origin],
+            figures={"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble, "sync_blocked_s": blocked})]
+
+
+def _sync_bound(gaps: pd.DataFrame, syncs: pd.DataFrame, steps: int) -> float:
+    """Per step, the GPU idle after syncs that removing them can save: each gap after a sync
+    counts up to the time the syncs ending in it (timeline.py's after_sync window) held the host."""
+    g = gaps[gaps["after_sync"]] if len(gaps) else gaps
+    if not len(g) or not len(syncs):
+        return 0.0
+    order = np.argsort(syncs["end_ns"].to_numpy(dtype=np.int64), kind="stable")
+    ends = syncs["end_ns"].to_numpy(dtype=np.int64)[order]
+    held = np.concatenate(([0.0], np.cumsum(syncs["dur_s"].to_numpy(dtype=np.float64)[order])))
+    lo = np.searchsorted(ends, g["start_ns"].to_numpy(dtype=np.int64) - AFTER_SYNC_NS, side="left")
+    hi = np.searchsorted(ends, g["end_ns"].to_numpy(dtype=np.int64), side="right")
+    return float(np.minimum(g["dur_s"].to_numpy(), held[hi] - held[np.minimum(lo, hi)]).sum()) / steps
+
+
+def _library_sync_fix(library: list[Blocker]) -> tuple[str, str]:
+    """The fix when the syncs come from ops that read sizes back (nonzero, boolean indexing) or from a
+    library's ops: no .item() of the user's to drop."""
+    names = ", ".join(dict.fromkeys(b.library or b.op for b in library[:4]))
+    inside = {b.library.split("::")[0] for b in library if b.library}
+    fix = (f"The syncs come from {names}" + (f" inside {', '.join(sorted(inside))}'s ops" if inside else "")
+           + ": they read data-dependent sizes back to the host and are part of those ops, not of a .item() in"
+           " the loop.")
+    if inside:
+        fix += (" Call them less often (batch the images of a step into one call) and keep the rest of the step"
+                " free of them; they also keep the step out of a CUDA graph.")
+        return fix, "# the syncs are inside " + ", ".join(sorted(inside)) + "'s ops: batch their calls per step"
+    fix += " Use fixed-size variants: masks with torch.where instead of boolean indexing, nonzero_static."
+    return fix, ("x = torch.where(mask, x, 0)                      # instead of x[mask]\n"
+                 "idx = torch.nonzero_static(mask, size=k)         # instead of mask.nonzero()")
 
 
 class HostCopies(Rule):
