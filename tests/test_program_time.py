@@ -250,3 +250,37 @@ def test_second_generate_call_is_profiled(tmp_path: Path, monkeypatch) -> None:
     # the first call's forwards end at boundary 11; the second call's profile comes after them
     assert meta["steps"]["profiled_from"] > 12
     assert "dropped" in meta["step_times"]["phase"]
+
+
+# -- the gate and diff compare the program's time ---------------------------------------------------
+
+def test_gate_samples_are_the_programs_steps(gpt2) -> None:
+    from roofscope.gate.evaluate import warnings_for
+    from roofscope.gate.snapshot import Snapshot
+
+    snap = Snapshot.from_analysis(gpt2)
+    # one sample per steady unprofiled step (233), not the 3 profiled ones; idle stays the trace's
+    assert snap.time_source == "unprofiled"
+    assert len(snap.samples["step_time"]) == gpt2.summary()["step_time"]["unprofiled_steps"] == 233
+    assert len(snap.samples["idle_fraction"]) == 3
+    assert snap.median("step_time") == pytest.approx(gpt2.summary()["step_time"]["unprofiled_median_s"])
+    # MFU per step: the profiled steps' work over the program's own step time
+    prof = gpt2.step_samples()
+    work = float((prof["mfu"] * prof["step_time_s"]).median())
+    assert snap.median("mfu") == pytest.approx(work / snap.median("step_time"), rel=1e-6)
+    again = Snapshot.from_dict(json.loads(snap.to_json()))
+    assert again.time_source == "unprofiled"
+    old = Snapshot.from_dict(dict(json.loads(snap.to_json()), time_source="profiled"))
+    assert any("step times are profiled ones" in w and "record the baseline again" in w
+               for w in warnings_for(snap, old))
+
+
+def test_diff_says_when_a_run_has_only_profiled_times(gpt2) -> None:
+    from roofscope.analyzers.diff import diff
+
+    bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
+    d = diff(bare, gpt2)
+    assert any("A has only profiled step times" in w for w in d.warnings)
+    # the measured saving is the program's: B's own step time against A's profiled one
+    assert d.prediction.measured_s == pytest.approx(
+        bare.metrics()["profiled_step_time_s"] - gpt2.summary()["step_time"]["unprofiled_median_s"], rel=0.05)

@@ -126,6 +126,13 @@ class Analysis:
 
         return step_time(self.run_meta)
 
+    def program_samples(self) -> tuple[pd.DataFrame, str]:
+        """Per-step samples in the program's own time where the Run measured it (the gate and diff
+        compare these), and ``"unprofiled"``; else :meth:`step_samples` and ``"profiled"``."""
+        from .programtime import program_samples
+
+        return program_samples(self.step_samples(), self.run_meta)
+
     def metrics(self) -> dict[str, Any]:
         """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""
         if self._metrics is None:

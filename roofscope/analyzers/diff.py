@@ -125,12 +125,15 @@ STEP_FIGURES = {"step_time_s": "step_time_s", "hfu": "hfu", "mfu": "mfu", "mbu":
 def step_figures(a: "Analysis") -> dict[str, Any]:
     """Median step time, HFU, MFU, MBU, idle and busy fraction over the complete steps, tokens/s
     from that median step, and ``mfu_source`` (``op_counted`` when no model FLOPs were given)."""
-    samples = a.step_samples()
+    profiled = a.step_samples()
+    samples, source = a.program_samples()
     m = a.metrics()
     out: dict[str, Any] = {key: None for key in STEP_FIGURES}
     for key, col in STEP_FIGURES.items():
-        v = samples[col].dropna() if col in samples else samples.iloc[:0, 0]
+        # idle is the profiled steps' (the trace's timeline); the rest is the program's own time
+        v = (samples if col in samples else profiled)[col].dropna() if col in profiled else profiled.iloc[:0, 0]
         out[key] = float(v.median()) if len(v) else None
+    out["time_source"] = source
     out["busy_fraction"] = None if out["idle_fraction"] is None else 1.0 - out["idle_fraction"]
     tokens = m.get("tokens_per_step")
     out["tokens_per_s"] = tokens / out["step_time_s"] if tokens and out["step_time_s"] else None
@@ -301,6 +304,13 @@ def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
     for label, an in (("A", a), ("B", b)):
         if not len(an.steps()):
             warnings.append(f"{label} has no profiled steps: its kernel times are totals over the whole trace")
+    sources = {label: f["time_source"] for label, f in (("A", ma), ("B", mb))}
+    if "profiled" in sources.values():
+        only = " and ".join(label for label, src in sources.items() if src == "profiled")
+        warnings.append(f"{only} {'has' if len(only) == 1 else 'have'} only profiled step times (a bare trace or an"
+                        " older Run): the profiler inflates host-bound steps, so "
+                        + ("step times and the measured saving compare profiled with unprofiled time"
+                           if len(set(sources.values())) > 1 else "the measured saving is the profiled one"))
     for label, an in (("A", a), ("B", b)):
         if an.partial_steps():
             warnings.append(f"{label}: left out step {', '.join(map(str, an.partial_steps()))}, cut short when the"

@@ -106,6 +106,32 @@ def step_time(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+# Per-step figures that are work over time: in the program's time, the step's work over its own time.
+_RATES = ("hfu", "mfu", "mbu")
+
+
+def program_samples(samples: pd.DataFrame, meta: dict[str, Any] | None) -> tuple[pd.DataFrame, str]:
+    """Per-step samples in the program's time, and which time they are in (``unprofiled`` or
+    ``profiled``). The steady unprofiled steps (:func:`step_time`) replace the profiled ones: one
+    sample per step run without the profiler, its utilizations the profiled steps' median work over
+    that step's own time. A Run without step times (an older Run, a bare trace) keeps its profiled
+    samples."""
+    df = step_frame(meta)
+    if df is None or not len(samples):
+        return samples, "profiled"
+    steady, _ = _steady(df, (meta or {}).get("steps") or {})
+    t = df.loc[steady, ["index", "time_s"]].dropna()
+    t = t[t["time_s"] > 0]
+    if not len(t):
+        return samples, "profiled"
+    out = pd.DataFrame({"step_time_s": t["time_s"].to_numpy()}, index=pd.Index(t["index"].to_numpy(), name="step"))
+    for col in _RATES:
+        if col in samples:
+            work = (samples[col] * samples["step_time_s"]).dropna()
+            out[col] = float(work.median()) / out["step_time_s"] if len(work) else np.nan
+    return out, "unprofiled"
+
+
 @dataclass
 class ProgramTime:
     """A diagnosis' passage from the profiled step to the program's own (module docstring)."""

@@ -262,6 +262,11 @@ def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
             out.append(f"the {who} throttled in {frac:.0%} of telemetry samples{why}: its clocks were lowered")
     if base is None:
         return out
+    if base.time_source != run.time_source:
+        old = "baseline" if base.time_source == "profiled" else "run"
+        out.append(f"the {old}'s step times are profiled ones (an older Run or a bare trace), the other's the"
+                   " program's own (without the profiler): step time and utilizations compare unlike times;"
+                   f" record the {old} again with this roofscope")
     if base.device and run.device and base.device != run.device:
         out.append(f"different devices: baseline {base.device}, run {run.device}")
     for key, b in base.environment.items():

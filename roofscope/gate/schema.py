@@ -3,7 +3,7 @@ line naming the first bad field (``$.kernels.rows[3].time_s``) before any of it 
 Unknown keys are kept out (a newer minor writer may add some); missing optional keys default."""
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -55,6 +55,7 @@ class BaselineDoc(_Doc, kw_only=True):
     environment: dict[str, str | None] = {}
     ceilings: CeilingsEntry = msgspec.field(default_factory=CeilingsEntry)
     steps: list[int] = []
+    time_source: Literal["unprofiled", "profiled"] = "profiled"   # baselines before it: profiled
     throttle_reasons: list[str] = []
     metrics: dict[str, MetricEntry]
     summary_metrics: dict[str, Any] = {}

@@ -60,6 +60,9 @@ class Snapshot:
     kernels: pd.DataFrame                    # per_step_kernels(): index name; calls, time_s, cls, category
     kernels_total: int                       # distinct kernels in the run (kernels may keep fewer)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    # Whose time the step-time and utilization samples are: "unprofiled" (the program's own, measured
+    # without the profiler: programtime.py) or "profiled" (an older Run, a bare trace)
+    time_source: str = "profiled"
 
     def median(self, name: str) -> float | None:
         v = self.samples.get(name)
@@ -79,6 +82,9 @@ class Snapshot:
         from ..analyzers.telemetry import THROTTLE_REASONS
 
         samples = a.step_samples()
+        # Step time and utilizations in the program's own time where the Run measured it (a sample
+        # per unprofiled step: many more than the profiled ones); the rest from the profiled steps.
+        own, time_source = a.program_samples()
         where = str(source if source is not None else a.trace.path)
         if not len(samples):
             raise GateInputError(f"{where}: no profiled steps (ProfilerStep#N spans); the gate compares per-step"
@@ -96,10 +102,11 @@ class Snapshot:
                              "peak_roof": m.peak_roof, "peak_flops": m.peak_flops, "bandwidth": m.bandwidth,
                              "peaks": dict(a.ceilings.peaks)},
                    steps=[int(i) for i in samples.index],
-                   samples={mt.name: samples[mt.column].to_numpy(dtype=np.float64)
+                   samples={mt.name: (own if mt.column in own else samples)[mt.column].to_numpy(dtype=np.float64)
                             for mt in metrics_for(samples.columns)},
                    metrics=m, throttle_reasons=reasons,
-                   kernels=kernels[list(KERNEL_COLUMNS)], kernels_total=int(len(kernels)))
+                   kernels=kernels[list(KERNEL_COLUMNS)], kernels_total=int(len(kernels)),
+                   time_source=time_source)
 
     def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
         from ..jsonsafe import json_safe
@@ -113,7 +120,8 @@ class Snapshot:
         return json_safe({
             "format": FORMAT, "version": VERSION, "roofscope_version": __version__, "created": self.created,
             "source": self.source, "device": self.device, "environment": self.environment,
-            "ceilings": self.ceilings, "steps": self.steps, "throttle_reasons": self.throttle_reasons,
+            "ceilings": self.ceilings, "steps": self.steps, "time_source": self.time_source,
+            "throttle_reasons": self.throttle_reasons,
             "metrics": metrics, "summary_metrics": self.metrics.to_dict(),
             "kernels": {"kept": int(len(k)), "total": self.kernels_total,
                         "rows": k.rename_axis("name").reset_index().to_dict("records")},
@@ -161,7 +169,7 @@ class Snapshot:
                    ceilings=msgspec.structs.asdict(doc.ceilings), steps=list(doc.steps), samples=samples,
                    metrics=summary, throttle_reasons=list(doc.throttle_reasons), kernels=kernels,
                    kernels_total=doc.kernels.total if doc.kernels.total is not None else len(rows),
-                   created=str(doc.created))
+                   created=str(doc.created), time_source=doc.time_source)
 
 
 def _read_json(p: Path) -> Any:
