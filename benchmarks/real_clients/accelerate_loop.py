@@ -10,11 +10,12 @@ import argparse
 
 import torch
 from accelerate import Accelerator
+from own_clock import StepClock
 from torch import nn
 
 p = argparse.ArgumentParser()
 p.add_argument("--compile", action="store_true", help='Accelerator(dynamo_backend="inductor")')
-p.add_argument("--steps", type=int, default=7)
+p.add_argument("--steps", type=int, default=40)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--seq", type=int, default=256)
 args = p.parse_args()
@@ -27,6 +28,7 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 x = torch.randn(args.batch * (args.steps + 1), args.seq, d)
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x), batch_size=args.batch)
 model, opt, loader = accelerator.prepare(model, opt, loader)
+clock = StepClock()
 for step, (xb, yb) in enumerate(loader):
     if step >= args.steps:
         break
@@ -34,3 +36,6 @@ for step, (xb, yb) in enumerate(loader):
     accelerator.backward(loss)
     opt.step()
     opt.zero_grad()
+    clock.tick()
+torch.cuda.synchronize()
+clock.report()

@@ -12,10 +12,11 @@ import timm
 import timm.loss
 import timm.optim
 import torch
+from own_clock import StepClock
 
 p = argparse.ArgumentParser()
 p.add_argument("--compile", nargs="?", const="default", metavar="MODE", help="model = torch.compile(model, mode=MODE)")
-p.add_argument("--steps", type=int, default=7)
+p.add_argument("--steps", type=int, default=40)
 p.add_argument("--batch", type=int, default=128)
 args = p.parse_args()
 
@@ -25,6 +26,7 @@ loss_fn = timm.loss.LabelSmoothingCrossEntropy(smoothing=0.1)
 step_fn = torch.compile(model, mode=args.compile) if args.compile else model
 x = torch.randn(args.batch, 3, 224, 224, device="cuda")
 y = torch.randint(0, 1000, (args.batch,), device="cuda")
+clock = StepClock()
 for _ in range(args.steps):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = loss_fn(step_fn(x), y)
@@ -32,4 +34,6 @@ for _ in range(args.steps):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
+    clock.tick()
 torch.cuda.synchronize()
+clock.report()
