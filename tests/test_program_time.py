@@ -284,3 +284,17 @@ def test_diff_says_when_a_run_has_only_profiled_times(gpt2) -> None:
     # the measured saving is the program's: B's own step time against A's profiled one
     assert d.prediction.measured_s == pytest.approx(
         bare.metrics()["profiled_step_time_s"] - gpt2.summary()["step_time"]["unprofiled_median_s"], rel=0.05)
+
+
+def test_markdown_and_html_show_both_times(gpt2) -> None:
+    from roofscope.reports.html import render_html
+    from roofscope.reports.markdown import render_markdown
+
+    md = render_markdown(gpt2)
+    assert "| step time without the profiler, median of 233 | 6.544 ms" in md
+    assert "| step time profiled | 12.034 ms (1.84x) |" in md
+    page = render_html(gpt2)
+    assert "Step time (own)" in page and "Profiled step" in page and "43 cold steps skipped" in page
+    # a bare trace has only the profiled time, and says so
+    bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
+    assert "Step time (profiled)" in render_html(bare) and "step time (profiled)" in render_markdown(bare)

@@ -56,11 +56,18 @@ def _num(x: Any) -> bool:
 def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
     m = s.get("metrics") or {}
     rows = []
-    if _num(m.get("step_time_s")):
+    own = s.get("step_time") or {}
+    if _num(own.get("unprofiled_median_s")):
+        rows.append([f"step time without the profiler, median of {own.get('unprofiled_steps')}",
+                     f"{ms(own['unprofiled_median_s'])} ms ({ms(own.get('unprofiled_p10_s'))} to"
+                     f" {ms(own.get('unprofiled_p90_s'))}, p10 to p90)"])
+        if _num(own.get("profiled_median_s")):
+            rows.append(["step time profiled", f"{ms(own['profiled_median_s'])} ms ({own['inflation']:.2f}x)"])
+    elif _num(m.get("step_time_s")):
         spread = (f" ({ms(m['step_time_min_s'])} to {ms(m['step_time_max_s'])})"
                   if _num(m.get("step_time_min_s")) and _num(m.get("step_time_max_s")) else "")
         one = m.get("steps") == 1
-        rows.append(["step time, " + ("1 step" if one else f"median of {m.get('steps')}"),
+        rows.append(["step time (profiled), " + ("1 step" if one else f"median of {m.get('steps')}"),
                      f"{ms(m['step_time_s'])} ms" + ("" if one else spread)])
     if _num(m.get("tokens_per_s")):
         rows.append(["tokens/s", si(m["tokens_per_s"])])
