@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .categories import kernel_categories
+from .hidden_args import enrich
 from .linking import ancestor_where, take
 from .names import per_name
 from .trace import Trace
@@ -33,8 +34,9 @@ _ELEMENTWISE_TRITON = ("triton_poi_", "triton_red_", "triton_per_")
 _COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "triton_")
 
 
-def op_costs(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
-    """Per-op cost columns (aligned with ``trace.ops``), Inductor metadata applied."""
+def op_costs(trace: Trace, sig_costs: pd.DataFrame, region: str | None = None) -> pd.DataFrame:
+    """Per-op cost columns (aligned with ``trace.ops``), Inductor metadata applied, serving ops'
+    hidden arguments recovered (hidden_args.py; ``region``: a graph replay's step annotation)."""
     ops = trace.ops
     s = sig_costs.reindex(ops["sig"].to_numpy())
     flops = s["flops"].to_numpy(dtype=np.float64, copy=True)
@@ -56,12 +58,14 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
         nbytes = np.where(meta, gb * 1e9, nbytes)
         reason = np.where(meta, "", reason)
         source = np.where(meta, "inductor", source)
-    return pd.DataFrame({
+    oc = pd.DataFrame({
         "flops": flops, "bytes": nbytes, "reason": reason, "cost_source": source,
         "dtype": s["dtype"].fillna("").to_numpy(dtype=object),
         "tensor_core": s["tensor_core"].fillna(False).to_numpy(dtype=bool),
         "category": s["category"].fillna("other").to_numpy(dtype=object),
     }, index=ops.index)
+    enrich(trace, oc, region)
+    return oc
 
 
 def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:

@@ -97,6 +97,26 @@ def _compute(name: Any, dims: Any, types: Any, strides: Any, concrete: Any) -> R
     return (float(cost.flops), float(cost.bytes), dtype, tc, cat, "")
 
 
+def missing_argument(name: Any, dims: Any, types: Any, concrete: Any = None) -> str:
+    """What a ``no_shapes`` signature lacks, as its formula says (MissingShapes' message)."""
+    formula = cf.lookup(name)
+    dims, types, concrete = _freeze(dims), _freeze(types), _freeze(concrete)
+    if formula is None:
+        return ""
+    if not isinstance(dims, tuple) or not dims or not isinstance(types, tuple) or len(dims) != len(types):
+        return "no Input Dims recorded"
+    try:
+        formula.fn(build_call(name, dims, types, None, concrete))
+    except cf.MissingShapes as e:
+        return str(e)
+    except Exception:
+        return ""
+    return ""
+
+
+freeze = _freeze  # signatures' list values as the hashable tuples build_call takes
+
+
 def _type_precision(types: Any) -> str:
     for t in types if isinstance(types, tuple) else ():
         dt = cf.parse_dtype(t) if isinstance(t, str) else None
@@ -256,4 +276,5 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-__all__ = ["signature_costs", "cost_signature", "build_call", "parse_concrete", "clear_cache", "COLUMNS"]
+__all__ = ["signature_costs", "cost_signature", "build_call", "parse_concrete", "clear_cache", "COLUMNS",
+           "missing_argument", "freeze"]

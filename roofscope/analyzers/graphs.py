@@ -190,15 +190,16 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     for t in extra or []:
         captures += find_captures(t)
     gm.captures = len(captures)
-    costs: dict[int, tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]] = {}  # per capture trace
+    # per capture trace and replay step annotation (serving engines' sequence lengths: hidden_args.py)
+    costs: dict[tuple[int, str], tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]] = {}
 
-    def trace_costs(t: Trace) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
-        if id(t) not in costs:
-            oc = op_costs(t, signature_costs(t.signatures))
+    def trace_costs(t: Trace, region: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+        if (id(t), region) not in costs:
+            oc = op_costs(t, signature_costs(t.signatures), region)
             has_formula = (oc["reason"] != "no_formula").to_numpy()
             parent = t.ops["parent"].to_numpy() if len(t.ops) else np.zeros(0, dtype=np.int64)
-            costs[id(t)] = (oc, has_formula, parent, module_column(t, np.arange(len(t.ops))))
-        return costs[id(t)]
+            costs[id(t), region] = (oc, has_formula, parent, module_column(t, np.arange(len(t.ops))))
+        return costs[id(t), region]
 
     rows = np.flatnonzero(is_graph)
     rows = rows[np.lexsort((kernels["ts_ns"].to_numpy()[rows], launch[rows]))]
@@ -222,7 +223,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             continue
         gm.mapped += 1
         t = cap.trace
-        oc, has_formula, parent, modules = trace_costs(t)
+        oc, has_formula, parent, modules = trace_costs(t, str(kernels["region"].iat[members[0]]))
         op = take(t.runtime["op"].to_numpy(), _paired(cap, copies), -1)
         nearest = ancestor_where(parent, op, has_formula)
         ok = nearest >= 0

@@ -1,0 +1,152 @@
+"""Arguments a serving engine's op hides, recovered from the trace around it.
+
+vLLM's ``vllm::moe_forward`` receives the tokens and the router logits; its expert weights and
+top-k are layer state. Its unified attention receives Q, K and V of the new tokens; the KV cache
+and the sequence lengths are attention metadata. Both are still in the trace: under the MoE op,
+the routing op records ``k`` (``TopK``'s concrete input, ``topk_softmax``'s output width) and the
+expert kernels' wrappers view the stacked ``(E, a, b)`` weights (``aten::view`` of a 3-d tensor
+whose first dimension is the router's expert count); around the attention op, vLLM's step
+annotation ``execute_N_context_C(sqAskBsqsqCsqskD)_generation_G(...)`` records, per phase, the
+query tokens, cached keys, and the sums ``sum(q_i^2)`` and ``sum(q_i k_i)`` the FLOPs need.
+
+:func:`enrich` costs those ops again with what it found appended (``hint:*`` arguments the
+serving formulas read) and records, for every op still without shapes, which argument was
+missing (the coverage notes name it).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import formulas as cf
+from .linking import ancestor_where
+
+MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe",
+           "vllm::rocm_aiter_fused_moe", "aiter::fused_moe")
+ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")
+_ROUTERS = {"TopK": "concrete", "aten::topk": "concrete", "_moe_C::topk_softmax": "out0",
+            "sgl_kernel::topk_softmax": "out0", "vllm::rocm_aiter_topk_softmax": "out0",
+            "aiter::topk_softmax": "out0"}
+_PHASE = re.compile(r"_(?:context|generation)_\d+\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)")
+
+
+def step_lengths(region: str) -> dict[str, int] | None:
+    """``sq``, ``sk`` and the bottom-right causal score area ``sqsk`` of a vLLM step annotation.
+
+    Each sequence's ``q`` new tokens attend to its ``k`` keys, the last row to all of them, so
+    it computes ``q k - q (q - 1) / 2`` scores: summed, ``sqsk - (sqsq - sq) / 2`` (decode,
+    ``q = 1``: ``sum(k_i)``)."""
+    phases = [tuple(map(int, m)) for m in _PHASE.findall(region or "")]
+    if not phases:
+        return None
+    sq, sk, sqsq, sqsk = (sum(p[i] for p in phases) for i in range(4))
+    if sq == 0:
+        return None
+    return {"sq": sq, "sk": sk, "sqsk": int(sqsk - (sqsq - sq) // 2)}
+
+
+def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None) -> None:
+    """Cost the hidden-argument ops of ``trace`` in ``oc`` (op_costs' frame) in place and add its
+    ``missing`` column. ``region``: the step annotation of a CUDA-graph replay, whose capture
+    trace (``trace``) has none of its own."""
+    from .costmodel import missing_argument
+
+    ops = trace.ops
+    oc["missing"] = ""
+    if not len(ops):
+        return
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    targets = np.flatnonzero(np.isin(names, MOE_OPS + ATTENTION_OPS) & (oc["reason"].to_numpy() == "no_shapes"))
+    for row in targets.tolist():
+        hints = (_moe_hints(trace, names, row) if names[row] in MOE_OPS
+                 else _attention_hints(trace, row, region))
+        if hints:
+            _apply(trace, oc, row, hints)
+    missing = np.flatnonzero(oc["reason"].to_numpy() == "no_shapes")
+    if missing.size:
+        sigs = ops["sig"].to_numpy()[missing]
+        s = trace.signatures
+        why = {g: missing_argument(s["name"].iat[g], s["input_dims"].iat[g], s["input_types"].iat[g],
+                                   s["concrete_inputs"].iat[g] if "concrete_inputs" in s else None)
+               for g in np.unique(sigs).tolist()}
+        oc.loc[oc.index[missing], "missing"] = pd.Series(sigs).map(why).to_numpy(dtype=object)
+
+
+def _subtree(trace: Any, row: int) -> np.ndarray:
+    ops = trace.ops
+    inside = np.flatnonzero((ops["thread"].to_numpy() == ops["thread"].iat[row])
+                            & (ops["ts_ns"].to_numpy() >= ops["ts_ns"].iat[row])
+                            & (ops["end_ns"].to_numpy() <= ops["end_ns"].iat[row]))
+    parent = ops["parent"].to_numpy()
+    mark = np.zeros(len(ops), dtype=bool)
+    mark[row] = True
+    return inside[(inside != row) & (ancestor_where(parent, inside, mark) == row)]
+
+
+def _moe_hints(trace: Any, names: np.ndarray, row: int) -> list[tuple[str, Any, str, Any]]:
+    sigs = trace.signatures
+    sig = trace.ops["sig"].to_numpy()
+    logits = sigs["input_dims"].iat[int(sig[row])]
+    experts = logits[1][-1] if len(logits) > 1 and logits[1] else None
+    hints: list[tuple[str, Any, str, Any]] = []
+    weights: dict[tuple, str] = {}
+    for r in _subtree(trace, row).tolist():
+        s = sigs.iloc[int(sig[r])]
+        dims, types = s["input_dims"] or [], s["input_types"] or []
+        kind = _ROUTERS.get(names[r])
+        if kind == "concrete" and not any(h[0] == "hint:topk" for h in hints):
+            k = (s["concrete_inputs"] or ["", ""])[1] if len(s["concrete_inputs"] or []) > 1 else ""
+            if str(k).isdigit():
+                hints.append(("hint:topk", [], "Scalar", str(k)))
+        elif kind == "out0" and dims and len(dims[0]) == 2 and not any(h[0] == "hint:topk" for h in hints):
+            hints.append(("hint:topk", [], "Scalar", str(dims[0][1])))
+        elif names[r] == "aten::view" and dims and len(dims[0]) == 3 and dims[0][0] == experts:
+            weights.setdefault(tuple(dims[0]), types[0])
+    hints += [("hint:weight", list(d), t, "") for d, t in list(weights.items())[:2]]
+    return hints
+
+
+def _attention_hints(trace: Any, row: int, region: str | None) -> list[tuple[str, Any, str, Any]]:
+    lens = step_lengths(region or "") or step_lengths(_enclosing_annotation(trace, row))
+    return [(f"hint:{k}", [], "Scalar", str(v)) for k, v in lens.items()] if lens else []
+
+
+def _enclosing_annotation(trace: Any, row: int) -> str:
+    ann = trace.annotations
+    if not len(ann):
+        return ""
+    ops = trace.ops
+    t0, t1 = ops["ts_ns"].iat[row], ops["end_ns"].iat[row]
+    around = ann[(ann["ts_ns"] <= t0) & (ann["end_ns"] >= t1)]
+    hit = around["name"].astype(str)
+    hit = hit[hit.str.contains(_PHASE)]
+    return str(hit.iat[-1]) if len(hit) else ""
+
+
+def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, str, Any]]) -> None:
+    from .costmodel import build_call, freeze
+
+    s = trace.signatures.iloc[int(trace.ops["sig"].iat[row])]
+    name = str(s["name"])
+    concrete = s["concrete_inputs"] if s["concrete_inputs"] is not None else [""] * len(s["input_types"])
+    call = build_call(name, freeze(list(s["input_dims"])), freeze(list(s["input_types"])), None,
+                      freeze(list(concrete)))
+    for hname, dims, t, c in hints:
+        parsed = build_call(name, ((tuple(dims)),), (t,), None, (c,)).args[0]
+        parsed.name = hname
+        call.args.append(parsed)
+    formula = cf.lookup(name)
+    try:
+        cost = formula.fn(call)  # type: ignore[union-attr]
+    except cf.MissingShapes:
+        return
+    i = oc.index[row]
+    oc.loc[i, ["flops", "bytes", "reason", "cost_source"]] = [float(cost.flops), float(cost.bytes), "", "formula"]
+    if cost.dtype:
+        oc.loc[i, "dtype"] = cost.dtype
+    if not math.isfinite(float(cost.bytes)):
+        oc.loc[i, "reason"] = "no_shapes"
