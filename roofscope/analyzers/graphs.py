@@ -209,7 +209,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     gm.launches = len(group_starts)
     cols = {c: kernels[c].to_numpy().copy() for c in
             ("flops", "flops_analytic", "bytes", "dtype", "tensor_core", "category", "cost_source", "op_name",
-             "cost_op_name", "unattributed", "module", "attn_q")}
+             "cost_op_name", "unattributed", "missing", "module", "attn_q")}
     op_names_cache: dict[int, np.ndarray] = {}
     unmapped = np.zeros(n, dtype=bool)
     is_copy = np.isin(cols["category"], ("memcpy", "memset"))
@@ -257,6 +257,8 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
         cols["unattributed"][rest] = np.where(
             take(oc["reason"].to_numpy(), nearest[~sel & ~copies], "no_formula") == "no_shapes",
             "no_shapes", "no_formula")
+        cols["missing"][rest] = take(oc["missing"].to_numpy(), nearest[~sel & ~copies], "")
+        cols["missing"][m if sel.any() else members[:0]] = ""
     cols["unattributed"][unmapped & ~is_copy] = REASON
     for col, values in cols.items():
         kernels[col] = values

@@ -51,7 +51,7 @@ def step_lengths(region: str) -> dict[str, int] | None:
 
 def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None) -> None:
     """Cost the hidden-argument ops of ``trace`` in ``oc`` (op_costs' frame) in place and add its
-    ``missing`` column. ``region``: the step annotation of a CUDA-graph replay, whose capture
+    ``missing`` column (``"op: what its formula lacked"`` for ops without shapes, else ""). ``region``: the step annotation of a CUDA-graph replay, whose capture
     trace (``trace``) has none of its own."""
     from .costmodel import missing_argument
 
@@ -70,9 +70,9 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None) -> None:
     if missing.size:
         sigs = ops["sig"].to_numpy()[missing]
         s = trace.signatures
-        why = {g: missing_argument(s["name"].iat[g], s["input_dims"].iat[g], s["input_types"].iat[g],
-                                   s["concrete_inputs"].iat[g] if "concrete_inputs" in s else None)
-               for g in np.unique(sigs).tolist()}
+        why = {g: f"{s['name'].iat[g]}: " + missing_argument(
+                   s["name"].iat[g], s["input_dims"].iat[g], s["input_types"].iat[g],
+                   s["concrete_inputs"].iat[g] if "concrete_inputs" in s else None) for g in np.unique(sigs).tolist()}
         oc.loc[oc.index[missing], "missing"] = pd.Series(sigs).map(why).to_numpy(dtype=object)
 
 
@@ -122,9 +122,8 @@ def _enclosing_annotation(trace: Any, row: int) -> str:
     ops = trace.ops
     t0, t1 = ops["ts_ns"].iat[row], ops["end_ns"].iat[row]
     around = ann[(ann["ts_ns"] <= t0) & (ann["end_ns"] >= t1)]
-    hit = around["name"].astype(str)
-    hit = hit[hit.str.contains(_PHASE)]
-    return str(hit.iat[-1]) if len(hit) else ""
+    hit = [n for n in around["name"].astype(str) if _PHASE.search(n)]
+    return hit[-1] if hit else ""
 
 
 def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, str, Any]]) -> None:
@@ -150,3 +149,21 @@ def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, s
         oc.loc[i, "dtype"] = cost.dtype
     if not math.isfinite(float(cost.bytes)):
         oc.loc[i, "reason"] = "no_shapes"
+
+
+def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
+    """Coverage notes for the serving-engine ops (not aten's) whose kernels have no cost because
+    an argument was not recorded: ``vllm::moe_forward: 12.3 ms uncosted: no Input Dims for the
+    expert weights``, longest first."""
+    if "missing" not in kernels:
+        return []
+    k = kernels[(kernels["missing"] != "") & (kernels["unattributed"] == "no_shapes")]
+    k = k[~k["missing"].astype(str).str.startswith("aten::")]
+    if not len(k):
+        return []
+    t = k.groupby(k["missing"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
+    notes = []
+    for what, ns in t.head(top).items():
+        name, _, why = what.partition(": ")
+        notes.append(f"{name}: {ns / 1e6:.3f} ms uncosted: {why or 'shapes not recorded'}")
+    return notes
