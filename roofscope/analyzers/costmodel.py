@@ -94,7 +94,7 @@ def _compute(name: Any, dims: Any, types: Any, strides: Any, concrete: Any) -> R
         log.debug("cost formula for %s failed on %r %r: %r", name, dims, types, e)
         return (math.nan, math.nan, prec, tc, cat, "no_formula")
     dtype = cost.dtype if cost.dtype is not None else cf.first_float_precision(call.args)
-    return (float(cost.flops), float(cost.bytes), dtype, tc, cat, "")
+    return (float(cost.flops), float(cost.bytes), dtype, tc if cost.tensor_core is None else cost.tensor_core, cat, "")
 
 
 def missing_argument(name: Any, dims: Any, types: Any, concrete: Any = None) -> str:
