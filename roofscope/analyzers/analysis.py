@@ -332,7 +332,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     if cpu_only:
         kernels = _cpu_work(trace, sig_costs)
     else:
-        kernels = attribute(trace, sig_costs, ceilings.bandwidth)
+        kernels = attribute(trace, sig_costs, ceilings.bandwidth, (run_meta or {}).get("optimizer"))
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     graphs = None
     if not cpu_only:

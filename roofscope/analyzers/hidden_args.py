@@ -49,16 +49,20 @@ def step_lengths(region: str) -> dict[str, int] | None:
     return {"sq": sq, "sk": sk, "sqsk": int(sqsk - (sqsq - sq) // 2)}
 
 
-def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None) -> None:
+def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: dict | None = None) -> None:
     """Cost the hidden-argument ops of ``trace`` in ``oc`` (op_costs' frame) in place and add its
-    ``missing`` column (``"op: what its formula lacked"`` for ops without shapes, else ""). ``region``: the step annotation of a CUDA-graph replay, whose capture
-    trace (``trace``) has none of its own."""
+    ``missing`` column (``"op: what its formula lacked"`` for ops without shapes, else "").
+    ``region``: the step annotation of a CUDA-graph replay, whose capture
+    trace (``trace``) has none of its own; ``optimizer``: run.json's optimizer facts, which size
+    the fused / foreach optimizer ops whose TensorList shapes were not recorded."""
     from .costmodel import missing_argument
 
     ops = trace.ops
     oc["missing"] = ""
     if not len(ops):
         return
+    if optimizer and optimizer.get("groups"):
+        _optimizer_streams(trace, oc, optimizer["groups"])
     names = ops["name"].astype(str).to_numpy(dtype=object)
     targets = np.flatnonzero(np.isin(names, MOE_OPS + ATTENTION_OPS) & (oc["reason"].to_numpy() == "no_shapes"))
     for row in targets.tolist():
@@ -74,6 +78,62 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None) -> None:
                    s["name"].iat[g], s["input_dims"].iat[g], s["input_types"].iat[g],
                    s["concrete_inputs"].iat[g] if "concrete_inputs" in s else None) for g in np.unique(sigs).tolist()}
         oc.loc[oc.index[missing], "missing"] = pd.Series(sigs).map(why).to_numpy(dtype=object)
+
+
+# Fused / foreach optimizer ops as streams over param-sized lists: FLOPs per element, lists read,
+# lists written (fused AdamW: p, g, m, v read; p, m, v written; docs/cost-model.md).
+_OPTIMIZER_STREAMS = {
+    "aten::_fused_adamw_": (14, 4, 3), "aten::_fused_adam_": (15, 4, 3), "aten::_fused_sgd_": (2, 2, 1),
+    "aten::_amp_foreach_non_finite_check_and_unscale_": (2, 1, 1), "aten::_foreach_norm": (2, 1, 0),
+}
+
+
+def _stream_shape(name: str, types: list) -> tuple[int, int, int] | None:
+    if name in _OPTIMIZER_STREAMS:
+        return _OPTIMIZER_STREAMS[name]
+    if not name.startswith("aten::_foreach_"):
+        return None
+    base = name[len("aten::_foreach_"):].rstrip("_")
+    lists = sum(1 for t in types or [] if t in ("TensorList", "GenericList"))
+    if base in ("zero", "copy"):
+        return (0, lists - 1, 1) if base == "copy" else (0, 0, 1)
+    per = cf.ELEMENTWISE.get(base, (1, ""))[0]
+    return per, max(lists, 1), 1
+
+
+def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None:
+    """Fused / foreach optimizer ops without TensorList shapes, sized from the parameter groups:
+    torch calls them once per group (and dtype), so the i-th call of an op in a step covers the
+    i-th group when the counts agree; one call covers them all; other counts split the total."""
+    from .trace import steps_at
+
+    ops = trace.ops
+    nb = oc["reason"].to_numpy() == "no_shapes"
+    if not nb.any():
+        return
+    sigs = trace.signatures
+    rows = np.flatnonzero(nb)
+    names = ops["name"].astype(str).to_numpy(dtype=object)[rows]
+    shapes = {n: _stream_shape(n, sigs["input_types"].iat[int(ops["sig"].iat[r])]) for n, r in zip(names, rows)}
+    keep = np.array([shapes[n] is not None for n in names], dtype=bool)
+    rows, names = rows[keep], names[keep]
+    if not rows.size:
+        return
+    numel = np.array([float(g.get("numel", 0)) for g in groups])
+    nbytes = np.array([float(g.get("numel", 0) * g.get("itemsize", 4)) for g in groups])
+    step = steps_at(trace.annotations, ops["ts_ns"].to_numpy()[rows])
+    frame = pd.DataFrame({"row": rows, "name": names, "step": step, "ts": ops["ts_ns"].to_numpy()[rows]})
+    frame = frame.sort_values("ts", kind="stable")
+    frame["i"] = frame.groupby(["step", "name"]).cumcount()
+    frame["n"] = frame.groupby(["step", "name"])["row"].transform("size")
+    for r, name, i, n in frame[["row", "name", "i", "n"]].itertuples(index=False):
+        per, reads, writes = shapes[name]  # type: ignore[misc]
+        if n == len(groups):
+            elems, size = numel[i], nbytes[i]
+        else:
+            elems, size = numel.sum() / n, nbytes.sum() / n
+        j = oc.index[r]
+        oc.loc[j, ["flops", "bytes", "reason", "cost_source"]] = [per * elems, (reads + writes) * size, "", "run"]
 
 
 def _subtree(trace: Any, row: int) -> np.ndarray:
