@@ -53,7 +53,8 @@ def test_roi_align_forward_and_backward() -> None:
     # outputs 512*256*49 = 6,422,528; samples 25,690,112 at 8 FLOPs = 205,520,896
     # bytes: the taps, at most the map 1,280,000 * 4 = 5,120,000 + rois 10,240 + out 25,690,112 = 30,820,352
     row = cost("torchvision::roi_align", [[2, 256, 50, 50], [512, 5], [], [], [], [], []],
-               [F32, F32, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"], concrete=["", "", "0.25", "7", "7", "2", "True"])
+               [F32, F32, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
+               concrete=["", "", "0.25", "7", "7", "2", "True"])
     check(row, 205_520_896, 30_820_352, "fp32", "elementwise")
     # backward: grad (512, 256, 7, 7) read 25,690,112 + rois 10,240 + the whole input gradient 5,120,000
     row = cost("torchvision::_roi_align_backward", [[512, 256, 7, 7], [512, 5]] + [[]] * 9,

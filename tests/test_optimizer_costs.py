@@ -19,7 +19,8 @@ APEX_ADAM = ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<
              "TensorListMetadata<4>, AdamFunctor<float>, float, float, float, float, float, float, float, float, "
              "adamMode_t, float, int, int, int)")
 TORCH_ADD = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-             "TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<c10::BFloat16, 2, 2, 0>, "
+             "TensorListMetadata<2>, at::native::(anonymous namespace)::"
+             "BinaryOpListAlphaFunctor<c10::BFloat16, 2, 2, 0>, "
              "std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, ...)")
 GROUPS = [{"tensors": 2, "numel": 1000, "itemsize": 4}, {"tensors": 1, "numel": 500, "itemsize": 4}]
 

@@ -156,7 +156,8 @@ def test_vllm_capture_costs_agree_with_tracelens(capture_costs) -> None:
 def test_without_the_step_annotation_attention_says_what_is_missing(capture_costs) -> None:
     names, _, bare = capture_costs
     att = _first(names, bare, "vllm::unified_attention_with_output")
-    assert att["reason"] == "no_shapes" and att["missing"].startswith("vllm::unified_attention_with_output: no sequence")
+    assert att["reason"] == "no_shapes"
+    assert att["missing"].startswith("vllm::unified_attention_with_output: no sequence")
     assert _first(names, bare, "vllm::moe_forward")["reason"] == ""  # its hints come from its own subtree
 
 

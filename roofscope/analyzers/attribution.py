@@ -158,7 +158,8 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
     k["cost_op_name"] = take(names, cost_op, "")
     k["unattributed"] = _reasons(k, ops, oc, nearest,
                                  costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)) | (streamed != ""))
-    k["missing"] = np.where(k["unattributed"].to_numpy() == "no_shapes", take(oc["missing"].to_numpy(), nearest, ""), "")
+    k["missing"] = np.where(k["unattributed"].to_numpy() == "no_shapes",
+                            take(oc["missing"].to_numpy(), nearest, ""), "")
     return k
 
 

@@ -86,7 +86,8 @@ def _table_cost(call: OpCall) -> Cost:
     per, main, reads, writes, new = _TABLE[call.name]
     x = call.need("", main)
     outs = _specs(call, writes) + [x.like()] * new
-    return Cost(float(per * x.numel), _bytes(_specs(call, reads)) + _bytes(outs), x.dtype.precision if x.dtype else None)
+    prec = x.dtype.precision if x.dtype else None
+    return Cost(float(per * x.numel), _bytes(_specs(call, reads)) + _bytes(outs), prec)
 
 
 register(*(n for n in _TABLE if n in _CATEGORY), category="normalization")(_table_cost)
