@@ -4,6 +4,7 @@ GradScaler's unscale, fused AdamW). Nothing downloaded. Prints its own per-step 
 TrainerCallback (CUDA events around each optimizer step's training step).
 
     roofscope run benchmarks/real_clients/hf_bert_trainer.py
+    roofscope run benchmarks/real_clients/hf_bert_trainer.py --compile
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 p = argparse.ArgumentParser()
+p.add_argument("--compile", action="store_true", help="TrainingArguments(torch_compile=True)")
 p.add_argument("--steps", type=int, default=7)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--seq", type=int, default=256)
@@ -52,6 +54,6 @@ model = BertForSequenceClassification(config).cuda()
 data = RandomText(args.batch * (args.steps + 1), args.seq, config.vocab_size)
 with tempfile.TemporaryDirectory() as out:
     targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch, max_steps=args.steps,
-                              fp16=True, optim="adamw_torch_fused", max_grad_norm=1.0, report_to=[],
+                              fp16=True, optim="adamw_torch_fused", max_grad_norm=1.0, report_to=[], torch_compile=args.compile,
                               save_strategy="no", logging_steps=1000, dataloader_num_workers=0, disable_tqdm=True)
     Trainer(model=model, args=targs, train_dataset=data, callbacks=[StepTimes()]).train()

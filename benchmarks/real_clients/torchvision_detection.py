@@ -4,6 +4,7 @@ momentum. Random init, nothing downloaded. Prints its own per-step time (CUDA ev
 
     roofscope run benchmarks/real_clients/torchvision_detection.py                      # MobileNetV3 FPN
     roofscope run benchmarks/real_clients/torchvision_detection.py --model resnet50 --bf16
+    roofscope run benchmarks/real_clients/torchvision_detection.py --compile
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torchvision
 p = argparse.ArgumentParser()
 p.add_argument("--model", choices=("mobilenet", "resnet50"), default="mobilenet")
 p.add_argument("--bf16", action="store_true", help="torch.autocast('cuda', dtype=torch.bfloat16)")
+p.add_argument("--compile", nargs="?", const="default", metavar="MODE", help="model = torch.compile(model, mode=MODE)")
 p.add_argument("--steps", type=int, default=7)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--size", type=int, default=640)
@@ -24,6 +26,7 @@ build = {"mobilenet": torchvision.models.detection.fasterrcnn_mobilenet_v3_large
          "resnet50": torchvision.models.detection.fasterrcnn_resnet50_fpn}[args.model]
 model = build(weights=None, weights_backbone=None, num_classes=91).cuda().train()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+step_fn = torch.compile(model, mode=None if args.compile == "default" else args.compile) if args.compile else model
 g = torch.Generator(device="cuda").manual_seed(0)
 
 
@@ -44,7 +47,7 @@ for step in range(args.steps):
     images, targets = batch()
     start.record()
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16):
-        losses = model(images, targets)
+        losses = step_fn(images, targets)
     loss = sum(losses.values())
     loss.backward()
     opt.step()
