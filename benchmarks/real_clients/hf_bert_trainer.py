@@ -55,5 +55,6 @@ data = RandomText(args.batch * (args.steps + 1), args.seq, config.vocab_size)
 with tempfile.TemporaryDirectory() as out:
     targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch, max_steps=args.steps,
                               fp16=True, optim="adamw_torch_fused", max_grad_norm=1.0, report_to=[],
-                              torch_compile=args.compile, save_strategy="no", logging_steps=1000, dataloader_num_workers=0, disable_tqdm=True)
+                              torch_compile=args.compile, save_strategy="no", logging_steps=1000,
+                              dataloader_num_workers=0, disable_tqdm=True)
     Trainer(model=model, args=targs, train_dataset=data, callbacks=[StepTimes()]).train()
