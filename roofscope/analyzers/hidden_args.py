@@ -64,12 +64,18 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: d
     if optimizer and optimizer.get("groups"):
         _optimizer_streams(trace, oc, optimizer["groups"])
     names = ops["name"].astype(str).to_numpy(dtype=object)
-    targets = np.flatnonzero(np.isin(names, MOE_OPS + ATTENTION_OPS) & (oc["reason"].to_numpy() == "no_shapes"))
-    for row in targets.tolist():
-        hints = (_moe_hints(trace, names, row) if names[row] in MOE_OPS
-                 else _attention_hints(trace, row, region))
-        if hints:
-            _apply(trace, oc, row, hints)
+    unshaped = oc["reason"].to_numpy() == "no_shapes"
+    moe = np.flatnonzero(np.isin(names, MOE_OPS) & unshaped)
+    attention = np.flatnonzero(np.isin(names, ATTENTION_OPS) & unshaped)
+    done: dict[tuple, Any] = {}  # (signature, hints) -> cost: a decode step repeats each layer's call
+    if moe.size:
+        for row, hints in _moe_hints(trace, names, moe).items():
+            _apply(trace, oc, row, hints, done)
+    if attention.size:
+        for row, step in zip(attention.tolist(), _step_annotations(trace, attention, region)):
+            lens = step_lengths(step)
+            if lens:
+                _apply(trace, oc, row, [(f"hint:{k}", [], "Scalar", str(v)) for k, v in lens.items()], done)
     missing = np.flatnonzero(oc["reason"].to_numpy() == "no_shapes")
     if missing.size:
         sigs = ops["sig"].to_numpy()[missing]
@@ -136,72 +142,77 @@ def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None
         oc.loc[j, ["flops", "bytes", "reason", "cost_source"]] = [per * elems, (reads + writes) * size, "", "run"]
 
 
-def _subtree(trace: Any, row: int) -> np.ndarray:
-    ops = trace.ops
-    inside = np.flatnonzero((ops["thread"].to_numpy() == ops["thread"].iat[row])
-                            & (ops["ts_ns"].to_numpy() >= ops["ts_ns"].iat[row])
-                            & (ops["end_ns"].to_numpy() <= ops["end_ns"].iat[row]))
-    parent = ops["parent"].to_numpy()
-    mark = np.zeros(len(ops), dtype=bool)
-    mark[row] = True
-    return inside[(inside != row) & (ancestor_where(parent, inside, mark) == row)]
+def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, list[tuple[str, Any, str, Any]]]:
+    """Per MoE op row: ``k`` from the routing op under it, and the first two stacked ``(E, a, b)``
+    weight views under it (``E``: its router logits' width)."""
+    ops, sigs = trace.ops, trace.signatures
+    sig = ops["sig"].to_numpy()
+    cand = np.flatnonzero(np.isin(names, list(_ROUTERS) + ["aten::view"]))
+    mask = np.zeros(len(ops), dtype=bool)
+    mask[targets] = True
+    owner = ancestor_where(ops["parent"].to_numpy(), ops["parent"].to_numpy()[cand], mask)
+    keep = owner >= 0
+    cand, owner = cand[keep], owner[keep]
+    dims, types = sigs["input_dims"].to_numpy(), sigs["input_types"].to_numpy()
+    concrete = sigs["concrete_inputs"].to_numpy() if "concrete_inputs" in sigs else np.full(len(sigs), None)
+    out: dict[int, list[tuple[str, Any, str, Any]]] = {}
+    for row in targets.tolist():
+        logits = dims[sig[row]]
+        experts = logits[1][-1] if len(logits) > 1 and logits[1] else None
+        topk: list[tuple[str, Any, str, Any]] = []
+        weights: dict[tuple, str] = {}
+        for r in cand[owner == row].tolist():
+            d, t, c = dims[sig[r]] or [], types[sig[r]] or [], concrete[sig[r]] or []
+            kind = _ROUTERS.get(names[r])
+            if kind == "concrete" and not topk and len(c) > 1 and str(c[1]).isdigit():
+                topk = [("hint:topk", [], "Scalar", str(c[1]))]
+            elif kind == "out0" and not topk and d and len(d[0]) == 2:
+                topk = [("hint:topk", [], "Scalar", str(d[0][1]))]
+            elif names[r] == "aten::view" and d and len(d[0]) == 3 and d[0][0] == experts:
+                weights.setdefault(tuple(d[0]), t[0])
+        out[row] = topk + [("hint:weight", list(w), t, "") for w, t in list(weights.items())[:2]]
+    return out
 
 
-def _moe_hints(trace: Any, names: np.ndarray, row: int) -> list[tuple[str, Any, str, Any]]:
-    sigs = trace.signatures
-    sig = trace.ops["sig"].to_numpy()
-    logits = sigs["input_dims"].iat[int(sig[row])]
-    experts = logits[1][-1] if len(logits) > 1 and logits[1] else None
-    hints: list[tuple[str, Any, str, Any]] = []
-    weights: dict[tuple, str] = {}
-    for r in _subtree(trace, row).tolist():
-        s = sigs.iloc[int(sig[r])]
-        dims, types = s["input_dims"] or [], s["input_types"] or []
-        kind = _ROUTERS.get(names[r])
-        if kind == "concrete" and not any(h[0] == "hint:topk" for h in hints):
-            k = (s["concrete_inputs"] or ["", ""])[1] if len(s["concrete_inputs"] or []) > 1 else ""
-            if str(k).isdigit():
-                hints.append(("hint:topk", [], "Scalar", str(k)))
-        elif kind == "out0" and dims and len(dims[0]) == 2 and not any(h[0] == "hint:topk" for h in hints):
-            hints.append(("hint:topk", [], "Scalar", str(dims[0][1])))
-        elif names[r] == "aten::view" and dims and len(dims[0]) == 3 and dims[0][0] == experts:
-            weights.setdefault(tuple(dims[0]), types[0])
-    hints += [("hint:weight", list(d), t, "") for d, t in list(weights.items())[:2]]
-    return hints
-
-
-def _attention_hints(trace: Any, row: int, region: str | None) -> list[tuple[str, Any, str, Any]]:
-    lens = step_lengths(region or "") or step_lengths(_enclosing_annotation(trace, row))
-    return [(f"hint:{k}", [], "Scalar", str(v)) for k, v in lens.items()] if lens else []
-
-
-def _enclosing_annotation(trace: Any, row: int) -> str:
+def _step_annotations(trace: Any, rows: np.ndarray, region: str | None) -> list[str]:
+    """The vLLM step annotation around each op row (``region`` when given: a graph replay's)."""
+    if region is not None and _PHASE.search(region):
+        return [region] * len(rows)
     ann = trace.annotations
     if not len(ann):
-        return ""
-    ops = trace.ops
-    t0, t1 = ops["ts_ns"].iat[row], ops["end_ns"].iat[row]
-    around = ann[(ann["ts_ns"] <= t0) & (ann["end_ns"] >= t1)]
-    hit = [n for n in around["name"].astype(str) if _PHASE.search(n)]
-    return hit[-1] if hit else ""
+        return [""] * len(rows)
+    steps = ann[[bool(_PHASE.search(n)) for n in ann["name"].astype(str)]].sort_values("ts_ns")
+    if not len(steps):
+        return [""] * len(rows)
+    ts, end = trace.ops["ts_ns"].to_numpy()[rows], trace.ops["end_ns"].to_numpy()[rows]
+    i = np.searchsorted(steps["ts_ns"].to_numpy(), ts, side="right") - 1
+    ok = (i >= 0) & (end <= steps["end_ns"].to_numpy()[np.maximum(i, 0)])
+    names = steps["name"].astype(str).to_numpy(dtype=object)
+    return [names[j] if good else "" for j, good in zip(i.tolist(), ok.tolist())]
 
 
-def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, str, Any]]) -> None:
+def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, str, Any]],
+           done: dict[tuple, Any]) -> None:
     from .costmodel import build_call, freeze
 
-    s = trace.signatures.iloc[int(trace.ops["sig"].iat[row])]
-    name = str(s["name"])
-    concrete = s["concrete_inputs"] if s["concrete_inputs"] is not None else [""] * len(s["input_types"])
-    call = build_call(name, freeze(list(s["input_dims"])), freeze(list(s["input_types"])), None,
-                      freeze(list(concrete)))
-    for hname, dims, t, c in hints:
-        parsed = build_call(name, ((tuple(dims)),), (t,), None, (c,)).args[0]
-        parsed.name = hname
-        call.args.append(parsed)
-    formula = cf.lookup(name)
-    try:
-        cost = formula.fn(call)  # type: ignore[union-attr]
-    except cf.MissingShapes:
+    g = int(trace.ops["sig"].iat[row])
+    key = (g, freeze(hints))
+    if key not in done:
+        s = trace.signatures.iloc[g]
+        name = str(s["name"])
+        concrete = s["concrete_inputs"] if s["concrete_inputs"] is not None else [""] * len(s["input_types"])
+        call = build_call(name, freeze(list(s["input_dims"])), freeze(list(s["input_types"])), None,
+                          freeze(list(concrete)))
+        for hname, dims, t, c in hints:
+            parsed = build_call(name, ((tuple(dims)),), (t,), None, (c,)).args[0]
+            parsed.name = hname
+            call.args.append(parsed)
+        try:
+            done[key] = cf.lookup(name).fn(call)  # type: ignore[union-attr]
+        except (cf.MissingShapes, ValueError, TypeError):
+            done[key] = None
+    cost = done[key]
+    if cost is None:
         return
     i = oc.index[row]
     oc.loc[i, ["flops", "bytes", "reason", "cost_source"]] = [float(cost.flops), float(cost.bytes), "", "formula"]
