@@ -180,3 +180,33 @@ def test_cli_subprocess_reports_the_coverage(tmp_path: Path) -> None:
                         "--graph-capture", str(CAPTURE), "--json", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["summary"]["unattributed"]["share"] < 0.01
+
+
+def test_eager_vllm_step_costs_attention_and_moe_from_the_trace_around_them(tmp_path: Path) -> None:
+    import gzip
+
+    import roofscope
+    from tests.kineto import TraceBuilder
+
+    b = TraceBuilder()
+    b.annotation("execute_4_context_0(sq0sk0sqsq0sqsk0)_generation_4(sq4sk400sqsq4sqsk400)", 0, 1000)
+    qkvo = [[4, 8, 64], [4, 2, 64], [4, 2, 64], [4, 8, 64]]
+    att = b.op("vllm::unified_attention_with_output", 10, 50, dims=qkvo + [[]] * 4, types=[BF16] * 4 + [""] * 4)
+    b.launch_kernel("kernel_unified_attention_2d", 20, 100, 10, ext=att)
+    moe = b.op("vllm::moe_forward", 100, 200, dims=[[4, 256], [4, 8], [], []], types=[BF16, BF16, "", ""])
+    b.op("TopK", 110, 10, dims=[[4, 8], [], [], [], [], [], []], types=[BF16] + ["Scalar"] * 4 + ["", ""],
+         concrete=["", "2", "True", "1", "True", "", ""])
+    b.op("aten::view", 130, 2, dims=[[8, 256, 1024], []], types=[BF16, "ScalarList"])
+    b.op("aten::view", 140, 2, dims=[[8, 512, 256], []], types=[BF16, "ScalarList"])
+    b.launch_kernel("fused_moe_kernel", 150, 300, 40, ext=moe)
+    p = tmp_path / "vllm.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump(b.doc(), f)
+    k = roofscope.analyze(str(p)).kernels.set_index("name")
+    # attention: 8 query heads x 400 cached keys x (64 + 64) x 2 = 819,200 FLOPs; bytes bf16:
+    # Q 4*8*64*2 = 4,096 + K/V of 400 tokens x 2 heads x 128 x 2 = 204,800 + out 4,096 = 212,992
+    assert k.loc["kernel_unified_attention_2d", "flops"] == 819_200
+    assert k.loc["kernel_unified_attention_2d", "bytes"] == 212_992
+    # MoE, bf16 experts: H 256, gate/up (8, 256, 1024): 2I = 1024; down (8, 512, 256): I = 512;
+    # 8 routed tokens x 2 x (256*1024 + 512*256) = 6,291,456 FLOPs
+    assert k.loc["fused_moe_kernel", "flops"] == 6_291_456 and k.loc["fused_moe_kernel", "unattributed"] == ""
