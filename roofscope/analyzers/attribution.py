@@ -345,15 +345,17 @@ def _multi_tensor_streams(k: pd.DataFrame, uncosted: np.ndarray, flops: np.ndarr
     write all lists but the gradients, norms none, others one). Returns the precision of the
     kernels it costed, "" elsewhere."""
     out = np.full(len(k), "", dtype=object)
-    cand = np.flatnonzero(uncosted & np.isnan(flops))
-    if not cand.size or "grid" not in k:
+    if "grid" not in k:
         return out
-    names = k["name"].astype(str).to_numpy(dtype=object)
-    grids = k["grid"].to_numpy(dtype=object)
-    for i in cand.tolist():
-        m = _MULTI_TENSOR.search(names[i]) if "multi_tensor_apply" in names[i] else None
-        g = grids[i]
-        if m is None or m.group(3) not in _ITEM or not isinstance(g, (list, tuple)) or not g:
+    mta = per_name(k["name"], lambda s: s.str.contains("multi_tensor_apply", regex=False)).astype(bool)
+    cand = np.flatnonzero(uncosted & np.isnan(flops) & mta)
+    if not cand.size:
+        return out
+    codes, uniques = pd.factorize(k["name"].iloc[cand].astype(str))
+    shape: dict[int, tuple[int, int, int, str]] = {}  # name code -> FLOPs/element, lists moved, itemsize, precision
+    for c, name in enumerate(uniques):
+        m = _MULTI_TENSOR.search(name)
+        if m is None or m.group(3) not in _ITEM:
             continue
         depth, functor = int(m.group(1)), m.group(2)
         item, prec = _ITEM[m.group(3)]
@@ -363,8 +365,15 @@ def _multi_tensor_streams(k: pd.DataFrame, uncosted: np.ndarray, flops: np.ndarr
             writes, per = 0, 2
         else:
             writes, per = 1, depth
-        elems = float(g[0]) * _CHUNK
-        flops[i], nbytes[i], out[i] = per * elems, elems * (depth + writes) * item, prec
+        shape[c] = (per, depth + writes, item, prec)
+    hit = np.isin(codes, list(shape))
+    grids = k["grid"].to_numpy(dtype=object)
+    for i, c in zip(cand[hit].tolist(), codes[hit].tolist()):
+        g = grids[i]
+        if isinstance(g, (list, tuple)) and g:
+            per, lists, item, prec = shape[c]
+            elems = float(g[0]) * _CHUNK
+            flops[i], nbytes[i], out[i] = per * elems, elems * lists * item, prec
     return out
 
 

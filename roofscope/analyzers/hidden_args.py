@@ -63,13 +63,12 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: d
         return
     if optimizer and optimizer.get("groups"):
         _optimizer_streams(trace, oc, optimizer["groups"])
-    names = ops["name"].astype(str).to_numpy(dtype=object)
     unshaped = oc["reason"].to_numpy() == "no_shapes"
-    moe = np.flatnonzero(np.isin(names, MOE_OPS) & unshaped)
-    attention = np.flatnonzero(np.isin(names, ATTENTION_OPS) & unshaped)
+    moe = np.flatnonzero(ops["name"].isin(MOE_OPS).to_numpy() & unshaped)
+    attention = np.flatnonzero(ops["name"].isin(ATTENTION_OPS).to_numpy() & unshaped)
     done: dict[tuple, Any] = {}  # (signature, hints) -> cost: a decode step repeats each layer's call
     if moe.size:
-        for row, hints in _moe_hints(trace, names, moe).items():
+        for row, hints in _moe_hints(trace, ops["name"].astype(str).to_numpy(dtype=object), moe).items():
             _apply(trace, oc, row, hints, done)
     if attention.size:
         for row, step in zip(attention.tolist(), _step_annotations(trace, attention, region)):
