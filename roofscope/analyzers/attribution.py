@@ -123,6 +123,11 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
 
     _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
     streamed = _multi_tensor_streams(k, ~costed & ~is_comm & ~is_copy, flops, nbytes)
+    if bandwidth:
+        # The grid bounds the elements from above (many small tensors leave chunks part-empty): a
+        # bound the kernel's duration rules out at the memory roof says nothing, so it is dropped.
+        ruled_out = (streamed != "") & (nbytes > dur / 1e9 * bandwidth)
+        flops[ruled_out], nbytes[ruled_out], streamed[ruled_out] = np.nan, np.nan, ""
 
     # Hardware counters, where the trace has them, beat any formula for FLOPs; the formula's
     # value stays visible beside them.
@@ -340,7 +345,8 @@ _STATEFUL = re.compile(r"Adam|Lamb|Adagrad|SGD|Novograd|Lion", re.I)
 def _multi_tensor_streams(k: pd.DataFrame, uncosted: np.ndarray, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     """Cost multi_tensor_apply kernels that no op costs (launched with no CPU op: apex's fused Adam
     in HTA's A100 trace, 25% of its time; or an op recorded without shapes) as streams: at most
-    ``grid.x`` chunks of 65,536 elements (an upper bound: a tensor's last chunk is partial), each
+    ``grid.x`` chunks of 65,536 elements (an upper bound: a tensor's last chunk is partial; the
+    caller drops a bound faster than the memory roof allows), each
     element of every list read once and of the written lists written once (optimizer functors
     write all lists but the gradients, norms none, others one). Returns the precision of the
     kernels it costed, "" elsewhere."""
