@@ -266,4 +266,5 @@ def test_explicit_steps_still_record_the_optimizer(tmp_path: Path) -> None:
             opt.step()   # twice per iteration: counted as boundaries, this would end profiling early
     meta = _meta(tmp_path / "p")
     assert meta["steps"]["source"] == "explicit" and meta["steps"]["boundaries_seen"] == 3
-    assert meta["optimizer"] == {"class": "SGD", "tensors": 2, "params": 272, "fused": None, "foreach": None}
+    assert meta["optimizer"] == {"class": "SGD", "tensors": 2, "params": 272, "fused": None, "foreach": None,
+                                 "groups": [{"tensors": 2, "numel": 272, "itemsize": 4}]}
