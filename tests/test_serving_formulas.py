@@ -210,3 +210,15 @@ def test_eager_vllm_step_costs_attention_and_moe_from_the_trace_around_them(tmp_
     # MoE, bf16 experts: H 256, gate/up (8, 256, 1024): 2I = 1024; down (8, 512, 256): I = 512;
     # 8 routed tokens x 2 x (256*1024 + 512*256) = 6,291,456 FLOPs
     assert k.loc["fused_moe_kernel", "flops"] == 6_291_456 and k.loc["fused_moe_kernel", "unattributed"] == ""
+
+
+def test_fused_experts_with_fp8_weights_as_arguments() -> None:
+    # vllm::inplace_fused_experts(x (16, 1024) bf16, w1 (8, 1024, 1024) fp8, w2 (8, 1024, 512) fp8,
+    # topk_weights (16, 2), topk_ids (16, 2), ...): gate/up 2I = 1024 (w1 holds H*1024 per expert),
+    # down I = 512; FLOPs 2 * 32 routed * (1024*1024 + 512*1024) = 100,663,296
+    # bytes: experts touched 8 * (1 - (6/8)^16) x 1,572,864 fp8 weights + activations
+    # (2*16*1024 + 2*32*512 + 32*1024) * 2 = 196,608
+    dims = [[16, 1024], [8, 1024, 1024], [8, 1024, 512], [16, 2], [16, 2], []]
+    row = cost("vllm::inplace_fused_experts", dims, [BF16, FP8, FP8, F32, "int", "Scalar"])
+    assert row["flops"] == 100_663_296 and row["category"] == "gemm"
+    assert row["bytes"] == pytest.approx(8 * (1 - 0.75 ** 16) * 1_572_864 + 196_608)

@@ -25,8 +25,7 @@ import pandas as pd
 from . import formulas as cf
 from .linking import ancestor_where
 
-MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe",
-           "vllm::rocm_aiter_fused_moe", "aiter::fused_moe")
+MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe")
 ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")
 _ROUTERS = {"TopK": "concrete", "aten::topk": "concrete", "_moe_C::topk_softmax": "out0",
             "sgl_kernel::topk_softmax": "out0", "vllm::rocm_aiter_topk_softmax": "out0",

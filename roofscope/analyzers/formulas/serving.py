@@ -208,8 +208,30 @@ _WEIGHT_BITS = {"uint8": 4, "float4_e2m1fn_x2": 4, "int8": 8, "float8_e4m3fn": 8
                 "float8_e5m2": 8, "float8_e5m2fnuz": 8, "bfloat16": 16, "float16": 16, "float32": 32}
 
 
-@register("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe",
-          "vllm::rocm_aiter_fused_moe", "aiter::fused_moe", category="gemm")
+def _weights_bits(w: list[TensorSpec]) -> int:
+    return _WEIGHT_BITS.get(w[0].dtype.name if w[0].dtype else "", 16)
+
+
+def _expert_cost(x: TensorSpec, w: list[TensorSpec], experts: int, k: int) -> Cost:
+    bits = _weights_bits(w)
+    tokens, hidden = x.shape[0], x.shape[-1]
+    n = sorted(t.numel // max(t.shape[0], 1) * (2 if bits == 4 else 1) // hidden for t in w)
+    cost = moe_cost(tokens, hidden, n[0], n[1], experts, k, x.dtype.itemsize if x.dtype else 2, bits)
+    return Cost(cost.flops, cost.bytes, x.dtype.precision if x.dtype else None)
+
+
+@register("vllm::inplace_fused_experts", "vllm::outplace_fused_experts", "sglang::inplace_fused_experts",
+          "sglang::outplace_fused_experts", "vllm::rocm_aiter_fused_moe", "aiter::fused_moe", category="gemm")
+def _fused_experts(call: OpCall) -> Cost:
+    """(hidden_states (T, H), w1 (E, ., .), w2 (E, ., .), topk_weights (T, k), topk_ids (T, k), ...):
+    the fused-experts ops that take their weights as arguments (FP8 weights' scales not counted)."""
+    x, w1, w2, ids = call.need("", 0), call.need("", 1), call.need("", 2), call.need("", 4)
+    if len(w1.shape) != 3 or len(w2.shape) != 3 or len(ids.shape) != 2:
+        raise ValueError(f"expected stacked expert weights, got {w1.shape} {w2.shape}")
+    return _expert_cost(x, [w1, w2], w1.shape[0], ids.shape[1])
+
+
+@register("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe", category="gemm")
 def _moe(call: OpCall) -> Cost:
     """(hidden_states (T, H), router_logits (T, E), ...). The expert weights and top-k are module
     state, not arguments: roofscope.analyzers.hidden_args appends them from the op's subtree
@@ -224,11 +246,7 @@ def _moe(call: OpCall) -> Cost:
         raise MissingShapes("no Input Dims for the expert weights")
     if not isinstance(k, int):
         raise MissingShapes("no top-k (no routing op recorded under it)")
-    (tokens, hidden), experts = x.shape, logits.shape[-1]
-    bits = _WEIGHT_BITS.get(w[0].dtype.name if w[0].dtype else "", 16)
-    n = sorted(t.numel // max(t.shape[0], 1) * (2 if bits == 4 else 1) // hidden for t in w)
-    cost = moe_cost(tokens, hidden, n[0], n[1], experts, k, x.dtype.itemsize if x.dtype else 2, bits)
-    return Cost(cost.flops, cost.bytes, x.dtype.precision if x.dtype else None)
+    return _expert_cost(x, w, logits.shape[-1], k)
 
 
 # ---------------------------------------------------------------------------
