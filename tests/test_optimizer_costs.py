@@ -111,3 +111,16 @@ def test_cli_in_process(tmp_path: Path) -> None:
     out = tmp_path / "a.json"
     assert main(["analyze", str(_unlaunched(tmp_path)), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["summary"]["unattributed"]["share"] == 0.0
+
+
+def test_a_replayed_optimizer_kernel_without_its_capture_keeps_its_grid_cost(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.annotation("ProfilerStep#1", 0, 1000)
+    c = b.launch_kernel(APEX_ADAM, 10, 100, 100, runtime="cudaGraphLaunch")
+    next(e for e in b.events if e.get("cat") == "kernel" and e["args"]["correlation"] == c)["args"]["grid"] = [10, 1, 1]
+    p = tmp_path / "graph.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump(b.doc(), f)
+    k = roofscope.analyze(str(p)).kernels
+    # no capture: the replay has time only, except for what its own launch geometry says (10 chunks)
+    assert k["bytes"].iat[0] == 18_350_080 and k["unattributed"].iat[0] == "" and k["graph"].iat[0] >= 0

@@ -253,13 +253,13 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             cols["unattributed"][m] = ""
             dims = t.signatures["input_dims"].to_numpy()[t.ops["sig"].to_numpy()[c]] if len(t.signatures) else []
             cols["attn_q"][m] = [query_of(nm, d) for nm, d in zip(names[c], dims)]
-        rest = members[~sel & ~copies]
+        left = ~sel & ~copies & (cols["cost_source"][members] != "launch")  # launch: streamed (attribution.py)
+        rest = members[left]
         cols["unattributed"][rest] = np.where(
-            take(oc["reason"].to_numpy(), nearest[~sel & ~copies], "no_formula") == "no_shapes",
-            "no_shapes", "no_formula")
-        cols["missing"][rest] = take(oc["missing"].to_numpy(), nearest[~sel & ~copies], "")
+            take(oc["reason"].to_numpy(), nearest[left], "no_formula") == "no_shapes", "no_shapes", "no_formula")
+        cols["missing"][rest] = take(oc["missing"].to_numpy(), nearest[left], "")
         cols["missing"][m if sel.any() else members[:0]] = ""
-    cols["unattributed"][unmapped & ~is_copy] = REASON
+    cols["unattributed"][unmapped & ~is_copy & (cols["cost_source"] != "launch")] = REASON
     for col, values in cols.items():
         kernels[col] = values
     gm.notes = _notes(gm, float(kernels.loc[unmapped & ~is_copy, "dur_ns"].sum()) / 1e9,
