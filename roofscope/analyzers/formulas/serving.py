@@ -123,7 +123,7 @@ def _rotary(call: OpCall) -> Cost:
 
 
 @register("_C_cache_ops::reshape_and_cache", "_C_cache_ops::reshape_and_cache_flash",
-          "_C_cache_ops::concat_and_cache_mla", "sgl_kernel::store_kv_cache", category="copy")
+          "_C_cache_ops::concat_and_cache_mla", category="copy")
 def _kv_cache_write(call: OpCall) -> Cost:
     """(key, value, key_cache!, value_cache!, slot_mapping, ...): each new token's K and V read
     and written into its cache slot (in the cache's dtype)."""
