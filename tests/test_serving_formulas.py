@@ -222,3 +222,12 @@ def test_fused_experts_with_fp8_weights_as_arguments() -> None:
     row = cost("vllm::inplace_fused_experts", dims, [BF16, FP8, FP8, F32, "int", "Scalar"])
     assert row["flops"] == 100_663_296 and row["category"] == "gemm"
     assert row["bytes"] == pytest.approx(8 * (1 - 0.75 ** 16) * 1_572_864 + 196_608)
+
+
+def test_topk_softmax_finds_the_logits_in_either_argument_order() -> None:
+    # vLLM (weights!, ids!, token_expert_indices!, gating (64, 128) fp32) and SGLang (weights!, ids!, gating,
+    # renormalize): FLOPs 5 * 8,192 = 40,960; bytes: gating 32,768 + the (64, 8) outputs
+    vllm = cost("_moe_C::topk_softmax", [[64, 8], [64, 8], [64, 8], [64, 128]], [F32, "int", "int", F32])
+    check(vllm, 40_960, 32_768 + 3 * 2_048, "fp32", "reduction")
+    sgl = cost("sgl_kernel::topk_softmax", [[64, 8], [64, 8], [64, 128], []], [F32, "int", F32, "Scalar"])
+    check(sgl, 40_960, 32_768 + 2 * 2_048, "fp32", "reduction")

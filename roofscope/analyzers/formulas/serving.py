@@ -157,15 +157,19 @@ def _router_outputs(t: int, k: int) -> list[TensorSpec]:
 @register("TopK", "_moe_C::topk_softmax", "sgl_kernel::topk_softmax", "vllm::rocm_aiter_topk_softmax",
           "aiter::topk_softmax", category="reduction")
 def _topk_routing(call: OpCall) -> Cost:
-    """TopK(logits, k, ...) / topk_softmax(topk_weights!, topk_ids!, token_expert_indices!, gating)."""
+    """TopK(logits, k, ...) / topk_softmax(topk_weights!, topk_ids!, [token_expert_indices!,] gating, ...):
+    the router logits are the widest (T, E) tensor, the (T, k) others are written."""
     if call.name == "TopK":
         logits, k = call.need("", 0), call.value("", 1)
         if not isinstance(k, int):
             raise MissingShapes("k")
         outs = _router_outputs(logits.shape[0], k)
     else:
-        logits = call.need("", 3)
-        outs = _specs(call, (0, 1, 2))
+        tensors = [a.tensor for a in call.args if a.kind == TENSOR and a.tensor is not None and a.tensor.shape]
+        if len(tensors) < 2:
+            raise MissingShapes("router logits")
+        logits = max(tensors, key=lambda t: t.shape[-1])
+        outs = [t for t in tensors if t is not logits]
     return Cost(5.0 * logits.numel, logits.nbytes + _bytes(outs), "fp32")
 
 
