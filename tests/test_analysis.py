@@ -94,7 +94,7 @@ def test_classes_and_thresholds(tmp_path):
     b.launch_kernel("reduce_kernel", 41, 900, 2700, ext=s)
     n = b.op("nccl:all_reduce", 60, 10)
     b.launch_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 61, 4000, 50, ext=n)
-    u = b.op("aten::nonzero", 80, 10, [[1024]], ["float"])
+    u = b.op("aten::_unique2", 80, 10, [[1024]], ["float"])
     b.launch_kernel("nonzero_kernel", 81, 4100, 10, ext=u)
     a = _analyze(b, tmp_path)
     k = a.kernels
@@ -229,14 +229,15 @@ def test_hta_a100_report():
     assert s["kernel_time_s"] == pytest.approx(0.449763)
     u = s["unattributed"]
     # Most non-NCCL time is kernels replayed by 70 cudaGraphLaunch calls whose capture the trace
-    # does not hold (105 ms, 135 kernels: time only) and DDP internals launched outside any op (63 ms).
-    assert u["by_reason"]["no_launch_op"]["time_s"] == pytest.approx(0.063436)
+    # does not hold (105 ms, 135 kernels: time only) and DDP internals launched outside any op (63 ms,
+    # of which apex's fused Adam, 38.447 ms in 108 multi_tensor_apply launches, is costed from its grid).
+    assert u["by_reason"]["no_launch_op"]["time_s"] == pytest.approx(0.063436 - 0.038447)
     assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 0
     assert u["by_reason"]["graph_replay"]["kernels"] == 135
     assert u["by_reason"]["graph_replay"]["time_s"] == pytest.approx(0.105115)
     assert a.graphs.to_dict()["unmapped"] == {"no_capture": 70}
     assert "--graph-capture" in u["notes"][1]
-    assert 0.65 < u["share"] < 0.75
+    assert 0.50 < u["share"] < 0.60  # 69.3% before the Adam kernels were costed
     costed = a.kernels[a.kernels["unattributed"] == ""]
     assert np.isfinite(costed.loc[costed["category"] != "communication", "efficiency"]).all()
 

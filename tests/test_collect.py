@@ -284,4 +284,5 @@ def test_explicit_steps_still_record_the_optimizer(tmp_path: Path) -> None:
     meta = _meta(tmp_path / "p")
     # All six prof.step() calls are boundaries (the ones after the profile timed only); no optimizer step is.
     assert meta["steps"]["source"] == "explicit" and meta["steps"]["boundaries_seen"] == 6
-    assert meta["optimizer"] == {"class": "SGD", "tensors": 2, "params": 272, "fused": None, "foreach": None}
+    assert meta["optimizer"] == {"class": "SGD", "tensors": 2, "params": 272, "fused": None, "foreach": None,
+                                 "groups": [{"tensors": 2, "numel": 272, "itemsize": 4}]}

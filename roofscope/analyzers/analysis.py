@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..devices import Ceilings, resolve_ceilings
 from .attribution import UNATTRIBUTED_REASONS, attribute
+from .hidden_args import missing_notes
 from .roofline import CLASSES, RooflineParams, above_roof, aggregate, device_sms, input_bytes, place
 from .summary import Summary
 from .trace import Trace, load_trace, regions_at, steps_at
@@ -172,7 +173,7 @@ class Analysis:
                               "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
                               "kernels": int((nc["unattributed"] == r).sum())}
                           for r in UNATTRIBUTED_REASONS},
-            "notes": list(self.graphs.notes) if self.graphs is not None else [],
+            "notes": (list(self.graphs.notes) if self.graphs is not None else []) + missing_notes(nc),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -351,7 +352,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     if cpu_only:
         kernels = _cpu_work(trace, sig_costs)
     else:
-        kernels = attribute(trace, sig_costs, ceilings.bandwidth)
+        kernels = attribute(trace, sig_costs, ceilings.bandwidth, (run_meta or {}).get("optimizer"))
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     graphs = None
     if not cpu_only:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .categories import kernel_categories
+from .hidden_args import enrich
 from .linking import ancestor_where, take
 from .names import per_name
 from .trace import Trace
@@ -33,8 +34,11 @@ _ELEMENTWISE_TRITON = ("triton_poi_", "triton_red_", "triton_per_")
 _COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "triton_")
 
 
-def op_costs(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
-    """Per-op cost columns (aligned with ``trace.ops``), Inductor metadata applied."""
+def op_costs(trace: Trace, sig_costs: pd.DataFrame, region: str | None = None,
+             optimizer: dict | None = None) -> pd.DataFrame:
+    """Per-op cost columns (aligned with ``trace.ops``), Inductor metadata applied, hidden
+    arguments recovered (hidden_args.py; ``region``: a graph replay's step annotation,
+    ``optimizer``: run.json's optimizer facts)."""
     ops = trace.ops
     s = sig_costs.reindex(ops["sig"].to_numpy())
     flops = s["flops"].to_numpy(dtype=np.float64, copy=True)
@@ -56,12 +60,14 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
         nbytes = np.where(meta, gb * 1e9, nbytes)
         reason = np.where(meta, "", reason)
         source = np.where(meta, "inductor", source)
-    return pd.DataFrame({
+    oc = pd.DataFrame({
         "flops": flops, "bytes": nbytes, "reason": reason, "cost_source": source,
         "dtype": s["dtype"].fillna("").to_numpy(dtype=object),
         "tensor_core": s["tensor_core"].fillna(False).to_numpy(dtype=bool),
         "category": s["category"].fillna("other").to_numpy(dtype=object),
     }, index=ops.index)
+    enrich(trace, oc, region, optimizer)
+    return oc
 
 
 def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
@@ -85,13 +91,15 @@ def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(chosen & (above < 0))
 
 
-def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = None) -> pd.DataFrame:
+def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = None,
+              optimizer: dict | None = None) -> pd.DataFrame:
     """The trace's GPU activity with per-kernel cost columns added (a new frame).
     ``bandwidth`` (bytes/s, the memory roof) sizes the layout kernels' bytes (see
-    :func:`_layout_bytes`); without it they share the op's bytes by duration."""
+    :func:`_layout_bytes`); without it they share the op's bytes by duration. ``optimizer``:
+    run.json's optimizer facts (parameter groups), for optimizer ops recorded without shapes."""
     k = trace.kernels.copy()
     ops = trace.ops
-    oc = op_costs(trace, sig_costs)
+    oc = op_costs(trace, sig_costs, optimizer=optimizer)
     parent = ops["parent"].to_numpy() if len(ops) else np.zeros(0, dtype=np.int64)
     op = k["op"].to_numpy()
     n = len(k)
@@ -114,6 +122,12 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
     _add_statistics_passes(trace, oc, k["name"], cost_op, dur, nbytes)
 
     _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
+    streamed = _multi_tensor_streams(k, ~costed & ~is_comm & ~is_copy, flops, nbytes)
+    if bandwidth:
+        # The grid bounds the elements from above (many small tensors leave chunks part-empty): a
+        # bound the kernel's duration rules out at the memory roof says nothing, so it is dropped.
+        ruled_out = (streamed != "") & (nbytes > dur / 1e9 * bandwidth)
+        flops[ruled_out], nbytes[ruled_out], streamed[ruled_out] = np.nan, np.nan, ""
 
     # Hardware counters, where the trace has them, beat any formula for FLOPs; the formula's
     # value stays visible beside them.
@@ -134,11 +148,12 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
     # The op's category is better than the kernel name's, except for generic "other" ops.
     k["category"] = np.where(layout, "layout",
                              np.where(costed & (op_category != "other") & (op_category != ""),
-                                      op_category, category))
-    k["dtype"] = from_op("dtype", "")
+                                      op_category, np.where(streamed != "", "optimizer", category)))
+    k["dtype"] = np.where(streamed != "", streamed, from_op("dtype", ""))
     k["tensor_core"] = from_op("tensor_core", False).astype(bool) & ~layout
     k["cost_source"] = np.where(is_copy & ~np.isnan(copy_bytes), "activity",
-                                np.where(counted, "counters", from_op("cost_source", "none")))
+                                np.where(counted, "counters", np.where(streamed != "", "launch",
+                                                                       from_op("cost_source", "none"))))
     k["flops"] = flops
     k["flops_analytic"] = np.where(is_copy, 0.0, flops_analytic)
     k["bytes"] = nbytes
@@ -147,7 +162,9 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
     k["op_name"] = take(names, op, "")
     k["cost_op_name"] = take(names, cost_op, "")
     k["unattributed"] = _reasons(k, ops, oc, nearest,
-                                 costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)))
+                                 costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)) | (streamed != ""))
+    k["missing"] = np.where(k["unattributed"].to_numpy() == "no_shapes",
+                            take(oc["missing"].to_numpy(), nearest, ""), "")
     return k
 
 
@@ -307,11 +324,63 @@ def _fix_tensorlist_dtype(names: pd.Series, oc: pd.DataFrame, cost_op: np.ndarra
     arguments; when it is a 16-bit type, the bytes were counted twice over."""
     if not len(oc):
         return
-    foreach = oc["category"].to_numpy()[np.maximum(cost_op, 0)] == "optimizer"
+    at = np.maximum(cost_op, 0)  # sized from run.json's parameter dtypes: already right
+    foreach = (oc["category"].to_numpy()[at] == "optimizer") & (oc["cost_source"].to_numpy()[at] != "run")
     cand = np.flatnonzero((cost_op >= 0) & foreach)
     if cand.size:
         half = names.iloc[cand].astype(str).str.contains(_FUNCTOR_HALF).to_numpy(dtype=bool)
         nbytes[cand[half]] *= 0.5
+
+
+# multi_tensor_apply kernels (torch's foreach / fused optimizers, apex): ``TensorListMetadata<depth>``
+# lists, chunks of 65,536 elements, one block per chunk; the functor names its element type first.
+_MULTI_TENSOR = re.compile(r"multi_tensor_apply_kernel<[^<>,]*TensorListMetadata<(\d)>\s*,\s*[^<>,]*?(\w+)<\s*"
+                           r"(?:c10::)?(\w+)")
+_CHUNK = 65536
+_ITEM = {"float": (4, "fp32"), "double": (8, "fp64"), "Half": (2, "fp16"), "__half": (2, "fp16"),
+         "BFloat16": (2, "bf16"), "__nv_bfloat16": (2, "bf16")}
+_STATEFUL = re.compile(r"Adam|Lamb|Adagrad|SGD|Novograd|Lion", re.I)
+
+
+def _multi_tensor_streams(k: pd.DataFrame, uncosted: np.ndarray, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Cost multi_tensor_apply kernels that no op costs (launched with no CPU op: apex's fused Adam
+    in HTA's A100 trace, 25% of its time; or an op recorded without shapes) as streams: at most
+    ``grid.x`` chunks of 65,536 elements (an upper bound: a tensor's last chunk is partial; the
+    caller drops a bound faster than the memory roof allows), each
+    element of every list read once and of the written lists written once (optimizer functors
+    write all lists but the gradients, norms none, others one). Returns the precision of the
+    kernels it costed, "" elsewhere."""
+    out = np.full(len(k), "", dtype=object)
+    if "grid" not in k:
+        return out
+    mta = per_name(k["name"], lambda s: s.str.contains("multi_tensor_apply", regex=False)).astype(bool)
+    cand = np.flatnonzero(uncosted & np.isnan(flops) & mta)
+    if not cand.size:
+        return out
+    codes, uniques = pd.factorize(k["name"].iloc[cand].astype(str))
+    shape: dict[int, tuple[int, int, int, str]] = {}  # name code -> FLOPs/element, lists moved, itemsize, precision
+    for c, name in enumerate(uniques):
+        m = _MULTI_TENSOR.search(name)
+        if m is None or m.group(3) not in _ITEM:
+            continue
+        depth, functor = int(m.group(1)), m.group(2)
+        item, prec = _ITEM[m.group(3)]
+        if _STATEFUL.search(functor):
+            writes, per = depth - 1, 14 if "adam" in functor.lower() else 2 * depth
+        elif "norm" in functor.lower():
+            writes, per = 0, 2
+        else:
+            writes, per = 1, depth
+        shape[c] = (per, depth + writes, item, prec)
+    hit = np.isin(codes, list(shape))
+    grids = k["grid"].to_numpy(dtype=object)
+    for i, c in zip(cand[hit].tolist(), codes[hit].tolist()):
+        g = grids[i]
+        if isinstance(g, (list, tuple)) and g:
+            per, lists, item, prec = shape[c]
+            elems = float(g[0]) * _CHUNK
+            flops[i], nbytes[i], out[i] = per * elems, elems * lists * item, prec
+    return out
 
 
 def _reasons(k: pd.DataFrame, ops: pd.DataFrame, oc: pd.DataFrame, nearest: np.ndarray,

@@ -94,7 +94,27 @@ def _compute(name: Any, dims: Any, types: Any, strides: Any, concrete: Any) -> R
         log.debug("cost formula for %s failed on %r %r: %r", name, dims, types, e)
         return (math.nan, math.nan, prec, tc, cat, "no_formula")
     dtype = cost.dtype if cost.dtype is not None else cf.first_float_precision(call.args)
-    return (float(cost.flops), float(cost.bytes), dtype, tc, cat, "")
+    return (float(cost.flops), float(cost.bytes), dtype, tc if cost.tensor_core is None else cost.tensor_core, cat, "")
+
+
+def missing_argument(name: Any, dims: Any, types: Any, concrete: Any = None) -> str:
+    """What a ``no_shapes`` signature lacks, as its formula says (MissingShapes' message)."""
+    formula = cf.lookup(name)
+    dims, types, concrete = _freeze(dims), _freeze(types), _freeze(concrete)
+    if formula is None:
+        return ""
+    if not isinstance(dims, tuple) or not dims or not isinstance(types, tuple) or len(dims) != len(types):
+        return "no Input Dims recorded"
+    try:
+        formula.fn(build_call(name, dims, types, None, concrete))
+    except cf.MissingShapes as e:
+        return str(e)
+    except Exception:
+        return ""
+    return ""
+
+
+freeze = _freeze  # signatures' list values as the hashable tuples build_call takes
 
 
 def _type_precision(types: Any) -> str:
@@ -256,4 +276,5 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-__all__ = ["signature_costs", "cost_signature", "build_call", "parse_concrete", "clear_cache", "COLUMNS"]
+__all__ = ["signature_costs", "cost_signature", "build_call", "parse_concrete", "clear_cache", "COLUMNS",
+           "missing_argument", "freeze"]

@@ -190,15 +190,16 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     for t in extra or []:
         captures += find_captures(t)
     gm.captures = len(captures)
-    costs: dict[int, tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]] = {}  # per capture trace
+    # per capture trace and replay step annotation (serving engines' sequence lengths: hidden_args.py)
+    costs: dict[tuple[int, str], tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]] = {}
 
-    def trace_costs(t: Trace) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
-        if id(t) not in costs:
-            oc = op_costs(t, signature_costs(t.signatures))
+    def trace_costs(t: Trace, region: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+        if (id(t), region) not in costs:
+            oc = op_costs(t, signature_costs(t.signatures), region)
             has_formula = (oc["reason"] != "no_formula").to_numpy()
             parent = t.ops["parent"].to_numpy() if len(t.ops) else np.zeros(0, dtype=np.int64)
-            costs[id(t)] = (oc, has_formula, parent, module_column(t, np.arange(len(t.ops))))
-        return costs[id(t)]
+            costs[id(t), region] = (oc, has_formula, parent, module_column(t, np.arange(len(t.ops))))
+        return costs[id(t), region]
 
     rows = np.flatnonzero(is_graph)
     rows = rows[np.lexsort((kernels["ts_ns"].to_numpy()[rows], launch[rows]))]
@@ -208,7 +209,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     gm.launches = len(group_starts)
     cols = {c: kernels[c].to_numpy().copy() for c in
             ("flops", "flops_analytic", "bytes", "dtype", "tensor_core", "category", "cost_source", "op_name",
-             "cost_op_name", "unattributed", "module", "attn_q")}
+             "cost_op_name", "unattributed", "missing", "module", "attn_q")}
     op_names_cache: dict[int, np.ndarray] = {}
     unmapped = np.zeros(n, dtype=bool)
     is_copy = np.isin(cols["category"], ("memcpy", "memset"))
@@ -222,7 +223,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             continue
         gm.mapped += 1
         t = cap.trace
-        oc, has_formula, parent, modules = trace_costs(t)
+        oc, has_formula, parent, modules = trace_costs(t, str(kernels["region"].iat[members[0]]))
         op = take(t.runtime["op"].to_numpy(), _paired(cap, copies), -1)
         nearest = ancestor_where(parent, op, has_formula)
         ok = nearest >= 0
@@ -252,11 +253,13 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             cols["unattributed"][m] = ""
             dims = t.signatures["input_dims"].to_numpy()[t.ops["sig"].to_numpy()[c]] if len(t.signatures) else []
             cols["attn_q"][m] = [query_of(nm, d) for nm, d in zip(names[c], dims)]
-        rest = members[~sel & ~copies]
+        left = ~sel & ~copies & (cols["cost_source"][members] != "launch")  # launch: streamed (attribution.py)
+        rest = members[left]
         cols["unattributed"][rest] = np.where(
-            take(oc["reason"].to_numpy(), nearest[~sel & ~copies], "no_formula") == "no_shapes",
-            "no_shapes", "no_formula")
-    cols["unattributed"][unmapped & ~is_copy] = REASON
+            take(oc["reason"].to_numpy(), nearest[left], "no_formula") == "no_shapes", "no_shapes", "no_formula")
+        cols["missing"][rest] = take(oc["missing"].to_numpy(), nearest[left], "")
+        cols["missing"][m if sel.any() else members[:0]] = ""
+    cols["unattributed"][unmapped & ~is_copy & (cols["cost_source"] != "launch")] = REASON
     for col, values in cols.items():
         kernels[col] = values
     gm.notes = _notes(gm, float(kernels.loc[unmapped & ~is_copy, "dur_ns"].sum()) / 1e9,

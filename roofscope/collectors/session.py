@@ -200,7 +200,22 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
     d = getattr(optimizer, "defaults", {}) or {}
     return {"class": type(optimizer).__name__, "tensors": len(tensors),
             "params": int(sum(p.numel() for p in tensors)),
-            "fused": d.get("fused"), "foreach": d.get("foreach")}
+            "fused": d.get("fused"), "foreach": d.get("foreach"), "groups": param_group_facts(optimizer)}
+
+
+def param_group_facts(optimizer: Any) -> list[dict[str, int]]:
+    """Per parameter group and element size: tensors, elements and bytes per element. The cost
+    model sizes fused / foreach optimizer ops from them when the trace has no TensorList shapes
+    (analyzers/hidden_args.py); torch's optimizers call those ops once per group and dtype."""
+    out = []
+    for g in optimizer.param_groups:
+        sizes: dict[int, list[int]] = {}
+        for p in g["params"]:
+            acc = sizes.setdefault(int(p.element_size()), [0, 0])
+            acc[0] += 1
+            acc[1] += int(p.numel())
+        out += [{"tensors": t, "numel": n, "itemsize": b} for b, (t, n) in sorted(sizes.items())]
+    return out
 
 
 class Session:

@@ -15,7 +15,9 @@ Importing this package imports every formula module, which registers its formula
 * ``flops``: GEMM, convolution and attention FLOP counts
 * ``elementwise``, ``reductions`` (also pooling, norms, softmax, losses), ``matmul``
   (gemm / conv), ``attention`` (SDPA variants, GQA, varlen, paged), ``memory`` (copies, gathers, fills, views), ``optimizer``,
-  ``inductor`` (Triton kernels): the formulas
+  ``inductor`` (Triton kernels), ``library`` (sort / top-k, indexing, embedding bags, torchvision
+  detection ops), ``serving`` (vLLM / SGLang / AITER norms, rotary, KV-cache writes,
+  quantization, MoE routing and experts, unified attention): the formulas
 
 No formula imports torch (``flops`` holds the GEMM/conv/attention counts of
 ``torch.utils.flop_counter`` as pure functions), so costing a trace needs no torch.
@@ -26,8 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 # importing the formula modules registers their formulas
-from roofscope.analyzers.formulas import (attention, elementwise, inductor, matmul, memory,  # noqa: F401
-                                          optimizer, reductions)
+from roofscope.analyzers.formulas import (attention, elementwise, inductor, library, matmul,  # noqa: F401
+                                          memory, optimizer, reductions, serving)
 from roofscope.analyzers.formulas.dtypes import (BOOL, DTYPE_BY_NAME, DTYPES, FLOAT32, INT64, SCALAR_TYPE_CODES,
                                                  TENSORLIST_DTYPE, DType, dtype_from_code, parse_dtype,
                                                  promote_types, result_type)

@@ -111,7 +111,22 @@ def _conv(call: OpCall) -> Cost:
     flops = _flop_fn("convolution")(x.shape, w.shape, None, None, None, None, transposed, out_val=out.shape)
     cost = _cost(call, flops, _outputs(call, lambda: [out]))
     skipped = 1.0 - _input_read_share(x.shape, w.shape, out.shape, args) if transposed is False else 0.0
-    return Cost(cost.flops, cost.bytes - skipped * _bytes([x]), cost.dtype) if skipped > 0 else cost
+    return Cost(cost.flops, cost.bytes - skipped * _bytes([x]), cost.dtype,
+                tensor_core=_cuda_cores(x.shape, w.shape, transposed))
+
+
+# Channels per group below which a grouped convolution runs on CUDA cores: an MMA's K is 8 (fp16 /
+# bf16) or more, so cuDNN and cuDNN-frontend pick direct kernels for depthwise convolutions (one
+# channel per group) and thin groups. A Faster R-CNN (MobileNetV3) on an H100 put its depthwise
+# backward at 182.8% of the tf32 tensor-core roof.
+_MIN_TC_CHANNELS = 8
+
+
+def _cuda_cores(x: tuple[int, ...], w: tuple[int, ...], transposed: Any) -> bool | None:
+    """False for a grouped convolution too thin for tensor cores, else None (the formula's class)."""
+    if transposed is not False or len(x) < 2 or len(w) < 2:
+        return None
+    return False if x[1] != w[1] and w[1] < _MIN_TC_CHANNELS else None
 
 
 def _input_read_share(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], args: tuple) -> float:
@@ -147,6 +162,15 @@ def _conv_backward(call: OpCall) -> Cost:
     outs = ([x.like()] if mask[0] else []) + ([w.like()] if mask[1] else [])
     if mask[2] and has_bias:
         outs.append(TensorSpec((go.shape[1],), w.dtype))
-    flops = _flop_fn("convolution_backward")(go.shape, x.shape, w.shape, None, None, None, None, transposed,
-                                            None, None, mask, out_val=[x.shape, w.shape, None])
-    return _cost(call, flops, outs)
+    bwd = _flop_fn("convolution_backward")
+    flops = bwd(go.shape, x.shape, w.shape, None, None, None, None, transposed, None, None, mask,
+                out_val=[x.shape, w.shape, None])
+    groups = x.shape[1] // w.shape[1] if not transposed and w.shape[1] and x.shape[1] % w.shape[1] == 0 else 1
+    if mask[1] and groups > 1:
+        # torch.utils.flop_counter counts grad_weight as an ungrouped convolution: each output channel
+        # only sees its group's C_in / groups input channels, so the true count is 1 / groups of it
+        wgrad = bwd(go.shape, x.shape, w.shape, None, None, None, None, transposed, None, None,
+                    [False, True, False], out_val=[x.shape, w.shape, None])
+        flops -= wgrad * (groups - 1) / groups
+    cost = _cost(call, flops, outs)
+    return Cost(cost.flops, cost.bytes, cost.dtype, tensor_core=_cuda_cores(x.shape, w.shape, transposed))

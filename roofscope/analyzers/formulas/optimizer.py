@@ -62,3 +62,14 @@ def _fused_sgd(call: OpCall) -> Cost:
     if momentum:
         total += 2 * _bytes(bufs.tensors)  # type: ignore[union-attr]
     return Cost(float(per * n), total + _bytes([t for a in call.args[3:] for t in a.specs]))
+
+
+@register("aten::_amp_foreach_non_finite_check_and_unscale_", category="optimizer")
+def _amp_unscale(call: OpCall) -> Cost:
+    """GradScaler's unscale: (grads!, found_inf!, inv_scale): each gradient checked and multiplied
+    in place (2 FLOPs per element), read and written once."""
+    grads = call.arg("", 0)
+    if grads is None or not grads.tensors:
+        raise MissingShapes("tensor list")
+    n = sum(t.numel for t in grads.tensors)
+    return Cost(2.0 * n, 2 * _bytes(grads.tensors) + _bytes([t for a in call.args[1:] for t in a.specs]))

@@ -105,6 +105,7 @@ class Cost:
     flops: float
     bytes: float
     dtype: str | None = None  # precision override; None = first floating tensor input
+    tensor_core: bool | None = None  # override of the formula's class (depthwise convs: CUDA cores)
 
 
 def first_float_precision(args: list[Arg]) -> str:

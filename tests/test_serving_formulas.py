@@ -1,0 +1,233 @@
+"""Serving-engine formulas (formulas/serving.py) and the hidden arguments recovered around them
+(hidden_args.py): hand-worked arithmetic, and a real vLLM decode served from CUDA graphs compared
+with the per-op reference CSVs TraceLens wrote for it."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from roofscope.analyzers.costmodel import missing_argument
+from roofscope.analyzers.formulas.serving import expected_experts, moe_cost
+from roofscope.analyzers.hidden_args import missing_notes, step_lengths
+from tests.golden import shared_traces_dir
+from tests.test_costmodel import BF16, F32, check, cost
+
+FP8, U8, LONG = "c10::Float8_e4m3fn", "unsigned char", "long int"
+SHARED = shared_traces_dir()
+VLLM = SHARED / "tracelens" / "vllm_decode_full" if SHARED else None
+CAPTURE = (VLLM / "capture_traces" / "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz") if VLLM else None
+STEP = "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk55086sqsq32sqsk55086)"
+needs_vllm = pytest.mark.skipif(VLLM is None or not VLLM.is_dir(), reason="no ../shared vLLM trace")
+
+
+def test_aiter_fused_add_rmsnorm_matches_tracelens() -> None:
+    # (out, input, residual_in, residual_out, weight, eps, flag), 32 tokens x 2880, bf16:
+    # FLOPs 5 * 32*2880 = 460,800; bytes: input, residual_in, out, residual_out 4 * 184,320 + weight 5,760
+    # = 743,040 (TraceLens: 0.7086181640625 MiB = 743,040)
+    dims = [[32, 2880]] * 4 + [[2880], [], []]
+    row = cost("aiter::rmsnorm2d_fwd_with_add_ck", dims, [BF16] * 5 + ["Scalar"] * 2)
+    check(row, 460_800, 743_040, "bf16", "normalization")
+
+
+def test_vllm_fused_add_rms_norm_writes_input_and_residual_in_place() -> None:
+    # _C::fused_add_rms_norm(input!, residual!, weight, eps) on [4, 8] bf16: FLOPs 5*32 = 160;
+    # bytes: read input, residual (64 each), weight 16; write input, residual (64 each) = 272
+    row = cost("_C::fused_add_rms_norm", [[4, 8], [4, 8], [8], []], [BF16, BF16, BF16, "Scalar"])
+    check(row, 160, 272, "bf16", "normalization")
+    # _C::rms_norm(result, input, weight, eps): FLOPs 4*32 = 128; bytes 64 + 16 + 64 = 144
+    check(cost("_C::rms_norm", [[4, 8], [4, 8], [8], []], [BF16, BF16, BF16, "Scalar"]), 128, 144, "bf16",
+          "normalization")
+
+
+def test_rotary_reads_only_the_cache_rows_of_its_positions() -> None:
+    # (positions [32], query [32, 64 heads*64], key [32, 8*64], head_size 64, cos_sin_cache [131072, 64], neox)
+    # rotated elements 32*4096 + 32*512 = 147,456 -> FLOPs 3 * 147,456 = 442,368;
+    # bytes: positions 256 + cache rows 32*64*2 = 4,096 + q and k read and written 2 * 294,912 = 594,176
+    dims = [[32], [32, 4096], [32, 512], [], [131072, 64], []]
+    row = cost("_C::rotary_embedding", dims, [LONG, BF16, BF16, "Scalar", BF16, "Scalar"],
+               concrete=["", "", "", "64", "", "True"])
+    check(row, 442_368, 594_176, "bf16", "elementwise")
+
+
+def test_kv_cache_write_moves_the_new_tokens_only() -> None:
+    # key, value [32, 8, 64] bf16 (32,768 B each) read, written into the cache (65,536 B), slots 32*8 = 256
+    dims = [[32, 8, 64], [32, 8, 64], [224304, 32, 8, 64], [224304, 32, 8, 64], [32], [], [], []]
+    row = cost("_C_cache_ops::reshape_and_cache_flash", dims, [BF16] * 4 + [LONG, "", F32, F32])
+    check(row, 0, 131_328, "bf16", "copy")
+
+
+def test_silu_and_mul_and_fp8_quantization() -> None:
+    # silu_and_mul(out [4, 11008], input [4, 22016]) bf16: FLOPs 5 * 44,032 = 220,160;
+    # bytes 176,128 + 88,064 = 264,192
+    check(cost("_C::silu_and_mul", [[4, 11008], [4, 22016]], [BF16, BF16]), 220_160, 264_192, "bf16", "elementwise")
+    # static fp8: out [16, 4096] fp8, input bf16, scale [1] fp32: FLOPs 2 * 65,536; bytes 131,072 + 4 + 65,536
+    check(cost("_C::scaled_fp8_quant", [[16, 4096], [16, 4096], [1]], [FP8, BF16, F32]),
+          131_072, 196_612, "bf16", "elementwise")
+    # per-token dynamic: the scales [16, 1] are written: FLOPs 3 * 65,536; bytes 131,072 + 65,536 + 64
+    check(cost("_C::dynamic_per_token_scaled_fp8_quant", [[16, 4096], [16, 4096], [16, 1], []], [FP8, BF16, F32, ""]),
+          196_608, 196_672, "bf16", "elementwise")
+
+
+def test_topk_router() -> None:
+    # TopK(logits [32, 32] bf16, k=4): FLOPs 5 * 1,024 = 5,120; bytes 2,048 + (T, k) fp32 weights 512
+    # + int32 ids 512 = 3,072
+    row = cost("TopK", [[32, 32], [], [], [], [], [], []], [BF16, "Scalar", "Scalar", "Scalar", "Scalar", "", ""],
+               concrete=["", "4", "True", "1", "True", "", ""])
+    check(row, 5_120, 3_072, "fp32", "reduction")
+
+
+def test_moe_cost_by_hand() -> None:
+    # 32 tokens, H 3072, I 2944 (gate/up 5888), 32 experts, top-4, MXFP4 weights:
+    # per expert 3072*5888 + 2944*3072 = 27,131,904 weights; FLOPs 2 * 128 * that = 6,945,767,424
+    # weight bytes per expert 27,131,904 / 2 + scales / 32 = 13,565,952 + 847,872 = 14,413,824;
+    # experts touched 32 * (1 - (28/32)^32); activations (2*32*3072 + 2*128*2944 + 128*3072) * 2 = 2,686,976
+    c = moe_cost(32, 3072, 2944, 5888, 32, 4, 2, 4)
+    assert c.flops == 6_945_767_424
+    assert c.bytes == pytest.approx(32 * (1 - 0.875 ** 32) * 14_413_824 + 2_686_976)
+    assert expected_experts(32, 4, 1) == pytest.approx(4.0) and expected_experts(8, 8, 3) == pytest.approx(8.0)
+
+
+def test_moe_without_its_weights_says_which_argument_is_missing() -> None:
+    dims, types = [[32, 3072], [32, 32], [], []], [BF16, BF16, "", ""]
+    row = cost("vllm::moe_forward", dims, types)
+    assert row["reason"] == "no_shapes" and math.isnan(row["flops"])
+    assert missing_argument("vllm::moe_forward", dims, types) == "no Input Dims for the expert weights"
+
+
+def test_vllm_step_annotation_lengths() -> None:
+    assert step_lengths(STEP) == {"sq": 32, "sk": 55086, "sqsk": 55086}
+    # prefill of two sequences of 4 and 6 tokens: sqsq = 16 + 36 = 52, sqsk = 52; causal scores
+    # 4*5/2 + 6*7/2 = 31 = 52 - (52 - 10) / 2
+    assert step_lengths("execute_10_context_2(sq10sk10sqsq52sqsk52)_generation_0(sq0sk0sqsq0sqsk0)") == \
+        {"sq": 10, "sk": 10, "sqsk": 31}
+    assert step_lengths("ProfilerStep#3") is None
+
+
+def test_missing_notes_name_the_engine_op_and_its_missing_argument() -> None:
+    k = pd.DataFrame({"missing": ["vllm::moe_forward: no Input Dims for the expert weights"] * 2
+                      + ["aten::addmm: no Input Dims recorded", ""],
+                      "unattributed": ["no_shapes"] * 3 + [""], "dur_ns": [2_000_000, 1_500_000, 9_000_000, 5]})
+    assert missing_notes(k) == ["vllm::moe_forward: 3.500 ms uncosted: no Input Dims for the expert weights"]
+
+
+# ---------------------------------------------------------------- the real vLLM decode
+
+
+@pytest.fixture(scope="module")
+def capture_costs() -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:
+    from roofscope.analyzers.attribution import op_costs
+    from roofscope.analyzers.costmodel import signature_costs
+    from roofscope.analyzers.trace import load_trace
+
+    t = load_trace(CAPTURE)
+    sig = signature_costs(t.signatures)
+    names = t.ops["name"].astype(str)
+    return names, op_costs(t, sig, STEP), op_costs(t, sig)
+
+
+def _first(names: pd.Series, oc: pd.DataFrame, op: str) -> pd.Series:
+    return oc[(names == op).to_numpy()].iloc[0]
+
+
+@needs_vllm
+def test_vllm_capture_costs_agree_with_tracelens(capture_costs) -> None:
+    names, oc, _ = capture_costs
+    mib = 2 ** 20
+    # unified attention: TraceLens 0.902529024 GFLOP, 108.08984375 MiB (decode: 2 * 64 heads * 55086 * 128)
+    att = _first(names, oc, "vllm::unified_attention_with_output")
+    assert att["flops"] == 902_529_024 and att["bytes"] / mib == pytest.approx(108.08984375)
+    # MoE: TraceLens 2.415919104 + 4.831838208 GFLOP and 142.930 + 284.923 MiB, taking the intermediate
+    # size as the hidden size (3072); the weights say 2944, and we add the MXFP4 block scales
+    moe = _first(names, oc, "vllm::moe_forward")
+    assert moe["flops"] == 6_945_767_424
+    assert moe["flops"] / 7.247757312e9 == pytest.approx(1, abs=0.05)
+    assert moe["bytes"] / mib / (142.93016346657365 + 284.9228269331473) == pytest.approx(1, abs=0.03)
+    norm = _first(names, oc, "aiter::rmsnorm2d_fwd_with_add_ck")
+    assert norm["bytes"] / mib == pytest.approx(0.7086181640625)
+
+
+@needs_vllm
+def test_without_the_step_annotation_attention_says_what_is_missing(capture_costs) -> None:
+    names, _, bare = capture_costs
+    att = _first(names, bare, "vllm::unified_attention_with_output")
+    assert att["reason"] == "no_shapes"
+    assert att["missing"].startswith("vllm::unified_attention_with_output: no sequence")
+    assert _first(names, bare, "vllm::moe_forward")["reason"] == ""  # its hints come from its own subtree
+
+
+@needs_vllm
+def test_vllm_decode_with_its_capture_is_costed() -> None:
+    import roofscope
+
+    a = roofscope.analyze(str(VLLM / "graph_execution.json.gz"), graph_capture=[str(CAPTURE)])
+    u = a.unattributed()
+    # before the serving formulas 84.1% of the 10.718 ms had no cost; now only aten::index (3 us: its
+    # index list was not recorded)
+    assert u["share"] < 0.001 and u["by_reason"]["no_shapes"]["kernels"] == 1
+    assert not any("uncosted" in n for n in u["notes"])  # aten ops' missing shapes are not serving notes
+
+
+@needs_vllm
+def test_cli_subprocess_reports_the_coverage(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    r = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(VLLM / "graph_execution.json.gz"),
+                        "--graph-capture", str(CAPTURE), "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["summary"]["unattributed"]["share"] < 0.01
+
+
+def test_eager_vllm_step_costs_attention_and_moe_from_the_trace_around_them(tmp_path: Path) -> None:
+    import gzip
+
+    import roofscope
+    from tests.kineto import TraceBuilder
+
+    b = TraceBuilder()
+    b.annotation("execute_4_context_0(sq0sk0sqsq0sqsk0)_generation_4(sq4sk400sqsq4sqsk400)", 0, 1000)
+    qkvo = [[4, 8, 64], [4, 2, 64], [4, 2, 64], [4, 8, 64]]
+    att = b.op("vllm::unified_attention_with_output", 10, 50, dims=qkvo + [[]] * 4, types=[BF16] * 4 + [""] * 4)
+    b.launch_kernel("kernel_unified_attention_2d", 20, 100, 10, ext=att)
+    moe = b.op("vllm::moe_forward", 100, 200, dims=[[4, 256], [4, 8], [], []], types=[BF16, BF16, "", ""])
+    b.op("TopK", 110, 10, dims=[[4, 8], [], [], [], [], [], []], types=[BF16] + ["Scalar"] * 4 + ["", ""],
+         concrete=["", "2", "True", "1", "True", "", ""])
+    b.op("aten::view", 130, 2, dims=[[8, 256, 1024], []], types=[BF16, "ScalarList"])
+    b.op("aten::view", 140, 2, dims=[[8, 512, 256], []], types=[BF16, "ScalarList"])
+    b.launch_kernel("fused_moe_kernel", 150, 300, 40, ext=moe)
+    p = tmp_path / "vllm.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump(b.doc(), f)
+    k = roofscope.analyze(str(p)).kernels.set_index("name")
+    # attention: 8 query heads x 400 cached keys x (64 + 64) x 2 = 819,200 FLOPs; bytes bf16:
+    # Q 4*8*64*2 = 4,096 + K/V of 400 tokens x 2 heads x 128 x 2 = 204,800 + out 4,096 = 212,992
+    assert k.loc["kernel_unified_attention_2d", "flops"] == 819_200
+    assert k.loc["kernel_unified_attention_2d", "bytes"] == 212_992
+    # MoE, bf16 experts: H 256, gate/up (8, 256, 1024): 2I = 1024; down (8, 512, 256): I = 512;
+    # 8 routed tokens x 2 x (256*1024 + 512*256) = 6,291,456 FLOPs
+    assert k.loc["fused_moe_kernel", "flops"] == 6_291_456 and k.loc["fused_moe_kernel", "unattributed"] == ""
+
+
+def test_fused_experts_with_fp8_weights_as_arguments() -> None:
+    # vllm::inplace_fused_experts(x (16, 1024) bf16, w1 (8, 1024, 1024) fp8, w2 (8, 1024, 512) fp8,
+    # topk_weights (16, 2), topk_ids (16, 2), ...): gate/up 2I = 1024 (w1 holds H*1024 per expert),
+    # down I = 512; FLOPs 2 * 32 routed * (1024*1024 + 512*1024) = 100,663,296
+    # bytes: experts touched 8 * (1 - (6/8)^16) x 1,572,864 fp8 weights + activations
+    # (2*16*1024 + 2*32*512 + 32*1024) * 2 = 196,608
+    dims = [[16, 1024], [8, 1024, 1024], [8, 1024, 512], [16, 2], [16, 2], []]
+    row = cost("vllm::inplace_fused_experts", dims, [BF16, FP8, FP8, F32, "int", "Scalar"])
+    assert row["flops"] == 100_663_296 and row["category"] == "gemm"
+    assert row["bytes"] == pytest.approx(8 * (1 - 0.75 ** 16) * 1_572_864 + 196_608)
+
+
+def test_topk_softmax_finds_the_logits_in_either_argument_order() -> None:
+    # vLLM (weights!, ids!, token_expert_indices!, gating (64, 128) fp32) and SGLang (weights!, ids!, gating,
+    # renormalize): FLOPs 5 * 8,192 = 40,960; bytes: gating 32,768 + the (64, 8) outputs
+    vllm = cost("_moe_C::topk_softmax", [[64, 8], [64, 8], [64, 8], [64, 128]], [F32, "int", "int", F32])
+    check(vllm, 40_960, 32_768 + 3 * 2_048, "fp32", "reduction")
+    sgl = cost("sgl_kernel::topk_softmax", [[64, 8], [64, 8], [64, 128], []], [F32, "int", F32, "Scalar"])
+    check(sgl, 40_960, 32_768 + 2 * 2_048, "fp32", "reduction")
