@@ -135,7 +135,7 @@ def test_run_counters_cupti_records_with_the_config_when_the_probe_passes(tmp_pa
     script = tmp_path / "s.py"
     script.write_text("import torch, roofscope\nfor _ in range(4):\n    torch.ones(8, 8) @ torch.ones(8, 8)\n"
                       "    roofscope.step()\n")
-    assert main(["run", "--counters", "cupti", "--wait", "0", "--warmup", "1", "--active", "1", "--nvml-hz", "0",
+    assert main(["run", "--counters", "cupti", "--settle", "0", "--wait", "0", "--warmup", "1", "--active", "1", "--nvml-hz", "0",
                  "--no-report", "-q", "-o", str(tmp_path / "run"), "--peak-tflops", "1",
                  "--peak-bandwidth", "10", str(script)]) == 0
     assert seen == [cfg]

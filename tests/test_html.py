@@ -291,7 +291,7 @@ def test_header_cards_and_findings_from_the_issue5_schema(h200):
                "energy_per_token_j": 0.00103, "throttled_fraction": 0.25, "peak_roof": "bf16", "peak_flops": 989.5e12}
     page = render_html(_with_summary(roofscope.analyze(H200_RUN), metrics=metrics,
                                      findings=[_finding("Capture the step in a CUDA graph")]))
-    for text in ("12.500 ms", "median of 3 steps, 12.100–13.300 ms", "655 k", "41.2%", "model FLOPs: model_flops",
+    for text in ("12.500 ms", "median of 3 profiled steps, 12.100–13.300 ms", "655 k", "41.2%", "model FLOPs: model_flops",
                  "45.5%", "21.0%", "93.0%", "idle 7.0%", "8.4 J", "0.00103 J/token", "25.0%", "bf16 990 TFLOP/s"):
         assert text in page, text
     # The card links to its evidence, which shows the figures, kernels and the fix's snippet.

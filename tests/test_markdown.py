@@ -41,7 +41,7 @@ def test_markdown_of_the_h200_run(h200):
     md = render_markdown(h200)
     assert md.startswith("## roofscope: NVIDIA H200\n")
     # GPU-measured steps of 6.293, 6.332 and 5.923 ms: median 6.293; 512 tokens / 6.293366 ms = 81.4 k tokens/s.
-    assert "| step time, median of 3 | 6.293 ms (5.923 to 6.332) |" in md
+    assert "| step time (profiled), median of 3 | 6.293 ms (5.923 to 6.332) |" in md
     assert "| tokens/s | 81.4 k |" in md
     # memory 0.222013 ms of 1.614897 ms = 13.7%.
     assert "| memory | 0.222 | 13.7% |" in md

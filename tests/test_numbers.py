@@ -414,9 +414,9 @@ def test_one_step_reads_as_one_step_everywhere(tmp_path):
     a = _cpu_run(tmp_path, "one", steps=1, partial=False)
     text = render_summary(a)
     assert ", step 3" in text and "steps 3-3" not in text and "1 profiled, 0.520 ms/step" in text
-    assert "| step time, 1 step | 0.520 ms |" in render_markdown(a)
+    assert "| step time (profiled), 1 step | 0.520 ms |" in render_markdown(a)
     html = render_html(a)
-    assert "median of 1 steps" not in html and ">1 step<" in html
+    assert "median of 1 steps" not in html and ">1 profiled step<" in html
 
 
 def test_gate_cli_takes_bounds_with_units(tmp_path, capsys):

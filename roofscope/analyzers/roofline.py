@@ -160,7 +160,9 @@ def input_bytes(signatures: pd.DataFrame, sig: np.ndarray) -> np.ndarray:
 
     per = np.full(len(signatures), np.nan)
     for i, (dims, types) in enumerate(zip(signatures["input_dims"], signatures["input_types"])):
-        sizes = [math.prod(d) * dt.itemsize for d, t in zip(dims or (), types or ())
+        # A hand-made or hostile trace may give a number where a list belongs: no bytes then.
+        dims, types = (x if isinstance(x, (list, tuple)) else () for x in (dims, types))
+        sizes = [math.prod(d) * dt.itemsize for d, t in zip(dims, types)
                  if isinstance(t, str) and (dt := parse_dtype(t)) is not None
                  and isinstance(d, list) and all(isinstance(x, int) for x in d)]
         per[i] = sum(sizes) if sizes else np.nan

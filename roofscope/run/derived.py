@@ -16,7 +16,9 @@ from typing import Any
 
 from .layout import SUMMARY_FILE
 
-ANALYSIS_VERSION = 3
+# 4: the program's own time (step_time, diagnosis.program_time), costing of serving, optimizer and library
+# ops, classes without a formula, blocked fixes (issues 25, 26, 29)
+ANALYSIS_VERSION = 4
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 
