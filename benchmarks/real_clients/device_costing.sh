@@ -1,0 +1,28 @@
+#!/bin/bash
+# Issue 26 on a GPU: the ceilings measured here, clients nobody here tuned for under `roofscope run`
+# (torchvision Faster R-CNN training, a user's Triton kernel with no steps at all), and Runs recorded
+# earlier (RUNS_DIR) analyzed again on these ceilings: GPU time without a cost, kernels above their roof.
+set -u
+cd "$(dirname "$0")/../.."
+source benchmarks/real_clients/device_env.sh
+mkdir -p "$OUT" rc
+timeout 150 python3 -m roofscope microbench --quick > "$OUT/microbench.txt" 2>&1; tail -3 "$OUT/microbench.txt"
+timeout 200 python3 -m roofscope run -o rc/detection --force --no-report benchmarks/real_clients/torchvision_detection.py \
+  --steps 20 > rc/detection.txt 2>&1; echo "detection rc=$?"
+timeout 90 python3 -m roofscope run -o rc/triton --force --no-report --stepless-after 1 \
+  benchmarks/real_clients/triton_user_kernel.py --steps 30000 > rc/triton.txt 2>&1; echo "triton rc=$?"
+for r in rc/detection rc/triton ${RUNS_DIR:+$RUNS_DIR/*}; do
+  [ -f "$r/run.json" ] || { echo "$r: no Run"; continue; }
+  python3 - "$r" <<'PY'
+import sys, roofscope
+a = roofscope.analyze(sys.argv[1]); s = a.summary()
+above = s["above_roof"]
+print(f"{sys.argv[1]}: uncosted {100 * s['unattributed']['share']:.1f}% of {s['kernel_time_s'] * 1e3:.1f} ms;"
+      f" above roof: {above.get('kernels', 0)} kernels; ceilings {s['ceilings']['source']};"
+      f" stepless {(s.get('run') or {}).get('steps', {}).get('stepless_window')}")
+for f in s["findings"][:4]:
+    print(f"   {f['rule']}: {f['saving_s'] * 1e3:.3f} ms {f.get('status', '')} {f['summary'][:150]}")
+PY
+done
+grep -E "^(step|own)" rc/detection.txt | tail -3
+tar czf "$OUT/costing_runs.tgz" rc/detection rc/triton rc/*.txt 2>/dev/null
