@@ -529,16 +529,16 @@ def test_run_measures_once_with_progress_then_reuses_the_cache(tmp_path, capsys,
         return cpu.with_theoretical(_cpu_set(150e9, 60e9, 20e9, 68.9e9), cpu.read_peak(torch.get_num_threads()))
 
     monkeypatch.setattr(cpu, "measure_cpu", fake)
-    assert main(["run", "-o", str(tmp_path / "r1"), str(script)]) == 0
+    assert main(["run", "--settle", "0", "-o", str(tmp_path / "r1"), str(script)]) == 0
     err = capsys.readouterr().err
     assert f"{MEASURING}[1/2] fp32 matmul\n{MEASURING}[2/2] DRAM copy\n" in err and calls == [True]
     assert load_ceilings_file(tmp_path / "r1" / "ceilings.json").bandwidth == 20e9
     # The second run reuses the cached set: nothing measured, nothing printed about it.
-    assert main(["run", "-o", str(tmp_path / "r2"), str(script)]) == 0
+    assert main(["run", "--settle", "0", "-o", str(tmp_path / "r2"), str(script)]) == 0
     assert MEASURING not in capsys.readouterr().err and calls == [True]
     # -q: no progress lines (a fresh cache, so it measures).
     monkeypatch.setenv("ROOFSCOPE_CACHE_DIR", str(tmp_path / "cache2"))
-    assert main(["run", "-q", "-o", str(tmp_path / "r3"), str(script)]) == 0
+    assert main(["run", "-q", "--settle", "0", "-o", str(tmp_path / "r3"), str(script)]) == 0
     assert MEASURING not in capsys.readouterr().err and calls == [True, True]
 
 

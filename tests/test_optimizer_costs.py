@@ -11,7 +11,7 @@ import pytest
 
 import roofscope
 from roofscope.collectors.session import optimizer_facts, param_group_facts
-from tests.golden import shared_traces_dir
+from tests.conftest import external
 from tests.kineto import TraceBuilder
 
 APEX_ADAM = ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>, float, float, float, float, "
@@ -92,7 +92,7 @@ def test_multi_tensor_apply_kernels_with_no_op_stream_their_grid(tmp_path: Path)
     assert list(k["cost_source"]) == ["launch", "launch"] and (k["unattributed"] == "").all()
 
 
-A100 = (shared_traces_dir() or Path("/nonexistent")) / "hta_a100_rank0.json.gz"
+A100 = external("hta_a100_rank0.json.gz")
 
 
 @pytest.mark.skipif(not A100.exists(), reason="no ../shared HTA trace")

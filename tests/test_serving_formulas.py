@@ -15,12 +15,13 @@ import pytest
 from roofscope.analyzers.costmodel import missing_argument
 from roofscope.analyzers.formulas.serving import expected_experts, moe_cost
 from roofscope.analyzers.hidden_args import missing_notes, step_lengths
-from tests.golden import shared_traces_dir
+from tests.conftest import EXTERNAL, VENDORED
 from tests.test_costmodel import BF16, F32, check, cost
 
 FP8, U8, LONG = "c10::Float8_e4m3fn", "unsigned char", "long int"
-SHARED = shared_traces_dir()
-VLLM = SHARED / "tracelens" / "vllm_decode_full" if SHARED else None
+# Vendored in tests/data/external (MIT licence, LICENSE-TraceLens beside it); the corpus's copy otherwise.
+VLLM = next((d for d in (VENDORED / "tracelens" / "vllm_decode_full", EXTERNAL / "tracelens" / "vllm_decode_full")
+             if d.is_dir()), None)
 CAPTURE = (VLLM / "capture_traces" / "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz") if VLLM else None
 STEP = "execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk55086sqsq32sqsk55086)"
 needs_vllm = pytest.mark.skipif(VLLM is None or not VLLM.is_dir(), reason="no ../shared vLLM trace")

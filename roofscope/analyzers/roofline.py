@@ -42,6 +42,7 @@ intensity against the ridge).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -148,6 +149,24 @@ def device_sms(props: dict | None, ceilings: Ceilings) -> int | None:
     return sm_count(ceilings.datasheet.key) if ceilings.datasheet is not None else None
 
 
+# Kernel names that announce tensor-core math: cuDNN/cuBLAS xmma, hmma and (Hopper) gmma/wgmma tiles,
+# CUTLASS tensorop, a TF32 or BF16/FP16 MMA in the name. SIMT kernels ("simt_sgemm") run on CUDA cores.
+_TENSOR_CORE_NAME = re.compile(r"xmma|hmma|wgmma|gmma_|tensorop|_tf32|s16816|s1688|h16816|bf16_s", re.IGNORECASE)
+
+
+def _names_tensor_core(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: its name says it runs tensor-core math, and says TF32 (once per distinct name)."""
+    if "name" not in k or not len(k):
+        return np.zeros(len(k), dtype=bool), np.zeros(len(k), dtype=bool)
+    names = k["name"].astype("category")
+    cats = [str(n) for n in names.cat.categories]
+    says = np.array([bool(_TENSOR_CORE_NAME.search(n)) and "simt" not in n.lower() for n in cats], dtype=bool)
+    tf32 = says & np.array(["tf32" in n.lower() for n in cats], dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    pick = np.maximum(codes, 0)
+    return np.where(codes >= 0, says[pick], False), np.where(codes >= 0, tf32[pick], False)
+
+
 def _blocks(grid: pd.Series) -> np.ndarray:
     """Blocks in each launch's grid (NaN where the trace has no grid)."""
     return np.array([float(np.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.nan for g in grid],
@@ -211,14 +230,17 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     flops = k["flops"].to_numpy(dtype=np.float64)
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
-    tc = k["tensor_core"].to_numpy(dtype=bool)
+    # A kernel whose name says tensor-core math ran on tensor cores, whatever its op's formula guessed
+    # (cuDNN runs a 3-channel first convolution as sm90_xmma_fprop_..._tf32f32: 105% of the fp32 roof).
+    named, says_tf32 = _names_tensor_core(k)
+    tc = k["tensor_core"].to_numpy(dtype=bool) | named
     bw, level = _memory_roof(k, ceilings, nbytes, dur)  # no ceilings: NaN, so no floor, efficiency or class
     bw, level = _host_link(k, ceilings, bw, level)
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur
         roof, roof_key = _roofs(ceilings, dtype, tc)
         if "tf32" in ceilings.peaks:
-            tf32 = tc & (dtype == "fp32") & (achieved > roof * _TF32_EVIDENCE)
+            tf32 = tc & (dtype == "fp32") & ((achieved > roof * _TF32_EVIDENCE) | says_tf32)
             roof = np.where(tf32, ceilings.peaks["tf32"], roof)
             roof_key = np.where(tf32, "tf32", roof_key)
         intensity = flops / nbytes
