@@ -60,7 +60,8 @@ def _roofscope_run(tmp_path, *args: str, timeout: int = 600):
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *args], cwd=root,
+    # --settle 0: these tests count the schedule's steps exactly (settling: tests/test_program_time.py)
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--settle", "0", *args], cwd=root,
                          capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     return out, res

@@ -25,7 +25,7 @@ def test_run_with_ncu_counters_matches_every_profiled_launch(tmp_path):
     except NcuError as e:
         pytest.skip(str(e))
     out = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--wait", "1", "--warmup", "1",
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--settle", "0", "--wait", "1", "--warmup", "1",
                           "--active", "2", "--counters", "ncu", "-q", str(EXAMPLES / "mlp.py"), "--steps", "5",
                           "--width", "256", "--batch", "128"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path,

@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _run(tmp_path: Path, *script: str) -> dict:
     out = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--no-report", *script],
+    # --settle 0: the schedule as asked (these scripts decode a few tokens only)
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--no-report", "--settle", "0",
+                          *script],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads((out / "summary.json").read_text())

@@ -41,6 +41,13 @@ class GraphRecorder:
         # (a boundary would also switch the session's profiler while the capture's own records).
         self.capturing = 0
 
+    def adopt(self, earlier: "GraphRecorder") -> None:
+        """Go on from an earlier recorder of the same session (a profile made again): its recorded
+        captures, counts and graph ids are kept, and new ids follow them."""
+        self.files, self.errors = list(earlier.files), list(earlier.errors)
+        self.skipped, self.captures = earlier.skipped, earlier.captures
+        self._ids = itertools.count(next(earlier._ids))
+
     def install(self) -> None:
         import torch
 

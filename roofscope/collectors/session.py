@@ -243,6 +243,7 @@ class Session:
         self.optimizer: dict[str, Any] | None = None
         self._step_hooks: Any = None
         self._graphs: Any = None
+        self._aids_on = False          # NVML, labels and the graph recorder installed (_start_aids)
         self.timer: Any = None             # StepTimer: every step's own time (collectors/steptimes.py)
         self._settle = SettleState()
         self._provisional: Path | None = None   # a first generate() call's profile, kept until a later one's is complete
@@ -336,8 +337,13 @@ class Session:
             from .graphs import GraphRecorder
 
             collector = self._collector
+            # A rearm's recorder goes on numbering after the first one's captures, kept in the same folder.
+            earlier = self._graphs
             self._graphs = GraphRecorder(self._tmp / "graphs", collector.make_room, collector.give_back_room)
+            if earlier is not None:
+                self._graphs.adopt(earlier)
             self._graphs.install()
+        self._aids_on = True
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -368,7 +374,7 @@ class Session:
         c = self._collector
         if self.foreign:
             return
-        if c is None or self._finished or (self._graphs is not None and self._graphs.capturing):
+        if c is None or self._finished or (self._aids_on and self._graphs is not None and self._graphs.capturing):
             return
         hooks = self._step_hooks
         self.timer.mark(STEP_PHASES.get(c.phase, "unprofiled"), hooks.tokens if hooks is not None else None)
@@ -414,19 +420,19 @@ class Session:
         self.rearmed = "the first generate() call was cold: its steps were profiled again in the second call"
         self._settle = SettleState()
         self._provisional_telemetry = self.telemetry
-        if self._sampler is None and self._labels is None and self._graphs is None:
+        if not self._aids_on:
             self._start_aids()
 
     # -- finish ------------------------------------------------------------------------------
 
     def _stop_aids(self) -> None:
         """Stop the profiler and what runs beside it; the step boundaries stay (timed only)."""
-        if self._graphs is not None:
+        # The recorder and the labeller stay for stop(): their captures and call counts go into run.json.
+        if self._aids_on and self._graphs is not None:
             self._graphs.remove()
-            self._graphs = None
-        if self._labels is not None:
+        if self._aids_on and self._labels is not None:
             self._labels.remove()
-            self._labels = None
+        self._aids_on = False
         if self._step_hooks is not None:
             self._step_hooks.label = False
         if self.part is not None:
