@@ -17,18 +17,20 @@ DATA = Path(__file__).resolve().parent / "data" / "profiler_options"
 # x5 backward = 268.4 MFLOP, plus GELU/MSE/SGD elementwise work: 270.6 MFLOP in all.
 STEP_FLOPS = 2.706e8
 
-# file -> (CPU ops, GPU activities, steps, FLOPs of the recorded steps or 0 without shapes)
+# file -> (CPU ops, GPU activities, steps, FLOPs of the recorded steps); without shapes only the optimizer's
+# foreach kernels are costed, streamed from their launch grids: 1,966,080 FLOP
+NO_SHAPES = 1_966_080.0
 EXPECTED = {
-    "opt_defaults.json.gz": (161, 31, [2], 0.0),            # record_shapes off: no costs
+    "opt_defaults.json.gz": (161, 31, [2], NO_SHAPES),      # record_shapes off
     "opt_shapes.json.gz": (161, 31, [2], STEP_FLOPS),
     "opt_stack.json.gz": (161, 31, [2], STEP_FLOPS),         # + python_function events
-    "opt_modules.json.gz": (161, 31, [2], 0.0),              # with_modules, no shapes
+    "opt_modules.json.gz": (161, 31, [2], NO_SHAPES),        # with_modules, no shapes
     "opt_memory.json.gz": (161, 31, [2], STEP_FLOPS),        # + [memory] instant events
     "opt_flops.json.gz": (161, 31, [2], STEP_FLOPS),
     "opt_acc_events.json.gz": (161, 31, [5], STEP_FLOPS),
     "opt_experimental.json.gz": (161, 31, [2], STEP_FLOPS),  # _ExperimentalConfig(verbose=True)
-    "opt_tensorboard.json.gz": (161, 31, [2], 0.0),          # tensorboard_trace_handler(use_gzip=True)
-    "opt_cuda_activity_only.json.gz": (0, 31, [], 0.0),     # activities=[CUDA]: kernels without ops
+    "opt_tensorboard.json.gz": (161, 31, [2], NO_SHAPES),    # tensorboard_trace_handler(use_gzip=True)
+    "opt_cuda_activity_only.json.gz": (0, 31, [], NO_SHAPES),  # activities=[CUDA]: kernels without ops
     "opt_cpu_activity_only.json.gz": (161, 30, [2], STEP_FLOPS),  # activities=[CPU]: a CPU-only analysis
     "opt_cuda_graph.json.gz": (27, 27, [0, 1, 2], None),     # a captured forward replayed 3 times
 }
