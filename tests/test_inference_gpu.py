@@ -33,9 +33,11 @@ def test_decode_cuda_graph_replays_are_costed(tmp_path: Path) -> None:
 
 def test_hf_generate_gets_forward_steps_and_prefill_decode(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    s = _run(tmp_path, "examples/generate.py", "--size", "tiny", "--batch", "2", "--prompt-len", "32",
-             "--new-tokens", "8")
-    assert s["run"]["steps"]["source"] == "forward"
+    # The warm-up generate() call (3 tokens) starts the profile; the measured call is profiled again
+    # (steps.rearmed), here from its prefill: no warm-up step, so the prefill is recorded.
+    s = _run(tmp_path, "--warmup", "0", "examples/generate.py", "--size", "tiny", "--batch", "2",
+             "--prompt-len", "32", "--new-tokens", "8")
+    assert s["run"]["steps"]["source"] == "forward" and s["run"]["steps"]["rearmed"]
     inf = s["inference"]
     assert inf["prefill"]["q_len"] == 32 and inf["decode"]["q_len"] == 1 and inf["batch"] == 2
     assert inf["ttft_s"] > 0 and inf["tokens_per_s"] > 0

@@ -198,7 +198,8 @@ def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
     tpot = decode["step_time_s"]
     out: dict[str, Any] = {
         "prefill": prefill, "decode": decode,
-        "ttft_s": prefill["step_time_s"] if prefill else None,
+        # No profiled prefill (the profile began on steady decode tokens): the program's own prefill time.
+        "ttft_s": prefill["step_time_s"] if prefill else own.get("prefill_median_s"),
         "tpot_s": tpot, "batch": decode["batch"],
         "tokens_per_s": decode["batch"] / tpot if decode["batch"] and tpot > 0 else None,
         "decode_mbu": decode.get("mbu"),
