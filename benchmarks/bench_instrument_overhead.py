@@ -69,27 +69,16 @@ def _instrument(config: str, model, cuda: bool):
 
 def decode(config: str, rounds: int) -> float:
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-    from transformers.generation.streamers import BaseStreamer
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "real_clients"))
+    from own_clock import gpt2_fp16, token_clock
 
     if config == "after_teardown1":
         os.environ["TEARDOWN_CUPTI"] = "1"
     elif config == "after_teardown0":
         os.environ["TEARDOWN_CUPTI"] = "0"
 
-    class Clock(BaseStreamer):
-        def __init__(self) -> None:
-            self.t: list[float] = []
-
-        def put(self, value) -> None:
-            self.t.append(time.perf_counter())
-
-        def end(self) -> None:
-            pass
-
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = GPT2LMHeadModel(GPT2Config()).half().eval()
+    model = gpt2_fp16()
     ids = torch.randint(0, 50257, (16, 64), device="cuda")
     _instrument(config, model, True)
     prof = _profiler(config, True) if config.startswith(("prof", "after")) else None
@@ -97,7 +86,7 @@ def decode(config: str, rounds: int) -> float:
     for r in range(rounds):
         if prof is not None and r == 1:
             prof.start()
-        clock = Clock()
+        clock = token_clock()
         with torch.no_grad():
             model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=48,
                            min_new_tokens=48, pad_token_id=0, streamer=clock)

@@ -17,8 +17,7 @@ import statistics
 import time
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-from transformers.generation.streamers import BaseStreamer
+from own_clock import gpt2_fp16, token_clock
 
 p = argparse.ArgumentParser()
 p.add_argument("--static", action="store_true", help="cache_implementation='static' (compiled decode step)")
@@ -29,26 +28,13 @@ p.add_argument("--new-tokens", type=int, default=48)
 args = p.parse_args()
 
 
-class Clock(BaseStreamer):
-    def __init__(self) -> None:
-        self.t: list[float] = []
-
-    def put(self, value) -> None:
-        self.t.append(time.perf_counter())
-
-    def end(self) -> None:
-        pass
-
-
-torch.manual_seed(0)
-with torch.device("cuda"):
-    model = GPT2LMHeadModel(GPT2Config()).half().eval()
+model = gpt2_fp16()
 if args.static:
     model.generation_config.cache_implementation = "static"
 ids = torch.randint(0, 50257, (args.batch, args.prompt_len), device="cuda")
 tpots = []
 for r in range(args.rounds):
-    clock = Clock()
+    clock = token_clock()
     t0 = time.perf_counter()
     with torch.no_grad():
         model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=args.new_tokens,

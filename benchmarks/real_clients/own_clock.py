@@ -21,3 +21,31 @@ class StepClock:
         print(f"{unit} times ms:", [round(g * 1e3, 2) for g in gaps])
         print(f"own steady {unit} {steady * 1e3:.3f} ms (median of {unit}s {skip + 1}..{len(gaps)})", flush=True)
         return steady
+
+
+def token_clock():
+    """A Hugging Face streamer that keeps the host time at which each token reaches it (sampling
+    reads every next token back, so each decode step is already synchronized): ``.t``."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class TokenClock(BaseStreamer):
+        def __init__(self) -> None:
+            self.t: list[float] = []
+
+        def put(self, value) -> None:
+            self.t.append(time.perf_counter())
+
+        def end(self) -> None:
+            pass
+
+    return TokenClock()
+
+
+def gpt2_fp16():
+    """GPT-2 124M, random init, fp16 on the GPU, in eval mode."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        return GPT2LMHeadModel(GPT2Config()).half().eval()
