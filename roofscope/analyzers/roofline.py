@@ -50,6 +50,7 @@ import pandas as pd
 
 from ..config import RooflineThresholds
 from ..devices import Ceilings
+from .names import per_name
 from .runtime_names import copy_direction
 
 CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "unknown")
@@ -155,16 +156,12 @@ _TENSOR_CORE_NAME = re.compile(r"xmma|hmma|wgmma|gmma_|tensorop|_tf32|s16816|s16
 
 
 def _names_tensor_core(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per kernel: its name says it runs tensor-core math, and says TF32 (once per distinct name)."""
+    """Per kernel: its name says it runs tensor-core math, and says TF32 (tested once per distinct name)."""
     if "name" not in k or not len(k):
         return np.zeros(len(k), dtype=bool), np.zeros(len(k), dtype=bool)
-    names = k["name"].astype("category")
-    cats = [str(n) for n in names.cat.categories]
-    says = np.array([bool(_TENSOR_CORE_NAME.search(n)) and "simt" not in n.lower() for n in cats], dtype=bool)
-    tf32 = says & np.array(["tf32" in n.lower() for n in cats], dtype=bool)
-    codes = names.cat.codes.to_numpy()
-    pick = np.maximum(codes, 0)
-    return np.where(codes >= 0, says[pick], False), np.where(codes >= 0, tf32[pick], False)
+    says = per_name(k["name"], lambda s: s.str.contains(_TENSOR_CORE_NAME) & ~s.str.contains("simt", case=False))
+    tf32 = per_name(k["name"], lambda s: s.str.contains("tf32", case=False, regex=False))
+    return says.astype(bool), (says & tf32).astype(bool)
 
 
 def _blocks(grid: pd.Series) -> np.ndarray:

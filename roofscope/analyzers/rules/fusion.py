@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..names import per_name
 from .base import Context, Finding, Rule, top_kernels
 from .shapes import first_numel, gemm_table, op_dims
 
@@ -22,7 +23,7 @@ def chains(k: pd.DataFrame) -> pd.Series:
     # to say what a fused kernel would still move.
     fusible = (k["category"].isin(FUSIBLE) & k["cls"].isin(("memory", "latency"))
                & (k["floor_s"].notna() if "floor_s" in k else True)
-               & ~k["name"].astype(str).str.contains(_FUSED_NAME, regex=True)).to_numpy()
+               & ~per_name(k["name"], lambda s: s.str.contains(_FUSED_NAME, regex=True))).to_numpy()
     stream = k["stream"].fillna(-1).to_numpy()
     prev_ok = np.r_[False, fusible[:-1] & (stream[1:] == stream[:-1])]
     cid = np.where(fusible, np.cumsum(fusible & ~prev_ok), -1)
