@@ -71,14 +71,15 @@ class Collection(Bounded):
     tokens_per_step: float | None = option(None, "Tokens processed per step, for tokens/s.", min=0, min_open=True)
     model_flops_per_step: float | None = option(None, "Model FLOPs per step (e.g. 6*params*tokens), for MFU.",
                                                 min=0, min_open=True)
-    settle: int = option(3, "Profile only once this many consecutive unprofiled steps lie within --settle-tolerance "
-                            "of their median (0: profile right after --wait).", min=0)
+    settle: int = option(3, "Once this many consecutive steps after the first profile lie within --settle-tolerance "
+                            "of their median, profile again on them: the first was of cold steps (0: keep the first "
+                            "profile).", min=0)
     settle_tolerance: float = option(0.15, "How far (a fraction of their median) the settling steps may lie from "
                                            "their median.", min=0, min_open=True)
-    settle_max_steps: int = option(30, "Profile anyway this many steps after --wait if the step times never settle.",
-                                   min=0)
-    settle_max_s: float = option(60.0, "Profile anyway this many seconds after --wait if the step times never "
-                                       "settle.", min=0)
+    settle_max_steps: int = option(30, "Keep the first profile if the steps after it have not settled within this "
+                                       "many steps.", min=0)
+    settle_max_s: float = option(60.0, "Keep the first profile if the steps after it have not settled within this "
+                                       "many seconds.", min=0)
     exit_after_profile: bool = option(False, "End the script (exit code 0) as soon as the profiled steps are "
                                              "recorded.")
     stepless_after: float = option(10.0, "Without a step boundary this many seconds after the first GPU work, record "

@@ -114,10 +114,10 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
             settle: int = Collection.settle, settle_tolerance: float = Collection.settle_tolerance,
             settle_max_steps: int = Collection.settle_max_steps,
             settle_max_s: float = Collection.settle_max_s) -> Profile:
-    """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones, once the step
-    times have settled (``settle`` steps within ``settle_tolerance`` of their median; at most
-    ``settle_max_steps`` steps or ``settle_max_s`` seconds of waiting; ``settle=0`` profiles right
-    after ``wait``). Every step is timed without the profiler too (docs/overhead.md).
+    """Profile ``steps`` steps after ``wait`` skipped and ``warmup`` discarded ones; once ``settle``
+    steps after that profile lie within ``settle_tolerance`` of their median (watched for at most
+    ``settle_max_steps`` steps or ``settle_max_s`` seconds), profile again on them (``settle=0``:
+    keep the first). Every step is timed without the profiler too (docs/overhead.md).
 
     Step boundaries: ``prof.step()`` / ``roofscope.step()`` when called, else each
     ``step()`` of the first optimizer. ``out`` defaults to

@@ -249,6 +249,8 @@ class Session:
         self._provisional: Path | None = None   # a first generate() call's profile, kept until a later one's is complete
         self.rearmed: str | None = None
         self._provisional_telemetry: Any = None
+        self._settle_rearmed = False       # profiled again once the steps settled after the first profile
+        self._round_rearmed = False        # profiled again in a second generate() call
 
     # -- start -------------------------------------------------------------------------------
 
@@ -379,7 +381,8 @@ class Session:
         hooks = self._step_hooks
         self.timer.mark(STEP_PHASES.get(c.phase, "unprofiled"), hooks.tokens if hooks is not None else None)
         if c.done:
-            c.step()  # after the profile: the boundary is only counted and timed
+            c.step()  # after the profile: the boundary is counted and timed, and the steps watched
+            self._watch_settling()
             return
         c.step()
         if self._sampler is not None and c.recording_next:
@@ -400,28 +403,57 @@ class Session:
             return True
         return self._settle.check(self.timer, self.config)
 
+    def _watch_settling(self) -> None:
+        """After the first profile (taken right after --wait, so that every script gets one): once
+        the steps that follow it settle, that profile was of cold steps; it is kept aside and the
+        schedule runs again from here, on steady steps. Steps that never settle keep it."""
+        c = self._collector
+        if self._settle_rearmed or self.rearmed or self.config.settle <= 0 or self.part is not None \
+                or c is None or c.windowed or c.fallback is not None or self._settle.outcome is not None:
+            return
+        if self._settle.check(self.timer, self.config) and self._settle.outcome == "settled":
+            self._settle_rearmed = self._rearm(
+                "the first profile began before the step times settled: profiled again once they did",
+                "trace.before-settling.json", when_ready=False)
+
     def _on_round(self, calls: int) -> None:
         """A ``generate()`` call began. The first call's tokens are cold (cuBLAS handles, the
         allocator's first blocks for each new cache size): when a second call comes and the profile
-        was made in the first, it is kept aside and the schedule runs again in this call."""
+        was made in the first, it is kept aside and the schedule runs again in this call, once its
+        tokens settle."""
         c = self._collector
-        if calls != 2 or c is None or self._finished or self.rearmed or c.windowed:
+        if calls != 2 or c is None or self._finished or self._round_rearmed or c.windowed:
             return
+        if c.phase == "idle" and c.begin is None and not c.trace_ready:
+            return     # not profiled yet: the profile will be of this call
+        self._round_rearmed = self._rearm(
+            "the first generate() call was cold: its steps were profiled again in the second call",
+            "trace.first-call.json", when_ready=True)
+
+    def _rearm(self, why: str, keep_as: str, when_ready: bool) -> bool:
+        """Keep the profile made so far aside (restored if the new one does not complete) and
+        record the schedule again."""
+        c = self._collector
         if c.phase == "recording":
-            c.stop()   # cut short: it is the first call's, and only kept if the next one fails
+            c.stop()   # cut short: kept only if the next one fails
+        provisional = None
         if c.trace_ready:
-            self._provisional = c.trace_path.with_name("trace.first-call.json")
-            c.trace_path.replace(self._provisional)
-        elif c.phase == "idle" and c.begin is None:
-            return     # still waiting for steady steps: they will come in this call
-        if not c.rearm():
-            return
-        self.timer.relabel(("warmup", "active"), "dropped")
-        self.rearmed = "the first generate() call was cold: its steps were profiled again in the second call"
-        self._settle = SettleState()
-        self._provisional_telemetry = self.telemetry
+            provisional = c.trace_path.with_name(keep_as)
+            c.trace_path.replace(provisional)
+        telemetry = self.telemetry
+        if when_ready:  # a fresh test for the new profile; else the one that just settled is kept for run.json
+            self._settle = SettleState()
         if not self._aids_on:
             self._start_aids()
+        self.timer.relabel(("warmup", "active"), "dropped")
+        if not c.rearm(when_ready):
+            if provisional is not None:
+                provisional.replace(c.trace_path)
+            return False
+        if provisional is not None:
+            self._provisional, self._provisional_telemetry = provisional, telemetry
+        self.rearmed = why
+        return True
 
     # -- finish ------------------------------------------------------------------------------
 
@@ -465,17 +497,20 @@ class Session:
         assert c is not None
         shortfall = c.shortfall()
         if shortfall and self._provisional is not None:
-            # The later call's profile did not complete: the first call's stands, cold as it was.
+            # The profile made again did not complete: the earlier one stands, cold as it was.
             self._provisional.replace(c.trace_path)
             self.telemetry = self._provisional_telemetry
-            self.warnings.append("the second generate() call ended before its steps were profiled: the profile is"
-                                 " of the first call, whose steps are cold")
+            self.warnings.append("the program ended before the steps were profiled again (" + str(self.rearmed)
+                                 + "): the profile is the earlier one, of steps that may be cold")
             self.rearmed = None
         elif shortfall:
             self.warnings.append(shortfall + self._step_hint(exit_status))
-        if self._settle.outcome == "never settled":
-            self.warnings.append(f"the step times never settled ({self._settle.words(self.config)}): profiled after"
-                                 f" {self._settle.waited_steps} steps / {self._settle.waited_s:.1f} s of waiting")
+        elif self.config.settle > 0 and not self.rearmed and self.part is None and not c.windowed \
+                and c.fallback is None and c.trace_ready:
+            self.warnings.append(
+                "the profile is of the steps right after --wait, and the step times did not settle after it"
+                + (f" ({self._settle.words(self.config)})" if self._settle.outcome == "never settled"
+                   else " before the program ended") + ": they may be cold; run more steps or raise --wait")
         step_times = self.timer.finish() if self.timer is not None else []
         if not c.trace_path.exists():
             return Collected(trace=None, fields={}, telemetry=None, captures=[], warnings=self.warnings)

@@ -10,9 +10,10 @@ boundaries; its time on the GPU is the time between the events that bound it (th
 progress through the stream, which is the step's real throughput whether the GPU or the host
 is the bottleneck), its host time the time between the timestamps.
 
-:meth:`StepTimer.settled` is the steady-state test the collector waits for before it starts
-the profiler: the last ``k`` unprofiled steps within ``tolerance`` of their median. On a CUDA
-machine it reads only the events that have completed (``Event.query``, no sync).
+:meth:`StepTimer.settled` is the steady-state test: the last ``k`` unprofiled steps within
+``tolerance`` of their median. When the steps after the first profile pass it, the session
+profiles again on them (collectors/session.py). On a CUDA machine it reads only the events that
+have completed (``Event.query``, no sync).
 """
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 
 Step mode follows ``torch.profiler.schedule(wait, warmup, active)``: ``wait`` steps run
 unprofiled (start-up, compilation), ``warmup`` steps run with the profiler started but
-discarded (its own start-up cost), ``active`` steps are recorded. The profiler is created only
-when the wait is over *and* the step times have settled (``ready``, the session's steady-state
-test, collectors/steptimes.py), so cold steps (allocator and library warm-up, a first
-``generate()`` call) are not what gets profiled; ``rearm`` drops a finished profile's claim to
-be the steady one and records the schedule again (a later ``generate()`` call). Time-window mode
+discarded (its own start-up cost), ``active`` steps are recorded. The profiler is created when
+the wait is over, so every script that reaches its steps gets a profile; ``rearm`` makes that one
+provisional and records the schedule again, at once (the session saw the steps settle after it:
+the first profile was of cold steps) or once ``ready`` (the session's steady-state test,
+collectors/steptimes.py) says the steps have settled (a later ``generate()`` call). Time-window mode
 (``duration_s``) is for scripts with no step boundary at all: a ``SIGALRM`` timer starts
 the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs the main
 thread; step boundaries that do arrive are still marked. On a CUDA machine the delay counts
@@ -107,6 +107,7 @@ class TorchCollector:
         self.begin: int | None = None
         self.ready = ready
         self.settle_words = ""         # how ``ready`` decides, for the shortfall's message
+        self.needs_ready = False       # the first profile starts at --wait; a rearm may wait for ``ready``
         self.stepless_after_s = stepless_after_s or None
         # The step-less fallback: None (off, or a boundary came in time), "armed", "recording", "recorded"
         # (its trace is the one on disk), "resumed" (a later boundary started the step schedule; the
@@ -173,8 +174,9 @@ class TorchCollector:
             self._on_alarm()
 
     def _maybe_begin(self) -> None:
-        """Create and start the profiler once the wait is over and the steps have settled."""
-        if self.steps < self.schedule.wait or (self.ready is not None and not self.ready()):
+        """Create and start the profiler once the wait is over (and, after a rearm that asked for it,
+        once the steps have settled: ``ready``)."""
+        if self.steps < self.schedule.wait or (self.needs_ready and self.ready is not None and not self.ready()):
             return
         self._begin(self.schedule.warmup)
 
@@ -192,10 +194,11 @@ class TorchCollector:
             self._sync()
         self._prof.start()
 
-    def rearm(self) -> bool:
-        """Record the schedule again from the next settled step (a finished profile's trace is
-        kept by the caller until the new one is complete). False in time-window mode, or while
-        the profile is recording. A profile still waiting or warming up is dropped."""
+    def rearm(self, when_ready: bool = True) -> bool:
+        """Record the schedule again (a finished profile's trace is kept by the caller until the new
+        one is complete): from the next settled step (``when_ready``), else from this boundary on.
+        False in time-window mode, or while the profile is recording. A profile still waiting or
+        warming up is dropped."""
         if self.windowed or self.phase == "recording":
             return False
         if self._prof is not None and not self.trace_ready:
@@ -206,6 +209,9 @@ class TorchCollector:
         self.trace_ready = False
         self.begin = None
         self.schedule = Schedule(0, self.schedule.warmup, self.schedule.active)
+        self.needs_ready = when_ready
+        if not when_ready:
+            self._begin(self.schedule.warmup)
         return True
 
     def _from_first_gpu_work(self, seconds: float, still: Any) -> None:
@@ -391,7 +397,7 @@ class TorchCollector:
                f"{self.steps} step boundar{'y' if self.steps == 1 else 'ies'} arrived")
         if self.begin is None:
             settling = (f" (after the wait, roofscope waited for the step times to settle: {self.settle_words})"
-                        if self.steps >= s.wait and self.settle_words else "")
+                        if self.needs_ready and self.steps >= s.wait and self.settle_words else "")
             return got + settling + "; nothing was recorded"
         complete = self.steps - self.begin - s.warmup
         if complete < 0:
