@@ -19,3 +19,8 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
         return "-"
     factor, prefix = si_scale(value)
     return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as milliseconds with three decimals ("1,234.567"); "-" when unknown."""
+    return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:,.3f}"

@@ -4,24 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import roofscope
+from .test_gpu import _profile
 
 pytestmark = pytest.mark.gpu
-
-
-def _profile(tmp_path, fn, steps: int = 3):
-    import torch
-
-    path = tmp_path / "trace.json"
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=acts, record_shapes=True) as prof:
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-    prof.export_chrome_trace(str(path))
-    return roofscope.analyze(path)
 
 
 def _under_roof(an) -> None:

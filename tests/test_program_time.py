@@ -96,7 +96,7 @@ def test_program_time_scales_host_terms_and_bounds_savings() -> None:
     # The GPT-2 decode on an H200: a profiled step of 44.4 ms, 1.0 ms of it kernels (latency-bound),
     # 43.4 ms idle; unprofiled 5.8 ms. Host terms scale by (5.8 - 1.0) / 43.4 = 0.1106.
     terms = {"latency": 0.0010, "host": 0.0431, "sync": 0.0002, "idle_other": 0.0001}
-    pt = ProgramTime.of({"unprofiled_median_s": 0.0058}, terms, 0.0444)
+    pt = ProgramTime.of(0.0058, terms, 0.0444)
     assert pt.scale == pytest.approx(4.8 / 43.4)
     assert pt.terms(terms)["host"] == pytest.approx(0.0431 * 4.8 / 43.4)
     assert pt.terms(terms)["latency"] == 0.0010
@@ -115,7 +115,7 @@ def test_program_time_scales_host_terms_and_bounds_savings() -> None:
 
 def test_no_unprofiled_time_no_program_time() -> None:
     assert ProgramTime.of(None, {"host": 1.0}, 2.0) is None
-    assert ProgramTime.of({"unprofiled_median_s": None}, {"host": 1.0}, 2.0) is None
+    assert ProgramTime.of(0.0, {"host": 1.0}, 2.0) is None
 
 
 # -- a real Run: HF GPT-2 generate() on an H200 (tests/data/README.md) --------------------------------

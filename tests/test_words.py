@@ -131,7 +131,7 @@ def test_training_gets_no_inference_note() -> None:
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is not None, reason="transformers is installed")
 def test_generate_example_says_it_needs_transformers() -> None:
     res = subprocess.run([sys.executable, str(ROOT / "examples" / "generate.py"), "--size", "tiny"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=600)   # a hang guard, not a time limit
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip() == ("examples/generate.py needs Hugging Face transformers, which roofscope does not"
                                   " install: pip install transformers (examples/decode.py decodes in plain PyTorch)")

@@ -41,6 +41,7 @@ class Analysis:
     _steps: pd.DataFrame | None = field(default=None, init=False, repr=False)
     _telemetry_summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _inference: Any = field(default=False, init=False, repr=False)
+    _step_time: Any = field(default=False, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -123,9 +124,11 @@ class Analysis:
     def step_time(self) -> dict[str, Any] | None:
         """The program's own step time, without and with the profiler (programtime.py); None when
         the Run kept no step times (an older Run, a bare trace)."""
-        from .programtime import step_time
+        if self._step_time is False:   # metrics, inference, the rules and the summary all read it
+            from .programtime import step_time
 
-        return step_time(self.run_meta)
+            self._step_time = step_time(self.run_meta)
+        return self._step_time
 
     def program_samples(self) -> tuple[pd.DataFrame, str]:
         """Per-step samples in the program's own time where the Run measured it (the gate and diff

@@ -142,9 +142,8 @@ class ProgramTime:
     scale: float
 
     @classmethod
-    def of(cls, block: dict[str, Any] | None, terms: dict[str, float], wall: float,
-           unprofiled_s: float | None = None) -> "ProgramTime | None":
-        t_u = unprofiled_s if unprofiled_s is not None else (block or {}).get("unprofiled_median_s")
+    def of(cls, t_u: float | None, terms: dict[str, float], wall: float) -> "ProgramTime | None":
+        """From the unprofiled step ``t_u``, the profiled step's ``terms`` and its ``wall`` time."""
         if not t_u or wall <= 0:
             return None
         busy = sum(v for k, v in terms.items() if k not in HOST_TERMS)

@@ -186,8 +186,6 @@ def _expand_source(source: str, allow_remote: bool, left: dict[int, str]) -> lis
 
 
 def _expand(path: Path, allow_remote: bool, left: dict[int, str]) -> list[Path | str]:
-    from .urls import is_url
-
     if not path.exists():
         raise PartsError(f"{path}: no such file or directory")
     if not is_job_dir(path):

@@ -116,13 +116,11 @@ class StepTimer:
                 if e is not None and not e.query():
                     break
                 self._done_upto += 1
-            last = self._done_upto
-            vals = [self._gpu_interval(i) for i in range(max(1, since, last - n), last)
-                    if self._phases[i] == "unprofiled"]
-            return [v for v in vals if v is not None]
-        last = len(self._host)
-        return [self._host_interval(i) for i in range(max(1, since, last - n), last)
-                if self._phases[i] == "unprofiled"]
+            last, interval = self._done_upto, self._gpu_interval
+        else:
+            last, interval = len(self._host), self._host_interval
+        vals = [interval(i) for i in range(max(1, since, last - n), last) if self._phases[i] == "unprofiled"]
+        return [v for v in vals if v is not None]
 
     def settled(self, k: int, tolerance: float, since: int = 0) -> bool:
         """The last ``k`` complete steps from index ``since`` on (all unprofiled) lie within

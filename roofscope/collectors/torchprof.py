@@ -149,8 +149,6 @@ class TorchCollector:
                        experimental_config=self.experimental_config)
 
     def start(self) -> None:
-        from torch.profiler import schedule
-
         if not self.windowed:
             self._maybe_begin()
             main = threading.current_thread() is threading.main_thread()

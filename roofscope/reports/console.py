@@ -12,7 +12,7 @@ from ..config import Presentation
 from ..run.layout import REPORT_FILE
 from ..text_safety import clean
 from .programtime import savings_note, step_time_lines
-from ..units import si
+from ..units import ms, si
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analyzers.analysis import Analysis
@@ -50,10 +50,6 @@ def number(x: float, digits: int = 4) -> str:
     if abs(x) >= 1000 or float(x).is_integer():
         return f"{x:,.0f}"
     return f"{x:.{digits}g}"
-
-
-def ms(seconds: float) -> str:
-    return "-" if math.isnan(seconds) else f"{seconds * 1e3:,.3f}"
 
 
 def pct(x: float | None) -> str:

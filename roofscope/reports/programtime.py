@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:,.3f}"
+from ..units import ms
 
 
 def step_time_lines(block: dict[str, Any] | None, steps_meta: dict[str, Any] | None = None) -> list[str]:
@@ -16,23 +14,23 @@ def step_time_lines(block: dict[str, Any] | None, steps_meta: dict[str, Any] | N
         return ["  own time  not measured (a bare trace or an older Run): step figures are the profiled ones,"
                 " which the profiler inflates on host-bound work"]
     u, p = block.get("unprofiled_median_s"), block.get("profiled_median_s")
-    spread = (f" (p10-p90 {_ms(block.get('unprofiled_p10_s'))}-{_ms(block.get('unprofiled_p90_s'))},"
+    spread = (f" (p10-p90 {ms(block.get('unprofiled_p10_s'))}-{ms(block.get('unprofiled_p90_s'))},"
               f" {block.get('unprofiled_steps', 0)} steps)")
-    line = f"  own time  {_ms(u)} ms/step without the profiler{spread}"
+    line = f"  own time  {ms(u)} ms/step without the profiler{spread}"
     if p is not None:
-        line += f"; {_ms(p)} profiled"
+        line += f"; {ms(p)} profiled"
         if block.get("inflation"):
             line += f" ({block['inflation']:.2f}x)"
     out = [line + f" [{block.get('source', 'host')} clock]"]
     if block.get("decode_median_s") is not None:
-        out.append(f"            decode {_ms(block['decode_median_s'])} ms/token"
-                   + (f", prefill {_ms(block['prefill_median_s'])} ms" if block.get("prefill_median_s") else "")
+        out.append(f"            decode {ms(block['decode_median_s'])} ms/token"
+                   + (f", prefill {ms(block['prefill_median_s'])} ms" if block.get("prefill_median_s") else "")
                    + " without the profiler")
     cold = block.get("cold_steps") or []
     settle = (steps_meta or {}).get("settle") or {}
     if cold:
         out.append(f"            {len(cold)} cold step{'s' if len(cold) != 1 else ''} skipped before the profile"
-                   f" (median {_ms(block.get('cold_median_s'))} ms)"
+                   f" (median {ms(block.get('cold_median_s'))} ms)"
                    + (": the step times never settled" if settle.get("outcome") == "never settled" else ""))
     if (steps_meta or {}).get("rearmed"):
         out.append(f"            {steps_meta['rearmed']}")   # type: ignore[index]
@@ -44,6 +42,6 @@ def savings_note(program_time: dict[str, Any] | None) -> list[str]:
     if not program_time:
         return []
     return [f"  In the program's own time: host-side terms scaled x{program_time['host_scale']:.2f} from the"
-            f" profiled step ({_ms(program_time['profiled_step_s'])} ms) to the unprofiled one"
-            f" ({_ms(program_time['unprofiled_step_s'])} ms); no host-side saving exceeds"
-            f" {_ms(program_time['bound_s'])} ms (the step less {_ms(program_time['busy_s'])} ms of kernels)"]
+            f" profiled step ({ms(program_time['profiled_step_s'])} ms) to the unprofiled one"
+            f" ({ms(program_time['unprofiled_step_s'])} ms); no host-side saving exceeds"
+            f" {ms(program_time['bound_s'])} ms (the step less {ms(program_time['busy_s'])} ms of kernels)"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from roofscope.analyzers.formulas.dtypes import FLOAT32
-from roofscope.analyzers.formulas.records import Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.analyzers.formulas.records import Cost, OpCall, TensorSpec
 from roofscope.analyzers.formulas.registry import register
 from roofscope.analyzers.formulas.rules import _bytes, _cost
 
@@ -96,9 +96,7 @@ def _attention(call: OpCall) -> Cost:
     causal = _causal(call, causal_pos, kind)
     if varlen and call.tensor("", varlen[0]) is not None and len(q.shape) == 3:
         # packed (T, H, D) sequences: every query row against at most max_k keys
-        max_k = call.value("", varlen[1])
-        if not isinstance(max_k, int):
-            raise MissingShapes("max_k")
+        max_k = call.need_int("", varlen[1], missing="max_k")
         (t, hq, d), hkv, dv = q.shape, k.shape[-2], v.shape[-1]
         _check_heads(hq, hkv)
         flops = 2.0 * t * hq * max_k * ((3 * d + 2 * dv) if not fwd else (d + dv))
@@ -135,9 +133,7 @@ _PAGED: dict[str, tuple[int, int, int, int, int]] = {
 def _paged_attention(call: OpCall) -> Cost:
     iq, ik, iv, ibt, imax = _PAGED[call.name]
     q, kc, vc, bt = call.need("", iq), call.need("", ik), call.need("", iv), call.need("", ibt)
-    max_len = call.value("", imax)
-    if not isinstance(max_len, int):
-        raise MissingShapes("max_seq_len")
+    max_len = call.need_int("", imax, missing="max_seq_len")
     (seqs, hq, d), hkv = q.shape, kc.shape[1]
     block = vc.shape[-1]
     _check_heads(hq, hkv)

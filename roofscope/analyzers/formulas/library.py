@@ -54,9 +54,7 @@ def _sort(call: OpCall) -> Cost:
 @register("aten::topk", category="reduction")
 def _topk(call: OpCall) -> Cost:
     x = call.need("self", 0)
-    k = call.value("k", 1)
-    if not isinstance(k, int):
-        raise MissingShapes("k")
+    k = call.need_int("k", 1)
     d = _dim(call, x, "dim", 2)
     shape = tuple(k if i == d else n for i, n in enumerate(x.shape))
     outs = _outputs(call, lambda: [TensorSpec(shape, x.dtype), TensorSpec(shape, INT64)])
@@ -120,9 +118,7 @@ def _embedding_bag(call: OpCall) -> Cost:
 @register("aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward", category="embedding")
 def _embedding_bag_backward(call: OpCall) -> Cost:
     g, idx = call.need("grad", 0), call.need("indices", 1)
-    num = call.value("num_weights", 5 if call.name == "aten::_embedding_bag_backward" else 4)
-    if not isinstance(num, int):
-        raise MissingShapes("num_weights")
+    num = call.need_int("num_weights", 5 if call.name == "aten::_embedding_bag_backward" else 4)
     d = g.shape[-1]
     return Cost(float(idx.numel * d), _bytes(call.reads()) + num * d * (g.dtype.itemsize if g.dtype else math.nan))
 

@@ -73,9 +73,7 @@ def _gathered(call: OpCall, src: TensorSpec, idx: TensorSpec, out: TensorSpec) -
 @register("aten::index_select", category="copy")
 def _index_select(call: OpCall) -> Cost:
     x, idx = call.need("self", 0), call.need("index", 2)
-    dim = call.value("dim", 1, 0 if len(x.shape) <= 1 else UNKNOWN)
-    if not isinstance(dim, int):
-        raise MissingShapes("dim")
+    dim = call.need_int("dim", 1, 0 if len(x.shape) <= 1 else UNKNOWN)
     shape = list(x.shape) or [1]
     shape[dim % len(shape)] = idx.numel
     return _gathered(call, x, idx, TensorSpec(tuple(shape), x.dtype))
@@ -96,9 +94,7 @@ def _embedding(call: OpCall) -> Cost:
 @register("aten::embedding_dense_backward", category="embedding")
 def _embedding_backward(call: OpCall) -> Cost:
     g = call.need("grad_output", 0)
-    num = call.value("num_weights", 2)
-    if not isinstance(num, int):
-        raise MissingShapes("num_weights")
+    num = call.need_int("num_weights", 2)
     # one add per gradient element, accumulated into the full [num_weights, D] table
     return _cost(call, g.numel, [TensorSpec((num, g.shape[-1]), g.dtype)])
 

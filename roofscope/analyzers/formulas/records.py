@@ -91,6 +91,13 @@ class OpCall:
             return default
         return a.value
 
+    def need_int(self, name: str, pos: int | None = None, default: Any = UNKNOWN, missing: str = "") -> int:
+        """An integer argument (``value``), else :class:`MissingShapes` naming it (or ``missing``)."""
+        v = self.value(name, pos, default)
+        if not isinstance(v, int):
+            raise MissingShapes(missing or name)
+        return v
+
     def reads(self) -> list[TensorSpec]:
         return [s for a in self.args if not a.write_only for s in a.specs]
 

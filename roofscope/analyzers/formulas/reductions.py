@@ -220,9 +220,7 @@ def _batch_norm_backward(call: OpCall) -> Cost:
 @register("aten::native_group_norm", category="normalization")
 def _group_norm(call: OpCall) -> Cost:
     x, w, b = call.need("input", 0), call.tensor("weight", 1), call.tensor("bias", 2)
-    g = call.value("group", 6)
-    if not isinstance(g, int):
-        raise MissingShapes("group")
+    g = call.need_int("group", 6)
     per = 6 + (w is not None) + (b is not None)
     stats = TensorSpec((x.shape[0], g), _acc(x.dtype))
     return _cost(call, per * x.numel, [x.like(), stats, stats])

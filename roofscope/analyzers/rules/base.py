@@ -182,7 +182,7 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
     kernels = kernels[kernels["dur_s"].notna()]
     terms, wall = step_terms(a, kernels, steps, skip)
     # Savings in the program's own time: host-side terms scaled to the unprofiled step (programtime.py).
-    pt = ProgramTime.of(a.step_time(), terms, wall, _unprofiled_step(a))
+    pt = ProgramTime.of(_unprofiled_step(a), terms, wall)
     step, own_terms = (pt.unprofiled_step_s, pt.terms(terms)) if pt is not None else (wall, terms)
     gpu_bound = max(0.0, 1.0 - own_terms["host"] / step) if step > 0 else 1.0
     ctx = Context(a, kernels, steps, wall, terms, gpu_bound)
