@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.analyzers.analysis import Analysis
-from roofscope.analyzers.counters import MATMUL_CATEGORIES
+from roofscope.analysis import Analysis
+from roofscope.place.measured import MATMUL_CATEGORIES
 from roofscope.errors import RoofscopeError
-from roofscope.reports.console import pct, shorten, si, table
-from roofscope.reports.markdown import md_code, md_table, md_text
+from roofscope.render.console import pct, shorten, si, table
+from roofscope.render.markdown import md_code, md_table, md_text
 
 FLOPS_WITHIN = 0.02      # GEMM/conv/attention FLOPs within 2% of the counters
 BYTES_WITHIN = 0.25      # DRAM bytes within 25% where the working set exceeds L2

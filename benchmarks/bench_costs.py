@@ -22,9 +22,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from roofscope import counters
-from roofscope.analyzers.costmodel import clear_cache, signature_costs
-from roofscope.analyzers.trace import load_trace
+from roofscope.run import counters
+from roofscope.cost.costmodel import clear_cache, signature_costs
+from roofscope.ingest.trace import load_trace
 from roofscope.collectors.ncu_csv import parse_ncu_csv
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"

@@ -8,21 +8,21 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .collectors.regions import region
-from .config import Collection
-from .version import __version__
+from roofscope.collectors.regions import region
+from roofscope.config import Collection
+from roofscope.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .analyzers.analysis import Analysis
-    from .context import Profile
-    from .run import Run
+    from roofscope.analysis import Analysis
+    from roofscope.context import Profile
+    from roofscope.run import Run
 
 __all__ = ["__version__", "analyze", "load", "profile", "region", "register_formula", "step"]
 
 
 def analyze(path: Any, **kwargs: Any) -> "Analysis":
-    """Analyze a Kineto trace (``.json``/``.json.gz``); see :func:`roofscope.analyzers.analysis.analyze`."""
-    from .analyzers.analysis import analyze as _analyze
+    """Analyze a Kineto trace (``.json``/``.json.gz``); see :func:`roofscope.analysis.analyze`."""
+    from roofscope.analysis import analyze as _analyze
 
     return _analyze(path, **kwargs)
 
@@ -30,29 +30,29 @@ def analyze(path: Any, **kwargs: Any) -> "Analysis":
 def load(path: Any) -> "Run":
     """Open a Run directory written by a collector; see :func:`roofscope.run.load`. Its
     ``summary()`` is recomputed from the trace when an older analysis wrote the stored one."""
-    from .run import load as _load
+    from roofscope.run import load as _load
 
     return _load(path, recompute=_fresh_summary)
 
 
 def _fresh_summary(path: Any) -> dict:
-    from .analyzers.analysis import analyze as _analyze
-    from .jsonsafe import json_safe
+    from roofscope.analysis import analyze as _analyze
+    from roofscope.jsonsafe import json_safe
 
     return json_safe(_analyze(path).summary())
 
 
 def profile(steps: int = Collection.active, **kwargs: Any) -> "Profile":
     """Profile a loop in your own code; see :func:`roofscope.context.profile`."""
-    from .context import profile as _profile
+    from roofscope.context import profile as _profile
 
     return _profile(steps, **kwargs)
 
 
 def register_formula(name: str, fn: Any = None, *, category: str = "other", replace: bool = False) -> Any:
     """Give the custom op ``name`` a cost formula, a function of its arguments' shapes (usable as a
-    decorator); see :func:`roofscope.analyzers.formulas.custom.register_formula` and docs/cost-model.md."""
-    from .analyzers.formulas.custom import register_formula as _register
+    decorator); see :func:`roofscope.cost.formulas.custom.register_formula` and docs/cost-model.md."""
+    from roofscope.cost.formulas.custom import register_formula as _register
 
     return _register(name, fn, category=category, replace=replace)
 

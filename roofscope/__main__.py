@@ -2,6 +2,6 @@ from __future__ import annotations
 
 import sys
 
-from .cli import main
+from roofscope.cli import main
 
 sys.exit(main())

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .errors import RoofscopeError
+from roofscope.errors import RoofscopeError
 
 
 def option(default: Any, help: str, *, flags: tuple[str, ...] = (), metavar: str | None = None,
@@ -132,7 +132,7 @@ class CeilingOverrides(Bounded):
 
 @dataclass(kw_only=True)
 class RooflineThresholds(Bounded):
-    """Where a kernel's bound class changes (analyzers/roofline.py, docs/roofline.md)."""
+    """Where a kernel's bound class changes (place/roofline.py, docs/roofline.md)."""
 
     latency_floor_us: float = option(3.0, "Roofline floor time below which a kernel is latency-bound.", min=0)
     underutilized_below: float = option(0.25, "Efficiency below which a kernel is under-utilized.", min=0, max=1)

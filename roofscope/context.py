@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .collectors.session import Session, SessionConfig
-from .config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
-from .errors import RoofscopeError
-from .pipeline import PipelineOptions, SessionResult, announce, finish
+from roofscope.collectors.session import Session, SessionConfig
+from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
+from roofscope.errors import RoofscopeError
+from roofscope.pipeline import PipelineOptions, SessionResult, announce, finish
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .analyzers.analysis import Analysis
+    from roofscope.analysis import Analysis
 
 
 class Profile:
@@ -80,7 +80,7 @@ class Profile:
 
     def summary(self, top: int = Presentation.top) -> str:
         """The terminal summary as text."""
-        from .reports.console import render_summary
+        from roofscope.render.console import render_summary
 
         a = self._done().analysis
         if a is None:
@@ -127,7 +127,7 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
     ``out/rank-NNNN`` and rank 0 merges them after waiting up to ``merge_timeout`` seconds
     for the others (0: it prints the ``roofscope merge`` command instead). ``formats`` names
     further outputs written into the Run (``console``, ``markdown``, ``json``, ``csv``, ``junit``,
-    ``html``: reports/registry.py), each under its default file name. The ceiling and threshold
+    ``html``: render/registry.py), each under its default file name. The ceiling and threshold
     options are the command line's (``--datasheet``, ``--peak-tflops``, ``--peak-bandwidth``,
     ``--ceilings``, ``--latency-floor-us``, ``--underutilized-below``; roofscope/config.py).
     """

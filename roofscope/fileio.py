@@ -8,7 +8,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from .errors import OutputExistsError, RoofscopeError
+from roofscope.errors import OutputExistsError, RoofscopeError
 
 
 def check_writable(path: str | os.PathLike, force: bool) -> Path:

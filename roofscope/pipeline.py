@@ -3,8 +3,8 @@
 ``roofscope run`` (commands/run.py) and ``roofscope.profile()`` (roofscope/context.py) start a
 :class:`~.collectors.session.Session`, let the program run, then call :func:`finish`: the
 session stops and hands over what it recorded, this module writes the Run from it
-(roofscope/run.py), analyzes it (analyzers/), renders report.html and any ``--format``
-outputs into it (reports/registry.py), and :func:`announce` ends the profile on the terminal:
+(roofscope/run.py), analyzes it (compare/), renders report.html and any ``--format``
+outputs into it (render/registry.py), and :func:`announce` ends the profile on the terminal:
 the summary, or for one rank of a distributed job its note and, on rank 0, the job's merge.
 Collectors import none of this: they only record.
 """
@@ -19,17 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import CeilingOverrides, Presentation, RooflineThresholds, values
-from .errors import RoofscopeError
-from .fileio import atomic_write
-from .run import CEILINGS_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text, update_meta, write_run
+from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds, values
+from roofscope.errors import RoofscopeError
+from roofscope.fileio import atomic_write
+from roofscope.run import CEILINGS_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text, update_meta, write_run
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .analyzers.analysis import Analysis
-    from .ceilings import Ceilings
-    from .collectors.distributed import JobPart
-    from .collectors.session import Collected, Session
-    from .run import Run
+    from roofscope.analysis import Analysis
+    from roofscope.hardware.ceilings import Ceilings
+    from roofscope.collectors.distributed import JobPart
+    from roofscope.collectors.session import Collected, Session
+    from roofscope.run import Run
 
 
 @dataclass(kw_only=True)
@@ -38,12 +38,12 @@ class PipelineOptions(CeilingOverrides, RooflineThresholds):
     (the command line's, config.py) and the outputs rendered into its Run."""
 
     report: bool = True                      # report.html
-    formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), each written into the Run
+    formats: tuple[str, ...] = ()            # renderer names (render/registry.py), each written into the Run
     top: int = Presentation.top              # rows of the console summary and its `console` output
     quiet: bool = False                      # no progress lines (a CPU's ceilings measured once)
 
     def __post_init__(self) -> None:
-        from .reports.registry import check_formats
+        from roofscope.render.registry import check_formats
 
         super().__post_init__()
         check_formats(self.formats)
@@ -135,7 +135,7 @@ def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOpt
 def _complete(session: "Session", c: "Collected", options: PipelineOptions, signals: _Signals) -> SessionResult:
     if c.trace is None:
         return SessionResult(run=None, analysis=None, warnings=c.warnings)
-    from .run.layout import CAPTURE_FILES
+    from roofscope.run.layout import CAPTURE_FILES
 
     files: dict[str, bytes | str] = {}
     if c.telemetry is not None:
@@ -164,7 +164,7 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions, sign
             atomic_write(run.path / SUMMARY_FILE, summary_text(summary), force=True)
             run = update_meta(run, steps={**meta["steps"], "recorded": summary["steps"]})
         if ceilings is not None:
-            from .ceilings import save_ceilings_file
+            from roofscope.hardware.ceilings import save_ceilings_file
 
             save_ceilings_file(ceilings, run.path / CEILINGS_FILE)
         signals.arm(False)   # the Run is complete: a signal from here on must not escape as Interrupted
@@ -197,7 +197,7 @@ def _why(e: BaseException) -> str:
 
 def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, bytes | str]:
     """The Run's rendered files by name: each output's renderer under its default file name."""
-    from .reports.registry import RenderOptions, renderer
+    from roofscope.render.registry import RenderOptions, renderer
 
     render_options = RenderOptions(top=options.top)
     return {r.file_name: r.render(analysis, render_options) for r in map(renderer, options.outputs())}
@@ -206,9 +206,9 @@ def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, 
 def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
              options: PipelineOptions) -> tuple["Analysis | None", str | None, "Ceilings | None"]:
     """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
-    from .analyzers.analysis import analyze
-    from .analyzers.roofline import params_from
-    from .analyzers.trace import load_trace
+    from roofscope.analysis import analyze
+    from roofscope.place.roofline import params_from
+    from roofscope.ingest.trace import load_trace
 
     trace = load_trace(c.trace)
     ceilings = None
@@ -235,7 +235,7 @@ def _cpu_ceilings(warnings: list[str], quiet: bool) -> "Ceilings":
     here once, with progress on stderr (microbench/cpu.ceilings_for_run)."""
     import torch
 
-    from .microbench.cpu import ceilings_for_run
+    from roofscope.microbench.cpu import ceilings_for_run
 
     def progress(name: str, i: int, total: int) -> None:
         print(f"roofscope: measuring this CPU's ceilings once (cached for later runs): [{i + 1}/{total}] {name}",
@@ -268,7 +268,7 @@ def announce(session: "Session", result: SessionResult, *, exit_code: int, merge
     """End a profile on the terminal: the summary and the Run's paths (``paths_when_quiet``: also
     with ``quiet``), or for one rank of a job :func:`conclude`; then the warnings and the problem,
     which is returned."""
-    from .reports.console import render_session
+    from roofscope.render.console import render_session
 
     if result.interrupted and result.run is not None:
         name = signal.Signals(result.interrupted).name
@@ -299,7 +299,7 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
     """After this rank's part is written: a one-line note on every rank but 0; rank 0 waits up to
     ``merge_timeout_s`` for the other parts and merges the job (0: only prints the command).
     Returns the problem to report, as ``render_session`` does."""
-    from .reports.console import render_session
+    from roofscope.render.console import render_session
 
     _, problem = render_session(result, quiet=True)
     if result.run is None:
@@ -321,7 +321,7 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
               f" {merge_timeout_s:g} s; once every rank-* directory is on one machine, run: {command}",
               file=sys.stderr)
         return problem
-    from .commands.merge import MergeOptions, run
+    from roofscope.commands.merge import MergeOptions, run
 
     try:
         code = run(MergeOptions(sources=[str(part.job_dir)], out=str(part.job_dir), force=True, quiet=quiet,

@@ -58,9 +58,9 @@ DEVICE = "a100-sxm4-80gb"
 
 def analyze_json(path: Path) -> dict[str, Any] | str:
     """The --json document of one trace, or the error's class name when roofscope refuses it."""
-    from roofscope.analyzers.analysis import analyze
+    from roofscope.analysis import analyze
     from roofscope.errors import RoofscopeError
-    from roofscope.reports.export import to_json_dict
+    from roofscope.render.export import to_json_dict
 
     try:
         return json.loads(json.dumps(to_json_dict(analyze(path, device=DEVICE, use_cache=False))))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import roofscope
-from roofscope.analyzers.roofline import RooflineParams
-from roofscope.devices import Ceilings
+from roofscope.place.roofline import RooflineParams
+from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
 from .conftest import external

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from roofscope.analyzers import schemas
-from roofscope.analyzers.formulas import flops
+from roofscope.cost import schemas
+from roofscope.cost.formulas import flops
 
 DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ def test_table_binds_like_torch() -> None:
         pytest.skip(f"table written from torch {table['torch']}, torch {torch.__version__} installed")
     # Every op with a formula is in the table (else it would fall back to importing torch), with
     # exactly torch's overloads and argument facts.
-    assert schemas.generate() == table, "run `python -m roofscope.analyzers.schemas --write`"
+    assert schemas.generate() == table, "run `python -m roofscope.cost.schemas --write`"
     for name in ("aten::addmm", "aten::convolution_backward", "aten::_foreach_add_", "aten::native_layer_norm"):
         assert schemas.overloads(name) == schemas.torch_overloads(name)
 

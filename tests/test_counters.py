@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofscope import counters
-from roofscope.analyzers.trace import load_trace
+from roofscope.run import counters
+from roofscope.ingest.trace import load_trace
 from roofscope.cli import main
 from roofscope.collectors import ncu, ncu_target, session
 from roofscope.collectors.ncu_csv import parse_ncu_csv

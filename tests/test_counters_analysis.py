@@ -1,4 +1,4 @@
-"""Measured counters in the analysis (analyzers/counters.py), and the accuracy table
+"""Measured counters in the analysis (place/measured.py), and the accuracy table
 (benchmarks/accuracy.py), on the H200 probe: its Kineto trace and the Nsight Compute
 counters of the same two steps (tests/data/ncu), joined by launch order as the ncu
 collector joins them."""
@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.analyzers.counters import apply_counters, l2_bandwidth
-from roofscope.analyzers.roofline import RooflineParams, place
-from roofscope.devices import Ceilings
+from roofscope.place.measured import apply_counters, l2_bandwidth
+from roofscope.place.roofline import RooflineParams, place
+from roofscope.hardware.devices import Ceilings
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -30,8 +30,8 @@ TOY = Ceilings(device="toy", source="user", peaks={"fp32": 10e12, "tf32": 50e12,
 def write_probe_run(run: Path) -> Path:
     """A Run of the probe's Kineto pass with its ncu counters stored the way `roofscope run
     --counters ncu` stores them (parse_ncu_csv, then the launch-order join)."""
-    from roofscope import counters
-    from roofscope.analyzers.trace import load_trace
+    from roofscope.run import counters
+    from roofscope.ingest.trace import load_trace
     from roofscope.collectors.ncu_csv import parse_ncu_csv
 
     run.mkdir()
@@ -274,7 +274,7 @@ def test_sass_flops_against_the_formulas():
 # ---- reports ------------------------------------------------------------------------------------
 
 def test_console_counters_line(probe_run):
-    from roofscope.reports.console import render_summary
+    from roofscope.render.console import render_summary
 
     text = render_summary(roofscope.analyze(probe_run))
     # 58,368 + 58,847 ns of fp32 GEMMs without tensor-core FLOPs = 0.117 ms.
@@ -284,7 +284,7 @@ def test_console_counters_line(probe_run):
 
 
 def test_report_data_carries_l2_bytes_and_tensor_core_time(probe_run):
-    from roofscope.reports.html import render_html, report_data
+    from roofscope.render.html import render_html, report_data
 
     a = roofscope.analyze(probe_run)
     data = report_data(a)

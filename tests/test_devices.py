@@ -1,4 +1,4 @@
-"""Tests for roofscope.devices: datasheet table, name matching, ceilings, ceilings file."""
+"""Tests for roofscope.hardware.devices: datasheet table, name matching, ceilings, ceilings file."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from roofscope.devices import (
+from roofscope.hardware.devices import (
     PRECISIONS,
     Ceilings,
     DeviceSpec,
@@ -22,7 +22,7 @@ from roofscope.devices import (
     save_ceilings_file,
 )
 from roofscope.errors import DeviceError, RoofscopeError
-from roofscope.datasheets import identify
+from roofscope.hardware.datasheets import identify
 
 # --------------------------------------------------------------------------
 # Table sanity
@@ -620,6 +620,6 @@ def test_bad_flag_values(bad):
 
 
 def test_devices_does_not_import_torch():
-    code = "import sys, roofscope.devices; print('torch' in sys.modules)"
+    code = "import sys, roofscope.hardware.devices; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

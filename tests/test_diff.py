@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from roofscope.analyzers.analysis import analyze
-from roofscope.analyzers.diff import CHANGE_COLUMNS, diff, kernel_changes
+from roofscope.analysis import analyze
+from roofscope.compare.diff import CHANGE_COLUMNS, diff, kernel_changes
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
-from roofscope.reports.diffview import render_markdown, render_terminal
+from roofscope.render.diffview import render_markdown, render_terminal
 
 from .kineto import TraceBuilder
 from .test_trace import HTA

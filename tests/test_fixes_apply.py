@@ -1,4 +1,4 @@
-"""Fixes that apply (analyzers/rules/blockers.py and the rules that read it) and classes for kernels
+"""Fixes that apply (diagnose/blockers.py and the rules that read it) and classes for kernels
 with no cost (roofline.class_sources), on synthetic traces with hand-checkable numbers and real ones.
 
 Ceilings are test_rules' TOY (1 TB/s); times in the builder are microseconds.
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.analyzers.rules.communication import MOE_SNIPPET, comm_snippet, exposed_comm_finding
+from roofscope.diagnose.communication import MOE_SNIPPET, comm_snippet, exposed_comm_finding
 
 from .kineto import PID, TID, TraceBuilder
 from .test_rules import F32, TOY
@@ -141,7 +141,7 @@ def test_sync_saving_is_bounded_by_the_time_the_syncs_held_the_host(tmp_path: Pa
 def test_already_fused_optimizer_is_skipped_with_the_reason(tmp_path: Path) -> None:
     a = _launch_bound(tmp_path)
     a.run_meta = {"optimizer": {"class": "AdamW", "tensors": 10, "fused": True}}
-    from roofscope.analyzers.rules import diagnose
+    from roofscope.diagnose import diagnose
 
     skipped = {s["rule"]: s["reason"] for s in diagnose(a).skipped}
     assert skipped["fused_optimizer"] == "already fused: AdamW"
@@ -189,7 +189,7 @@ def test_without_ceilings_uncosted_kernels_stay_unknown(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not AMD.exists(), reason="shared HTA AMD trace not present")
 def test_amd_trace_gets_rocprof_compute_not_ncu() -> None:
-    from roofscope.analyzers.rules.hardware import counters_command, is_amd
+    from roofscope.diagnose.hardware import counters_command, is_amd
 
     a = roofscope.analyze(AMD)
     assert is_amd(a)
@@ -304,7 +304,7 @@ def test_collective_advice_on_real_traces() -> None:
 
 
 def test_measured_counters_are_the_class_source() -> None:
-    from roofscope.analyzers.roofline import place
+    from roofscope.place.roofline import place
 
     # The same 1 GB / 2 ms copy-like kernel, costed by a formula and by Nsight Compute's counters
     # (attribution's cost_source "ncu" after analyzers/counters.apply_counters): 1 ms floor at 1 TB/s.

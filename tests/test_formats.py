@@ -1,4 +1,4 @@
-"""Output formats by name (reports/registry.py): one signature for every renderer, `roofscope run
+"""Output formats by name (render/registry.py): one signature for every renderer, `roofscope run
 --format NAME` and `roofscope.profile(formats=[...])` writing them into the Run."""
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import torch
 import roofscope
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
-from roofscope.reports import registry
-from roofscope.reports.console import render_summary
-from roofscope.reports.export import kernels_csv, to_json
-from roofscope.reports.html import render_html
-from roofscope.reports.markdown import render_markdown
-from roofscope.reports.registry import FunctionRenderer, RenderOptions, renderer
+from roofscope.render import registry
+from roofscope.render.console import render_summary
+from roofscope.render.export import kernels_csv, to_json
+from roofscope.render.html import render_html
+from roofscope.render.markdown import render_markdown
+from roofscope.render.registry import FunctionRenderer, RenderOptions, renderer
 
 from .test_collect import PEAKS, TRAIN
 

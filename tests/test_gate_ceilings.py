@@ -9,7 +9,7 @@ import pytest
 
 import roofscope
 from roofscope.cli import main
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 from roofscope.gate import check, write_baseline
 from roofscope.gate.snapshot import Snapshot
 

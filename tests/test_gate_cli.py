@@ -15,7 +15,7 @@ import pytest
 
 import roofscope
 from roofscope.cli import main
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 from roofscope.errors import RoofscopeError
 from roofscope.gate import check, load_baseline, write_baseline
 from roofscope.gate.evaluate import warnings_for

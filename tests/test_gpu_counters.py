@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from roofscope import counters
+from roofscope.run import counters
 
 pytestmark = pytest.mark.gpu
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 import roofscope
-from roofscope.devices import Ceilings, load_ceilings_file, lookup, save_ceilings_file
+from roofscope.hardware.devices import Ceilings, load_ceilings_file, lookup, save_ceilings_file
 from roofscope.microbench import hostlink
 from roofscope.microbench.gpu import ceilings_from_results, datasheet_figure, plan
 

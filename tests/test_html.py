@@ -13,9 +13,9 @@ import pytest
 
 import roofscope
 from roofscope.cli import main
-from roofscope.devices import Ceilings
-from roofscope.reports import charts, html
-from roofscope.reports.html import redact, render_html, report_data, script_json
+from roofscope.hardware.devices import Ceilings
+from roofscope.render import charts, html
+from roofscope.render.html import redact, render_html, report_data, script_json
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -126,7 +126,7 @@ def test_cdn_report_is_small_and_pins_plotly_by_hash(tmp_path):
 def test_measured_ceilings_keep_datasheet_roofs_dashed(tmp_path):
     from dataclasses import replace
 
-    from roofscope.datasheets import spec_by_key
+    from roofscope.hardware.datasheets import spec_by_key
 
     b = TraceBuilder()
     ext = b.op("aten::mm", 0, 100, [[1024, 1024], [1024, 1024]], ["c10::BFloat16"] * 2)
@@ -330,7 +330,7 @@ def test_cpu_only_trace_renders_threads():
 
 
 def test_trace_without_work_items_still_renders(tmp_path):
-    from roofscope.reports.markdown import render_markdown
+    from roofscope.render.markdown import render_markdown
 
     b = TraceBuilder(device_name=None)
     b.annotation("ProfilerStep#1", 0, 100)

@@ -128,17 +128,17 @@ def graph() -> dict[str, set[str]]:
     return import_graph()
 
 
-UPPER = ("roofscope.reports", "roofscope.commands", "roofscope.cli", "roofscope.pipeline", "roofscope.context")
+UPPER = ("roofscope.render", "roofscope.commands", "roofscope.cli", "roofscope.pipeline", "roofscope.context")
 # The analysis entry points: collectors record, the pipeline analyzes what they recorded.
-ANALYSIS = ("roofscope.analyzers.analysis", "roofscope.analyzers.ranks")
+ANALYSIS = ("roofscope.analysis", "roofscope.job.ranks")
 
 
 def test_the_graph_is_read_from_every_module(graph) -> None:
     assert len(graph) > 100
-    assert "roofscope.analyzers.analysis" in graph["roofscope.pipeline"]          # a function-level import
+    assert "roofscope.analysis" in graph["roofscope.pipeline"]          # a function-level import
     assert "roofscope.collectors.session" not in graph["roofscope.pipeline"]      # under TYPE_CHECKING only
-    assert "roofscope.analyzers.rules.base" in graph["roofscope.analyzers.rules"]  # relative, from a package
-    assert "roofscope.analyzers.rules.inference" in graph["roofscope.analyzers.rules.overhead"]
+    assert "roofscope.diagnose.base" in graph["roofscope.diagnose"]  # relative, from a package
+    assert "roofscope.diagnose.inference" in graph["roofscope.diagnose.overhead"]
 
 
 def test_a_cycle_is_found() -> None:
@@ -159,7 +159,7 @@ def test_the_facade_is_imported_by_no_module(graph) -> None:
 @pytest.mark.parametrize("layer, forbidden", [
     ("roofscope.collectors", UPPER + ANALYSIS),
     ("roofscope.analyzers", UPPER + ("roofscope.collectors",)),
-    ("roofscope.reports", ("roofscope.commands", "roofscope.cli", "roofscope.pipeline", "roofscope.context",
+    ("roofscope.render", ("roofscope.commands", "roofscope.cli", "roofscope.pipeline", "roofscope.context",
                            "roofscope.collectors")),
     ("roofscope.run", UPPER + ("roofscope.analyzers", "roofscope.collectors")),
     ("roofscope.pipeline", ("roofscope.cli", "roofscope.context")),

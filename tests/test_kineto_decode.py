@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from roofscope.analyzers.kineto import as_dims, as_int, skip_reason, skipped_line
-from roofscope.analyzers.trace import load_trace
+from roofscope.ingest.kineto import as_dims, as_int, skip_reason, skipped_line
+from roofscope.ingest.trace import load_trace
 from roofscope.errors import TraceError
 
 from .kineto import PID, TID, TraceBuilder

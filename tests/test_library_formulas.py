@@ -3,8 +3,8 @@ RoIAlign, NMS, deformable convolution) and grouped convolutions on the CUDA-core
 hand-worked arithmetic."""
 from __future__ import annotations
 
-from roofscope.ceilings import Ceilings
-from roofscope.datasheets import lookup
+from roofscope.hardware.ceilings import Ceilings
+from roofscope.hardware.datasheets import lookup
 from tests.test_costmodel import BF16, F32, check, cost
 
 LONG = "long int"

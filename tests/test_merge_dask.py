@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from roofscope.analyzers.ranks import analyze_parts, resolve_parts
-from roofscope.analyzers.straggler import combine
+from roofscope.job.ranks import analyze_parts, resolve_parts
+from roofscope.job.straggler import combine
 from roofscope.cli import main
 from tests.test_ranks import straggler_job
 
@@ -81,7 +81,7 @@ def test_memory_url_parts_read_by_the_worker(tmp_path):
 
 
 def test_cluster_errors_are_one_line(tmp_path, cluster, capsys, monkeypatch):
-    import roofscope.analyzers.cluster as cluster_mod
+    import roofscope.job.cluster as cluster_mod
 
     monkeypatch.setattr(cluster_mod, "CONNECT_TIMEOUT_S", 2)
     paths = straggler_job(tmp_path)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 import roofscope
-from roofscope.analyzers.analysis import analyze
-from roofscope.devices import Ceilings
+from roofscope.analysis import analyze
+from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
 

@@ -1,11 +1,11 @@
-"""MFU that holds (analyzers/modelflops.py): model FLOPs from the trace's forward phase,
+"""MFU that holds (cost/modelflops.py): model FLOPs from the trace's forward phase,
 never embedding lookups, and HFU >= MFU, on an embedding-heavy language model step."""
 from __future__ import annotations
 
 import pytest
 
 import roofscope
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
 
@@ -104,7 +104,7 @@ def _no_input_gradient_step() -> TraceBuilder:
 
 
 def _console(a) -> str:
-    from roofscope.reports.registry import RenderOptions, renderer
+    from roofscope.render.registry import RenderOptions, renderer
 
     return renderer("console").render(a, RenderOptions(top=3))
 
@@ -136,7 +136,7 @@ def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
 
 
 def renderer_text(a, name: str) -> str:
-    from roofscope.reports.registry import RenderOptions, renderer
+    from roofscope.render.registry import RenderOptions, renderer
 
     out = renderer(name).render(a, RenderOptions(top=3))
     return out.decode() if isinstance(out, bytes) else out

@@ -14,7 +14,7 @@ import torch
 
 import roofscope
 from roofscope.cli import main
-from roofscope.devices import Ceilings, load_ceilings_file, resolve_ceilings
+from roofscope.hardware.devices import Ceilings, load_ceilings_file, resolve_ceilings
 from roofscope.errors import DeviceError
 from roofscope.microbench import cache, measure, parse_device
 from roofscope.microbench.cpu import cpu_name
@@ -36,7 +36,7 @@ def _any_spread(monkeypatch):
 
 
 def _physics(monkeypatch) -> None:
-    from roofscope import ceilings
+    from roofscope.hardware import ceilings
     from roofscope.microbench import cpu
 
     monkeypatch.setattr(cache, "implausible", ceilings.implausible)
@@ -362,7 +362,7 @@ def _cpu_set(l2: float, llc: float, dram: float, fp32: float, *, threads: int | 
     results += [{"name": f"{lv} copy", "kind": "memory", "key": f"bandwidth:{lv}", "value": bw, "unit": "B/s",
                  "config": {"level": lv, "capacity": caps[lv]}} for lv, bw in (("L2", l2), ("LLC", llc), ("DRAM", dram))]
     measured = (("L2", 2.0 * (1 << 20), l2), ("LLC", 32.0 * (1 << 20), llc), ("DRAM", float("inf"), dram))
-    from roofscope.ceilings import levels_payload
+    from roofscope.hardware.ceilings import levels_payload
     from roofscope.microbench.cpu import _monotone
 
     return Ceilings(device=cpu_name(), source="measured", peaks={"fp32": fp32}, bandwidth=dram,
@@ -396,7 +396,7 @@ def test_compute_and_cache_roofs_are_theoretical_with_the_measured_rates_as_achi
 
 
 def test_implausible_measurement_is_not_cached_and_yields_a_note(monkeypatch, capsys):
-    from roofscope.ceilings import implausible
+    from roofscope.hardware.ceilings import implausible
     from roofscope.errors import RoofscopeError
     from roofscope.microbench import cpu
     from roofscope.microbench.cpupeak import theoretical_peak
@@ -444,7 +444,7 @@ def test_implausible_measurement_is_not_cached_and_yields_a_note(monkeypatch, ca
     # A set cached by an older roofscope without the check is skipped by lookups, with a note.
     path = cache.cache_dir() / "old-busy.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    from roofscope.ceilings import ceilings_payload
+    from roofscope.hardware.ceilings import ceilings_payload
 
     path.write_text(json.dumps({**ceilings_payload(busy), "cache": cache.key_fields(busy)}))
     good = cache.save(_cpu_set(150e9, 60e9, 20e9, 68.9e9, threads=99))
@@ -454,7 +454,7 @@ def test_implausible_measurement_is_not_cached_and_yields_a_note(monkeypatch, ca
 
 
 def test_real_gpu_ceilings_pass_the_physics_check():
-    from roofscope.ceilings import implausible
+    from roofscope.hardware.ceilings import implausible
 
     # An H100's measured set (2026-11): L2 8.54 TB/s over HBM 3.28 TB/s, matmuls near the datasheet.
     c = load_ceilings_file(DATA / "h100_lightning_cudagraph_trees" / "ceilings.json")

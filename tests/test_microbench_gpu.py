@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from roofscope.datasheets import lookup
+from roofscope.hardware.datasheets import lookup
 from roofscope.errors import DeviceError
 from roofscope.microbench import compute, timing
 from roofscope.microbench.gpu import Benchmark, ceilings_from_results, plan, run_benchmarks

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import roofscope
-from roofscope.analyzers.modules import at_depth
+from roofscope.views.modules import at_depth
 from roofscope.collectors.modules import ModuleLabels
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from roofscope.analyzers.telemetry import TelemetryError, load, summarize
+from roofscope.views.telemetry_summary import TelemetryError, load, summarize
 from roofscope.collectors import nvml
 from roofscope.collectors.nvml import FIELDS, NvmlSampler, Telemetry, visible_nvml_indices
-from roofscope.telemetry import decode_reasons
+from roofscope.run.telemetry import decode_reasons
 from roofscope.errors import RoofscopeError
 
 T0 = 1_700_000_000_000_000_000  # an arbitrary wall-clock origin, ns

@@ -1,4 +1,4 @@
-"""Training phases from the trace's structure (analyzers/phases.py), and the optimizer rule
+"""Training phases from the trace's structure (views/phases.py), and the optimizer rule
 that reads them: a Lightning-style closure runs forward and backward inside
 ``optimizer.step(closure)``; only the optimizer's own kernels are the optimizer phase."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import roofscope
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import roofscope
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 
 CPU = Ceilings(device="cpu: test", source="user", peaks={"fp32": 1e12}, bandwidth=50e9)
 

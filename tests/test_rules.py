@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import roofscope
-from roofscope.analyzers.rules import RULES, diagnose
-from roofscope.devices import Ceilings
+from roofscope.diagnose import RULES, diagnose
+from roofscope.hardware.devices import Ceilings
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -250,7 +250,7 @@ def test_activation_bound_gemm_is_not_weight_bound(tmp_path) -> None:
 
 
 def test_ncu_filter_names_the_kernel_function() -> None:
-    from roofscope.analyzers.rules.hardware import kernel_function
+    from roofscope.diagnose.hardware import kernel_function
 
     name = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float)"
     assert kernel_function(name) == "vectorized_layer_norm_kernel"
@@ -263,7 +263,7 @@ def test_sum_by_name_matches_a_groupby_on_names():
     import numpy as np
     import pandas as pd
 
-    from roofscope.analyzers.rules.idle import _sum_by_name
+    from roofscope.diagnose.idle import _sum_by_name
 
     values = np.array([1.0, 2.0, 3.0])
     for names in (pd.Series(["b", "a", "b"], dtype=object),

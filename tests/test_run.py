@@ -7,7 +7,7 @@ import pytest
 
 import roofscope
 from roofscope.cli import main
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 from roofscope.errors import OutputExistsError, TraceError
 from roofscope.run import SCHEMA_VERSION, RunError, load, new_meta, write_run
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from roofscope.analyzers.costmodel import missing_argument
-from roofscope.analyzers.formulas.serving import expected_experts, moe_cost
-from roofscope.analyzers.hidden_args import missing_notes, step_lengths
+from roofscope.cost.costmodel import missing_argument
+from roofscope.cost.formulas.serving import expected_experts, moe_cost
+from roofscope.cost.hidden_args import missing_notes, step_lengths
 from tests.conftest import EXTERNAL, VENDORED
 from tests.test_costmodel import BF16, F32, check, cost
 
@@ -122,9 +122,9 @@ def test_missing_notes_name_the_engine_op_and_its_missing_argument() -> None:
 
 @pytest.fixture(scope="module")
 def capture_costs() -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:
-    from roofscope.analyzers.attribution import op_costs
-    from roofscope.analyzers.costmodel import signature_costs
-    from roofscope.analyzers.trace import load_trace
+    from roofscope.cost.attribution import op_costs
+    from roofscope.cost.costmodel import signature_costs
+    from roofscope.ingest.trace import load_trace
 
     t = load_trace(CAPTURE)
     sig = signature_costs(t.signatures)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import roofscope
-from roofscope.analyzers.metrics import step_table
-from roofscope.analyzers.timeline import BUCKET_LABELS, Timeline, timeline
-from roofscope.devices import Ceilings
+from roofscope.views.metrics import step_table
+from roofscope.views.timeline import BUCKET_LABELS, Timeline, timeline
+from roofscope.hardware.devices import Ceilings
 
 from .conftest import external
 from .kineto import PID, TID, TraceBuilder
@@ -371,7 +371,7 @@ def test_counter_ranges_are_not_timed():
 def test_roofscopes_own_drain_is_not_a_workload_sync(tmp_path):
     # The profiler drains the GPU where recording ends: a cudaDeviceSynchronize inside the
     # "roofscope: drain GPU" annotation (70-90). The workload's own one at 40-45 still counts.
-    from roofscope.analyzers.trace import DRAIN_LABEL
+    from roofscope.ingest.trace import DRAIN_LABEL
 
     b = TraceBuilder()
     b.annotation("ProfilerStep#1", 0, 100)

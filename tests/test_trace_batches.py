@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import roofscope.analyzers.trace as trace_mod
-from roofscope.analyzers.trace import load_trace
+import roofscope.ingest.trace as trace_mod
+from roofscope.ingest.trace import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 TABLES = ("ops", "signatures", "kernels", "runtime", "annotations", "comm_args")

@@ -1,4 +1,4 @@
-"""The typed Summary (analyzers/summary.py) gives back the very summary dict it was built from,
+"""The typed Summary (model/summary.py) gives back the very summary dict it was built from,
 on every real trace at hand (tests/conftest.py), and its readers see the same figures as the dict's."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from roofscope.analyzers.summary import Metrics, Summary
+from roofscope.model.summary import Metrics, Summary
 from roofscope.jsonsafe import json_safe
 from tests.conftest import external
 from tests.golden import DEVICE, GOLDEN, trace_files
@@ -19,7 +19,7 @@ ANALYZED = [rel for rel in trace_files() if not isinstance(_RECORDED.get(rel), s
 
 @pytest.mark.parametrize("rel", ANALYZED)
 def test_round_trip_on_shared_traces(rel: str) -> None:
-    from roofscope.analyzers.analysis import analyze
+    from roofscope.analysis import analyze
 
     a = analyze(external(rel), device=DEVICE, use_cache=False)
     d = a.summary()

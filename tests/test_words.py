@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from roofscope.analyzers.analysis import analyze
+from roofscope.analysis import analyze
 from roofscope.cli import main
-from roofscope.reports.console import middle_cut, render_summary, table
+from roofscope.render.console import middle_cut, render_summary, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import roofscope
-from roofscope.devices import Ceilings
+from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import roofscope
-from roofscope.analyzers.diff import diff
+from roofscope.compare.diff import diff
 
 
 def ms(x: float | None) -> str:
@@ -69,7 +69,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     ceilings = None
     if args[:1] == ["--ceilings"]:
-        from roofscope.devices import load_ceilings_file
+        from roofscope.hardware.devices import load_ceilings_file
 
         ceilings, args = load_ceilings_file(args[1]), args[2:]
     for r in args:

@@ -3,7 +3,7 @@
 ``torch._C._profiler._ExperimentalConfig(profiler_metrics=..., profiler_measure_per_kernel=True)``
 is accepted by every recent torch, but builds for CUDA >= 12.6 compile Kineto's CUPTI range
 profiler out: the profile runs, the trace exports its kernels, and no counter event
-(Kineto's ``cuda_profiler_range`` category, which analyzers/trace.py ingests) appears.
+(Kineto's ``cuda_profiler_range`` category, which ingest/trace.py ingests) appears.
 Nothing else in the trace says so (no metadata, no warning), so the only way to know is
 to profile one tiny matmul with the config and look for counter events.
 """
@@ -13,7 +13,7 @@ import os
 import tempfile
 from typing import Any
 
-from ..errors import RoofscopeError
+from roofscope.errors import RoofscopeError
 
 METRIC = "kineto__cuda_core_flops"
 COUNTER_CATEGORY = "cuda_profiler_range"
@@ -46,7 +46,7 @@ def counter_events(path: str | os.PathLike) -> int:
     """Number of CUPTI counter events in an exported trace."""
     import msgspec
 
-    from ..analyzers.trace import read_bytes
+    from roofscope.ingest.trace import read_bytes
 
     events = msgspec.json.decode(read_bytes(path)).get("traceEvents") or []
     return sum(1 for e in events if isinstance(e, dict) and e.get("cat") == COUNTER_CATEGORY)

@@ -25,9 +25,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import OutputExistsError, RoofscopeError
-from ..run import META_FILE, is_run_dir
-from ..run.layout import COMBINED_FILES, part_name
+from roofscope.errors import OutputExistsError, RoofscopeError
+from roofscope.run import META_FILE, is_run_dir
+from roofscope.run.layout import COMBINED_FILES, part_name
 
 
 

@@ -22,7 +22,7 @@ def device_metadata() -> dict[str, Any]:
     """The CUDA device in use (name, properties, driver) or, without CUDA, the CPU."""
     import torch
 
-    from ..microbench.cpu import cpu_name
+    from roofscope.microbench.cpu import cpu_name
 
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         # cuda_available: a GPU machine whose program never used the GPU (analysis says so).

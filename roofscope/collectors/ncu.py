@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import RoofscopeError
-from .ncu_csv import DRAM_READ, DRAM_WRITE, METRICS, TIME, parse_ncu_csv
-from .torchprof import Schedule
+from roofscope.errors import RoofscopeError
+from roofscope.collectors.ncu_csv import DRAM_READ, DRAM_WRITE, METRICS, TIME, parse_ncu_csv
+from roofscope.collectors.torchprof import Schedule
 
 NCU_ENV = "ROOFSCOPE_NCU"
 DEFAULT_NCU = "/usr/local/cuda/bin/ncu"

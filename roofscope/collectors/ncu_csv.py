@@ -18,7 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..errors import RoofscopeError
+from roofscope.errors import RoofscopeError
 
 TIME = "gpu__time_duration.sum"
 DRAM_READ = "dram__bytes_read.sum"

@@ -16,8 +16,8 @@ import argparse
 import sys
 from typing import Any
 
-from .session import ProfileComplete, StepRule
-from .torchprof import Schedule
+from roofscope.collectors.session import ProfileComplete, StepRule
+from roofscope.collectors.torchprof import Schedule
 
 
 class CounterRange:
@@ -85,9 +85,9 @@ class CounterRange:
 def main(argv: list[str] | None = None) -> int:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from . import session
-    from .script import ScriptError, check_target, run_target
-    from .torchprof import enable_inductor_metadata
+    from roofscope.collectors import session
+    from roofscope.collectors.script import ScriptError, check_target, run_target
+    from roofscope.collectors.torchprof import enable_inductor_metadata
 
     ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.ncu_target",
                                  description="Run TARGET with ncu's range on the steps roofscope records.")

@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from ..config import Collection
-from ..telemetry import FIELDS, Telemetry
+from roofscope.config import Collection
+from roofscope.run.telemetry import FIELDS, Telemetry
 
 # nvmlDeviceGetTotalEnergyConsumption busy-waits in the driver: 3.9 ms of CPU per call on
 # an H200 (every other query here takes under 5 us; benchmarks/bench_nvml.py). The counter

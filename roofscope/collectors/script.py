@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-from ..errors import RoofscopeError
+from roofscope.errors import RoofscopeError
 
 _ROOFSCOPE_DIR = str(Path(__file__).resolve().parents[1])
 _RUNPY = runpy.__file__
@@ -104,7 +104,7 @@ def exit_forked_child(code: int) -> NoReturn:
 
 def run_target(target: str, args: list[str], module: bool = False) -> Outcome:
     """Run ``target`` as ``__main__`` with ``args``; never raises for anything the script does."""
-    from .session import ProfileComplete
+    from roofscope.collectors.session import ProfileComplete
 
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     old_term = signal.getsignal(signal.SIGTERM)

@@ -21,16 +21,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..config import Collection
-from ..errors import OutputExistsError, RoofscopeError
-from .distributed import job_part
-from .frameworks import loaded_frameworks
-from .steptimes import StepTimer
-from .torchprof import Schedule, TorchCollector, enable_inductor_metadata, quiet_cupti_after_profile
+from roofscope.config import Collection
+from roofscope.errors import OutputExistsError, RoofscopeError
+from roofscope.collectors.distributed import job_part
+from roofscope.collectors.frameworks import loaded_frameworks
+from roofscope.collectors.steptimes import StepTimer
+from roofscope.collectors.torchprof import Schedule, TorchCollector, enable_inductor_metadata, quiet_cupti_after_profile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..run.directory import Claim
-    from ..telemetry import Telemetry
+    from roofscope.run.directory import Claim
+    from roofscope.run.telemetry import Telemetry
 
 _lock = threading.Lock()
 _active: "Session | None" = None
@@ -206,7 +206,7 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
 def param_group_facts(optimizer: Any) -> list[dict[str, int]]:
     """Per parameter group and element size: tensors, elements and bytes per element. The cost
     model sizes fused / foreach optimizer ops from them when the trace has no TensorList shapes
-    (analyzers/hidden_args.py); torch's optimizers call those ops once per group and dtype."""
+    (cost/hidden_args.py); torch's optimizers call those ops once per group and dtype."""
     out = []
     for g in optimizer.param_groups:
         sizes: dict[int, list[int]] = {}
@@ -256,7 +256,7 @@ class Session:
 
     def start(self) -> "Session":
         global _active
-        from ..run.directory import claim_output
+        from roofscope.run.directory import claim_output
 
         if self.part is not None:
             self.part.prepare(self.config.force)
@@ -312,7 +312,7 @@ class Session:
         self._collector.settle_words = self._settle.words(self.config)
         self._start_aids()
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
-        from .steps import StepHooks
+        from roofscope.collectors.steps import StepHooks
 
         self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step, on_round=self._on_round)
         self._step_hooks.install()
@@ -323,7 +323,7 @@ class Session:
         import torch
 
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
-            from .nvml import NvmlSampler
+            from roofscope.collectors.nvml import NvmlSampler
 
             self._sampler = NvmlSampler(hz=self.config.nvml_hz,
                                         cuda_device=self.part.cuda_device() if self.part is not None else None)
@@ -331,12 +331,12 @@ class Session:
             self._sampler.start()
             self.telemetry = None
         if self.config.modules:
-            from .modules import ModuleLabels
+            from roofscope.collectors.modules import ModuleLabels
 
             self._labels = ModuleLabels()
             self._labels.install()
         if torch.cuda.is_available():
-            from .graphs import GraphRecorder
+            from roofscope.collectors.graphs import GraphRecorder
 
             collector = self._collector
             # A rearm's recorder goes on numbering after the first one's captures, kept in the same folder.
@@ -514,7 +514,7 @@ class Session:
         step_times = self.timer.finish() if self.timer is not None else []
         if not c.trace_path.exists():
             return Collected(trace=None, fields={}, telemetry=None, captures=[], warnings=self.warnings)
-        from .metadata import device_metadata
+        from roofscope.collectors.metadata import device_metadata
 
         g = self._graphs
         if g is not None:
@@ -571,7 +571,7 @@ class Session:
 
     def _telemetry_block(self) -> dict[str, Any]:
         """run.json's `telemetry`: where the samples are kept (roofscope/run.py's file) or why there are none."""
-        from ..run import TELEMETRY_FILE
+        from roofscope.run import TELEMETRY_FILE
 
         t = self.telemetry
         if t is not None:

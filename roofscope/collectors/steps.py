@@ -4,7 +4,7 @@ A step is then one call of the outermost ``nn.Module`` forward made with gradien
 decode token, or a prompt's prefill), or, with ``--step-on``, one ``generate()`` call or one
 call of any importable function. Every outermost forward is also wrapped in the annotation
 ``roofscope: forward [B, T]`` (the shape of its first tensor argument: batch and tokens), which
-tells prefill from decode in the analysis (analyzers/inference.py).
+tells prefill from decode in the analysis (views/inference.py).
 
 Forward steps end where the next outermost forward begins, so a token's step holds the host
 work around its forward (sampling, stopping criteria) and a training script's forwards, whose
@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from ..errors import RoofscopeError
+from roofscope.errors import RoofscopeError
 
 FORWARD_LABEL = "roofscope: forward "
 MODES = ("forward", "generate")

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..analyzers.trace import DRAIN_LABEL
-from ..config import Collection
-from ..errors import RoofscopeError
+from roofscope.ingest.trace import DRAIN_LABEL
+from roofscope.config import Collection
+from roofscope.errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 CUPTI_TEARDOWN_ENV = "TEARDOWN_CUPTI"

@@ -6,10 +6,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Presentation
-from ..errors import RoofscopeError
-from ..fileio import atomic_write, check_writable
-from .options import CeilingOptions
+from roofscope.config import Presentation
+from roofscope.errors import RoofscopeError
+from roofscope.fileio import atomic_write, check_writable
+from roofscope.commands.options import CeilingOptions
 
 
 @dataclass
@@ -19,7 +19,7 @@ class AnalyzeOptions(CeilingOptions, Presentation):
     csv_out: str | None = None
     html_out: str | None = None
     markdown_out: str | None = None     # "-" prints the markdown instead of the terminal summary
-    perfetto_out: str | None = None     # the annotated trace (reports/perfetto.py)
+    perfetto_out: str | None = None     # the annotated trace (render/perfetto.py)
     cdn: bool = False
     open_browser: bool = False
     quiet: bool = False
@@ -28,15 +28,15 @@ class AnalyzeOptions(CeilingOptions, Presentation):
 
 
 def run(opts: AnalyzeOptions) -> int:
-    from ..analyzers.ranks import is_job_dir
+    from roofscope.job.ranks import is_job_dir
 
     if is_job_dir(opts.trace):  # the ranks of a distributed job: the cross-rank summary
-        from .merge import MergeOptions, run as merge
+        from roofscope.commands.merge import MergeOptions, run as merge
 
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
-    from ..analyzers.analysis import analyze
-    from ..reports.registry import RenderOptions, renderer
+    from roofscope.analysis import analyze
+    from roofscope.render.registry import RenderOptions, renderer
 
     to_stdout = opts.markdown_out == "-"
     # Refuse to clobber before spending time on the analysis.
@@ -45,7 +45,7 @@ def run(opts: AnalyzeOptions) -> int:
                 (None if to_stdout else opts.markdown_out, "markdown"), (opts.perfetto_out, "perfetto")) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
-    from ..analyzers.formulas.custom import load_all
+    from roofscope.cost.formulas.custom import load_all
 
     load_all(opts.formulas)
     for capture in opts.graph_capture:

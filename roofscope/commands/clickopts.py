@@ -9,8 +9,8 @@ from typing import Any, Callable, TypeVar, get_args, get_type_hints
 
 import click
 
-from ..config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
-from ..reports.registry import names, renderer
+from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
+from roofscope.render.registry import names, renderer
 
 F = TypeVar("F", bound=Callable[..., Any])
 # `roofscope run SCRIPT --its-own-flags`: everything after SCRIPT belongs to the script.

@@ -6,9 +6,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Presentation
-from ..fileio import atomic_write, check_writable
-from .options import CeilingOptions
+from roofscope.config import Presentation
+from roofscope.fileio import atomic_write, check_writable
+from roofscope.commands.options import CeilingOptions
 
 
 @dataclass
@@ -22,9 +22,9 @@ class DiffOptions(CeilingOptions, Presentation):
 
 
 def run(opts: DiffOptions) -> int:
-    from ..analyzers.analysis import analyze
-    from ..analyzers.diff import diff
-    from ..reports.diffview import render_markdown, render_terminal
+    from roofscope.analysis import analyze
+    from roofscope.compare.diff import diff
+    from roofscope.render.diffview import render_markdown, render_terminal
 
     outputs = [(path, render) for path, render in (
         (opts.json_out, lambda d: json.dumps(d.to_dict(), indent=1, allow_nan=False)),

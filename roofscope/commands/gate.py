@@ -7,9 +7,9 @@ import json
 import sys
 from dataclasses import dataclass
 
-from ..errors import RoofscopeError
-from ..fileio import atomic_write, check_writable
-from ..gate.stats import ALPHA
+from roofscope.errors import RoofscopeError
+from roofscope.fileio import atomic_write, check_writable
+from roofscope.gate.stats import ALPHA
 
 
 class GateUsageError(RoofscopeError):
@@ -46,7 +46,7 @@ class GateOptions:
 
 
 def _write_baseline(opts: GateOptions) -> int:
-    from ..gate import KERNELS_KEPT, write_baseline
+    from roofscope.gate import KERNELS_KEPT, write_baseline
 
     if not opts.baseline_out:
         raise GateUsageError("--write-baseline needs the file to write:"
@@ -64,10 +64,10 @@ def _write_baseline(opts: GateOptions) -> int:
 
 
 def run(opts: GateOptions) -> int:
-    from ..gate import check
-    from ..gate.render import markdown
-    from ..reports.github import annotations, append_step_summary, in_actions
-    from ..reports.junit import junit_xml
+    from roofscope.gate import check
+    from roofscope.render.gate import markdown
+    from roofscope.render.github import annotations, append_step_summary, in_actions
+    from roofscope.render.junit import junit_xml
 
     if opts.write_baseline:
         return _write_baseline(opts)

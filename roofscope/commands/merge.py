@@ -15,18 +15,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import MergeWorkers
-from ..errors import RoofscopeError
-from ..fileio import atomic_write, check_writable
-from ..run import is_run_dir
-from ..run.layout import COMBINED_FILES, JOB_FILE, REPORT_FILE, SUMMARY_FILE
-from ..run.schema import JOB_SCHEMA_VERSION
-from ..text_safety import clean
-from .options import CeilingOptions
+from roofscope.config import MergeWorkers
+from roofscope.errors import RoofscopeError
+from roofscope.fileio import atomic_write, check_writable
+from roofscope.run import is_run_dir
+from roofscope.run.layout import COMBINED_FILES, JOB_FILE, REPORT_FILE, SUMMARY_FILE
+from roofscope.run.schema import JOB_SCHEMA_VERSION
+from roofscope.text_safety import clean
+from roofscope.commands.options import CeilingOptions
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analyzers.ranks import Part
-    from ..analyzers.straggler import Job
+    from roofscope.job.ranks import Part
+    from roofscope.job.straggler import Job
 
 
 @dataclass
@@ -41,7 +41,7 @@ class MergeOptions(CeilingOptions, MergeWorkers):
 
 def default_out(sources: list[str]) -> str | None:
     """The output directory when none is given: the job directory, if it is the only source."""
-    from ..analyzers.ranks import is_job_dir
+    from roofscope.job.ranks import is_job_dir
 
     return sources[0] if len(sources) == 1 and is_job_dir(sources[0]) else None
 
@@ -87,10 +87,10 @@ def job_doc(parts: list["Part"], world: int, out: Path | None) -> dict[str, Any]
 
 
 def run(opts: MergeOptions) -> int:
-    from ..analyzers.analysis import analyze
-    from ..analyzers.ranks import analyze_parts, resolve_parts
-    from ..analyzers.straggler import combine
-    from ..jsonsafe import json_safe
+    from roofscope.analysis import analyze
+    from roofscope.job.ranks import analyze_parts, resolve_parts
+    from roofscope.job.straggler import combine
+    from roofscope.jsonsafe import json_safe
 
     out = Path(opts.out) if opts.out else None
     files = [out / n for n in COMBINED_FILES] if out else []
@@ -116,7 +116,7 @@ def run(opts: MergeOptions) -> int:
             print(f"roofscope: warning: {clean(w)}", file=sys.stderr)
     reports = {p.rank: p.report() for p in parts}
     if out:
-        from ..reports.multirank import render_multirank
+        from roofscope.render.multirank import render_multirank
 
         doc = job_doc(parts, world, out)
         links = {r: _rel(p, out) for r, p in reports.items() if p is not None}
@@ -132,8 +132,8 @@ def run(opts: MergeOptions) -> int:
 
 def render_console(job: "Job", top: int = 5) -> str:
     """Terminal summary of a job: per-rank table, straggler verdict, collectives, recommendations."""
-    from ..analyzers.summary import Recommendation
-    from ..reports.console import _finding_lines, pct, shorten, table
+    from roofscope.model.summary import Recommendation
+    from roofscope.render.console import _finding_lines, pct, shorten, table
 
     def ms(x: float) -> str:
         return "-" if x != x else f"{x * 1e3:.2f}"

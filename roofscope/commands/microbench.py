@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..fileio import check_writable
+from roofscope.fileio import check_writable
 
 
 @dataclass
@@ -30,7 +30,7 @@ def _unit(r: dict[str, Any]) -> str:
 
 
 def _fmt(v: Any, unit: str) -> str:
-    from ..reports.console import si
+    from roofscope.render.console import si
 
     if not isinstance(v, (int, float)):
         return "-"
@@ -46,7 +46,7 @@ def _spread(r: dict[str, Any], unit: str) -> str:
         return "-"
     if unit == "s":
         return "/".join(f"{v * 1e6:.3g}" for v in vals) + " us"
-    from ..units import si_scale
+    from roofscope.units import si_scale
 
     factor, prefix = si_scale(vals[0])
     return "/".join(f"{v / factor:.3g}" for v in vals) + f" {prefix}{unit}"
@@ -54,7 +54,7 @@ def _spread(r: dict[str, Any], unit: str) -> str:
 
 def render_table(c: Any) -> str:
     """One row per benchmark: ceiling key, achieved value, datasheet, % of datasheet, spread, time."""
-    from ..reports.console import pct, table
+    from roofscope.render.console import pct, table
 
     results = list(c.env.get("results") or [])
     rows = []
@@ -77,7 +77,7 @@ def render_table(c: Any) -> str:
     if errors:
         lines += ["", "failed (no ceiling from these):", *errors]
     if c.levels:
-        from ..reports.console import memory_text
+        from roofscope.render.console import memory_text
 
         lines += ["", f"  roofs      {memory_text(c)} (by the working set a kernel touches)"]
     if c.env.get("noisy"):
@@ -96,9 +96,9 @@ def render_table(c: Any) -> str:
 
 
 def run(opts: MicrobenchOptions) -> int:
-    from ..devices import ceilings_payload, save_ceilings_file
-    from ..errors import RoofscopeError
-    from ..microbench import cache, default_device, measure, parse_device
+    from roofscope.hardware.devices import ceilings_payload, save_ceilings_file
+    from roofscope.errors import RoofscopeError
+    from roofscope.microbench import cache, default_device, measure, parse_device
 
     device = default_device() if opts.device is None else opts.device
     parse_device(device)  # a typo fails before anything is measured

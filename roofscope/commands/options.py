@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import CeilingOverrides, RooflineThresholds, values
+from roofscope.config import CeilingOverrides, RooflineThresholds, values
 
 
 @dataclass(kw_only=True)
@@ -15,7 +15,7 @@ class CeilingOptions(CeilingOverrides, RooflineThresholds):
 
     def ceiling_kwargs(self) -> dict[str, Any]:
         """These options as `analyzers.analysis.analyze()` (and PipelineOptions) name them."""
-        from ..analyzers.roofline import params_from
+        from roofscope.place.roofline import params_from
 
         return {"device": self.device, "peak_tflops": self.peak_tflops, "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
                 "ceilings_file": self.ceilings, "params": params_from(self)}

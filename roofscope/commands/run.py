@@ -5,9 +5,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, values
-from ..errors import RoofscopeError
-from .options import CeilingOptions
+from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, values
+from roofscope.errors import RoofscopeError
+from roofscope.commands.options import CeilingOptions
 
 
 @dataclass
@@ -26,7 +26,7 @@ class RunOptions(CeilingOptions, Collection, RankMerge, Presentation):
     counters_nvtx: str | None = None
     quiet: bool = False
     formulas: tuple[str, ...] = ()
-    formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
+    formats: tuple[str, ...] = ()            # renderer names (render/registry.py), written into the Run
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
@@ -35,24 +35,24 @@ def _name(opts: RunOptions) -> str:
 
 
 def run(opts: RunOptions) -> int:
-    from ..collectors.script import check_target, exit_forked_child, run_target
-    from ..collectors.session import Session, SessionConfig
-    from ..pipeline import PipelineOptions, announce, finish
+    from roofscope.collectors.script import check_target, exit_forked_child, run_target
+    from roofscope.collectors.session import Session, SessionConfig
+    from roofscope.pipeline import PipelineOptions, announce, finish
 
     check_target(opts.target, opts.module)
     options = PipelineOptions(report=not opts.no_report, formats=tuple(opts.formats), top=opts.top, quiet=opts.quiet,
                               **values(CeilingOverrides, opts), **values(RooflineThresholds, opts))
-    from ..analyzers.formulas.custom import load_all
+    from roofscope.cost.formulas.custom import load_all
 
     load_all(opts.formulas)
     filters = {"kernel_name": opts.counters_kernel_name, "nvtx": opts.counters_nvtx}
     if opts.counters is not None or opts.counters_sample is not None or opts.counters_skip or any(filters.values()):
-        from .counters import check_before_run
+        from roofscope.commands.counters import check_before_run
 
         check_before_run(opts.counters, opts.duration, opts.counters_sample, opts.counters_skip, **filters)
     experimental = None
     if opts.counters == "cupti":
-        from ..collectors.cupti_probe import experimental_config
+        from roofscope.collectors.cupti_probe import experimental_config
 
         experimental = experimental_config()
     config = SessionConfig(out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
@@ -71,7 +71,7 @@ def run(opts: RunOptions) -> int:
     problem = announce(session, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout, top=opts.top,
                        quiet=opts.quiet, options=options)
     if opts.counters == "ncu":
-        from .counters import after_run
+        from roofscope.commands.counters import after_run
 
         counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip,
                                   **filters)

@@ -17,15 +17,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from ..errors import RoofscopeError
-from .evaluate import SKIP, Check, check_bound, kernel_evidence, regression_checks, warnings_for
-from .result import TOP_KERNELS, GateResult
-from .snapshot import KERNELS_KEPT, Snapshot, load_baseline, snapshot_of
-from .stats import ALPHA
-from .thresholds import Limit, bounds, parse_limits
+from roofscope.errors import RoofscopeError
+from roofscope.gate.evaluate import SKIP, Check, check_bound, kernel_evidence, regression_checks, warnings_for
+from roofscope.gate.result import TOP_KERNELS, GateResult
+from roofscope.gate.snapshot import KERNELS_KEPT, Snapshot, load_baseline, snapshot_of
+from roofscope.gate.stats import ALPHA
+from roofscope.gate.thresholds import Limit, bounds, parse_limits
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analyzers.analysis import Analysis
+    from roofscope.analysis import Analysis
 
 __all__ = ["ALPHA", "KERNELS_KEPT", "Check", "GateResult", "Limit", "Snapshot", "check", "load_baseline",
            "write_baseline"]
@@ -75,7 +75,7 @@ def check(run: "str | os.PathLike | Analysis | Snapshot",
 def write_baseline(run: "str | os.PathLike | Analysis | Snapshot", path: str | os.PathLike, *,
                    force: bool = False, kernels_kept: int = KERNELS_KEPT) -> Snapshot:
     """Write ``run``'s snapshot as a baseline file (never over an existing file without ``force``)."""
-    from ..fileio import atomic_write, check_writable
+    from roofscope.fileio import atomic_write, check_writable
 
     check_writable(path, force)
     snap = snapshot_of(run)

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..analyzers.summary import Metrics
-from ..version import __version__
-from ..errors import RoofscopeError
-from ..run.schema import check_version
-from .thresholds import metric, metrics_for
+from roofscope.model.summary import Metrics
+from roofscope.version import __version__
+from roofscope.errors import RoofscopeError
+from roofscope.run.schema import check_version
+from roofscope.gate.thresholds import metric, metrics_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analyzers.analysis import Analysis
+    from roofscope.analysis import Analysis
 
 FORMAT = "roofscope-gate-baseline"
 VERSION = 1
@@ -78,8 +78,8 @@ class Snapshot:
 
     @classmethod
     def from_analysis(cls, a: "Analysis", source: str | os.PathLike | None = None) -> "Snapshot":
-        from ..analyzers.diff import per_step_kernels
-        from ..analyzers.telemetry import THROTTLE_REASONS
+        from roofscope.compare.diff import per_step_kernels
+        from roofscope.views.telemetry_summary import THROTTLE_REASONS
 
         samples = a.step_samples()
         # Step time and utilizations in the program's own time where the Run measured it (a sample
@@ -109,7 +109,7 @@ class Snapshot:
                    time_source=time_source)
 
     def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
-        from ..jsonsafe import json_safe
+        from roofscope.jsonsafe import json_safe
 
         k = self.kernels.head(kernels_kept)
         metrics = {}
@@ -138,7 +138,7 @@ class Snapshot:
         with a corrupt one, as a corrupt baseline must never read as a regression (exit 1) or a pass."""
         import msgspec
 
-        from .schema import validate
+        from roofscope.gate.schema import validate
 
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise GateInputError(f"{where}: not a roofscope gate baseline (write one with"
@@ -190,8 +190,8 @@ def load_baseline(path: str | os.PathLike) -> Snapshot:
 def snapshot_of(source: "str | os.PathLike | Snapshot | Analysis", *, baseline: bool = False) -> Snapshot:
     """A snapshot of ``source``: a Snapshot, an Analysis, a Run directory or a trace, or (with
     ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
-    from ..analyzers.analysis import Analysis, analyze
-    from ..run import is_run_dir
+    from roofscope.analysis import Analysis, analyze
+    from roofscope.run import is_run_dir
 
     if isinstance(source, Snapshot):
         return source

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ..errors import RoofscopeError
+from roofscope.errors import RoofscopeError
 
 REGION_PREFIX = "region:"
 ALL_REGIONS = "region:*"

@@ -1,6 +1,6 @@
 """Microbenchmarks that measure a device's ceilings (compute roofs, bandwidth, launch latency).
 
-`measure("cpu" | "cuda" | "cuda:N")` runs them and returns :class:`~roofscope.ceilings.Ceilings`
+`measure("cpu" | "cuda" | "cuda:N")` runs them and returns :class:`~roofscope.hardware.ceilings.Ceilings`
 with ``source="measured"``; :mod:`.cache` keeps results per device for later analyses.
 Importing this package does not import torch: the cache is read by every analysis.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import DeviceError
+from roofscope.errors import DeviceError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..ceilings import Ceilings
+    from roofscope.hardware.ceilings import Ceilings
 
 __all__ = ["default_device", "measure", "parse_device"]
 
@@ -39,7 +39,7 @@ def measure(device: str = "cuda", *, quick: bool = False,
     """Measure the ceilings of ``device``; a missing or absent CUDA device is a one-line DeviceError."""
     kind, index = parse_device(device)
     if kind == "cpu":
-        from .cpu import measure_cpu
+        from roofscope.microbench.cpu import measure_cpu
 
         return measure_cpu(quick=quick, progress=progress)
     import torch
@@ -53,6 +53,6 @@ def measure(device: str = "cuda", *, quick: bool = False,
     elif index >= count:
         raise DeviceError(f"{device!r} requested but only {count} CUDA device(s) are visible (cuda:0"
                           + (f"..cuda:{count - 1})" if count > 1 else ")"))
-    from .gpu import measure_gpu
+    from roofscope.microbench.gpu import measure_gpu
 
     return measure_gpu(index, quick=quick, progress=progress)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..ceilings import Ceilings, ceilings_payload, implausible, load_ceilings_file
-from ..errors import RoofscopeError
-from ..fileio import atomic_write
-from .compute import TENSOR_CORE
+from roofscope.hardware.ceilings import Ceilings, ceilings_payload, implausible, load_ceilings_file
+from roofscope.errors import RoofscopeError
+from roofscope.fileio import atomic_write
+from roofscope.microbench.compute import TENSOR_CORE
 
 __all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only",
            "implausible_text", "note_implausible", "implausible_attempt"]

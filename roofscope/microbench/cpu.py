@@ -33,10 +33,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ceilings import Ceilings, implausible, levels_payload, parse_levels
-from ..errors import DeviceError, RoofscopeError
-from ..units import si
-from .cpupeak import CACHE_BYTES_PER_CYCLE, CpuPeak, read_peak
+from roofscope.hardware.ceilings import Ceilings, implausible, levels_payload, parse_levels
+from roofscope.errors import DeviceError, RoofscopeError
+from roofscope.units import si
+from roofscope.microbench.cpupeak import CACHE_BYTES_PER_CYCLE, CpuPeak, read_peak
 
 Progress = Callable[[str, int, int], None]
 
@@ -312,7 +312,7 @@ def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | N
     note), so a busy machine measures once, not on every run. An implausible measurement is not
     cached: that run and the runs of the next :data:`RETRY_AFTER_S` get :func:`theoretical_only`
     roofs with a note (without a theoretical peak, the measurement itself, for that run)."""
-    from . import cache
+    from roofscope.microbench import cache
 
     peak = read_peak(threads)
     if cache.enabled():

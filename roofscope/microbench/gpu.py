@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
-from ..datasheets import PRECISIONS, DeviceSpec, match_device
-from ..ceilings import Ceilings
-from ..errors import DeviceError
-from . import compute, hostlink, launch, memory
-from .timing import QUICK_TARGET_S, TARGET_S, Measurement, free_memory, warm_up_gpu
+from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, match_device
+from roofscope.hardware.ceilings import Ceilings
+from roofscope.errors import DeviceError
+from roofscope.microbench import compute, hostlink, launch, memory
+from roofscope.microbench.timing import QUICK_TARGET_S, TARGET_S, Measurement, free_memory, warm_up_gpu
 
 Progress = Callable[[str, int, int], None]
 UNITS = {"compute": "FLOP/s", "memory": "B/s", "latency": "s"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from .timing import Measurement, choose_reps, rate, summarize
+from roofscope.microbench.timing import Measurement, choose_reps, rate, summarize
 
 # Keys of Ceilings.host_link, with the direction and host memory of each.
 KEYS = {"h2d": ("HtoD", True), "d2h": ("DtoH", True), "h2d_pageable": ("HtoD", False),

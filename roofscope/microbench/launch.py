@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from .timing import Measurement, latency, summarize, time_cuda
+from roofscope.microbench.timing import Measurement, latency, summarize, time_cuda
 
 # Long enough that the one synchronize per sequence is noise (under 1%).
 SEQUENCE = 1000

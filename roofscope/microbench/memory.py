@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .timing import TARGET_S, Measurement, best, l2_flusher, rate, time_cuda
+from roofscope.microbench.timing import TARGET_S, Measurement, best, l2_flusher, rate, time_cuda
 
 _KERNELS: dict = {}
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from ..errors import OutputExistsError, RoofscopeError, TraceError
-from ..fileio import atomic_write
-from ..version import __version__
-from . import derived
-from .layout import CEILINGS_FILE, META_FILE, SUMMARY_FILE, TELEMETRY_FILE, TRACE_FILE
-from .schema import RUN_SCHEMA_VERSION, RunMeta, read_versioned
+from roofscope.errors import OutputExistsError, RoofscopeError, TraceError
+from roofscope.fileio import atomic_write
+from roofscope.version import __version__
+from roofscope.run import derived
+from roofscope.run.layout import CEILINGS_FILE, META_FILE, SUMMARY_FILE, TELEMETRY_FILE, TRACE_FILE
+from roofscope.run.schema import RUN_SCHEMA_VERSION, RunMeta, read_versioned
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..ceilings import Ceilings
+    from roofscope.hardware.ceilings import Ceilings
 
 SCHEMA_VERSION = RUN_SCHEMA_VERSION
 
@@ -297,7 +297,7 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
     the new one until released; without it only ``force`` replaces, and only a Run or an empty directory."""
     import gzip
 
-    from ..ceilings import save_ceilings_file
+    from roofscope.hardware.ceilings import save_ceilings_file
 
     target = Path(out)
     if claim is None or claim.path != target or not claim.held():

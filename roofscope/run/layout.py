@@ -8,9 +8,9 @@ A Run (schema 1)::
     telemetry.json.gz        NVML samples taken while profiling (optional; collectors/nvml.py)
     summary.json             the analysis summary, stamped with the analysis version (optional; derived.py)
     report.html              the HTML report rendered with that summary (optional)
-    counters.json.gz         hardware counters joined to the trace's kernels (optional; roofscope/counters.py)
+    counters.json.gz         hardware counters joined to the trace's kernels (optional; roofscope/run/counters.py)
     counters.ncu-rep         Nsight Compute's own report of the counters pass (optional)
-    graph-capture-NNNN.json.gz  one trace per recorded CUDA-graph capture (optional; analyzers/graphs.py)
+    graph-capture-NNNN.json.gz  one trace per recorded CUDA-graph capture (optional; cost/graphs.py)
 
 A job directory (torchrun: one Run per rank, collectors/distributed.py)::
 

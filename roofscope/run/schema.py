@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ..errors import RoofscopeError
+from roofscope.errors import RoofscopeError
 
 RUN_SCHEMA_VERSION = 1        # run.json
 TELEMETRY_VERSION = 1         # telemetry.json.gz

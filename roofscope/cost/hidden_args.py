@@ -1,0 +1,238 @@
+"""Arguments a serving engine's op hides, recovered from the trace around it.
+
+vLLM's ``vllm::moe_forward`` receives the tokens and the router logits; its expert weights and
+top-k are layer state. Its unified attention receives Q, K and V of the new tokens; the KV cache
+and the sequence lengths are attention metadata. Both are still in the trace: under the MoE op,
+the routing op records ``k`` (``TopK``'s concrete input, ``topk_softmax``'s output width) and the
+expert kernels' wrappers view the stacked ``(E, a, b)`` weights (``aten::view`` of a 3-d tensor
+whose first dimension is the router's expert count); around the attention op, vLLM's step
+annotation ``execute_N_context_C(sqAskBsqsqCsqskD)_generation_G(...)`` records, per phase, the
+query tokens, cached keys, and the sums ``sum(q_i^2)`` and ``sum(q_i k_i)`` the FLOPs need.
+
+:func:`enrich` costs those ops again with what it found appended (``hint:*`` arguments the
+serving formulas read) and records, for every op still without shapes, which argument was
+missing (the coverage notes name it).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofscope.cost import formulas as cf
+from roofscope.ingest.linking import ancestor_where
+
+MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe")
+ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")
+_ROUTERS = {"TopK": "concrete", "aten::topk": "concrete", "_moe_C::topk_softmax": "out0",
+            "sgl_kernel::topk_softmax": "out0", "vllm::rocm_aiter_topk_softmax": "out0",
+            "aiter::topk_softmax": "out0"}
+_PHASE = re.compile(r"_(?:context|generation)_\d+\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)")
+
+
+def step_lengths(region: str) -> dict[str, int] | None:
+    """``sq``, ``sk`` and the bottom-right causal score area ``sqsk`` of a vLLM step annotation.
+
+    Each sequence's ``q`` new tokens attend to its ``k`` keys, the last row to all of them, so
+    it computes ``q k - q (q - 1) / 2`` scores: summed, ``sqsk - (sqsq - sq) / 2`` (decode,
+    ``q = 1``: ``sum(k_i)``)."""
+    phases = [tuple(map(int, m)) for m in _PHASE.findall(region or "")]
+    if not phases:
+        return None
+    sq, sk, sqsq, sqsk = (sum(p[i] for p in phases) for i in range(4))
+    if sq == 0:
+        return None
+    return {"sq": sq, "sk": sk, "sqsk": int(sqsk - (sqsq - sq) // 2)}
+
+
+def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: dict | None = None) -> None:
+    """Cost the hidden-argument ops of ``trace`` in ``oc`` (op_costs' frame) in place and add its
+    ``missing`` column (``"op: what its formula lacked"`` for ops without shapes, else "").
+    ``region``: the step annotation of a CUDA-graph replay, whose capture
+    trace (``trace``) has none of its own; ``optimizer``: run.json's optimizer facts, which size
+    the fused / foreach optimizer ops whose TensorList shapes were not recorded."""
+    from roofscope.cost.costmodel import missing_argument
+
+    ops = trace.ops
+    oc["missing"] = ""
+    if not len(ops):
+        return
+    if optimizer and optimizer.get("groups"):
+        _optimizer_streams(trace, oc, optimizer["groups"])
+    unshaped = oc["reason"].to_numpy() == "no_shapes"
+    moe = np.flatnonzero(ops["name"].isin(MOE_OPS).to_numpy() & unshaped)
+    attention = np.flatnonzero(ops["name"].isin(ATTENTION_OPS).to_numpy() & unshaped)
+    done: dict[tuple, Any] = {}  # (signature, hints) -> cost: a decode step repeats each layer's call
+    if moe.size:
+        for row, hints in _moe_hints(trace, ops["name"].astype(str).to_numpy(dtype=object), moe).items():
+            _apply(trace, oc, row, hints, done)
+    if attention.size:
+        for row, step in zip(attention.tolist(), _step_annotations(trace, attention, region)):
+            lens = step_lengths(step)
+            if lens:
+                _apply(trace, oc, row, [(f"hint:{k}", [], "Scalar", str(v)) for k, v in lens.items()], done)
+    missing = np.flatnonzero(oc["reason"].to_numpy() == "no_shapes")
+    if missing.size:
+        sigs = ops["sig"].to_numpy()[missing]
+        s = trace.signatures
+        why = {g: f"{s['name'].iat[g]}: " + missing_argument(
+                   s["name"].iat[g], s["input_dims"].iat[g], s["input_types"].iat[g],
+                   s["concrete_inputs"].iat[g] if "concrete_inputs" in s else None) for g in np.unique(sigs).tolist()}
+        oc.loc[oc.index[missing], "missing"] = pd.Series(sigs).map(why).to_numpy(dtype=object)
+
+
+# Fused / foreach optimizer ops as streams over param-sized lists: FLOPs per element, lists read,
+# lists written (fused AdamW: p, g, m, v read; p, m, v written; docs/cost-model.md).
+_OPTIMIZER_STREAMS = {
+    "aten::_fused_adamw_": (14, 4, 3), "aten::_fused_adam_": (15, 4, 3), "aten::_fused_sgd_": (2, 2, 1),
+    "aten::_amp_foreach_non_finite_check_and_unscale_": (2, 1, 1), "aten::_foreach_norm": (2, 1, 0),
+}
+
+
+def _stream_shape(name: str, types: list) -> tuple[int, int, int] | None:
+    if name in _OPTIMIZER_STREAMS:
+        return _OPTIMIZER_STREAMS[name]
+    if not name.startswith("aten::_foreach_"):
+        return None
+    base = name[len("aten::_foreach_"):].rstrip("_")
+    lists = sum(1 for t in types or [] if t in ("TensorList", "GenericList"))
+    if base in ("zero", "copy"):
+        return (0, lists - 1, 1) if base == "copy" else (0, 0, 1)
+    per = cf.ELEMENTWISE.get(base, (1, ""))[0]
+    return per, max(lists, 1), 1
+
+
+def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None:
+    """Fused / foreach optimizer ops without TensorList shapes, sized from the parameter groups:
+    torch calls them once per group (and dtype), so the i-th call of an op in a step covers the
+    i-th group when the counts agree; one call covers them all; other counts split the total."""
+    from roofscope.ingest.trace import steps_at
+
+    ops = trace.ops
+    nb = oc["reason"].to_numpy() == "no_shapes"
+    if not nb.any():
+        return
+    sigs = trace.signatures
+    rows = np.flatnonzero(nb)
+    names = ops["name"].astype(str).to_numpy(dtype=object)[rows]
+    shapes = {n: _stream_shape(n, sigs["input_types"].iat[int(ops["sig"].iat[r])]) for n, r in zip(names, rows)}
+    keep = np.array([shapes[n] is not None for n in names], dtype=bool)
+    rows, names = rows[keep], names[keep]
+    if not rows.size:
+        return
+    numel = np.array([float(g.get("numel", 0)) for g in groups])
+    nbytes = np.array([float(g.get("numel", 0) * g.get("itemsize", 4)) for g in groups])
+    step = steps_at(trace.annotations, ops["ts_ns"].to_numpy()[rows])
+    frame = pd.DataFrame({"row": rows, "name": names, "step": step, "ts": ops["ts_ns"].to_numpy()[rows]})
+    frame = frame.sort_values("ts", kind="stable")
+    frame["i"] = frame.groupby(["step", "name"]).cumcount()
+    frame["n"] = frame.groupby(["step", "name"])["row"].transform("size")
+    for r, name, i, n in frame[["row", "name", "i", "n"]].itertuples(index=False):
+        per, reads, writes = shapes[name]  # type: ignore[misc]
+        if n == len(groups):
+            elems, size = numel[i], nbytes[i]
+        else:
+            elems, size = numel.sum() / n, nbytes.sum() / n
+        j = oc.index[r]
+        oc.loc[j, ["flops", "bytes", "reason", "cost_source"]] = [per * elems, (reads + writes) * size, "", "run"]
+
+
+def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, list[tuple[str, Any, str, Any]]]:
+    """Per MoE op row: ``k`` from the routing op under it, and the first two stacked ``(E, a, b)``
+    weight views under it (``E``: its router logits' width)."""
+    ops, sigs = trace.ops, trace.signatures
+    sig = ops["sig"].to_numpy()
+    cand = np.flatnonzero(np.isin(names, list(_ROUTERS) + ["aten::view"]))
+    mask = np.zeros(len(ops), dtype=bool)
+    mask[targets] = True
+    owner = ancestor_where(ops["parent"].to_numpy(), ops["parent"].to_numpy()[cand], mask)
+    keep = owner >= 0
+    cand, owner = cand[keep], owner[keep]
+    dims, types = sigs["input_dims"].to_numpy(), sigs["input_types"].to_numpy()
+    concrete = sigs["concrete_inputs"].to_numpy() if "concrete_inputs" in sigs else np.full(len(sigs), None)
+    out: dict[int, list[tuple[str, Any, str, Any]]] = {}
+    for row in targets.tolist():
+        logits = dims[sig[row]]
+        experts = logits[1][-1] if len(logits) > 1 and logits[1] else None
+        topk: list[tuple[str, Any, str, Any]] = []
+        weights: dict[tuple, str] = {}
+        for r in cand[owner == row].tolist():
+            d, t, c = dims[sig[r]] or [], types[sig[r]] or [], concrete[sig[r]] or []
+            kind = _ROUTERS.get(names[r])
+            if kind == "concrete" and not topk and len(c) > 1 and str(c[1]).isdigit():
+                topk = [("hint:topk", [], "Scalar", str(c[1]))]
+            elif kind == "out0" and not topk and d and len(d[0]) == 2:
+                topk = [("hint:topk", [], "Scalar", str(d[0][1]))]
+            elif names[r] == "aten::view" and d and len(d[0]) == 3 and d[0][0] == experts:
+                weights.setdefault(tuple(d[0]), t[0])
+        out[row] = topk + [("hint:weight", list(w), t, "") for w, t in list(weights.items())[:2]]
+    return out
+
+
+def _step_annotations(trace: Any, rows: np.ndarray, region: str | None) -> list[str]:
+    """The vLLM step annotation around each op row (``region`` when given: a graph replay's)."""
+    if region is not None and _PHASE.search(region):
+        return [region] * len(rows)
+    ann = trace.annotations
+    if not len(ann):
+        return [""] * len(rows)
+    steps = ann[[bool(_PHASE.search(n)) for n in ann["name"].astype(str)]].sort_values("ts_ns")
+    if not len(steps):
+        return [""] * len(rows)
+    ts, end = trace.ops["ts_ns"].to_numpy()[rows], trace.ops["end_ns"].to_numpy()[rows]
+    i = np.searchsorted(steps["ts_ns"].to_numpy(), ts, side="right") - 1
+    ok = (i >= 0) & (end <= steps["end_ns"].to_numpy()[np.maximum(i, 0)])
+    names = steps["name"].astype(str).to_numpy(dtype=object)
+    return [names[j] if good else "" for j, good in zip(i.tolist(), ok.tolist())]
+
+
+def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, str, Any]],
+           done: dict[tuple, Any]) -> None:
+    from roofscope.cost.costmodel import build_call, freeze
+
+    g = int(trace.ops["sig"].iat[row])
+    key = (g, freeze(hints))
+    if key not in done:
+        s = trace.signatures.iloc[g]
+        name = str(s["name"])
+        concrete = s["concrete_inputs"] if s["concrete_inputs"] is not None else [""] * len(s["input_types"])
+        call = build_call(name, freeze(list(s["input_dims"])), freeze(list(s["input_types"])), None,
+                          freeze(list(concrete)))
+        for hname, dims, t, c in hints:
+            parsed = build_call(name, ((tuple(dims)),), (t,), None, (c,)).args[0]
+            parsed.name = hname
+            call.args.append(parsed)
+        try:
+            done[key] = cf.lookup(name).fn(call)  # type: ignore[union-attr]
+        except (cf.MissingShapes, ValueError, TypeError):
+            done[key] = None
+    cost = done[key]
+    if cost is None:
+        return
+    i = oc.index[row]
+    oc.loc[i, ["flops", "bytes", "reason", "cost_source"]] = [float(cost.flops), float(cost.bytes), "", "formula"]
+    if cost.dtype:
+        oc.loc[i, "dtype"] = cost.dtype
+    if not math.isfinite(float(cost.bytes)):
+        oc.loc[i, "reason"] = "no_shapes"
+
+
+def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
+    """Coverage notes for the serving-engine ops (not aten's) whose kernels have no cost because
+    an argument was not recorded: ``vllm::moe_forward: 12.3 ms uncosted: no Input Dims for the
+    expert weights``, longest first."""
+    if "missing" not in kernels:
+        return []
+    k = kernels[(kernels["missing"] != "") & (kernels["unattributed"] == "no_shapes")]
+    k = k[~k["missing"].astype(str).str.startswith("aten::")]
+    if not len(k):
+        return []
+    t = k.groupby(k["missing"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
+    notes = []
+    for what, ns in t.head(top).items():
+        name, _, why = what.partition(": ")
+        notes.append(f"{name}: {ns / 1e6:.3f} ms uncosted: {why or 'shapes not recorded'}")
+    return notes

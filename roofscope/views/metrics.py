@@ -1,0 +1,250 @@
+"""Step metrics: step time, achieved FLOP/s, HFU, MFU, MBU, tokens/s, energy, throttling.
+
+Steps are the ``ProfilerStep#N`` spans torch.profiler records around each step; the
+headline figures use the median step (robust to one slow step) and per-step samples
+are kept for statistics (the CI gate). With *peak* the roof of the precision that did
+most of the counted FLOPs (``peak_roof`` names it) and *bandwidth* the memory ceiling:
+
+* HFU = counted FLOPs per step / (step time × peak): the hardware's view, counting
+  every FLOP the kernels did, recomputation included;
+* MFU = model FLOPs per step / (step time × peak), the model FLOPs from
+  :func:`.modelflops.model_flops` (``mfu_source`` names the source, ``mfu_formula`` the
+  formula); without any, MFU = HFU (``"op_counted"``).
+
+MFU <= HFU by construction: the hardware does at least the model's FLOPs. When model FLOPs
+exceed the count, one of the two figures is wrong and is adjusted (:func:`utilization_flops`;
+:func:`utilization_note` says which, on screen): the user's ``--model-flops-per-step`` is
+taken as right, so the count fell short (kernels without a cost) and HFU is raised to MFU
+(``hfu_source: raised_to_mfu``); an estimate from the trace (3 × forward counts an input
+gradient the first layer never computes) is capped at the count (MFU = HFU, ``mfu_formula``
+ends in "capped at the counted FLOPs");
+* MBU = compulsory bytes per step / (step time × bandwidth).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from roofscope.hardware.devices import Ceilings
+from roofscope.units import si
+from roofscope.cost.modelflops import FORMULAS, model_flops
+from roofscope.ingest.trace import Trace, is_region, is_step
+
+if TYPE_CHECKING:  # pragma: no cover
+    from roofscope.analysis import Analysis
+
+_STEP = "ProfilerStep#"
+
+
+def step_table(trace: Trace, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per profiled step: ``step``, ``ts_ns``, ``end_ns``, ``dur_s`` (trace clock),
+    and the CPU span ``cpu_ts_ns``/``cpu_end_ns``/``cpu_dur_s``.
+
+    With ``kernels`` (rows with ``step``, ``ts_ns``, ``end_ns``), a step that launched GPU
+    work is measured on the GPU: from its first activity's start to the next step's first
+    activity (the last step: to the later of its last activity's end and its CPU span's
+    end). The CPU only enqueues work: when the GPU is the bottleneck, the CPU's
+    ``ProfilerStep`` spans measure launch time, not the step; when the host is, both agree.
+    """
+    a = trace.annotations
+    s = a[is_step(a["name"])] if len(a) else a
+    if not len(s):
+        cols = ("ts_ns", "end_ns", "cpu_ts_ns", "cpu_end_ns")
+        return pd.DataFrame({"step": pd.Series([], dtype=np.int64),
+                             **{c: pd.Series([], dtype=np.int64) for c in cols},
+                             "dur_s": pd.Series([], dtype=float), "cpu_dur_s": pd.Series([], dtype=float)})
+    t = pd.DataFrame({"step": s["name"].astype(str).str.slice(len(_STEP)).astype(np.int64).to_numpy(),
+                      "cpu_ts_ns": s["ts_ns"].to_numpy(), "cpu_end_ns": s["end_ns"].to_numpy()})
+    # Kineto can write a step's span twice (CPU and GPU views); keep the longest.
+    t = t.sort_values(["step", "cpu_end_ns"]).drop_duplicates("step", keep="last").reset_index(drop=True)
+    t["cpu_dur_s"] = (t["cpu_end_ns"] - t["cpu_ts_ns"]) / 1e9
+    ts, end = t["cpu_ts_ns"].to_numpy().copy(), t["cpu_end_ns"].to_numpy().copy()
+    if kernels is not None and len(kernels):
+        k = kernels[kernels["step"] >= 0]
+        if "timed" in k:
+            k = k[k["timed"].astype(bool)]
+        g = k.groupby("step")
+        first = g["ts_ns"].min().reindex(t["step"]).to_numpy(dtype=float)
+        last = g["end_ns"].max().reindex(t["step"]).to_numpy(dtype=float)
+        has = ~np.isnan(first)
+        consecutive = np.r_[t["step"].to_numpy()[1:] == t["step"].to_numpy()[:-1] + 1, False]
+        nxt = np.r_[first[1:], np.nan]
+        gpu_end = np.where(consecutive & ~np.isnan(nxt), nxt, np.fmax(last, end))
+        ts = np.where(has, first, ts).astype(np.int64)
+        end = np.where(has, gpu_end, end).astype(np.int64)
+    t.insert(1, "ts_ns", ts)
+    t.insert(2, "end_ns", end)
+    t.insert(3, "dur_s", (end - ts) / 1e9)
+    return t
+
+
+def to_unix_ns(trace: Trace, t_ns: int) -> int | None:
+    """A trace-clock time (ns from the first event) as Unix ns, or None when the trace lacks a base."""
+    base = trace.meta.get("baseTimeNanoseconds")
+    t0_us = trace.meta.get("t0_us")
+    if base is None or t0_us is None:
+        return None
+    return int(base) + int(round(float(t0_us) * 1000)) + int(t_ns)
+
+
+def dominant_roof(kernels: pd.DataFrame, ceilings: Ceilings) -> tuple[str | None, float | None]:
+    """The roof key and FLOP/s of the (dtype, unit) that did the most FLOPs."""
+    k = kernels[kernels["flops"].fillna(0) > 0]
+    if not len(k):
+        return None, None
+    if "roof_precision" in k:  # placed kernels: TF32 detection already chose the roof
+        by = k.groupby(k["roof_precision"].astype(str))["flops"].sum()
+        key = str(by.idxmax())
+        if key and ceilings.peaks.get(key):
+            return key, ceilings.peaks[key]
+    by = k.groupby([k["dtype"].astype(str), k["tensor_core"].astype(bool)])["flops"].sum()
+    dtype, tc = by.idxmax()
+    return ceilings.roof_key(dtype, tc), ceilings.roof(dtype, tc)
+
+
+def region_times(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Seconds of each region (record_function annotation) in each step: index step, one
+    column per region name. A region's time is the longer of its CPU time (union of its spans
+    inside the step's CPU span) and the GPU extent of the kernels it launched in the step:
+    the GPU runs behind the CPU, so either can be the one that takes longer."""
+    a = trace.annotations
+    idx = pd.Index(steps["step"].to_numpy(), name="step")
+    if not len(a) or not len(steps):
+        return pd.DataFrame(index=idx)
+    r = a[is_region(a["name"])]
+    cols: dict[str, np.ndarray] = {}
+    st, en = steps["cpu_ts_ns"].to_numpy(), steps["cpu_end_ns"].to_numpy()
+    for name, g in r.groupby(r["name"].astype(str), sort=True):
+        # Union of the region's spans (recursion or several threads must not double-count).
+        g = g.sort_values("ts_ns")
+        s0, e0 = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()
+        new = np.r_[True, s0[1:] > np.maximum.accumulate(e0)[:-1]]
+        us, ue = s0[new], np.maximum.reduceat(e0, np.flatnonzero(new))
+        # Overlap of every union interval with every step window (few steps: dense is fine).
+        ov = np.clip(np.minimum(ue[None, :], en[:, None]) - np.maximum(us[None, :], st[:, None]), 0, None)
+        cols[name] = ov.sum(axis=1) / 1e9
+    out = pd.DataFrame(cols, index=idx)
+    if kernels is not None and len(kernels) and len(out.columns):
+        k = kernels[(kernels["step"] >= 0) & kernels["region"].isin(out.columns)]
+        g = k.groupby(["step", "region"])
+        extent = ((g["end_ns"].max() - g["ts_ns"].min()) / 1e9).unstack("region")
+        out = np.fmax(out, extent.reindex(index=idx, columns=out.columns))
+    return out
+
+
+CAPPED = ", capped at the counted FLOPs"
+
+
+def utilization_flops(counted: Any, mflops: float | None, source: str | None) -> tuple[Any, Any]:
+    """(FLOPs for MFU, FLOPs for HFU) per step from the ``counted`` FLOPs (a number or a Series),
+    MFU's never above HFU's (see the module docstring)."""
+    if not mflops:
+        return counted, counted
+    if source == "model_flops":
+        return mflops, np.maximum(counted, mflops)
+    return np.minimum(counted, mflops), counted
+
+
+def utilization_note(m: Mapping[str, Any]) -> str | None:
+    """The sentence that says which of MFU and HFU was adjusted and why, or None."""
+    model, counted = m.get("model_flops_per_step"), m.get("flops_per_step")
+    if not model or counted is None or model <= counted or not m.get("peak_flops"):
+        return None
+    if m.get("hfu_source") == "raised_to_mfu":
+        return (f"HFU raised to MFU: the kernels were counted doing {si(counted, 'FLOP')} per step, less than the"
+                f" model's {si(model, 'FLOP')} (--model-flops-per-step); kernels without a cost model are missing"
+                " from the count")
+    formula = str(m.get("mfu_formula") or "").replace(CAPPED, "")
+    return (f"MFU capped at HFU: the model FLOPs estimate ({formula}), {si(model, 'FLOP')} per step, exceeds the"
+            f" {si(counted, 'FLOP')} the kernels were counted doing (a first layer computes no input gradient),"
+            " so MFU uses the count")
+
+
+def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
+                 busy: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per profiled step (index ``step``): step_time_s, flops, bytes, hfu, mfu, mbu,
+    busy_s, idle_fraction (from the timeline's ``busy`` table) and ``region:<name>`` seconds;
+    the samples statistics should use."""
+    steps = a.steps() if steps is None else steps
+    idx = pd.Index(steps["step"].to_numpy(), name="step")
+    k = a.kernels[a.kernels["step"] >= 0]
+    out = pd.DataFrame({"step_time_s": steps["dur_s"].to_numpy()}, index=idx)
+    out["flops"] = k.groupby("step")["flops"].sum().reindex(idx).fillna(0.0)
+    out["bytes"] = k.groupby("step")["bytes"].sum().reindex(idx).fillna(0.0)
+    _, peak = dominant_roof(a.kernels, a.ceilings)
+    mflops, source = model_flops(a)
+    dur = out["step_time_s"].where(out["step_time_s"] > 0)
+    model, hardware = utilization_flops(out["flops"], mflops, source)
+    out["hfu"] = hardware / (dur * peak) if peak else np.nan
+    out["mfu"] = model / (dur * peak) if peak else np.nan
+    out["mbu"] = out["bytes"] / (dur * a.ceilings.bandwidth) if a.ceilings.bandwidth else np.nan
+    # The timeline's busy and wall are summed over GPUs: their ratio is the device average.
+    if busy is not None and len(busy):
+        out["busy_s"] = busy["busy_s"].reindex(idx)
+        out["idle_fraction"] = 1.0 - busy["busy_s"].reindex(idx) / busy["wall_s"].reindex(idx)
+    else:
+        out["busy_s"] = out["idle_fraction"] = np.nan
+    regions = region_times(a.trace, steps, None if a.cpu_only else a.kernels)
+    for name in regions.columns:
+        out[f"region:{name}"] = regions[name].reindex(idx)
+    return out
+
+
+def _median(s: pd.Series) -> float | None:
+    s = s.dropna()
+    return float(s.median()) if len(s) else None
+
+
+def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | None) -> dict[str, Any]:
+    """Headline step metrics (medians over the profiled steps); None where unknown."""
+    meta = a.run_meta or {}
+    key, peak = dominant_roof(a.kernels, a.ceilings)
+    mflops, source = model_flops(a)
+    tokens = meta.get("tokens_per_step")
+    n = int(len(samples))
+    out: dict[str, Any] = dict.fromkeys((
+        "step_time_s", "step_time_mean_s", "step_time_min_s", "step_time_max_s", "flops_per_step",
+        "bytes_per_step", "achieved_flops_per_s", "hfu", "mfu", "mbu", "tokens_per_s", "busy_fraction",
+        "idle_fraction", "energy_per_step_j", "energy_per_token_j", "throttled_fraction"))
+    out.update(steps=n, peak_roof=key, peak_flops=peak, bandwidth=a.ceilings.bandwidth,
+               model_flops_per_step=mflops, mfu_source=(source or "op_counted") if peak else None,
+               mfu_formula=FORMULAS.get(source or "", "counted FLOPs") if peak else None, hfu_source=None,
+               tokens_per_step=tokens, regions={})
+    if not n:
+        return out
+    t = samples["step_time_s"]
+    step = float(t.median())
+    # The headline is the program's own step time where the Run measured it (programtime.py).
+    own = (a.step_time() or {}).get("unprofiled_median_s")
+    out["step_time_source"] = "unprofiled" if own else "profiled"
+    out["profiled_step_time_s"] = step
+    step = own or step
+    out.update(step_time_s=step, step_time_mean_s=float(t.mean()), step_time_min_s=float(t.min()),
+               step_time_max_s=float(t.max()), flops_per_step=float(samples["flops"].mean()),
+               bytes_per_step=float(samples["bytes"].mean()))
+    if step > 0:
+        out["achieved_flops_per_s"] = out["flops_per_step"] / step
+        model, hardware = utilization_flops(out["flops_per_step"], mflops, source)
+        if peak:
+            out["hfu"], out["mfu"] = float(hardware) / step / peak, float(model) / step / peak
+            out["hfu_source"] = "raised_to_mfu" if hardware > out["flops_per_step"] else "counted"
+            if mflops and model < mflops:
+                out["mfu_formula"] += CAPPED
+        out["mbu"] = out["bytes_per_step"] / step / a.ceilings.bandwidth if a.ceilings.bandwidth else None
+        out["tokens_per_s"] = tokens / step if tokens else None
+    out["idle_fraction"] = _median(samples["idle_fraction"])
+    out["busy_fraction"] = None if out["idle_fraction"] is None else 1.0 - out["idle_fraction"]
+    # A region's median over the steps it ran in: prefill happens in one step of many.
+    out["regions"] = {c.split(":", 1)[1]: _median(samples[c].where(samples[c] > 0))
+                      for c in samples.columns if c.startswith("region:")}
+    devices = (telemetry or {}).get("devices") or []
+    energy = [d.get("energy_per_step_j") for d in devices]
+    if devices and all(e is not None for e in energy):
+        out["energy_per_step_j"] = float(sum(energy))
+        out["energy_per_token_j"] = out["energy_per_step_j"] / tokens if tokens else None
+    shares = [(d.get("throttle") or {}).get("throttled_share") for d in devices]
+    if any(s is not None for s in shares):
+        out["throttled_fraction"] = float(max(s for s in shares if s is not None))
+    return out
