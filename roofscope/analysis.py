@@ -11,7 +11,8 @@ import pandas as pd
 from roofscope.hardware.devices import Ceilings, resolve_ceilings
 from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute
 from roofscope.cost.hidden_args import missing_notes
-from roofscope.place.roofline import CLASSES, RooflineParams, above_roof, aggregate, device_sms, input_bytes, place
+from roofscope.model.kernels import CLASSES, RooflineParams, aggregate
+from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
 from roofscope.model.summary import Summary
 from roofscope.ingest.trace import Trace, load_trace, regions_at, steps_at
 

@@ -207,7 +207,7 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
              options: PipelineOptions) -> tuple["Analysis | None", str | None, "Ceilings | None"]:
     """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
     from roofscope.analysis import analyze
-    from roofscope.place.roofline import params_from
+    from roofscope.model.kernels import RooflineParams
     from roofscope.ingest.trace import load_trace
 
     trace = load_trace(c.trace)
@@ -223,7 +223,7 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
     try:
         a = analyze(trace, device=options.device, peak_tflops=options.peak_tflops,
                     peak_bandwidth_gbs=options.peak_bandwidth_gbs, ceilings_file=options.ceilings,
-                    ceilings=ceilings, params=params_from(options), telemetry=c.telemetry, run_meta=meta,
+                    ceilings=ceilings, params=RooflineParams.from_thresholds(options), telemetry=c.telemetry, run_meta=meta,
                     graph_capture=[str(p) for p in c.captures] if c.captures else None)
     except RoofscopeError as e:
         return None, str(e), ceilings

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import roofscope
-from roofscope.place.roofline import aggregate
+from roofscope.model.kernels import aggregate
 from roofscope.render.console import shorten
 from roofscope.render.html import render_html
 

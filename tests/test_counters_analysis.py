@@ -16,7 +16,8 @@ import pytest
 
 import roofscope
 from roofscope.place.measured import apply_counters, l2_bandwidth
-from roofscope.place.roofline import RooflineParams, place
+from roofscope.model.kernels import RooflineParams
+from roofscope.place.roofline import place
 from roofscope.hardware.devices import Ceilings
 
 from .conftest import external

@@ -15,10 +15,10 @@ class CeilingOptions(CeilingOverrides, RooflineThresholds):
 
     def ceiling_kwargs(self) -> dict[str, Any]:
         """These options as `analyzers.analysis.analyze()` (and PipelineOptions) name them."""
-        from roofscope.place.roofline import params_from
+        from roofscope.model.kernels import RooflineParams
 
         return {"device": self.device, "peak_tflops": self.peak_tflops, "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
-                "ceilings_file": self.ceilings, "params": params_from(self)}
+                "ceilings_file": self.ceilings, "params": RooflineParams.from_thresholds(self)}
 
     def ceiling_options(self) -> dict[str, Any]:
         """These options under their own names, to hand them to another command's options."""

@@ -15,7 +15,7 @@ import pandas as pd
 
 from roofscope.errors import RoofscopeError
 from roofscope.jsonsafe import json_safe
-from roofscope.place.roofline import aggregate
+from roofscope.model.kernels import aggregate
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis

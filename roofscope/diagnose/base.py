@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.views.programtime import ProgramTime
-from roofscope.place.roofline import CLASSES
+from roofscope.model.kernels import CLASSES
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis

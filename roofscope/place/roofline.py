@@ -43,37 +43,19 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from roofscope.config import RooflineThresholds
 from roofscope.hardware.devices import Ceilings
 from roofscope.ingest.names import per_name
 from roofscope.ingest.runtime_names import copy_direction
+from roofscope.model.kernels import ABOVE_ROOF_TOLERANCE, RooflineParams
 
-CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "unknown")
 # An fp32 GEMM running this much above the fp32 CUDA-core roof can only have used TF32.
 _TF32_EVIDENCE = 1.10
-# Timer rounding of a microsecond-long CPU op alone can put it a hair over its roof.
-ABOVE_ROOF_TOLERANCE = 0.005
 # Kernel categories whose L2 traffic is tile reuse, not the data they stream (_measured_l2).
 _TILED = ("gemm", "conv", "attention")
-
-
-@dataclass(frozen=True)
-class RooflineParams:
-    """The thresholds in the analysis's units (seconds, not the options' microseconds)."""
-
-    latency_floor_s: float = RooflineThresholds.latency_floor_us / 1e6
-    underutilized_below: float = RooflineThresholds.underutilized_below
-
-
-def params_from(thresholds: RooflineThresholds) -> RooflineParams:
-    """Parameters from the options (``--latency-floor-us``, ``--underutilized-below``)."""
-    return RooflineParams(latency_floor_s=thresholds.latency_floor_us / 1e6,
-                          underutilized_below=thresholds.underutilized_below)
 
 
 def _roofs(ceilings: Ceilings, dtype: np.ndarray, tensor_core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -302,45 +284,3 @@ def above_roof(k: pd.DataFrame, top: int = 5) -> dict:
     return {"kernels": int(len(worst)), "calls": int(len(hot)), "time_s": float(hot["dur_s"].sum()),
             "top": [{"name": str(r.name), "efficiency": float(r.efficiency), "level": str(lv)}
                     for r, lv in zip(worst.head(top).itertuples(), level[:top])]}
-
-
-def aggregate(k: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
-    """Totals per group: calls, time, FLOPs, bytes, derived rates, and the class holding most time.
-
-    Rates (achieved FLOP/s and B/s, efficiency) divide the costed launches' FLOPs and bytes by
-    the costed launches' time only: a GEMM launched 241 times, 73 of them outside any costed op,
-    ran at 5.51 TFLOP over its 168 costed calls' time, not over all 241 calls'. ``costed_calls``
-    and ``coverage`` (costed share of the group's time) say how much of the group the rates cover.
-    """
-    if len(k) == 0:
-        return pd.DataFrame(columns=["calls", "time_s", "flops", "bytes", "intensity", "achieved_flops",
-                                     "achieved_bw", "efficiency", "costed_calls", "coverage", "cls", "time_share"])
-    keys = [by] if isinstance(by, str) else list(by)
-    # Costed: the cost model gave FLOPs or bytes (a floor needs ceilings too; rates do not).
-    costed = (k["flops"].notna() | k["bytes"].notna()) & k["dur_s"].notna()
-    sub = k[keys + ["dur_s", "flops", "bytes", "floor_s"]].assign(_costed_s=k["dur_s"].where(costed), _costed=costed)
-    g = sub.groupby(keys, observed=True, sort=False)
-    sums = g[["dur_s", "flops", "bytes", "floor_s", "_costed_s"]].sum(min_count=1)
-    out = pd.DataFrame({
-        "calls": g.size(),
-        "time_s": sums["dur_s"],
-        "flops": sums["flops"],
-        "bytes": sums["bytes"],
-        "floor_s": sums["floor_s"],
-        "costed_calls": g["_costed"].sum(),
-        "costed_time_s": sums["_costed_s"],
-    })
-    out["mean_s"] = out["time_s"] / out["calls"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["intensity"] = out["flops"] / out["bytes"]
-        out["achieved_flops"] = out["flops"] / out["costed_time_s"]
-        out["achieved_bw"] = out["bytes"] / out["costed_time_s"]
-        out["efficiency"] = out["floor_s"] / out["costed_time_s"]
-        out["coverage"] = (out["costed_time_s"] / out["time_s"]).where(out["time_s"] > 0).fillna(0.0)
-    if "cls" not in keys:
-        cls_time = k.groupby(keys + ["cls"], observed=True, sort=False)["dur_s"].sum().reset_index()
-        top = cls_time.sort_values("dur_s", ascending=False).drop_duplicates(keys).set_index(keys)["cls"]
-        out["cls"] = top.reindex(out.index)
-    total = k["dur_s"].sum()
-    out["time_share"] = out["time_s"] / total if total > 0 else np.nan
-    return out.sort_values(["time_s", "flops"], ascending=False, na_position="last")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from roofscope.place.roofline import CLASSES, aggregate
+from roofscope.model.kernels import CLASSES, aggregate
 from roofscope.render.console import shorten
 
 if TYPE_CHECKING:  # pragma: no cover

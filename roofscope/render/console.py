@@ -7,7 +7,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from roofscope.place.roofline import ABOVE_ROOF_TOLERANCE
+from roofscope.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
 from roofscope.run.layout import REPORT_FILE
 from roofscope.text_safety import clean

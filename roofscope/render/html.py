@@ -30,7 +30,7 @@ import pandas as pd
 from roofscope.version import __version__
 from roofscope.place.measured import l2_bandwidth
 from roofscope.views.metrics import utilization_note
-from roofscope.place.roofline import CLASSES
+from roofscope.model.kernels import CLASSES
 from roofscope.render.charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
 from roofscope.render.console import above_roof_text, memory_text, number, pct, shorten, si
 from roofscope.jsonsafe import json_safe
