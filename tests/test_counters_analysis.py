@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.place.measured import apply_counters, l2_bandwidth
+from roofscope.place.measured import apply_counters
 from roofscope.model.kernels import RooflineParams
 from roofscope.place.roofline import place
 from roofscope.hardware.devices import Ceilings
@@ -177,8 +177,8 @@ def test_l2_roof_only_from_measured_ceilings():
     measured = Ceilings(device="NVIDIA H200", source="measured", peaks={"bf16": 803e12}, bandwidth=4.27e12,
                         env={"results": [{"key": "l2", "value": 9.2e12}, {"key": "l2", "value": 9.68e12},
                                          {"key": "bandwidth", "value": 4.27e12}]})
-    assert l2_bandwidth(measured) == 9.68e12
-    assert l2_bandwidth(TOY) is None
+    assert measured.l2_bandwidth == 9.68e12
+    assert TOY.l2_bandwidth is None
 
 
 # ---- benchmarks/accuracy.py ------------------------------------------------------------------

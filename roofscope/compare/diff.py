@@ -18,7 +18,7 @@ from roofscope.jsonsafe import json_safe
 from roofscope.model.kernels import aggregate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
 
 UNCHANGED_REL = 0.03
 UNCHANGED_ABS_S = 2e-6
@@ -105,15 +105,15 @@ class Diff:
         })
 
 
-def profiled_steps(a: "Analysis") -> int:
+def profiled_steps(a: "Result") -> int:
     """Complete profiled steps of a run; a trace without step markers counts as one step."""
-    return max(len(a.complete_steps()), 1)
+    return max(len(a.complete_steps), 1)
 
 
-def _step_kernels(a: "Analysis") -> pd.DataFrame:
+def _step_kernels(a: "Result") -> pd.DataFrame:
     """The kernels of the complete profiled steps (all of them when the trace has no step markers)."""
     k = a.kernels
-    return k[k["step"].isin(a.complete_steps())] if len(a.steps()) else k
+    return k[k["step"].isin(a.complete_steps)] if len(a.steps) else k
 
 
 # The per-step figures gate and diff both judge by: medians over the complete steps' samples
@@ -122,12 +122,12 @@ STEP_FIGURES = {"step_time_s": "step_time_s", "hfu": "hfu", "mfu": "mfu", "mbu":
                 "idle_fraction": "idle_fraction"}
 
 
-def step_figures(a: "Analysis") -> dict[str, Any]:
+def step_figures(a: "Result") -> dict[str, Any]:
     """Median step time, HFU, MFU, MBU, idle and busy fraction over the complete steps, tokens/s
     from that median step, and ``mfu_source`` (``op_counted`` when no model FLOPs were given)."""
-    profiled = a.step_samples()
-    samples, source = a.program_samples()
-    m = a.metrics()
+    profiled = a.step_samples
+    samples, source = (a.program_samples, a.time_source)
+    m = a.summary.metrics.to_dict()
     out: dict[str, Any] = {key: None for key in STEP_FIGURES}
     for key, col in STEP_FIGURES.items():
         # idle is the profiled steps' (the trace's timeline); the rest is the program's own time
@@ -142,7 +142,7 @@ def step_figures(a: "Analysis") -> dict[str, Any]:
     return out
 
 
-def per_step_kernels(a: "Analysis") -> pd.DataFrame:
+def per_step_kernels(a: "Result") -> pd.DataFrame:
     """One row per kernel name: ``calls`` and ``time_s`` per profiled step, ``cls`` (the class
     holding most of its time) and ``category``. This is what :func:`compare_kernels` matches."""
     k = _step_kernels(a)
@@ -180,13 +180,13 @@ def compare_kernels(table_a: pd.DataFrame, table_b: pd.DataFrame) -> pd.DataFram
     return out.iloc[order].reset_index(drop=True)
 
 
-def kernel_changes(a: "Analysis", b: "Analysis") -> pd.DataFrame:
+def kernel_changes(a: "Result", b: "Result") -> pd.DataFrame:
     """Kernels of B against A per profiled step: name, category, calls_a, calls_b, time_a_s,
     time_b_s, delta_s, cls_a, cls_b, status (faster, slower, appeared, disappeared, unchanged)."""
     return compare_kernels(per_step_kernels(a), per_step_kernels(b))
 
 
-def _totals(a: "Analysis", b: "Analysis", by: str) -> pd.DataFrame:
+def _totals(a: "Result", b: "Result", by: str) -> pd.DataFrame:
     ta = _step_kernels(a).groupby(by)["dur_s"].sum() / profiled_steps(a)
     tb = _step_kernels(b).groupby(by)["dur_s"].sum() / profiled_steps(b)
     out = pd.DataFrame({"time_a_s": ta, "time_b_s": tb}).fillna(0.0)
@@ -289,11 +289,11 @@ def predict(findings: list[dict[str, Any]], changes: pd.DataFrame, step_a: float
     return p
 
 
-def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
+def diff(a: "Result", b: "Result", applied: str | None = None,
          findings: list[dict[str, Any]] | None = None, fixes: list[dict[str, Any]] | None = None) -> Diff:
     """Compare run B against run A (see the module docstring); ``findings`` and ``fixes`` (the
     findings grouped per change) default to A's own."""
-    sa, sb = a.summary(), b.summary()
+    sa, sb = a.to_dict(), b.to_dict()
     ma, mb = step_figures(a), step_figures(b)
     changes = kernel_changes(a, b)
     if findings is None:
@@ -316,7 +316,7 @@ def diff(a: "Analysis", b: "Analysis", applied: str | None = None,
             warnings.append(f"{label}: left out step {', '.join(map(str, an.partial_steps()))}, cut short when the"
                             " script ended")
     return Diff(a=str(a.trace.path), b=str(b.trace.path), device_a=sa["device"], device_b=sb["device"],
-                steps_a=len(a.complete_steps()), steps_b=len(b.complete_steps()), metrics=_metric_changes(ma, mb),
+                steps_a=len(a.complete_steps), steps_b=len(b.complete_steps), metrics=_metric_changes(ma, mb),
                 kernels=changes, by_status=_by_status(changes), by_category=_totals(a, b, "category"),
                 by_class=_totals(a, b, "cls"),
                 prediction=predict(findings, changes, ma.get("step_time_s"), mb.get("step_time_s"), applied,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from roofscope.model.result import Result
 from roofscope.model.summary import Metrics
 from roofscope.version import __version__
 from roofscope.errors import RoofscopeError
@@ -77,19 +78,19 @@ class Snapshot:
         return float(self.kernels["time_s"].min())
 
     @classmethod
-    def from_analysis(cls, a: "Analysis", source: str | os.PathLike | None = None) -> "Snapshot":
+    def from_result(cls, a: "Result", source: str | os.PathLike | None = None) -> "Snapshot":
         from roofscope.compare.diff import per_step_kernels
-        from roofscope.views.telemetry_summary import THROTTLE_REASONS
+        from roofscope.run.telemetry import THROTTLE_REASONS
 
-        samples = a.step_samples()
+        samples = a.step_samples
         # Step time and utilizations in the program's own time where the Run measured it (a sample
         # per unprofiled step: many more than the profiled ones); the rest from the profiled steps.
-        own, time_source = a.program_samples()
+        own, time_source = (a.program_samples, a.time_source)
         where = str(source if source is not None else a.trace.path)
         if not len(samples):
             raise GateInputError(f"{where}: no profiled steps (ProfilerStep#N spans); the gate compares per-step"
                                  " samples: profile with `roofscope run` or a torch.profiler schedule")
-        s = a.typed_summary()
+        s = a.summary
         m = s.metrics
         env = (a.run_meta or {}).get("environment") or {}
         devices = s.telemetry.devices if s.telemetry is not None else []
@@ -187,19 +188,21 @@ def load_baseline(path: str | os.PathLike) -> Snapshot:
     return Snapshot.from_dict(_read_json(p), where=str(p))
 
 
-def snapshot_of(source: "str | os.PathLike | Snapshot | Analysis", *, baseline: bool = False) -> Snapshot:
-    """A snapshot of ``source``: a Snapshot, an Analysis, a Run directory or a trace, or (with
-    ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
-    from roofscope.analysis import Analysis, analyze
+def snapshot_of(source: "str | os.PathLike | Snapshot | Result | Analysis", *, baseline: bool = False) -> Snapshot:
+    """A snapshot of ``source``: a Snapshot, a Result (or the deprecated Analysis), a Run directory or
+    a trace, or (with ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
+    from roofscope.analysis import Analysis, run
     from roofscope.run import is_run_dir
 
     if isinstance(source, Snapshot):
         return source
     if isinstance(source, Analysis):
-        return Snapshot.from_analysis(source)
+        source = source.result
+    if isinstance(source, Result):
+        return Snapshot.from_result(source)
     p = Path(source)
     if baseline and not is_run_dir(p) and p.suffix != ".gz":
         d = _read_json(p)
         if not (isinstance(d, dict) and "traceEvents" in d):
             return Snapshot.from_dict(d, where=str(p))
-    return Snapshot.from_analysis(analyze(p), source=p)
+    return Snapshot.from_result(run(p), source=p)

@@ -145,6 +145,18 @@ class Ceilings:
         """False for :meth:`none` ceilings."""
         return self.source != "none"
 
+    @property
+    def l2_bandwidth(self) -> float | None:
+        """L2 read bandwidth (bytes/s) measured by ``roofscope microbench`` for these ceilings.
+
+        Datasheets publish no L2 figure, so only measured ceilings (whose ``env`` keeps the
+        benchmark results) have an L2 roof.
+        """
+        results = (self.env or {}).get("results") or []
+        values = [r.get("value") for r in results if isinstance(r, dict) and r.get("key") == "l2"]
+        values = [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
+        return max(values) if values else None
+
     def peak(self, precision: str) -> float | None:
         return self.peaks.get(precision)
 

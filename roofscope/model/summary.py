@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any, Mapping, TypeVar, get_args, get_origin, get_type_hints
 
+# mfu_formula ends with this when MFU was capped at the counted FLOPs (views/metrics.py).
+CAPPED = ", capped at the counted FLOPs"
 P = TypeVar("P", bound="Part")
 _OWN = ("extra", "source_keys")
 

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.hardware.devices import Ceilings
 
 MATMUL_CATEGORIES = ("gemm", "conv", "attention")
 # Counter column -> precision key of the roof its FLOPs run against (tensor-core roofs, then CUDA-core).
@@ -101,18 +100,6 @@ def apply_counters(kernels: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
         l2 = k["m_l2_bytes"].to_numpy()
         k["l2_intensity"] = np.where(l2 > 0, k["flops"].to_numpy() / l2, np.nan)
     return k
-
-
-def l2_bandwidth(ceilings: Ceilings) -> float | None:
-    """L2 read bandwidth (bytes/s) measured by ``roofscope microbench`` for these ceilings.
-
-    Datasheets publish no L2 figure, so only measured ceilings (whose ``env`` keeps the
-    benchmark results) have an L2 roof.
-    """
-    results = (ceilings.env or {}).get("results") or []
-    values = [r.get("value") for r in results if isinstance(r, dict) and r.get("key") == "l2"]
-    values = [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
-    return max(values) if values else None
 
 
 def _median(x: pd.Series) -> float | None:

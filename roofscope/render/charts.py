@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 
 from roofscope.model.kernels import CLASSES, aggregate
+from roofscope.run.telemetry import THROTTLE_REASONS, decode_reasons
 from roofscope.render.console import shorten
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
 
 TIMELINE_MAX = 4000     # kernels drawn in the step timeline (the longest, when a step has more)
 TELEMETRY_POINTS = 1500  # points per telemetry series; samples beyond are averaged in buckets
@@ -46,14 +47,14 @@ def _step_table(k: pd.DataFrame, col: str, steps: np.ndarray, order: list[str]) 
     return {str(c): _list(t[c].fillna(0.0) * 1e3) for c in cols}
 
 
-def per_step(a: "Analysis") -> dict[str, Any] | None:
+def per_step(a: "Result") -> dict[str, Any] | None:
     """Per profiled step: wall time, GPU busy time and kernel time by class and by category."""
-    steps = a.steps()
+    steps = a.steps
     if not len(steps):
         return None
     ids = steps["step"].to_numpy(dtype=np.int64)
     k = a.kernels[a.kernels["step"] >= 0]
-    samples = a.step_samples()
+    samples = a.step_samples
     busy = samples["busy_s"].reindex(ids).to_numpy(dtype=np.float64) if "busy_s" in samples else None
     return {"steps": ids.tolist(), "wall_ms": _list(steps["dur_s"].to_numpy() * 1e3),
             "busy_ms": None if busy is None or np.isnan(busy).all() else _list(busy * 1e3),
@@ -76,11 +77,11 @@ def _lanes(k: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return pd.Index(labels).get_indexer(label), labels
 
 
-def step_timeline(a: "Analysis") -> dict[str, Any] | None:
+def step_timeline(a: "Result") -> dict[str, Any] | None:
     """The kernels of the median-length profiled step (the whole trace without steps), in
     microseconds from the step's start, one row per stream."""
     k = a.kernels
-    steps = a.steps()
+    steps = a.steps
     if len(steps):
         row = steps.sort_values("dur_s", kind="stable").iloc[(len(steps) - 1) // 2]
         step, t0, step_ms = int(row["step"]), int(row["ts_ns"]), float(row["dur_s"]) * 1e3
@@ -117,9 +118,6 @@ def _buckets(t: np.ndarray) -> np.ndarray:
 
 
 def _device_series(rows: pd.DataFrame, origin: int, dev: dict) -> dict[str, Any]:
-    from roofscope.views.telemetry_summary import THROTTLE_REASONS
-    from roofscope.run.telemetry import decode_reasons
-
     rows = rows.sort_values("t_unix_ns", kind="stable")
     t = (rows["t_unix_ns"].to_numpy(dtype=np.int64) - origin) / 1e9
     b = _buckets(t)
@@ -139,20 +137,16 @@ def _device_series(rows: pd.DataFrame, origin: int, dev: dict) -> dict[str, Any]
             **out, "events": {"t_s": [e[0] for e in events], "reasons": [", ".join(e[1]) for e in events]}}
 
 
-def telemetry_series(a: "Analysis") -> dict[str, Any] | None:
+def telemetry_series(a: "Result") -> dict[str, Any] | None:
     """Per GPU: SM/memory clock, power, temperature and utilization over time, throttle
     events, and the profiled window, in seconds from the first profiled step."""
-    from roofscope.views.metrics import to_unix_ns
-
     tel = a.telemetry
     if tel is None:
         return None
     f = tel.frame()
     if not len(f):
         return None
-    steps = a.steps()
-    start = to_unix_ns(a.trace, int(steps["ts_ns"].min())) if len(steps) else None
-    end = to_unix_ns(a.trace, int(steps["end_ns"].max())) if len(steps) else None
+    start, end = a.window_unix_ns or (None, None)
     origin = start if start is not None else int(f["t_unix_ns"].min())
     groups = {int(d): g for d, g in f.groupby("device", sort=False)}
     devices = [_device_series(groups[dev["nvml_index"]], origin, dev) for dev in tel.devices

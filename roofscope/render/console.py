@@ -1,4 +1,4 @@
-"""Compact terminal summary of an Analysis."""
+"""Compact terminal summary of a Result."""
 from __future__ import annotations
 
 import math
@@ -15,7 +15,7 @@ from roofscope.render.programtime import savings_note, step_time_lines
 from roofscope.units import ms, si
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
     from roofscope.model.summary import AboveRoof, CountersBlock, Recommendation, Summary
     from roofscope.hardware.devices import Ceilings
     from roofscope.pipeline import SessionResult
@@ -118,7 +118,7 @@ def memory_text(c: "Ceilings") -> str:
                                  for name, cap, bw in c.levels)
 
 
-def _ceilings_line(a: "Analysis") -> str:
+def _ceilings_line(a: "Result") -> str:
     c = a.ceilings
     if not c.known:
         return c.notes[0]
@@ -132,8 +132,8 @@ def _ceilings_line(a: "Analysis") -> str:
             + (f"; {'; '.join(shown)}" if shown else ""))
 
 
-def render_summary(a: "Analysis", top: int = Presentation.top) -> str:
-    s = a.typed_summary()
+def render_summary(a: "Result", top: int = Presentation.top) -> str:
+    s = a.summary
     k = a.kernels
     out: list[str] = []
     what = "CPU ops (CPU-only trace)" if a.cpu_only else "GPU activities"
@@ -276,7 +276,7 @@ def _run_lines(s: "Summary") -> list[str]:
         if m.peak_flops:
             import textwrap
 
-            from roofscope.views.metrics import utilization_note
+            from roofscope.render.notes import utilization_note
 
             mfu = f"MFU {pct(m.mfu)}" + (" (op-counted)" if m.mfu_source == "op_counted" else "")
             # HFU's own rate, so that the ratio printed is the HFU printed (raised or counted).

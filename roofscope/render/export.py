@@ -11,7 +11,7 @@ from roofscope.text_safety import csv_cell
 from roofscope.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
 
 SCHEMA_VERSION = 1
 KERNEL_COLUMNS = ["name", "cat", "category", "device", "stream", "step", "region", "ts_ns", "dur_ns", "op_name",
@@ -25,11 +25,11 @@ def _records(df: pd.DataFrame, key: str, top: int | None) -> list[dict[str, Any]
     return json_safe(d.reset_index().rename(columns={d.index.name or "index": key}).to_dict("records"))
 
 
-def to_json_dict(a: "Analysis", top: int = 50) -> dict[str, Any]:
+def to_json_dict(a: "Result", top: int = 50) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "roofscope_version": __version__,
-        "summary": json_safe(a.summary()),
+        "summary": json_safe(a.to_dict()),
         "by_class": _records(a.by_class(), "class", None),
         "by_category": _records(a.by_category(), "category", None),
         "by_kernel": _records(a.by_kernel(), "kernel", top),
@@ -39,11 +39,11 @@ def to_json_dict(a: "Analysis", top: int = 50) -> dict[str, Any]:
     }
 
 
-def to_json(a: "Analysis", top: int = 50) -> str:
+def to_json(a: "Result", top: int = 50) -> str:
     return json.dumps(to_json_dict(a, top), indent=1, allow_nan=False)
 
 
-def kernels_csv(a: "Analysis") -> str:
+def kernels_csv(a: "Result") -> str:
     cols = [c for c in KERNEL_COLUMNS if c in a.kernels.columns]
     df = a.kernels[cols]
     text = {c: _csv_text(df[c]) for c in cols if not pd.api.types.is_numeric_dtype(df[c])}

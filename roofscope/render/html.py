@@ -28,15 +28,14 @@ import numpy as np
 import pandas as pd
 
 from roofscope.version import __version__
-from roofscope.place.measured import l2_bandwidth
-from roofscope.views.metrics import utilization_note
+from roofscope.render.notes import utilization_note
 from roofscope.model.kernels import CLASSES
 from roofscope.render.charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
 from roofscope.render.console import above_roof_text, memory_text, number, pct, shorten, si
 from roofscope.jsonsafe import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
 
 MAX_MARKERS = 5000   # groups drawn per grouping; the rest fold into one "other" group
 MAX_CELLS = 6000     # cells per grouping: bounds the page's JSON (~75 bytes a cell) and re-aggregation
@@ -99,14 +98,14 @@ def _ints(x: np.ndarray) -> list:
     return [None if v != v else int(v) for v in np.rint(x).tolist()]
 
 
-def _roofs(a: "Analysis", peaks: Any, bandwidth: float) -> list[dict[str, Any]]:
+def _roofs(a: "Result", peaks: Any, bandwidth: float) -> list[dict[str, Any]]:
     used = {str(p) for p in a.kernels["roof_precision"].dropna().unique()} - {""}
     used |= {"fp32"}
     return [{"precision": p, "peak": v, "ridge": v / bandwidth, "bandwidth": bandwidth}
             for p, v in sorted(peaks.items()) if p in used and v and bandwidth]
 
 
-def _datasheet_roofs(a: "Analysis") -> list[dict[str, Any]]:
+def _datasheet_roofs(a: "Result") -> list[dict[str, Any]]:
     """The datasheet's roofs, drawn dashed beside measured or user ceilings for reference."""
     spec = a.ceilings.datasheet
     if a.ceilings.source == "datasheet" or spec is None:
@@ -115,7 +114,7 @@ def _datasheet_roofs(a: "Analysis") -> list[dict[str, Any]]:
 
 
 def mode_keys(k: pd.DataFrame) -> dict[str, pd.Series]:
-    """The group key of each kernel per grouping, named as Analysis.by_kernel/by_op/by_module/
+    """The group key of each kernel per grouping, named as Result.by_kernel/by_op/by_module/
     by_region name their groups (the page's totals must match those tables)."""
     op = k["cost_op_name"].where(k["cost_op_name"] != "", k["op_name"])
     keys = {"kernel": k["name"].astype(str), "op": op.astype(str).replace("", "(no op)")}
@@ -134,7 +133,7 @@ def _format_dims(dims: Any) -> str:
     return ", ".join(parts)
 
 
-def _shapes(a: "Analysis", rows: np.ndarray) -> list[str]:
+def _shapes(a: "Result", rows: np.ndarray) -> list[str]:
     """Input shapes of the op whose cost each of ``rows`` (kernel rows) carries."""
     k = a.kernels
     op = k["op"].to_numpy(dtype=np.int64)[rows]
@@ -210,7 +209,7 @@ def _cells(group: np.ndarray, r: _Rows) -> dict[str, Any]:
     return out
 
 
-def _mode(a: "Analysis", mode: str, key: pd.Series, labels: dict[str, np.ndarray], rows: _Rows,
+def _mode(a: "Result", mode: str, key: pd.Series, labels: dict[str, np.ndarray], rows: _Rows,
           names: _Names) -> tuple[dict[str, Any], bool]:
     """One grouping's payload, and whether the cell budget (not the marker cap) folded groups."""
     codes, uniques = pd.factorize(key, sort=False)
@@ -268,7 +267,7 @@ def _rows(k: pd.DataFrame) -> tuple[_Rows, list[str]]:
     return rows, [str(r) for r in regions]
 
 
-def roofline_groups(a: "Analysis") -> dict[str, Any]:
+def roofline_groups(a: "Result") -> dict[str, Any]:
     """The roofline's cells per grouping (kernel, op, and module/region when the trace has
     them), the string table of kernel names, and the filters' steps and regions."""
     k = a.kernels
@@ -290,13 +289,13 @@ def roofline_groups(a: "Analysis") -> dict[str, Any]:
             "steps": [] if merged else steps, "steps_merged": len(steps) if merged else 0, "regions": regions}
 
 
-def report_data(a: "Analysis") -> dict[str, Any]:
+def report_data(a: "Result") -> dict[str, Any]:
     """Everything the page's script draws, as JSON-ready values."""
     return {**roofline_groups(a), "classes": list(CLASSES), "colors": CLASS_COLORS,
             "category_colors": CATEGORY_COLORS, "cpu_only": a.cpu_only,
             "roofs": _roofs(a, a.ceilings.peaks, a.ceilings.bandwidth), "datasheet_roofs": _datasheet_roofs(a),
             "ceilings_source": a.ceilings.source, "bandwidth": a.ceilings.bandwidth,
-            "counters": "m_l2_bytes" in a.kernels, "l2_bandwidth": l2_bandwidth(a.ceilings),
+            "counters": "m_l2_bytes" in a.kernels, "l2_bandwidth": a.ceilings.l2_bandwidth,
             # Cache levels inside the outermost one (CPU: L2, LLC), drawn as their own bandwidth roofs.
             "levels": [{"name": n, "bandwidth": bw} for n, _, bw in a.ceilings.levels[:-1]],
             "per_step": per_step(a), "timeline": step_timeline(a), "telemetry": telemetry_series(a)}
@@ -319,7 +318,7 @@ def _sha(text: str, algo: str = "sha256") -> str:
     return f"{algo}-" + base64.b64encode(hashlib.new(algo, text.encode()).digest()).decode()
 
 
-def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> str:
+def render_html(a: "Result", title: str | None = None, cdn: bool = False) -> str:
     """The report as one HTML document. ``cdn`` loads plotly.js from a CDN (pinned by its
     hash) instead of inlining it: a small file that needs the network to draw its charts."""
     import jinja2
@@ -327,7 +326,7 @@ def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> s
     env = jinja2.Environment(loader=jinja2.PackageLoader("roofscope", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True))
     env.filters.update(si=si, pct=pct, shorten=shorten, number=number)
-    s = a.summary()
+    s = a.to_dict()
     by_class = [(c, v["time_s"], v["share"]) for c, v in s["time_by_class"].items()]
     cat = a.by_category()
     by_category = [(str(c), float(r["time_s"]), float(r["time_share"])) for c, r in cat.iterrows()]
@@ -341,7 +340,7 @@ def render_html(a: "Analysis", title: str | None = None, cdn: bool = False) -> s
     scripts = [page_js] if cdn else [plotly_js, page_js]
     sources = [f"'{_sha(x)}'" for x in scripts] + ([PLOTLY_CDN] if cdn else [])
     csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data: blob:; script-src {' '.join(sources)}"
-    above = a.typed_summary().above_roof
+    above = a.summary.above_roof
     return env.get_template("report.html.j2").render(
         title=title or f"roofscope: {os.path.basename(os.path.dirname(path) if a.run_meta else path)}", s=s, a=a,
         metrics=s.get("metrics") or {}, utilization_note=utilization_note(s.get("metrics") or {}),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
     from roofscope.model.summary import Recommendation
     from roofscope.gate.result import GateResult
 
@@ -68,10 +68,10 @@ def junit_xml(result: "GateResult") -> str:
     return document(SUITE, CLASSNAME, cases, props, list(result.warnings))
 
 
-def diagnosis_xml(a: "Analysis") -> str:
+def diagnosis_xml(a: "Result") -> str:
     """The diagnosis as tests: each rule with findings fails (its findings' savings per step and
     fixes, largest first), each rule that did not apply is skipped with the engine's reason."""
-    s = a.typed_summary()
+    s = a.summary
     by_rule: dict[str, list[Recommendation]] = {}
     for f in s.findings:
         by_rule.setdefault(f.rule, []).append(f)

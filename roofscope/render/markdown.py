@@ -1,6 +1,6 @@
-"""Markdown summary of an Analysis, for a GitHub job summary or a pull-request comment.
+"""Markdown summary of a Result, for a GitHub job summary or a pull-request comment.
 
-It reads what the terminal summary reads (``Analysis.summary()`` and the aggregate tables)
+It reads what the terminal summary reads (``Result.summary`` and the aggregate tables)
 and adds nothing computed of its own. Names from the trace go into code spans (where
 neither markdown nor HTML is interpreted) and free text is escaped, so a kernel called
 ``</script><img src=x onerror=alert(1)>`` stays text on GitHub too.
@@ -11,12 +11,12 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Sequence
 
-from roofscope.views.metrics import utilization_note
+from roofscope.render.notes import utilization_note
 from roofscope.text_safety import clean
 from roofscope.render.console import ms, pct, shorten, si
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -116,9 +116,9 @@ def _finding_rows(findings: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def render_markdown(a: "Analysis", top: int = 10) -> str:
+def render_markdown(a: "Result", top: int = 10) -> str:
     """Headline metrics, recommendations, time by class and the top kernels as GitHub markdown."""
-    s = a.summary()
+    s = a.to_dict()
     spec = a.ceilings.datasheet
     out = [f"## roofscope: {md_text(s['device'])}", "",
            f"{md_code(s['trace'])}" + (f" · datasheet {md_text(spec.name)}" if spec is not None else ""), "",

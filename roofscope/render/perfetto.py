@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
 
 FILE_NAME = "trace.annotated.json.gz"
 _ARG_COLUMNS = (("class", "cls"), ("category", "category"), ("op", "op_name"), ("module", "module"),
@@ -46,10 +46,10 @@ def _column(values: pd.Series) -> list[Any]:
     return [None if x is None or x == "" or (isinstance(x, float) and x != x) else x for x in values.tolist()]
 
 
-def _findings_by_kernel(a: "Analysis") -> dict[str, list[str]]:
+def _findings_by_kernel(a: "Result") -> dict[str, list[str]]:
     """Kernel name -> the findings ("#rank title") whose evidence lists it."""
     out: dict[str, list[str]] = {}
-    for f in a.diagnosis().findings:
+    for f in a.diagnosis.findings:
         for k in f.kernels:
             out.setdefault(str(k.get("name", "")), []).append(f"#{f.rank} {f.title}")
     return out
@@ -96,7 +96,7 @@ def _counters(pid: int, ts: np.ndarray, end: np.ndarray, flops: np.ndarray, bw: 
                for x, v in zip(us, e)])
 
 
-def trace_events(a: "Analysis") -> list[dict[str, Any]]:
+def trace_events(a: "Result") -> list[dict[str, Any]]:
     """The annotated trace's events (see the module docstring)."""
     k = a.kernels
     if "timed" in k:
@@ -121,7 +121,7 @@ def trace_events(a: "Analysis") -> list[dict[str, Any]]:
             args["findings"] = findings[name]
         events.append({"ph": "X", "name": name, "cat": str(args.get("class") or "kernel"), "pid": pid, "tid": tid,
                        "ts": t0, "dur": dur, "args": args})
-    for s in a.steps().itertuples():
+    for s in a.steps.itertuples():
         events.append({"ph": "X", "name": f"step {s.step}", "cat": "step", "pid": 0, "tid": 0,
                        "ts": float(s.ts_ns) / 1e3, "dur": float(s.end_ns - s.ts_ns) / 1e3,
                        "args": {"step": int(s.step), "dur_s": float(s.dur_s)}})
@@ -134,7 +134,7 @@ def trace_events(a: "Analysis") -> list[dict[str, Any]]:
     return events
 
 
-def render_perfetto(a: "Analysis") -> bytes:
+def render_perfetto(a: "Result") -> bytes:
     """The annotated trace as gzipped Chrome JSON (``trace.annotated.json.gz``)."""
     doc = {"traceEvents": trace_events(a), "displayTimeUnit": "ns",
            "otherData": {"producer": "roofscope", "device": str(a.ceilings.device or ""),

@@ -1,4 +1,4 @@
-"""Output formats by name: every renderer of an Analysis behind one signature.
+"""Output formats by name: every renderer of a Result behind one signature.
 
 Each renderer module keeps its own function (``render_summary``, ``render_html``, ...); this
 registry adapts them to ``render(analysis, options) -> str | bytes`` with a default file name,
@@ -17,7 +17,7 @@ from roofscope.errors import RoofscopeError
 from roofscope.run import REPORT_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Renderer(Protocol):
     file_name: str         # where `--format NAME` writes it inside a Run
     description: str
 
-    def render(self, analysis: "Analysis", options: RenderOptions) -> str | bytes: ...
+    def render(self, analysis: "Result", options: RenderOptions) -> str | bytes: ...
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,9 @@ class FunctionRenderer:
     name: str
     file_name: str
     description: str
-    function: Callable[["Analysis", RenderOptions], str | bytes]
+    function: Callable[["Result", RenderOptions], str | bytes]
 
-    def render(self, analysis: "Analysis", options: RenderOptions) -> str | bytes:
+    def render(self, analysis: "Result", options: RenderOptions) -> str | bytes:
         return self.function(analysis, options)
 
 
@@ -73,43 +73,43 @@ def check_formats(formats: Iterable[str]) -> None:
         raise RoofscopeError(f"unknown output format {unknown[0]!r}; known: {', '.join(names())}")
 
 
-def _console(a: "Analysis", o: RenderOptions) -> str:
+def _console(a: "Result", o: RenderOptions) -> str:
     from roofscope.render.console import render_summary
 
     return render_summary(a, top=o.top)
 
 
-def _html(a: "Analysis", o: RenderOptions) -> str:
+def _html(a: "Result", o: RenderOptions) -> str:
     from roofscope.render.html import render_html
 
     return render_html(a, cdn=o.cdn)
 
 
-def _markdown(a: "Analysis", o: RenderOptions) -> str:
+def _markdown(a: "Result", o: RenderOptions) -> str:
     from roofscope.render.markdown import render_markdown
 
     return render_markdown(a)
 
 
-def _json(a: "Analysis", o: RenderOptions) -> str:
+def _json(a: "Result", o: RenderOptions) -> str:
     from roofscope.render.export import to_json
 
     return to_json(a)
 
 
-def _csv(a: "Analysis", o: RenderOptions) -> str:
+def _csv(a: "Result", o: RenderOptions) -> str:
     from roofscope.render.export import kernels_csv
 
     return kernels_csv(a)
 
 
-def _junit(a: "Analysis", o: RenderOptions) -> str:
+def _junit(a: "Result", o: RenderOptions) -> str:
     from roofscope.render.junit import diagnosis_xml
 
     return diagnosis_xml(a)
 
 
-def _perfetto(a: "Analysis", o: RenderOptions) -> bytes:
+def _perfetto(a: "Result", o: RenderOptions) -> bytes:
     from roofscope.render.perfetto import render_perfetto
 
     return render_perfetto(a)

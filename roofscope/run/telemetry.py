@@ -30,6 +30,13 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x100: "display_clock_setting",
 }
 
+# Reasons that lower clocks against the workload's will; idle and user-set application
+# clocks are states, not throttling.
+THROTTLE_REASONS: tuple[str, ...] = (
+    "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+)
+
+
 def decode_reasons(mask: int) -> list[str]:
     """Names of the clock-event bits set in ``mask``, lowest bit first; unknown bits are dropped."""
     return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]

@@ -22,13 +22,13 @@ ends in "capped at the counted FLOPs");
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from roofscope.hardware.devices import Ceilings
-from roofscope.units import si
+from roofscope.model.summary import CAPPED
 from roofscope.cost.modelflops import FORMULAS, model_flops
 from roofscope.ingest.trace import Trace, is_region, is_step
 
@@ -134,7 +134,6 @@ def region_times(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame | None
     return out
 
 
-CAPPED = ", capped at the counted FLOPs"
 
 
 def utilization_flops(counted: Any, mflops: float | None, source: str | None) -> tuple[Any, Any]:
@@ -145,21 +144,6 @@ def utilization_flops(counted: Any, mflops: float | None, source: str | None) ->
     if source == "model_flops":
         return mflops, np.maximum(counted, mflops)
     return np.minimum(counted, mflops), counted
-
-
-def utilization_note(m: Mapping[str, Any]) -> str | None:
-    """The sentence that says which of MFU and HFU was adjusted and why, or None."""
-    model, counted = m.get("model_flops_per_step"), m.get("flops_per_step")
-    if not model or counted is None or model <= counted or not m.get("peak_flops"):
-        return None
-    if m.get("hfu_source") == "raised_to_mfu":
-        return (f"HFU raised to MFU: the kernels were counted doing {si(counted, 'FLOP')} per step, less than the"
-                f" model's {si(model, 'FLOP')} (--model-flops-per-step); kernels without a cost model are missing"
-                " from the count")
-    formula = str(m.get("mfu_formula") or "").replace(CAPPED, "")
-    return (f"MFU capped at HFU: the model FLOPs estimate ({formula}), {si(model, 'FLOP')} per step, exceeds the"
-            f" {si(counted, 'FLOP')} the kernels were counted doing (a first layer computes no input gradient),"
-            " so MFU uses the count")
 
 
 def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,

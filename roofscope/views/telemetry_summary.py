@@ -12,15 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.run.telemetry import CLOCK_EVENT_REASONS, Telemetry
+from roofscope.run.telemetry import CLOCK_EVENT_REASONS, THROTTLE_REASONS, Telemetry
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import read_maybe_gzip
 
-# Reasons that lower clocks against the workload's will; idle and user-set application
-# clocks are states, not throttling.
-THROTTLE_REASONS: tuple[str, ...] = (
-    "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-)
 _THROTTLE_MASK = sum(bit for bit, name in CLOCK_EVENT_REASONS.items() if name in THROTTLE_REASONS)
 
 
