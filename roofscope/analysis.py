@@ -11,6 +11,8 @@ import pandas as pd
 from roofscope.hardware.devices import Ceilings, resolve_ceilings
 from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute
 from roofscope.cost.hidden_args import missing_notes
+from roofscope.diagnose import Diagnosis, DiagnosisInput, RunFacts, diagnose
+from roofscope.views.collectives import kernel_collectives
 from roofscope.model.kernels import CLASSES, RooflineParams, aggregate
 from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
 from roofscope.model.summary import Summary
@@ -146,12 +148,10 @@ class Analysis:
             self._metrics = metrics(self, self.step_samples(), self.telemetry_summary())
         return self._metrics
 
-    def diagnosis(self) -> Any:
-        """Ranked recommendations with evidence and estimated savings (:class:`.rules.Diagnosis`)."""
+    def diagnosis(self) -> Diagnosis:
+        """Ranked recommendations with evidence and estimated savings (model/findings.py)."""
         if self._diagnosis is None:
-            from roofscope.diagnose import diagnose
-
-            self._diagnosis = diagnose(self)
+            self._diagnosis = diagnose(_diagnosis_input(self))
         return self._diagnosis
 
     def inference(self) -> dict[str, Any] | None:
@@ -276,6 +276,16 @@ class Analysis:
         if meta:
             out["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
         return out
+
+
+def _diagnosis_input(a: Analysis) -> DiagnosisInput:
+    """What the rules read of ``a`` (diagnose/inputs.py), each part computed here once."""
+    # The collectives only where a kernel communicates: listing them reads every op's tensor sizes.
+    comm = bool((a.kernels["category"] == "communication").any())
+    return DiagnosisInput(trace=a.trace, kernels=a.kernels, steps=a.steps(), timeline=a.timeline(),
+                          ceilings=a.ceilings, params=a.params, run=RunFacts.of(a.run_meta, a.step_time()),
+                          cpu_only=a.cpu_only, inference=a.inference(), telemetry=a.telemetry_summary(),
+                          collectives=kernel_collectives(a) if comm else None)
 
 
 def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.diagnose.base import Finding
+    from roofscope.model.findings import Finding
 
 # Idle terms: the host's time, which the profiler inflates (rules/base.py TERMS).
 HOST_TERMS = frozenset(("host", "sync", "idle_other"))
