@@ -149,7 +149,7 @@ class ExposedCommunication(Rule):
 
         comm = ctx.kernels[ctx.kernels["cls"] == "communication"]
         world = (ctx.analysis.trace.meta.get("distributedInfo") or {}).get("world_size")
-        kc = kernel_collectives(ctx.analysis)
+        kc = kernel_collectives(ctx.analysis.trace, ctx.analysis.kernels, ctx.analysis.steps())
         kc.attrs["names"] = sorted(set(comm["name"].astype(str)))
         dominant = str(kc.groupby("collective")["dur_s"].sum().idxmax()) if len(kc) else ""
         f = exposed_comm_finding(float(tl["comm_exposed_s"].median()), float(tl["comm_s"].median()), ctx.step_s,
