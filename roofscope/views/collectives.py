@@ -35,7 +35,7 @@ from roofscope.cost.formulas.dtypes import parse_dtype
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
 from roofscope.ingest.trace import Trace
-from roofscope.views.timeline import _in_window, _split, _union
+from roofscope.views.timeline import _in_window, _split, _union, step_windows
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "other")
 ALGORITHMS = ("NVLS_TREE", "NVLS", "COLLNET_DIRECT", "COLLNET_CHAIN", "COLLNET", "TREE", "RING", "PAT")
@@ -154,13 +154,6 @@ def host_collectives(trace: Trace) -> pd.DataFrame:
     return out.sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
-def _windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    s = steps.sort_values("ts_ns")
-    w_ts = s["ts_ns"].to_numpy(dtype=np.int64)
-    w_end = np.minimum(s["end_ns"].to_numpy(dtype=np.int64), np.append(w_ts[1:], np.iinfo(np.int64).max))
-    return s["step"].to_numpy(dtype=np.int64), w_ts, w_end
-
-
 def _union_s(ts: np.ndarray, end: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
     """Length of the union of the intervals inside each window, in seconds."""
     _, win, cs, ce = _split(ts, end, w_ts, w_end)
@@ -179,7 +172,7 @@ step: the host between ops, in Python, sleeping, loading data). ``work``: the CP
     if not len(hc) or not len(steps):
         return pd.DataFrame({c: [] for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s")},
                             index=pd.Index([], dtype=np.int64, name="step"))
-    ids, w_ts, w_end = _windows(steps)
+    ids, w_ts, w_end = step_windows(steps)
     gloo_tids = set(hc.loc[hc["kind"] == "gloo", "tid"])
     own = work[~work["tid"].isin(gloo_tids)]
     w_s = own["ts_ns"].to_numpy(dtype=np.int64)
@@ -196,7 +189,7 @@ def _host_kernel_collectives(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
     """:func:`kernel_collectives`' rows for gloo: one per ``gloo:`` interval of the profiled steps,
     its size from the n-th ``c10d::`` op of the same collective (both run in queue order)."""
     hc = host_collectives(trace)
-    ids, w_ts, w_end = _windows(steps) if len(steps) else (np.array([-1]), np.array([0]),
+    ids, w_ts, w_end = step_windows(steps) if len(steps) else (np.array([-1]), np.array([0]),
                                                            np.array([np.iinfo(np.int64).max]))
     win = _in_window(hc["ts_ns"].to_numpy(dtype=np.int64), w_ts, w_end)
     hc = hc.assign(step=np.where(win >= 0, ids[np.maximum(win, 0)], -1))

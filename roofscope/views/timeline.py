@@ -370,9 +370,14 @@ def _activities(trace: Trace, kernels: pd.DataFrame, pos: np.ndarray) -> _Activi
 
 
 def _windows(steps: pd.DataFrame, act: _Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step numbers, starts and ends of the windows, in time order."""
+    """:func:`step_windows`, or without steps one pseudo-step -1 over all the activities."""
     if not len(steps):
         return np.array([-1]), np.array([act.ts.min()]), np.array([act.end.max()])
+    return step_windows(steps)
+
+
+def step_windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step numbers, starts and ends of the step table's windows, in time order."""
     s = steps.sort_values("ts_ns")
     w_ts = s["ts_ns"].to_numpy(dtype=np.int64)
     # Steps are sequential; should two spans overlap, the earlier ends where the later begins.
