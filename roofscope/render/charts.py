@@ -142,17 +142,13 @@ def _device_series(rows: pd.DataFrame, origin: int, dev: dict) -> dict[str, Any]
 def telemetry_series(a: "Analysis") -> dict[str, Any] | None:
     """Per GPU: SM/memory clock, power, temperature and utilization over time, throttle
     events, and the profiled window, in seconds from the first profiled step."""
-    from roofscope.views.metrics import to_unix_ns
-
     tel = a.telemetry
     if tel is None:
         return None
     f = tel.frame()
     if not len(f):
         return None
-    steps = a.steps()
-    start = to_unix_ns(a.trace, int(steps["ts_ns"].min())) if len(steps) else None
-    end = to_unix_ns(a.trace, int(steps["end_ns"].max())) if len(steps) else None
+    start, end = a.profiled_window()
     origin = start if start is not None else int(f["t_unix_ns"].min())
     groups = {int(d): g for d, g in f.groupby("device", sort=False)}
     devices = [_device_series(groups[dev["nvml_index"]], origin, dev) for dev in tel.devices
