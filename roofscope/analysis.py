@@ -11,10 +11,21 @@ import pandas as pd
 from roofscope.hardware.devices import Ceilings, resolve_ceilings
 from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute
 from roofscope.cost.hidden_args import missing_notes
+from roofscope.diagnose import Diagnosis, DiagnosisInput, RunFacts, diagnose
+from roofscope.views.collectives import kernel_collectives
 from roofscope.model.kernels import CLASSES, RooflineParams, aggregate
 from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
 from roofscope.model.summary import Summary
+from roofscope.cost.modelflops import ModelFlops, model_flops
 from roofscope.ingest.trace import Trace, load_trace, regions_at, steps_at
+from roofscope.views.inference import inference_metrics, inference_note, step_phases
+from roofscope.views.metrics import (Roof, metrics, profiled_window, region_times, step_samples, step_table,
+                                     utilization_roof)
+from roofscope.views.modules import at_depth, module_column
+from roofscope.views.phases import kernel_phases, phase_summary, phase_table
+from roofscope.views.programtime import program_samples, step_time
+from roofscope.views.telemetry_summary import load as load_telemetry, summarize
+from roofscope.views.timeline import Timeline, timeline
 
 
 @dataclass
@@ -36,13 +47,18 @@ class Analysis:
     counters_meta: dict[str, Any] | None = None  # roofscope.run.counters.Counters.meta, if the Run has counters
     graphs: Any = None                         # graphs.GraphMap: CUDA-graph replays mapped to their captures
     _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
-    _timeline: Any = field(default=None, init=False, repr=False)
+    _timeline: Timeline | None = field(default=None, init=False, repr=False)
     _diagnosis: Any = field(default=None, init=False, repr=False)
     _metrics: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _steps: pd.DataFrame | None = field(default=None, init=False, repr=False)
     _telemetry_summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _inference: Any = field(default=False, init=False, repr=False)
     _step_time: Any = field(default=False, init=False, repr=False)
+    _samples: pd.DataFrame | None = field(default=None, init=False, repr=False)
+    _model_flops: ModelFlops | None = field(default=None, init=False, repr=False)
+    _roof: Roof | None = field(default=None, init=False, repr=False)
+    _step_phases: pd.DataFrame | None = field(default=None, init=False, repr=False)
+    _window: tuple[int | None, int | None] | None = field(default=None, init=False, repr=False)
 
     def by_kernel(self) -> pd.DataFrame:
         return aggregate(self.kernels, "name")
@@ -65,9 +81,7 @@ class Analysis:
     def by_phase(self) -> pd.DataFrame:
         """Per training phase (forward, backward, optimizer, data, communication, other; see
         :mod:`.phases`): time, kernels, FLOPs and bytes per step, time per class."""
-        from roofscope.views.phases import phase_table
-
-        return phase_table(self)
+        return phase_table(self.kernels)
 
     def by_region(self) -> pd.DataFrame:
         k = self.kernels
@@ -75,8 +89,6 @@ class Analysis:
 
     def by_module(self, depth: int | None = None) -> pd.DataFrame:
         """Per-module table (needs a run with ``--modules``); ``depth`` truncates names (see modules.at_depth)."""
-        from roofscope.views.modules import at_depth
-
         k = self.kernels
         return aggregate(k.assign(module=at_depth(k["module"], depth).replace("", "(no module)")), "module")
 
@@ -84,16 +96,12 @@ class Analysis:
         """One row per profiled step (``ProfilerStep#N``): start, end, duration, measured on the
         GPU when the step launched GPU work (see :func:`.metrics.step_table`)."""
         if self._steps is None:
-            from roofscope.views.metrics import step_table
-
             self._steps = step_table(self.trace, None if self.cpu_only else self.kernels)
         return self._steps
 
-    def timeline(self) -> Any:
+    def timeline(self) -> Timeline:
         """GPU busy/idle, idle gaps, syncs and copies per step (:class:`.timeline.Timeline`)."""
         if self._timeline is None:
-            from roofscope.views.timeline import timeline
-
             self._timeline = timeline(self.trace, self.kernels, self.steps(), self.ceilings.launch_latency_s)
         return self._timeline
 
@@ -113,55 +121,71 @@ class Analysis:
         partial = set(self.partial_steps())
         return [int(n) for n in self.steps()["step"] if n not in partial]
 
+    def model_flops(self) -> ModelFlops:
+        """Model FLOPs per step for MFU and their source (:class:`.modelflops.ModelFlops`)."""
+        if self._model_flops is None:
+            self._model_flops = model_flops(self.kernels, self.trace.signatures, self.run_meta)
+        return self._model_flops
+
+    def roof(self) -> Roof:
+        """The roof and bandwidth HFU, MFU and MBU divide by (:class:`.metrics.Roof`)."""
+        if self._roof is None:
+            self._roof = utilization_roof(self.kernels, self.ceilings)
+        return self._roof
+
     def step_samples(self) -> pd.DataFrame:
         """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py),
-        for the complete steps only (:meth:`partial_steps` are left out)."""
-        from roofscope.views.metrics import step_samples
-
-        samples = step_samples(self, busy=self.timeline().steps)
-        partial = self.partial_steps()
-        return samples.drop(index=partial) if partial else samples
+        for the complete steps only (:meth:`partial_steps` are left out); computed once (metrics,
+        the gate, diff and the charts all read them)."""
+        if self._samples is None:
+            steps = self.steps()
+            regions = region_times(self.trace, steps, None if self.cpu_only else self.kernels)
+            samples = step_samples(self.kernels, steps, self.roof(), self.model_flops(), self.timeline().steps,
+                                   regions)
+            partial = self.partial_steps()
+            self._samples = samples.drop(index=partial) if partial else samples
+        return self._samples
 
     def step_time(self) -> dict[str, Any] | None:
         """The program's own step time, without and with the profiler (programtime.py); None when
         the Run kept no step times (an older Run, a bare trace)."""
         if self._step_time is False:   # metrics, inference, the rules and the summary all read it
-            from roofscope.views.programtime import step_time
-
             self._step_time = step_time(self.run_meta)
         return self._step_time
 
     def program_samples(self) -> tuple[pd.DataFrame, str]:
         """Per-step samples in the program's own time where the Run measured it (the gate and diff
         compare these), and ``"unprofiled"``; else :meth:`step_samples` and ``"profiled"``."""
-        from roofscope.views.programtime import program_samples
-
         return program_samples(self.step_samples(), self.run_meta)
 
     def metrics(self) -> dict[str, Any]:
         """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""
         if self._metrics is None:
-            from roofscope.views.metrics import metrics
-
-            self._metrics = metrics(self, self.step_samples(), self.telemetry_summary())
+            self._metrics = metrics(self.step_samples(), self.roof(), self.model_flops(),
+                                    (self.run_meta or {}).get("tokens_per_step"), self.step_time(),
+                                    self.telemetry_summary())
         return self._metrics
 
-    def diagnosis(self) -> Any:
-        """Ranked recommendations with evidence and estimated savings (:class:`.rules.Diagnosis`)."""
+    def diagnosis(self) -> Diagnosis:
+        """Ranked recommendations with evidence and estimated savings (model/findings.py)."""
         if self._diagnosis is None:
-            from roofscope.diagnose import diagnose
-
-            self._diagnosis = diagnose(self)
+            self._diagnosis = diagnose(_diagnosis_input(self))
         return self._diagnosis
 
     def inference(self) -> dict[str, Any] | None:
         """Prefill vs decode: TTFT, time per output token, tokens/s, decode MBU (see inference.py);
         None when no profiled step decodes."""
         if self._inference is False:
-            from roofscope.views.inference import inference_metrics
-
-            self._inference = inference_metrics(self)
+            self._inference = inference_metrics(self.kernels, self.steps(), self.step_phases(),
+                                                self.timeline().capture_steps, self.step_time(),
+                                                self.ceilings.bandwidth)
         return self._inference
+
+    def step_phases(self) -> pd.DataFrame:
+        """Prefill, decode or other for each profiled step (see inference.py)."""
+        if self._step_phases is None:
+            self._step_phases = step_phases(self.trace, self.steps(), self.kernels)
+        return self._step_phases
 
     def unattributed(self) -> dict[str, Any]:
         """Share of non-communication kernel time without a cost, by reason."""
@@ -230,14 +254,10 @@ class Analysis:
         }
 
     def _inference_note(self) -> str | None:
-        from roofscope.views.inference import inference_note
-
-        return inference_note(self)
+        return inference_note(self.kernels, self.step_phases(), self.inference())
 
     def _phases(self) -> dict[str, Any]:
-        from roofscope.views.phases import phase_summary
-
-        return phase_summary(self)
+        return phase_summary(phase_table(self.kernels))
 
     def _counters_figures(self) -> dict[str, Any]:
         if "m_flops" not in self.kernels:
@@ -259,14 +279,16 @@ class Analysis:
         if self.telemetry is None:
             return None
         if self._telemetry_summary is None:
-            from roofscope.views.metrics import to_unix_ns
-            from roofscope.views.telemetry_summary import summarize
-
-            steps = self.steps()
-            start = to_unix_ns(self.trace, int(steps["ts_ns"].min())) if len(steps) else None
-            end = to_unix_ns(self.trace, int(steps["end_ns"].max())) if len(steps) else None
-            self._telemetry_summary = summarize(self.telemetry, start, end, steps=len(steps) or None)
+            start, end = self.profiled_window()
+            self._telemetry_summary = summarize(self.telemetry, start, end, steps=len(self.steps()) or None)
         return self._telemetry_summary
+
+    def profiled_window(self) -> tuple[int | None, int | None]:
+        """The profiled steps' start and end in Unix ns, where telemetry samples are placed (the
+        summary and the HTML report's telemetry chart read it); None where unknown."""
+        if self._window is None:
+            self._window = profiled_window(self.trace, self.steps())
+        return self._window
 
     def _run_figures(self) -> dict[str, Any]:
         """Step metrics, timeline, telemetry and diagnosis over the profiled steps."""
@@ -276,6 +298,16 @@ class Analysis:
         if meta:
             out["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
         return out
+
+
+def _diagnosis_input(a: Analysis) -> DiagnosisInput:
+    """What the rules read of ``a`` (diagnose/inputs.py), each part computed here once."""
+    # The collectives only where a kernel communicates: listing them reads every op's tensor sizes.
+    comm = bool((a.kernels["category"] == "communication").any())
+    return DiagnosisInput(trace=a.trace, kernels=a.kernels, steps=a.steps(), timeline=a.timeline(),
+                          ceilings=a.ceilings, params=a.params, run=RunFacts.of(a.run_meta, a.step_time()),
+                          cpu_only=a.cpu_only, inference=a.inference(), telemetry=a.telemetry_summary(),
+                          collectives=kernel_collectives(a.trace, a.kernels, a.steps()) if comm else None)
 
 
 def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
@@ -321,8 +353,6 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     """
     from roofscope.run import is_run_dir, load
     from roofscope.cost.costmodel import signature_costs
-    from roofscope.views.modules import module_column
-    from roofscope.views.phases import kernel_phases
 
     counters = None
     captures = list(graph_capture or [])
@@ -335,8 +365,6 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
         if ceilings_file is None and device is None and run.ceilings_path is not None:
             ceilings_file = run.ceilings_path
         if telemetry is None and run.telemetry_path is not None:
-            from roofscope.views.telemetry_summary import load as load_telemetry
-
             telemetry = load_telemetry(run.telemetry_path)
         run_meta = run_meta if run_meta is not None else run.meta
         from roofscope.cost.graphs import run_captures

@@ -6,12 +6,15 @@ Ceilings are test_rules' TOY (1 TB/s); times in the builder are microseconds.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import roofscope
+from roofscope.analysis import _diagnosis_input
+from roofscope.diagnose import RunFacts, diagnose
 from roofscope.diagnose.communication import MOE_SNIPPET, comm_snippet, exposed_comm_finding
 
 from .kineto import PID, TID, TraceBuilder
@@ -139,11 +142,10 @@ def test_sync_saving_is_bounded_by_the_time_the_syncs_held_the_host(tmp_path: Pa
 
 
 def test_already_fused_optimizer_is_skipped_with_the_reason(tmp_path: Path) -> None:
-    a = _launch_bound(tmp_path)
-    a.run_meta = {"optimizer": {"class": "AdamW", "tensors": 10, "fused": True}}
-    from roofscope.diagnose import diagnose
-
-    skipped = {s["rule"]: s["reason"] for s in diagnose(a).skipped}
+    # The Run's facts, typed, replace those of the analysis: the rules read nothing else.
+    inp = replace(_diagnosis_input(_launch_bound(tmp_path)),
+                  run=RunFacts.of({"optimizer": {"class": "AdamW", "tensors": 10, "fused": True}}))
+    skipped = {s["rule"]: s["reason"] for s in diagnose(inp).skipped}
     assert skipped["fused_optimizer"] == "already fused: AdamW"
 
 
@@ -192,8 +194,8 @@ def test_amd_trace_gets_rocprof_compute_not_ncu() -> None:
     from roofscope.diagnose.hardware import counters_command, is_amd
 
     a = roofscope.analyze(AMD)
-    assert is_amd(a)
-    tool, command = counters_command(a, "Cijk_Alik_Bljk")
+    assert is_amd(a.trace, a.ceilings)
+    tool, command = counters_command(a.trace, a.ceilings, "Cijk_Alik_Bljk")
     assert tool.startswith("rocprof-compute") and command.startswith("rocprof-compute profile")
     assert "ncu" not in command
 

@@ -36,7 +36,7 @@ def test_rank0_waits_for_rank1_in_gloo_all_reduce() -> None:
     assert hc.at[4, "comm_s"] == pytest.approx(0.0603, abs=1e-3)
     assert hc.at[4, "comm_exposed_s"] == pytest.approx(0.0595, abs=1e-3)
     assert (hc["comm_exposed_s"] <= hc["comm_s"] + 1e-12).all() and (hc["busy_s"] >= hc["comm_s"]).all()
-    kc = kernel_collectives(a)
+    kc = kernel_collectives(a.trace, a.kernels, a.steps())
     assert list(kc["collective"]) == ["allreduce"] * 3 and list(kc["step"]) == [3, 4, 5]
     assert kc["dur_s"].sum() == pytest.approx(0.16387, abs=1e-4)   # the three gloo:all_reduce: 163.87 ms
 

@@ -1,11 +1,14 @@
 """Step windows and step metrics (HFU, MFU and its sources, MBU, regions) with hand-worked numbers."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import roofscope
 from roofscope.analysis import analyze
+from roofscope.cost.modelflops import ModelFlops
 from roofscope.hardware.devices import Ceilings
+from roofscope.views.metrics import CAPPED, Roof, metrics, step_samples
 
 from .kineto import TraceBuilder
 
@@ -73,3 +76,51 @@ def test_cpu_steps_without_kernels_keep_their_cpu_span(tmp_path) -> None:
     assert a.steps()["dur_s"].tolist() == pytest.approx([100e-6, 100e-6])
     # 2 x 64^3 = 524 kFLOP per 100 us step on a 1 TFLOP/s roof: HFU 0.52%.
     assert a.metrics()["hfu"] == pytest.approx(2 * 64 ** 3 / 100e-6 / 1e12)
+
+
+# The views take frames, not an Analysis: two steps of hand-made kernels on a 1 TFLOP/s, 1 GB/s roof.
+ROOF = Roof("bf16", 1e12, 1e9)
+
+
+def _frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    kernels = pd.DataFrame({"step": [0, 0, 1, -1], "flops": [1e9, 1e9, 2e9, 9e9], "bytes": [1e6, 0.0, 2e6, 5e6]})
+    steps = pd.DataFrame({"step": [0, 1], "dur_s": [2e-3, 4e-3]})
+    busy = pd.DataFrame({"busy_s": [1.5e-3, 1e-3], "wall_s": [2e-3, 4e-3]}, index=pd.Index([0, 1], name="step"))
+    regions = pd.DataFrame({"forward": [1e-3, 0.0]}, index=pd.Index([0, 1], name="step"))
+    return kernels, steps, busy, regions
+
+
+def test_step_samples_from_frames() -> None:
+    kernels, steps, busy, regions = _frames()
+    s = step_samples(kernels, steps, ROOF, ModelFlops(1e9, "forward"), busy, regions)
+    # Step 0: 2 GFLOP and 1 MB in 2 ms; step 1: 2 GFLOP and 2 MB in 4 ms (the kernel outside steps counts nowhere).
+    assert s["flops"].tolist() == [2e9, 2e9] and s["bytes"].tolist() == [1e6, 2e6]
+    assert s["hfu"].tolist() == pytest.approx([2e9 / 2e-3 / 1e12, 2e9 / 4e-3 / 1e12])   # 100%, 50%
+    # A trace estimate of 1 GFLOP is below the count: MFU uses it as is.
+    assert s["mfu"].tolist() == pytest.approx([1e9 / 2e-3 / 1e12, 1e9 / 4e-3 / 1e12])   # 50%, 25%
+    assert s["mbu"].tolist() == pytest.approx([1e6 / 2e-3 / 1e9, 2e6 / 4e-3 / 1e9])     # 50%, 50%
+    assert s["idle_fraction"].tolist() == pytest.approx([0.25, 0.75])
+    assert s["region:forward"].tolist() == [1e-3, 0.0]
+    # The user's 3 GFLOP is taken as right: HFU is raised to it (3 GFLOP / 2 ms = 150% of the roof).
+    user = step_samples(kernels, steps, ROOF, ModelFlops(3e9, "model_flops"), None, regions)
+    assert user["hfu"].tolist() == pytest.approx([1.5, 0.75]) and user["mfu"].tolist() == pytest.approx([1.5, 0.75])
+    assert user["busy_s"].isna().all()
+    # No roof: no utilization.
+    assert step_samples(kernels, steps, Roof(), ModelFlops(), busy, regions)[["hfu", "mfu", "mbu"]].isna().all().all()
+
+
+def test_metrics_from_samples() -> None:
+    kernels, steps, busy, regions = _frames()
+    model = ModelFlops(3e9, "forward_x3")
+    s = step_samples(kernels, steps, ROOF, model, busy, regions)
+    m = metrics(s, ROOF, model, tokens_per_step=1000, step_time=None, telemetry=None)
+    # Median step 3 ms, 2 GFLOP per step: HFU 66.7%; the 3 GFLOP estimate exceeds the count: capped.
+    assert m["step_time_s"] == pytest.approx(3e-3) and m["step_time_source"] == "profiled"
+    assert m["hfu"] == pytest.approx(2e9 / 3e-3 / 1e12) and m["mfu"] == pytest.approx(m["hfu"])
+    assert m["mfu_formula"] == "3 * forward matmul/conv/attention FLOPs (trace)" + CAPPED
+    assert m["mbu"] == pytest.approx(1.5e6 / 3e-3 / 1e9) and m["tokens_per_s"] == pytest.approx(1000 / 3e-3)
+    assert m["idle_fraction"] == pytest.approx(0.5) and m["regions"] == {"forward": pytest.approx(1e-3)}
+    # The program's own step time, where the Run measured it, is the headline.
+    own = metrics(s, ROOF, model, None, {"unprofiled_median_s": 2.5e-3}, None)
+    assert own["step_time_s"] == 2.5e-3 and own["profiled_step_time_s"] == pytest.approx(3e-3)
+    assert own["hfu"] == pytest.approx(2e9 / 2.5e-3 / 1e12) and own["tokens_per_s"] is None

@@ -2,9 +2,11 @@
 never embedding lookups, and HFU >= MFU, on an embedding-heavy language model step."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import roofscope
+from roofscope.cost.modelflops import ModelFlops, model_flops
 from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
@@ -168,3 +170,19 @@ def test_without_ceilings_the_achieved_rate_is_shown(tmp_path):
     assert "| costed by the cost model | 100.0% of non-communication time (0.0% without) |" in md
     html = renderer_text(a, "html")
     assert ">Achieved<" in html and ">8.59 TFLOP/s<" in html and ">Costed<" in html
+
+
+def test_model_flops_from_frames() -> None:
+    """Two training steps of hand-made kernels: forward model work 10 + 4 FLOPs, 7 per step."""
+    k = pd.DataFrame({"step": [0, 0, 1, 1, 1], "phase": ["forward", "backward", "forward", "backward", "forward"],
+                      "category": ["gemm", "gemm", "attention", "gemm", "elementwise"],
+                      "flops": [10.0, 20.0, 4.0, 8.0, 100.0]})
+    sig = pd.DataFrame({"name": ["aten::embedding", "aten::mm"],
+                        "input_dims": [[[100, 2], [8]], [[2, 2], [2, 2]]]})
+    assert model_flops(k, sig, None) == ModelFlops(21.0, "forward_x3")
+    # Parameters and tokens known, attention present: PaLM, less the 100 x 2 embedding table:
+    # 6 * 800 * 10 + 3 * 4 / 2 = 48,006.
+    meta = {"optimizer": {"params": 1000}, "tokens_per_step": 10}
+    assert model_flops(k, sig, meta) == ModelFlops(48006.0, "palm")
+    assert model_flops(k, sig, {"model_flops_per_step": 5}).formula == "--model-flops-per-step"
+    assert model_flops(k.iloc[:0], sig, None) == ModelFlops() and ModelFlops().formula == "counted FLOPs"

@@ -3,10 +3,12 @@ that reads them: a Lightning-style closure runs forward and backward inside
 ``optimizer.step(closure)``; only the optimizer's own kernels are the optimizer phase."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import roofscope
 from roofscope.hardware.devices import Ceilings
+from roofscope.views.phases import phase_summary, phase_table
 
 from .kineto import TraceBuilder
 
@@ -106,3 +108,16 @@ def test_inference_steps_are_forward(tmp_path):
     b.launch_kernel("vectorized_elementwise_kernel<add>", 2001, 2100, 10, ext=ext)
     a = _analyze(b, tmp_path)
     assert a.kernels["phase"].tolist() == ["forward", "other"]
+
+
+def test_phase_table_from_frames() -> None:
+    """Two steps of hand-made kernels; the one outside the steps is left out, per-step figures halve."""
+    k = pd.DataFrame({"step": [0, 0, 1, 1, -1], "phase": ["forward", "backward", "forward", "optimizer", "other"],
+                      "dur_s": [1.0, 2.0, 3.0, 4.0, 100.0], "flops": [10.0, 20.0, 30.0, 40.0, 0.0],
+                      "bytes": [1.0, 2.0, 3.0, 4.0, 5.0], "cls": ["compute", "memory", "compute", "latency", "memory"]})
+    t = phase_table(k)
+    assert list(t.index) == ["forward", "backward", "optimizer"]
+    assert t["time_s"].tolist() == [2.0, 1.0, 2.0] and t["share"].tolist() == pytest.approx([0.4, 0.2, 0.4])
+    assert t["kernels"].tolist() == [1.0, 0.5, 0.5] and t["flops"].tolist() == [20.0, 10.0, 20.0]
+    assert t.loc["forward", "compute_s"] == 2.0 and t.loc["optimizer", "latency_s"] == 2.0
+    assert phase_summary(t)["backward"]["memory_s"] == 1.0

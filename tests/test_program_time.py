@@ -14,7 +14,7 @@ import torch
 
 import roofscope
 from roofscope.views.programtime import GRAPH_REPLAY_S, ProgramTime, step_time
-from roofscope.diagnose.base import Finding
+from roofscope.model.findings import Finding
 from roofscope.collectors import steptimes
 from roofscope.collectors.steptimes import StepTimer
 

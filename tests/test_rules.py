@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.diagnose import RULES, diagnose
+from roofscope.diagnose import RULES, DiagnosisInput, OptimizerFacts, RunFacts, diagnose
+from roofscope.diagnose.fusion import UnfusedOptimizer
 from roofscope.hardware.devices import Ceilings
+from roofscope.ingest.trace import Trace
+from roofscope.place.roofline import RooflineParams
+from roofscope.views.timeline import Timeline
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -187,6 +192,43 @@ def test_per_parameter_optimizer(tmp_path) -> None:
     assert f["evidence"]["figures"]["kernels_per_step"] == 60
 
 
+def _optimizer_steps(run: RunFacts) -> DiagnosisInput:
+    """What the rules read, written by hand (no trace file, no analysis): two steps, each an 800-us
+    GEMM then 60 per-parameter optimizer kernels of 4 us moving 786,432 B each, every one launched
+    6 us after the GPU went idle."""
+    kernel = {"op_name": "aten::add_", "name": "add_kernel", "category": "elementwise", "cls": "memory",
+              "phase": "optimizer", "dur_s": 4e-6, "bytes": 786432.0, "region": ""}
+    gemm = {**kernel, "op_name": "aten::mm", "name": "gemm_kernel", "category": "gemm", "cls": "compute",
+            "phase": "forward", "dur_s": 800e-6, "bytes": 0.0}
+    kernels = pd.DataFrame([{**k, "step": step} for step in (1, 2) for k in [gemm] + [kernel] * 60])
+    opt = kernels.index[kernels["phase"] == "optimizer"]
+    gaps = pd.DataFrame({"step": kernels.loc[opt, "step"].to_numpy(), "kind": "host", "after_sync": False,
+                         "dur_s": 6e-6, "next_kernel": opt})
+    busy, idle = 800e-6 + 60 * 4e-6, 60 * 6e-6
+    steps = pd.DataFrame({"wall_s": busy + idle, "busy_s": busy, "idle_host_s": idle, "idle_queued_s": 0.0,
+                          "idle_other_s": 0.0, "idle_edge_s": 0.0}, index=pd.Index([1, 2], name="step"))
+    names = pd.DataFrame({"name": pd.Series([], dtype=str)})
+    trace = Trace(path="", ops=names, signatures=pd.DataFrame(), kernels=pd.DataFrame(), runtime=pd.DataFrame(),
+                  annotations=names)
+    return DiagnosisInput(trace=trace, kernels=kernels, steps=steps.reset_index(), ceilings=TOY,
+                          timeline=Timeline(steps, gaps, syncs=pd.DataFrame()), params=RooflineParams(), run=run)
+
+
+def test_a_rule_reads_its_declared_input_only() -> None:
+    plain = _optimizer_steps(RunFacts(frameworks=(), optimizer=OptimizerFacts(cls="SGD", tensors=60)))
+    d = diagnose(plain, rules=[UnfusedOptimizer()])
+    (f,) = d.findings
+    # Per step: 360 us idle before the launches + 240 us of kernels - 47.2 MB at 1 TB/s, of a 1.4 ms step.
+    assert f.saving_s == pytest.approx(360e-6 + 240e-6 - 60 * 786432 / 1e12)
+    assert f.saving_pct == pytest.approx(f.saving_s / 1.4e-3)
+    assert f.summary.startswith("SGD over 60 tensors: 60 kernels/step of its own")
+    assert d.terms["host"] == pytest.approx(360e-6) and d.step_s == pytest.approx(1.4e-3)
+    # The Run's typed facts decide: an optimizer already fused is skipped with the reason.
+    fused = _optimizer_steps(RunFacts(frameworks=(), optimizer=OptimizerFacts(cls="AdamW", fused=True)))
+    d = diagnose(fused, rules=[UnfusedOptimizer()])
+    assert d.findings == [] and d.skipped == [{"rule": "fused_optimizer", "reason": "already fused: AdamW"}]
+
+
 def test_rules_rank_by_saving_and_savings_are_capped_by_the_step(tmp_path) -> None:
     s = Step()
     # fp32 2048^3 (floor 1.718 ms) in 1.9 ms: TF32 saves 1.9 x 7/8 = 1.66 ms; the chain's
@@ -221,8 +263,7 @@ def test_real_h200_gpt_run_is_launch_bound() -> None:
 
 
 def test_hta_a100_trace_diagnosis() -> None:
-    a = roofscope.analyze(HTA)
-    d = diagnose(a)
+    d = roofscope.analyze(HTA).diagnosis()
     # A100, 5 steps of ~216 ms, GPU busy 35%: the idle is mostly gaps with work queued (idle_other),
     # during which the host blocks in copies (rules/idle.py); then communication, H2D copies, fusion
     # (memory-bound time is 5.5% of the step once uncosted kernels that stream their op's inputs count

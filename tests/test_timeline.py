@@ -13,7 +13,8 @@ import pytest
 
 import roofscope
 from roofscope.views.metrics import step_table
-from roofscope.views.timeline import BUCKET_LABELS, Timeline, timeline
+from roofscope.model.timeline import Timeline
+from roofscope.views.timeline import BUCKET_LABELS, timeline
 from roofscope.hardware.devices import Ceilings
 
 from .conftest import external

@@ -21,12 +21,11 @@ None when nothing applies: MFU then equals HFU (``op_counted``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+import pandas as pd
 
 MODEL_CATEGORIES = ("gemm", "conv", "attention")
 FORMULAS = {
@@ -39,30 +38,48 @@ FORMULAS = {
 }
 
 
-def _step_count(k: Any) -> int:
+@dataclass(frozen=True)
+class ModelFlops:
+    """Model FLOPs per step and their ``source`` (a :data:`FORMULAS` key); both None when nothing
+    applies (MFU then equals HFU)."""
+
+    per_step: float | None = None
+    source: str | None = None
+
+    @property
+    def formula(self) -> str:
+        """The formula the summary prints (``counted FLOPs`` without an estimate)."""
+        return FORMULAS.get(self.source or "", "counted FLOPs")
+
+
+def _step_count(k: pd.DataFrame) -> int:
     in_steps = k["step"] >= 0
     return max(1, int(k.loc[in_steps, "step"].nunique())) if in_steps.any() else 1
 
 
-def embedding_params(a: "Analysis") -> int:
-    """Elements of the distinct tables ``aten::embedding`` looked up in the trace."""
-    sig = a.trace.signatures
-    if not len(sig):
+def embedding_params(signatures: pd.DataFrame) -> int:
+    """Elements of the distinct tables ``aten::embedding`` looked up (``signatures``: the trace's op
+    signatures, ``name`` and ``input_dims``)."""
+    if not len(signatures):
         return 0
-    emb = sig[sig["name"].astype(str) == "aten::embedding"]
+    emb = signatures[signatures["name"].astype(str) == "aten::embedding"]
     tables = {tuple(d[0]) for d in emb["input_dims"] if isinstance(d, list) and d and isinstance(d[0], list)
               and len(d[0]) == 2}
     return int(sum(v * dim for v, dim in tables))
 
 
-def model_flops(a: "Analysis") -> tuple[float | None, str | None]:
-    """Model FLOPs per step and their source (see the module docstring)."""
-    meta = a.run_meta or {}
+def model_flops(kernels: pd.DataFrame, signatures: pd.DataFrame,
+                run_meta: Mapping[str, Any] | None) -> ModelFlops:
+    """Model FLOPs per step (see the module docstring). ``kernels``: the costed kernels with their
+    ``step``, ``phase``, ``category`` and ``flops``; ``signatures``: the trace's op signatures (for
+    the embedding tables); ``run_meta``: run.json's ``model_flops_per_step``, ``optimizer`` and
+    ``tokens_per_step``, if the trace came from a Run."""
+    meta = run_meta or {}
     if meta.get("model_flops_per_step"):
-        return float(meta["model_flops_per_step"]), "model_flops"
-    k = a.kernels
+        return ModelFlops(float(meta["model_flops_per_step"]), "model_flops")
+    k = kernels
     if not len(k) or "phase" not in k:
-        return None, None
+        return ModelFlops()
     steps = _step_count(k)
     in_steps = (k["step"] >= 0).to_numpy() if (k["step"] >= 0).any() else np.ones(len(k), dtype=bool)
     training = bool((k["phase"].to_numpy()[in_steps] == "backward").any()) or bool(meta.get("optimizer"))
@@ -70,15 +87,15 @@ def model_flops(a: "Analysis") -> tuple[float | None, str | None]:
     model = forward & k["category"].isin(MODEL_CATEGORIES).to_numpy()
     params = (meta.get("optimizer") or {}).get("params")
     tokens = meta.get("tokens_per_step")
-    n_ne = max(0.0, float(params) - embedding_params(a)) if params else None
+    n_ne = max(0.0, float(params) - embedding_params(signatures)) if params else None
     flops = np.nan_to_num(k["flops"].to_numpy(dtype=np.float64))
     attn = model & (k["category"] == "attention").to_numpy()
     if training and n_ne and tokens and attn.any():
-        return 6.0 * n_ne * float(tokens) + 3.0 * float(flops[attn].sum()) / steps, "palm"
+        return ModelFlops(6.0 * n_ne * float(tokens) + 3.0 * float(flops[attn].sum()) / steps, "palm")
     fwd = float(flops[model].sum()) / steps
     if fwd > 0:
-        return (3.0 * fwd, "forward_x3") if training else (fwd, "forward")
+        return ModelFlops(3.0 * fwd, "forward_x3") if training else ModelFlops(fwd, "forward")
     if n_ne and tokens:
-        return ((6.0 if training else 2.0) * n_ne * float(tokens),
-                "params_tokens" if training else "params_tokens_inference")
-    return None, None
+        return ModelFlops((6.0 if training else 2.0) * n_ne * float(tokens),
+                          "params_tokens" if training else "params_tokens_inference")
+    return ModelFlops()

@@ -1,19 +1,17 @@
-"""Diagnosis rules (see base.py for the engine and docs/diagnosis.md for each rule)."""
+"""Diagnosis rules (see base.py for the engine, inputs.py for what rules read, and
+docs/diagnosis.md for each rule)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from roofscope.diagnose.base import Context, Diagnosis, Finding, Rule, run_rules
+from roofscope.diagnose.base import Context, Rule, run_rules
 from roofscope.diagnose.communication import ExposedCommunication
 from roofscope.diagnose.fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
 from roofscope.diagnose.hardware import SmallGrid, Throttling, Underutilized
 from roofscope.diagnose.idle import IdleOther
 from roofscope.diagnose.inference import KvBoundDecode, LaunchBoundDecode, WeightBoundDecode
+from roofscope.diagnose.inputs import DiagnosisInput, OptimizerFacts, RunFacts
 from roofscope.diagnose.overhead import CudaGraphs, HostCopies, HostSyncs
 from roofscope.diagnose.precision import Alignment, Tf32, WeightBoundGemm
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+from roofscope.model.findings import Diagnosis, Finding
 
 RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), ElementwiseFusion(), UnfusedAttention(),
                      UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(), SmallGrid(),
@@ -21,9 +19,10 @@ RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), ElementwiseFusion(
                      LaunchBoundDecode()]
 
 
-def diagnose(a: "Analysis", rules: list[Rule] | None = None) -> Diagnosis:
+def diagnose(inp: DiagnosisInput, rules: list[Rule] | None = None) -> Diagnosis:
     """:func:`.base.run_rules` with every rule unless ``rules`` names some."""
-    return run_rules(a, RULES if rules is None else rules)
+    return run_rules(inp, RULES if rules is None else rules)
 
 
-__all__ = ["RULES", "Context", "Diagnosis", "Finding", "Rule", "diagnose"]
+__all__ = ["RULES", "Context", "Diagnosis", "DiagnosisInput", "Finding", "OptimizerFacts", "Rule", "RunFacts",
+           "diagnose"]

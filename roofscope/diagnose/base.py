@@ -18,64 +18,31 @@ additive.
 from __future__ import annotations
 
 import abc
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-from roofscope.views.programtime import ProgramTime
+from roofscope.diagnose import fixes
+from roofscope.diagnose.inputs import DiagnosisInput
+from roofscope.model.findings import Diagnosis, Finding
 from roofscope.model.kernels import CLASSES
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+from roofscope.views.programtime import ProgramTime
+from roofscope.views.timeline import Timeline
 
 TERMS = CLASSES + ("host", "sync", "idle_other")
 # Terms whose fixes make kernels faster (their savings scale with gpu_bound).
 KERNEL_TERMS = frozenset(("compute", "memory", "latency", "underutilized", "clock", "occupancy"))
 # Rules bound to these terms compare kernels with the roofs: without ceilings they cannot run.
 NEEDS_CEILINGS = frozenset(("compute", "memory", "latency", "underutilized", "optimizer"))
-CONFIDENCE = ("high", "medium", "low")
-
-
-@dataclass(kw_only=True)
-class Finding:
-    """One recommendation: what binds, the evidence, the estimated saving, the fix (keywords only:
-    fourteen fields, several of them strings, are easy to pass in the wrong order)."""
-
-    rule: str
-    title: str
-    binding: str
-    saving_s: float              # per step
-    confidence: str
-    summary: str                 # one line of evidence
-    fix: str
-    snippet: str = ""
-    kernels: list[dict[str, Any]] = field(default_factory=list)
-    figures: dict[str, Any] = field(default_factory=dict)
-    saving_pct: float = 0.0      # of the median step; set by the engine
-    rank: int = 0
-    change: str = ""             # the change a user makes (fixes.py); set by the engine
-    framework: str = ""          # the framework the snippet is written for ("" = plain PyTorch)
-    # "blocked": a precondition of the fix fails on this trace (blockers.py); the finding names what
-    # blocks it, offers no saving (saving_s 0; the saving it would have is figures["unblocked_saving_s"])
-    status: str = "ok"
-    blockers: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {"rule": d["rule"], "title": d["title"], "binding": d["binding"], "saving_s": d["saving_s"],
-                "saving_pct": d["saving_pct"], "confidence": d["confidence"], "summary": d["summary"],
-                "evidence": {"kernels": d["kernels"], "figures": d["figures"]},
-                "fix": {"text": d["fix"], "snippet": d["snippet"], "framework": d["framework"]},
-                "change": d["change"], "rank": d["rank"], "status": d["status"], "blockers": d["blockers"]}
 
 
 @dataclass
 class Context:
-    """What rules read: the analysis, its profiled-step kernels and per-step figures."""
+    """What rules read: the declared input (inputs.py) and the engine's figures over its profiled steps."""
 
-    analysis: "Analysis"
+    inp: DiagnosisInput
     kernels: pd.DataFrame        # kernels of the profiled steps (all kernels without steps)
     steps: int                   # number of steps the kernels span (>= 1)
     step_s: float                # median step wall time
@@ -119,11 +86,10 @@ def top_kernels(k: pd.DataFrame, steps: int, n: int = 5) -> list[dict[str, Any]]
             for name, r in g.iterrows()]
 
 
-def step_terms(a: "Analysis", kernels: pd.DataFrame, steps: int,
+def step_terms(tl: Timeline, kernels: pd.DataFrame, steps: int,
                skip: list[int] | None = None) -> tuple[dict[str, float], float]:
-    """Seconds per step by term, and the median step's wall time, over the recorded steps less
+    """Seconds per step by term, and the median step's wall time, over the timeline's steps less
     ``skip`` (``steps`` counts those that remain)."""
-    tl = a.timeline()
     s = tl.steps.drop(index=skip or [], errors="ignore")
     if len(s):
         wall = float(np.median(s["wall_s"]))
@@ -149,48 +115,28 @@ def step_terms(a: "Analysis", kernels: pd.DataFrame, steps: int,
     return terms, wall
 
 
-@dataclass
-class Diagnosis:
-    findings: list[Finding]
-    terms: dict[str, float]
-    step_s: float
-    skipped: list[dict[str, str]]
-    changes: list[dict[str, Any]] = field(default_factory=list)  # findings grouped per change (fixes.py)
-    frameworks: list[str] = field(default_factory=list)
-    capture_steps: list[int] = field(default_factory=list)  # left out of the terms (Timeline.capture_steps)
-    program_time: dict[str, Any] | None = None  # ProgramTime.to_dict(): savings in the program's own time
-
-    def to_dict(self) -> dict[str, Any]:
-        share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
-        return {"step_s": self.step_s, "terms_s": self.terms, "binding": share, "skipped": self.skipped,
-                "changes": self.changes, "frameworks": self.frameworks, "capture_steps": self.capture_steps,
-                "program_time": self.program_time,
-                "note": "savings are estimates per step and overlap: they do not add up; each change's"
-                        " saving counts its findings' overlapping time once"}
-
-
-def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
+def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     """Run every rule whose binding term holds enough of the step; rank findings by saving."""
-    if a.cpu_only:
+    if inp.cpu_only:
         return Diagnosis([], {}, 0.0, [{"rule": r.name, "reason": "CPU-only trace: the rules read GPU kernels"}
                                        for r in rules])
-    k = a.kernels
+    k = inp.kernels
     in_steps = k["step"] >= 0
-    skip = a.timeline().capture_steps if in_steps.any() else []
-    steps = max(1, len(a.steps()) - len(skip)) if in_steps.any() else 1
+    skip = inp.timeline.capture_steps if in_steps.any() else []
+    steps = max(1, len(inp.steps) - len(skip)) if in_steps.any() else 1
     kernels = k[in_steps & ~k["step"].isin(skip)] if in_steps.any() else k
     kernels = kernels[kernels["dur_s"].notna()]
-    terms, wall = step_terms(a, kernels, steps, skip)
+    terms, wall = step_terms(inp.timeline, kernels, steps, skip)
     # Savings in the program's own time: host-side terms scaled to the unprofiled step (programtime.py).
-    pt = ProgramTime.of(_unprofiled_step(a), terms, wall)
+    pt = ProgramTime.of(_unprofiled_step(inp), terms, wall)
     step, own_terms = (pt.unprofiled_step_s, pt.terms(terms)) if pt is not None else (wall, terms)
     gpu_bound = max(0.0, 1.0 - own_terms["host"] / step) if step > 0 else 1.0
-    ctx = Context(a, kernels, steps, wall, terms, gpu_bound)
+    ctx = Context(inp, kernels, steps, wall, terms, gpu_bound)
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
     for rule in rules:
         term = rule.binding
-        if term in NEEDS_CEILINGS and not a.ceilings.known:
+        if term in NEEDS_CEILINGS and not inp.ceilings.known:
             skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --datasheet KEY, --peak-tflops and"
                                                           " --peak-bandwidth, or --ceilings FILE"})
             continue
@@ -215,9 +161,8 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
             f.saving_s = min(f.saving_s, step) if step > 0 else f.saving_s
             f.saving_pct = f.saving_s / step if step > 0 else 0.0
         findings.extend(found)
-    from roofscope.diagnose import fixes
-
-    frameworks = fixes.apply(findings, a)
+    frameworks = fixes.detect_frameworks(inp)
+    fixes.apply(findings, frameworks)
     findings.sort(key=lambda f: -f.saving_s)
     for i, f in enumerate(findings, 1):
         f.rank = i
@@ -230,13 +175,10 @@ def run_rules(a: "Analysis", rules: list[Rule]) -> Diagnosis:
                      program_time=pt.to_dict() if pt is not None else None)
 
 
-def _unprofiled_step(a: "Analysis") -> float | None:
+def _unprofiled_step(inp: DiagnosisInput) -> float | None:
     """The program's own step time comparable with the profiled steps: decode tokens' when the
     profiled steps decode (inference), else every steady step's."""
-    own = a.step_time()
-    if not own:
-        return None
-    inf = a.inference()
-    if inf is not None and own.get("decode_median_s") and not inf["steps"].get("prefill"):
-        return float(own["decode_median_s"])
-    return own.get("unprofiled_median_s")
+    run = inp.run
+    if inp.inference is not None and run.decode_step_s and not inp.inference["steps"].get("prefill"):
+        return float(run.decode_step_s)
+    return run.unprofiled_step_s

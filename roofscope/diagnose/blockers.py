@@ -19,16 +19,16 @@ Each blocker names its op, how often per step, and where it runs: the library op
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from roofscope.cost.costmodel import signature_costs
+from roofscope.diagnose.base import Context
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.trace import steps_at
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.diagnose.base import Context
+from roofscope.views.modules import module_column
 
 # Ops whose output size depends on the values of their inputs (they read a count back).
 DATA_DEPENDENT = frozenset(("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::is_nonzero",
@@ -82,21 +82,15 @@ def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     return take(names.to_numpy(dtype=object), found, "")
 
 
-def _modules(ctx: "Context", rows: np.ndarray) -> np.ndarray:
-    from roofscope.views.modules import module_column
-
-    return module_column(ctx.analysis.trace, rows)
-
-
-def _profiled_ops(ctx: "Context") -> tuple[pd.DataFrame, np.ndarray]:
+def _profiled_ops(ctx: Context) -> tuple[pd.DataFrame, np.ndarray]:
     """The ops of the analyzed steps and each one's step."""
-    ops = ctx.analysis.trace.ops
-    step = steps_at(ctx.analysis.trace.annotations, ops["ts_ns"].to_numpy())
+    ops = ctx.inp.trace.ops
+    step = steps_at(ctx.inp.trace.annotations, ops["ts_ns"].to_numpy())
     steps = ctx.kernels["step"].unique()
     return ops, np.where(np.isin(step, steps[steps >= 0]), step, -1)
 
 
-def _in_model(ctx: "Context", step: np.ndarray, ts: np.ndarray) -> np.ndarray:
+def _in_model(ctx: Context, step: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """Whether each time (host clock, in ``step``) falls inside its step's model work: from the first
     to the last launch of a forward or backward kernel (views/phases.py). What the loop does
     around the model (a timing synchronize(), logging a loss after the optimizer) is not captured
@@ -104,7 +98,7 @@ def _in_model(ctx: "Context", step: np.ndarray, ts: np.ndarray) -> np.ndarray:
     k = ctx.kernels
     if "phase" not in k or "launch" not in k:
         return step >= 0
-    rt_ts = ctx.analysis.trace.runtime["ts_ns"].to_numpy(dtype=np.int64)
+    rt_ts = ctx.inp.trace.runtime["ts_ns"].to_numpy(dtype=np.int64)
     model = k[k["phase"].isin(("forward", "backward")) & (k["launch"] >= 0)]
     if not len(model):
         return step >= 0
@@ -115,19 +109,19 @@ def _in_model(ctx: "Context", step: np.ndarray, ts: np.ndarray) -> np.ndarray:
     return (step >= 0) & (ts >= first) & (ts <= last)
 
 
-def _counted(ctx: "Context", kind: str, rows: np.ndarray, detail: str = "") -> list[Blocker]:
+def _counted(ctx: Context, kind: str, rows: np.ndarray, detail: str = "") -> list[Blocker]:
     """One blocker per (op, library, module) of ``rows`` (op rows), counted per step."""
     if not len(rows):
         return []
-    ops = ctx.analysis.trace.ops
+    ops = ctx.inp.trace.ops
     df = pd.DataFrame({"op": ops["name"].astype(str).to_numpy()[rows], "library": _library(ops, rows),
-                       "module": _modules(ctx, rows)})
+                       "module": module_column(ctx.inp.trace, rows)})
     n = df.groupby(["op", "library", "module"], sort=False).size().sort_values(ascending=False)
     return [Blocker(kind, op, float(c) / ctx.steps, lib, mod, detail) for (op, lib, mod), c in n.items()]
 
 
-def host_syncs(ctx: "Context") -> list[Blocker]:
-    syncs = ctx.analysis.timeline().syncs
+def host_syncs(ctx: Context) -> list[Blocker]:
+    syncs = ctx.inp.timeline.syncs
     steps = ctx.kernels["step"].unique()
     syncs = syncs[syncs["step"].isin(steps[steps >= 0])] if (syncs["step"] >= 0).any() else syncs
     syncs = syncs[_in_model(ctx, syncs["step"].to_numpy(dtype=np.int64), syncs["ts_ns"].to_numpy(dtype=np.int64))]
@@ -141,7 +135,7 @@ def host_syncs(ctx: "Context") -> list[Blocker]:
     return named
 
 
-def data_dependent(ctx: "Context") -> list[Blocker]:
+def data_dependent(ctx: Context) -> list[Blocker]:
     ops, step = _profiled_ops(ctx)
     names = ops["name"].astype(str)
     hit = names.isin(DATA_DEPENDENT).to_numpy() & _in_model(ctx, step, ops["ts_ns"].to_numpy(dtype=np.int64))
@@ -155,7 +149,7 @@ def data_dependent(ctx: "Context") -> list[Blocker]:
     return _counted(ctx, "data_dependent_shape", rows, "output size depends on tensor values")
 
 
-def dynamic_shapes(ctx: "Context") -> list[Blocker]:
+def dynamic_shapes(ctx: Context) -> list[Blocker]:
     """Ops launching GPU work whose input dims differ between the analyzed steps."""
     ops, step = _profiled_ops(ctx)
     launched = ctx.kernels["op"].to_numpy(dtype=np.int64)
@@ -163,7 +157,7 @@ def dynamic_shapes(ctx: "Context") -> list[Blocker]:
     rows = rows[step[rows] >= 0]
     if len(np.unique(step[rows])) < 2:
         return []
-    dims = ctx.analysis.trace.signatures["input_dims"].map(str)
+    dims = ctx.inp.trace.signatures["input_dims"].map(str)
     df = pd.DataFrame({"name": ops["name"].astype(str).to_numpy()[rows], "step": step[rows],
                        "dims": take(dims.to_numpy(dtype=object), ops["sig"].to_numpy(dtype=np.int64)[rows], "")})
     df = df.drop_duplicates()
@@ -181,23 +175,21 @@ def dynamic_shapes(ctx: "Context") -> list[Blocker]:
     return sorted(out, key=lambda b: -b.per_step)
 
 
-def cpu_work(ctx: "Context") -> list[Blocker]:
+def cpu_work(ctx: Context) -> list[Blocker]:
     """Ops with FLOPs and no GPU work beneath them, holding a real share of the step."""
-    from roofscope.cost.costmodel import signature_costs
-
-    a = ctx.analysis
+    trace = ctx.inp.trace
     ops, step = _profiled_ops(ctx)
     parent = ops["parent"].to_numpy()
     gpu = np.zeros(len(ops), dtype=bool)
-    cur = np.unique(np.concatenate((a.trace.runtime["op"].to_numpy(dtype=np.int64),
-                                    a.kernels["op"].to_numpy(dtype=np.int64))))
+    cur = np.unique(np.concatenate((trace.runtime["op"].to_numpy(dtype=np.int64),
+                                    ctx.inp.kernels["op"].to_numpy(dtype=np.int64))))
     cur = cur[cur >= 0]
     while cur.size:   # every op with GPU work at or below it
         gpu[cur] = True
         cur = parent[cur]
         cur = np.unique(cur[cur >= 0])
         cur = cur[~gpu[cur]]
-    flops = signature_costs(a.trace.signatures)["flops"].to_numpy(dtype=np.float64)
+    flops = signature_costs(trace.signatures)["flops"].to_numpy(dtype=np.float64)
     work = ((np.nan_to_num(take(flops, ops["sig"].to_numpy(dtype=np.int64), np.nan)) > 0) & ~gpu
             & _in_model(ctx, step, ops["ts_ns"].to_numpy(dtype=np.int64)))
     # Under an op with GPU work it is that op's helper (the launch linking may credit the parent).
@@ -212,12 +204,12 @@ def cpu_work(ctx: "Context") -> list[Blocker]:
     return _counted(ctx, "cpu_work", rows, "runs on the host, outside any graph")
 
 
-def graph_blockers(ctx: "Context") -> list[Blocker]:
+def graph_blockers(ctx: Context) -> list[Blocker]:
     """Everything on this trace that keeps the step from being captured as one CUDA graph."""
     return host_syncs(ctx) + data_dependent(ctx) + dynamic_shapes(ctx) + cpu_work(ctx)
 
 
-def clean_modules(ctx: "Context", blockers: list[Blocker]) -> list[str]:
+def clean_modules(ctx: Context, blockers: list[Blocker]) -> list[str]:
     """Children of the model (``Root.child``) with GPU work and no blocker inside, most GPU time
     first: the parts that can be captured alone."""
     mods = ctx.kernels["module"].astype(str) if "module" in ctx.kernels else pd.Series([], dtype=str)
@@ -230,7 +222,7 @@ def clean_modules(ctx: "Context", blockers: list[Blocker]) -> list[str]:
     return [m for m in time.index if m not in blocked]
 
 
-def graph_fix(ctx: "Context", blockers: list[Blocker]) -> tuple[str, str]:
+def graph_fix(ctx: Context, blockers: list[Blocker]) -> tuple[str, str]:
     """(fix, snippet) in the blockers' terms."""
     kinds = {b.kind for b in blockers}
     libs = sorted({b.library.split("::")[0] for b in blockers if b.library})

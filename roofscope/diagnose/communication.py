@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.diagnose.base import Context, Finding, Rule, top_kernels
+from roofscope.diagnose.base import Context, Rule, top_kernels
+from roofscope.model.findings import Finding
 
 HIDEABLE_SHARE = 0.5     # of the exposed communication (see the module docstring)
 EXPOSED_MIN_SHARE = 0.03  # of the step: below, the communication is overlapped well enough
@@ -142,16 +143,16 @@ class ExposedCommunication(Rule):
     min_share = 0.05
 
     def match(self, ctx: Context) -> list[Finding]:
-        tl = ctx.analysis.timeline().steps
+        tl = ctx.inp.timeline.steps
         if not len(tl):
             return []
-        from roofscope.views.collectives import kernel_collectives
-
         comm = ctx.kernels[ctx.kernels["cls"] == "communication"]
-        world = (ctx.analysis.trace.meta.get("distributedInfo") or {}).get("world_size")
-        kc = kernel_collectives(ctx.analysis)
-        kc.attrs["names"] = sorted(set(comm["name"].astype(str)))
-        dominant = str(kc.groupby("collective")["dur_s"].sum().idxmax()) if len(kc) else ""
+        world = (ctx.inp.trace.meta.get("distributedInfo") or {}).get("world_size")
+        kc = ctx.inp.collectives
+        if kc is not None:   # a shallow copy: the kernel names go in its attrs, not in the input's
+            kc = kc.copy(deep=False)
+            kc.attrs = {**kc.attrs, "names": sorted(set(comm["name"].astype(str)))}
+        dominant = str(kc.groupby("collective")["dur_s"].sum().idxmax()) if kc is not None and len(kc) else ""
         f = exposed_comm_finding(float(tl["comm_exposed_s"].median()), float(tl["comm_s"].median()), ctx.step_s,
                                  kernels=top_kernels(comm, ctx.steps),
                                  peers=world if isinstance(world, int) and world > 1 else None,

@@ -15,11 +15,10 @@ which is how Lightning calls the optimizer with a closure).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
-    from roofscope.diagnose.base import Finding
+from roofscope.diagnose.inputs import DiagnosisInput
+from roofscope.model.findings import Finding
 
 
 @dataclass(frozen=True)
@@ -84,24 +83,25 @@ def change_of(rule: str) -> str:
     return c.key if c else rule
 
 
-def detect_frameworks(a: "Analysis") -> list[str]:
+def detect_frameworks(inp: DiagnosisInput) -> list[str]:
     """Frameworks of the run, in :data:`_PRIORITY` order: from run.json and the trace (a
     closure inside optimizer.step says Lightning only when run.json names no frameworks:
     LBFGS takes a closure too)."""
-    meta = a.run_meta or {}
-    found = set(meta.get("frameworks") or []) | _from_trace(a, lightning="frameworks" not in meta)
+    named = inp.run.frameworks
+    found = set(named or ()) | _from_trace(inp, lightning=named is None)
     return [f for f in _PRIORITY if f in found] + sorted(found - set(_PRIORITY))
 
 
-def _from_trace(a: "Analysis", lightning: bool) -> set[str]:
-    names = set(a.trace.annotations["name"].astype(str).unique()) if len(a.trace.annotations) else set()
-    names |= set(a.trace.ops["name"].astype(str).unique()) if len(a.trace.ops) else set()
+def _from_trace(inp: DiagnosisInput, lightning: bool) -> set[str]:
+    trace = inp.trace
+    names = set(trace.annotations["name"].astype(str).unique()) if len(trace.annotations) else set()
+    names |= set(trace.ops["name"].astype(str).unique()) if len(trace.ops) else set()
     found = set()
     if any(n.startswith("FSDP::") for n in names):
         found.add("fsdp2")
     if any("deepspeed" in n.lower() for n in names):
         found.add("deepspeed")
-    k = a.kernels
+    k = inp.kernels
     # Forward kernels launched inside optimizer.step: the closure Lightning passes it.
     if lightning and "phase" in k and "region" in k:
         in_step = k["region"].astype(str).str.startswith("Optimizer.step#")
@@ -120,9 +120,9 @@ def snippet_for(change: str, frameworks: list[str], default: str) -> tuple[str, 
     return default, ""
 
 
-def group(findings: list["Finding"], terms: dict[str, float], step_s: float) -> list[dict[str, Any]]:
+def group(findings: list[Finding], terms: dict[str, float], step_s: float) -> list[dict[str, Any]]:
     """One entry per change, ranked by combined saving (see the module docstring)."""
-    by_change: dict[str, list["Finding"]] = {}
+    by_change: dict[str, list[Finding]] = {}
     for f in findings:
         if f.status != "blocked":  # a blocked fix is no change to make as it stands
             by_change.setdefault(f.change or change_of(f.rule), []).append(f)
@@ -146,14 +146,12 @@ def group(findings: list["Finding"], terms: dict[str, float], step_s: float) -> 
     return out
 
 
-def apply(findings: list["Finding"], a: "Analysis") -> list[str]:
-    """Set each finding's change and framework-specific snippet; the frameworks found."""
-    frameworks = detect_frameworks(a)
+def apply(findings: list[Finding], frameworks: list[str]) -> None:
+    """Set each finding's change and its snippet for the first of ``frameworks`` that has one."""
     for f in findings:
         f.change = change_of(f.rule)
         if f.status != "blocked":  # a blocked fix's snippet is the way around its blocker, not the change
             f.snippet, f.framework = snippet_for(f.change, frameworks, f.snippet)
-    return frameworks
 
 
 __all__ = ["CHANGES", "Change", "apply", "change_of", "detect_frameworks", "group", "snippet_for"]

@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 
 from roofscope.ingest.names import per_name
-from roofscope.diagnose.base import Context, Finding, Rule, top_kernels
+from roofscope.diagnose.base import Context, Rule, top_kernels
 from roofscope.diagnose.shapes import first_numel, gemm_table, op_dims
+from roofscope.model.findings import Finding
 
 FUSIBLE = ("elementwise", "reduction", "normalization", "softmax", "copy")
 # Inductor's kernels are already the product of fusion.
@@ -43,7 +44,7 @@ class ElementwiseFusion(Rule):
         c = k.assign(chain=cid)[cid >= 0]
         if not len(c):
             return []
-        bw = ctx.analysis.ceilings.bandwidth
+        bw = ctx.inp.ceilings.bandwidth
         g = c.groupby("chain")
         per = pd.DataFrame({"n": g.size(), "time_s": g["dur_s"].sum(), "bytes": g["bytes"].sum(),
                             "max_bytes": g["bytes"].max(), "min_s": g["dur_s"].min()})
@@ -80,7 +81,7 @@ class UnfusedAttention(Rule):
     min_share = 0.02
 
     def match(self, ctx: Context) -> list[Finding]:
-        trace, k = ctx.analysis.trace, ctx.kernels
+        trace, k = ctx.inp.trace, ctx.kernels
         sm = k[k["category"] == "softmax"]
         if not len(sm):
             return []
@@ -121,9 +122,9 @@ class UnfusedOptimizer(Rule):
     MIN_KERNELS = 50
 
     def precondition(self, ctx: Context) -> str | None:
-        facts = (ctx.analysis.run_meta or {}).get("optimizer") or {}
-        if facts.get("fused") or facts.get("foreach"):
-            return f"already {'fused' if facts.get('fused') else 'foreach'}: {facts.get('class', 'the optimizer')}"
+        facts = ctx.inp.run.optimizer
+        if facts is not None and (facts.fused or facts.foreach):
+            return f"already {'fused' if facts.fused else 'foreach'}: {facts.cls or 'the optimizer'}"
         opt = ctx.kernels[ctx.kernels["phase"] == "optimizer"] if "phase" in ctx.kernels else ctx.kernels[:0]
         multi = opt["name"].astype(str).str.contains(_FUSED, case=False, regex=True)
         if len(opt) and multi.mean() > 0.5:
@@ -132,22 +133,21 @@ class UnfusedOptimizer(Rule):
         return None
 
     def match(self, ctx: Context) -> list[Finding]:
-        a = ctx.analysis
         k = ctx.kernels
         opt = k[k["phase"] == "optimizer"]
         per_step = len(opt) / ctx.steps
         if per_step < self.MIN_KERNELS:
             return []
         # The GPU idles inside the optimizer while the host launches its next kernel.
-        gaps = a.timeline().gaps
+        gaps = ctx.inp.timeline.gaps
         waits = gaps[gaps["next_kernel"].isin(opt.index) & gaps["kind"].isin(("host", "queued"))]
         idle = float(waits["dur_s"].sum()) / ctx.steps
         # A fused optimizer streams the same state once: its traffic at the measured bandwidth.
-        fused_s = float(opt["bytes"].sum()) / ctx.steps / a.ceilings.bandwidth
+        fused_s = float(opt["bytes"].sum()) / ctx.steps / ctx.inp.ceilings.bandwidth
         kernel_s = float(opt["dur_s"].sum()) / ctx.steps
         saving = idle + max(0.0, kernel_s - fused_s)
-        facts = (a.run_meta or {}).get("optimizer") or {}
-        what = f"{facts['class']} over {facts['tensors']} tensors" if facts.get("class") else "the optimizer"
+        facts = ctx.inp.run.optimizer
+        what = f"{facts.cls} over {facts.tensors} tensors" if facts is not None and facts.cls else "the optimizer"
         return [Finding(
             rule=self.name, title="Per-parameter optimizer: use fused=True / foreach=True",
             binding="host", saving_s=saving, confidence="medium",

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from roofscope.diagnose.base import Context, Finding, Rule, top_kernels
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+from roofscope.diagnose.base import Context, Rule, top_kernels
+from roofscope.hardware.devices import Ceilings
+from roofscope.ingest.trace import Trace
+from roofscope.model.findings import Finding
 
 # Kernels shorter than this are launch-dominated whatever their grid.
 _MIN_GRID_KERNEL_S = 20e-6
@@ -28,23 +27,23 @@ def kernel_function(name: str) -> str:
     return head.split("<", 1)[0].rsplit("::", 1)[-1].strip() or name
 
 
-def is_amd(a: "Analysis") -> bool:
+def is_amd(trace: Trace, ceilings: Ceilings) -> bool:
     """An AMD GPU's trace: HIP runtime calls, a 64-wide wavefront in deviceProperties, or an AMD
     (Instinct MI) device or datasheet. Its counter tool is rocprof-compute (formerly omniperf), not ncu."""
-    rt = a.trace.runtime
+    rt = trace.runtime
     if len(rt) and rt["name"].astype(str).str.startswith("hip").any():
         return True
-    props = a.trace.device_props or {}
+    props = trace.device_props or {}
     if props.get("warpSize") == 64:
         return True
-    spec = a.ceilings.datasheet
-    names = f"{a.trace.device_name or ''} {a.ceilings.device} {spec.name if spec is not None else ''}"
+    spec = ceilings.datasheet
+    names = f"{trace.device_name or ''} {ceilings.device} {spec.name if spec is not None else ''}"
     return bool(re.search(r"\bAMD\b|\bMI\d{3}", names, re.IGNORECASE))
 
 
-def counters_command(a: "Analysis", kernel: str) -> tuple[str, str]:
+def counters_command(trace: Trace, ceilings: Ceilings, kernel: str) -> tuple[str, str]:
     """(tool, command) that measures ``kernel``'s hardware counters on this trace's GPU vendor."""
-    if is_amd(a):
+    if is_amd(trace, ceilings):
         return "rocprof-compute (omniperf)", f'rocprof-compute profile -n roofscope -k "{kernel}" -- python train.py'
     return "Nsight Compute", (f'ncu --kernel-name regex:"{re.escape(kernel)}" --launch-count 3 --set full'
                               " python train.py")
@@ -57,10 +56,10 @@ class Throttling(Rule):
     binding = "clock"
 
     def precondition(self, ctx: Context) -> str | None:
-        return None if ctx.analysis.telemetry is not None else "no NVML telemetry in this run"
+        return None if ctx.inp.telemetry is not None else "no NVML telemetry in this run"
 
     def match(self, ctx: Context) -> list[Finding]:
-        devices = (ctx.analysis.telemetry_summary() or {}).get("devices") or []
+        devices = (ctx.inp.telemetry or {}).get("devices") or []
         worst = min(devices, key=lambda d: d.get("sm_clock_ratio") or 1.0, default=None)
         if worst is None:
             return []
@@ -90,7 +89,7 @@ class SmallGrid(Rule):
     binding = "occupancy"
 
     def match(self, ctx: Context) -> list[Finding]:
-        props = (ctx.analysis.trace.meta.get("deviceProperties") or [{}])[0]
+        props = (ctx.inp.trace.meta.get("deviceProperties") or [{}])[0]
         sms = props.get("numSms")
         k = ctx.kernels
         k = k[(k["cat"] == "kernel") & (k["dur_s"] >= _MIN_GRID_KERNEL_S) & ~k["cls"].isin(("communication", "latency"))]
@@ -104,7 +103,7 @@ class SmallGrid(Rule):
             return []
         # Spread over all SMs the same work could run up to SMs/blocks times faster.
         saving = float((small["dur_s"].to_numpy() * (1 - f)).sum()) / ctx.steps
-        tool, _ = counters_command(ctx.analysis, "")
+        tool, _ = counters_command(ctx.inp.trace, ctx.inp.ceilings, "")
         return [Finding(
             rule=self.name, title="Kernels with fewer blocks than SMs",
             binding=self.binding, saving_s=saving, confidence="low",
@@ -134,11 +133,11 @@ class Underutilized(Rule):
         saving = float(np.maximum(0.0, heavy["time_s"] - heavy["floor_s"] / TARGET_EFFICIENCY).sum()) / ctx.steps
         names = set(heavy.index)
         sel = k[k["name"].astype(str).isin(names)]
-        tool, command = counters_command(ctx.analysis, kernel_function(heavy["time_s"].idxmax()))
+        tool, command = counters_command(ctx.inp.trace, ctx.inp.ceilings, kernel_function(heavy["time_s"].idxmax()))
         return [Finding(
             rule=self.name, title=f"Under-utilized heavy kernels: inspect with {tool.split(' (')[0]}",
             binding=self.binding, saving_s=saving, confidence="low",
-            summary=f"{len(heavy)} kernels below {ctx.analysis.params.underutilized_below:.0%} of their roofline floor,"
+            summary=f"{len(heavy)} kernels below {ctx.inp.params.underutilized_below:.0%} of their roofline floor,"
             f" {heavy['time_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
             fix="These kernels neither hit a roof nor are too small to; measure them with hardware counters"
             f" ({tool}: occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",

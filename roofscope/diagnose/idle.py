@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from roofscope.diagnose.base import Context, Finding, Rule
+from roofscope.diagnose.base import Context, Rule
+from roofscope.model.findings import Finding
 
 RECOVERABLE_SHARE = 0.5
 COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy", "cuMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2")
@@ -49,11 +50,11 @@ def overlap_with(intervals_start: np.ndarray, intervals_end: np.ndarray, start: 
 def host_activity(ctx: Context, gaps: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Seconds per step that the outermost CPU ops and the runtime calls (by name) overlap ``gaps``."""
     st, en = gaps["start_ns"].to_numpy(), gaps["end_ns"].to_numpy()
-    ops = ctx.analysis.trace.ops
+    ops = ctx.inp.trace.ops
     top = ops[ops["parent"] < 0]
     ov = overlap_with(st, en, top["ts_ns"].to_numpy(), top["end_ns"].to_numpy())
     by_op = _sum_by_name(ov, top["name"]) / 1e9 / ctx.steps
-    rt = ctx.analysis.trace.runtime
+    rt = ctx.inp.trace.runtime
     ov = overlap_with(st, en, rt["ts_ns"].to_numpy(), (rt["ts_ns"] + rt["dur_ns"]).to_numpy())
     by_call = _sum_by_name(ov, rt["name"]) / 1e9 / ctx.steps
     return by_op.sort_values(ascending=False), by_call.sort_values(ascending=False)
@@ -104,7 +105,7 @@ class IdleOther(Rule):
     min_share = 0.10
 
     def match(self, ctx: Context) -> list[Finding]:
-        tl = ctx.analysis.timeline()
+        tl = ctx.inp.timeline
         gaps = tl.gaps
         if not len(gaps):
             return []

@@ -7,9 +7,8 @@ its many short kernels, launches (CUDA graphs).
 """
 from __future__ import annotations
 
-from typing import Any
-
-from roofscope.diagnose.base import Context, Finding, Rule, top_kernels
+from roofscope.diagnose.base import Context, Rule, top_kernels
+from roofscope.model.findings import Finding
 
 # A CUDA graph replays the step with one launch; what remains of the launch cost.
 GRAPH_LAUNCH_S = 10e-6
@@ -19,20 +18,16 @@ INT8_KEEPS = 0.5
 INT4_KEEPS = 0.25
 
 
-def inference_block(ctx: Context) -> dict[str, Any] | None:
-    return ctx.analysis.inference()
-
-
-def is_inference(a: Any) -> bool:
+def is_inference(ctx: Context) -> bool:
     """The Run decodes tokens (so training-only fixes do not apply)."""
-    return a.inference() is not None
+    return ctx.inp.inference is not None
 
 
 class _Decode(Rule):
     share_key: str
 
     def precondition(self, ctx: Context) -> str | None:
-        inf = inference_block(ctx)
+        inf = ctx.inp.inference
         if inf is None:
             return "no decode steps"
         d = inf["decode"]
@@ -46,7 +41,7 @@ class _Decode(Rule):
 
     def _memory_s(self, ctx: Context) -> float:
         """Memory-bound kernel time of one decode step."""
-        d = inference_block(ctx)["decode"]  # type: ignore[index]
+        d = ctx.inp.inference["decode"]  # type: ignore[index]
         return d["gpu_busy_s"] * d["time_by_class"].get("memory", 0.0)
 
 
@@ -59,7 +54,7 @@ class WeightBoundDecode(_Decode):
     min_bytes_share = 0.5
 
     def match(self, ctx: Context) -> list[Finding]:
-        inf = inference_block(ctx)
+        inf = ctx.inp.inference
         d = inf["decode"]  # type: ignore[index]
         w = d["weight_bytes_per_step"]
         share = w / d["bytes_per_step"]
@@ -90,7 +85,7 @@ class KvBoundDecode(_Decode):
     share_key = "kv_bytes_per_step"
 
     def match(self, ctx: Context) -> list[Finding]:
-        d = inference_block(ctx)["decode"]  # type: ignore[index]
+        d = ctx.inp.inference["decode"]  # type: ignore[index]
         kv = d["kv_bytes_per_step"]
         share = kv / d["bytes_per_step"]
         saving = self._memory_s(ctx) * share * (1 - INT8_KEEPS)
@@ -113,14 +108,14 @@ class LaunchBoundDecode(Rule):
     min_share = 0.10
 
     def precondition(self, ctx: Context) -> str | None:
-        if inference_block(ctx) is None:
+        if ctx.inp.inference is None:
             return "no decode steps"
         if "graph" in ctx.kernels and (ctx.kernels["graph"] >= 0).mean() > 0.5:
             return "decode already replays CUDA graphs"
         return None
 
     def match(self, ctx: Context) -> list[Finding]:
-        d = inference_block(ctx)["decode"]  # type: ignore[index]
+        d = ctx.inp.inference["decode"]  # type: ignore[index]
         idle = ctx.terms["host"]
         saving = max(0.0, idle - GRAPH_LAUNCH_S)
         k = ctx.kernels[ctx.kernels["cat"] == "kernel"]

@@ -6,9 +6,10 @@ import pandas as pd
 
 from roofscope.ingest.runtime_names import GRAPH_LAUNCHES
 from roofscope.views.timeline import AFTER_SYNC_NS
-from roofscope.diagnose.base import Context, Finding, Rule, top_kernels
+from roofscope.diagnose.base import Context, Rule, top_kernels
 from roofscope.diagnose.blockers import READS, SIZE_READERS, Blocker, graph_blockers, graph_fix, host_syncs
 from roofscope.diagnose.inference import GRAPH_LAUNCH_S, is_inference
+from roofscope.model.findings import Finding
 
 # Pinned host memory copies at about twice the rate of pageable memory (staged through
 # a pinned bounce buffer by the driver); docs/diagnosis.md.
@@ -25,9 +26,9 @@ class CudaGraphs(Rule):
     min_share = 0.10
 
     def precondition(self, ctx: Context) -> str | None:
-        if is_inference(ctx.analysis):
+        if is_inference(ctx):
             return "inference Run: launch_bound_decode covers it"
-        rt = ctx.analysis.trace.runtime
+        rt = ctx.inp.trace.runtime
         if len(rt) and rt["name"].astype(str).isin(GRAPH_LAUNCHES).any():
             return "the step already replays CUDA graphs"
         return None
@@ -84,10 +85,10 @@ def _blocked_graphs(ctx: Context, found: list[Blocker], saving: float, idle: flo
 def _in_model_idle(ctx: Context) -> float:
     """Host-bound idle per step between two consecutive kernels of one device that are both in
     the forward or both in the backward phase (views/phases.py)."""
-    gaps = ctx.analysis.timeline().gaps
+    gaps = ctx.inp.timeline.gaps
     if not len(gaps):
         return 0.0
-    k = ctx.analysis.kernels
+    k = ctx.inp.kernels   # every kernel, as the timeline found the gaps between (a neighbour may be unprofiled)
     gaps = gaps[gaps["kind"].isin(("host", "queued")) & (gaps["step"] >= 0) & (gaps["next_kernel"] >= 0)]
     order = k.sort_values(["device", "ts_ns"], kind="stable")
     prev = pd.Series(order.index.to_numpy(), index=order.index).groupby(order["device"]).shift(1)
@@ -107,7 +108,7 @@ class HostSyncs(Rule):
     min_share = 0.02
 
     def match(self, ctx: Context) -> list[Finding]:
-        tl = ctx.analysis.timeline()
+        tl = ctx.inp.timeline
         syncs = tl.syncs
         if not len(syncs):
             return []
@@ -122,7 +123,7 @@ class HostSyncs(Rule):
         library = [b for b in origin if b.library or (b.op in SIZE_READERS and b.op not in READS)]
         if library:
             fix, snippet = _library_sync_fix(library)
-        elif is_inference(ctx.analysis):  # a decode loop has no loss to accumulate
+        elif is_inference(ctx):  # a decode loop has no loss to accumulate
             fix = ("Keep generated tokens on the GPU: check stop conditions (EOS, length) every N tokens instead "
                    "of every token, and avoid .item()/.cpu()/.tolist() of logits or tokens inside the loop.")
             snippet = ("done = (tokens == eos).any(-1)            # stays on the GPU\n"
@@ -179,7 +180,7 @@ class HostCopies(Rule):
     binding = "copy"
 
     def match(self, ctx: Context) -> list[Finding]:
-        copies = ctx.analysis.timeline().overall.get("copies", {}).get("HtoD")
+        copies = ctx.inp.timeline.overall.get("copies", {}).get("HtoD")
         if not copies or not copies.get("count"):
             return []
         n = ctx.steps

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from roofscope.diagnose.base import Context, Finding, Rule, top_kernels
+from roofscope.diagnose.base import Context, Rule, top_kernels
 from roofscope.diagnose.shapes import gemm_table
+from roofscope.model.findings import Finding
 
 _ELT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 # Tensor cores need the contiguous GEMM dimensions to be multiples of this many elements.
@@ -27,11 +28,11 @@ class Tf32(Rule):
     binding = "compute"
 
     def precondition(self, ctx: Context) -> str | None:
-        return None if ctx.analysis.ceilings.peaks.get("tf32") else "the device has no TF32 tensor cores"
+        return None if ctx.inp.ceilings.peaks.get("tf32") else "the device has no TF32 tensor cores"
 
     def match(self, ctx: Context) -> list[Finding]:
         k = ctx.kernels
-        c = ctx.analysis.ceilings
+        c = ctx.inp.ceilings
         g = k[k["category"].isin(("gemm", "conv")) & (k["dtype"] == "fp32") & (k["roof_precision"] == "fp32")
               & ~k["cls"].isin(("latency", "unknown"))]
         if not len(g):
@@ -67,7 +68,7 @@ class Alignment(Rule):
     min_share = 0.02
 
     def match(self, ctx: Context) -> list[Finding]:
-        g = gemm_table(ctx.analysis.trace, ctx.kernels)
+        g = gemm_table(ctx.inp.trace, ctx.kernels)
         g = g[g["dtype"].isin(tuple(ALIGN)) & ~g["cls"].isin(("latency", "unknown"))]
         if not len(g):
             return []
@@ -110,7 +111,7 @@ class WeightBoundGemm(Rule):
     binding = "memory"
 
     def match(self, ctx: Context) -> list[Finding]:
-        g = gemm_table(ctx.analysis.trace, ctx.kernels)
+        g = gemm_table(ctx.inp.trace, ctx.kernels)
         g = g[(g["cls"] == "memory") & g["dtype"].isin(tuple(_ELT))]
         if not len(g):
             return []

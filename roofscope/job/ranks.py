@@ -335,7 +335,8 @@ def _analyze_local(part: Part, path: Path, options: dict[str, Any]) -> RankResul
                "diagnosis": {k: v for k, v in (s.get("diagnosis") or {}).items() if k != "skipped"}}
     return RankResult(rank=int(part.rank or 0), path=part.source, node=part.node, device=str(s["device"]),
                       world_size=world, summary=summary, steps=steps, kernel_steps=_kernel_steps(a.kernels),
-                      collectives=collective_table(kernel_collectives(a), world), findings=s.get("findings") or [],
+                      collectives=collective_table(kernel_collectives(a.trace, a.kernels, a.steps()), world),
+                      findings=s.get("findings") or [],
                       roofline=_roofline(a), ceilings=s["ceilings"])
 
 

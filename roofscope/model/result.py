@@ -47,7 +47,7 @@ class Result:
     timeline: Timeline
     diagnosis: Diagnosis
     phases: pd.DataFrame              # per training phase (views/phases.phase_table)
-    window_unix_ns: tuple[int, int] | None   # the profiled steps in wall-clock time (telemetry charts)
+    window_unix_ns: tuple[int | None, int | None]   # the profiled steps in Unix time, when the trace has a clock
     run_meta: dict[str, Any] | None = None   # run.json of the Run this came from, if any
     telemetry: Telemetry | None = None
 

@@ -146,7 +146,7 @@ def telemetry_series(a: "Result") -> dict[str, Any] | None:
     f = tel.frame()
     if not len(f):
         return None
-    start, end = a.window_unix_ns or (None, None)
+    start, end = a.window_unix_ns
     origin = start if start is not None else int(f["t_unix_ns"].min())
     groups = {int(d): g for d, g in f.groupby("device", sort=False)}
     devices = [_device_series(groups[dev["nvml_index"]], origin, dev) for dev in tel.devices

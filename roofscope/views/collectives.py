@@ -26,7 +26,7 @@ the GPU timeline gives for NCCL, and :func:`kernel_collectives` lists them as it
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -34,11 +34,8 @@ import pandas as pd
 from roofscope.cost.formulas.dtypes import parse_dtype
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
-from roofscope.views.timeline import _in_window, _split, _union
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
-    from roofscope.ingest.trace import Trace
+from roofscope.ingest.trace import Trace
+from roofscope.views.timeline import _in_window, _split, _union, step_windows
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "other")
 ALGORITHMS = ("NVLS_TREE", "NVLS", "COLLNET_DIRECT", "COLLNET_CHAIN", "COLLNET", "TREE", "RING", "PAT")
@@ -92,7 +89,7 @@ def bus_factor(collective: str, n: int | None) -> float | None:
     return f(n) if f else 1.0
 
 
-def comm_args(trace: "Trace") -> pd.DataFrame:
+def comm_args(trace: Trace) -> pd.DataFrame:
     """``record_param_comms`` arguments by External id, checked (empty when the trace has none:
     older PyTorch records only shapes): counts as floats (NaN where absent or not an integer, so
     the size then comes from shapes), names as strings."""
@@ -118,9 +115,9 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _tensor_bytes(a: "Analysis") -> np.ndarray:
-    """Largest tensor input of each op signature, in bytes (NaN without shapes)."""
-    sigs = a.trace.signatures
+def _tensor_bytes(sigs: pd.DataFrame) -> np.ndarray:
+    """Largest tensor input of each op signature, in bytes (NaN without shapes); one more NaN at the
+    end, for the ops without a signature (-1)."""
 
     def largest(dims: object, types: object) -> float:
         best = np.nan
@@ -136,7 +133,7 @@ def _tensor_bytes(a: "Analysis") -> np.ndarray:
     return np.array([largest(d, t) for d, t in zip(sigs["input_dims"], sigs["input_types"])] + [np.nan])
 
 
-def host_collectives(trace: "Trace") -> pd.DataFrame:
+def host_collectives(trace: Trace) -> pd.DataFrame:
     """Host-side collectives (gloo), in time order: ``collective``, ``ts_ns``, ``end_ns``, ``tid``,
     ``kind`` (``gloo`` for the worker's interval, ``c10d`` for the op that queued it), ``sig``
     (the op's signature, -1 for annotations). Empty for NCCL traces: their c10d ops only launch
@@ -157,13 +154,6 @@ def host_collectives(trace: "Trace") -> pd.DataFrame:
     return out.sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
-def _windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    s = steps.sort_values("ts_ns")
-    w_ts = s["ts_ns"].to_numpy(dtype=np.int64)
-    w_end = np.minimum(s["end_ns"].to_numpy(dtype=np.int64), np.append(w_ts[1:], np.iinfo(np.int64).max))
-    return s["step"].to_numpy(dtype=np.int64), w_ts, w_end
-
-
 def _union_s(ts: np.ndarray, end: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
     """Length of the union of the intervals inside each window, in seconds."""
     _, win, cs, ce = _split(ts, end, w_ts, w_end)
@@ -171,18 +161,18 @@ def _union_s(ts: np.ndarray, end: np.ndarray, w_ts: np.ndarray, w_end: np.ndarra
     return np.bincount(w, weights=(e - s).astype(np.float64), minlength=len(w_ts)) / 1e9
 
 
-def host_comm_steps(trace: "Trace", work: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def host_comm_steps(trace: Trace, work: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per step (index ``step``): ``busy_s`` (union of the work items and the collectives),
     ``comm_s`` (union of the host collectives) and ``comm_exposed_s`` (the part of it during which
     no work item of the rank runs: the rank waits for its peers), ``idle_host_s`` (the rest of the
 step: the host between ops, in Python, sleeping, loading data). ``work``: the CPU work items
-    (``Analysis.kernels`` of a CPU trace: ``ts_ns``, ``dur_ns``, ``tid``); those on gloo's own
+    (the kernels frame of a CPU trace: ``ts_ns``, ``dur_ns``, ``tid``); those on gloo's own
     threads are the transfer's, not the rank's work. Empty without host collectives or steps."""
     hc = host_collectives(trace)
     if not len(hc) or not len(steps):
         return pd.DataFrame({c: [] for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s")},
                             index=pd.Index([], dtype=np.int64, name="step"))
-    ids, w_ts, w_end = _windows(steps)
+    ids, w_ts, w_end = step_windows(steps)
     gloo_tids = set(hc.loc[hc["kind"] == "gloo", "tid"])
     own = work[~work["tid"].isin(gloo_tids)]
     w_s = own["ts_ns"].to_numpy(dtype=np.int64)
@@ -195,16 +185,15 @@ step: the host between ops, in Python, sleeping, loading data). ``work``: the CP
                         index=pd.Index(ids, name="step"))
 
 
-def _host_kernel_collectives(a: "Analysis") -> pd.DataFrame:
+def _host_kernel_collectives(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
     """:func:`kernel_collectives`' rows for gloo: one per ``gloo:`` interval of the profiled steps,
     its size from the n-th ``c10d::`` op of the same collective (both run in queue order)."""
-    hc = host_collectives(a.trace)
-    steps = a.steps()
-    ids, w_ts, w_end = _windows(steps) if len(steps) else (np.array([-1]), np.array([0]),
+    hc = host_collectives(trace)
+    ids, w_ts, w_end = step_windows(steps) if len(steps) else (np.array([-1]), np.array([0]),
                                                            np.array([np.iinfo(np.int64).max]))
     win = _in_window(hc["ts_ns"].to_numpy(dtype=np.int64), w_ts, w_end)
     hc = hc.assign(step=np.where(win >= 0, ids[np.maximum(win, 0)], -1))
-    sizes = _tensor_bytes(a)
+    sizes = _tensor_bytes(trace.signatures)
     hc["bytes"] = np.where(hc["kind"] == "c10d", sizes[hc["sig"].to_numpy(dtype=np.int64)], np.nan)
     hc["nth"] = hc.groupby(["kind", "collective"]).cumcount()
     gloo = hc[hc["kind"] == "gloo"]
@@ -218,19 +207,19 @@ def _host_kernel_collectives(a: "Analysis") -> pd.DataFrame:
                          "bytes": size[keep], "group": 0})
 
 
-def kernel_collectives(a: "Analysis") -> pd.DataFrame:
-    """One row per NCCL kernel (or gloo collective, on CPU) of the profiled steps: ``collective``,
-    ``algorithm``, ``protocol``, ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when
-    unknown)."""
-    k = a.kernels
-    if not k["cat"].eq("kernel").any() and a.trace.annotations["name"].astype(str).str.startswith("gloo:").any():
-        return _host_kernel_collectives(a)
+def kernel_collectives(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per NCCL kernel of ``kernels`` (or gloo collective of ``trace``, on CPU, placed in the
+    step table ``steps``) of the profiled steps: ``collective``, ``algorithm``, ``protocol``,
+    ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
+    k = kernels
+    if not k["cat"].eq("kernel").any() and trace.annotations["name"].astype(str).str.startswith("gloo:").any():
+        return _host_kernel_collectives(trace, steps)
     in_steps = k["step"] >= 0
     k = k[(k["category"] == "communication") & (k["cat"] == "kernel") & (in_steps if in_steps.any() else True)]
     codes, names = pd.factorize(k["name"].astype(str))
     parsed = np.array([parse_kernel(n) for n in names] + [("", "", "")], dtype=object).reshape(-1, 3)
     by_name = parsed[np.where(codes >= 0, codes, len(names))]
-    ops = a.trace.ops
+    ops = trace.ops
     op_names = ops["name"].astype(str)
     parent = ops["parent"].to_numpy()
     op = k["op"].to_numpy(dtype=np.int64)
@@ -240,13 +229,13 @@ def kernel_collectives(a: "Analysis") -> pd.DataFrame:
     from_c10d = _canonical_each(take(names_arr, c10d, ""))
     region = k["region"].astype(str)
     from_region = _canonical_each(region.where(region.str.startswith("nccl:"), ""))
-    sizes = _tensor_bytes(a)
+    sizes = _tensor_bytes(trace.signatures)
     sig = ops["sig"].to_numpy()
     size = np.where(c10d >= 0, sizes[take(sig, c10d, -1)], np.nan)
     size = np.where(np.isnan(size) & (rpc >= 0), sizes[take(sig, rpc, -1)], size)
     from_args = np.full(len(k), "", dtype=object)
     group = np.zeros(len(k), dtype=np.int64)
-    args = comm_args(a.trace)
+    args = comm_args(trace)
     if len(args) and len(k):
         ext = take(ops["external_id"].fillna(-1).to_numpy(np.int64), rpc, -1)
         args = args[~args.index.duplicated()]

@@ -24,16 +24,13 @@ as the step table measures them):
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from roofscope.cost.formulas.attention import _ATEN
 from roofscope.ingest.trace import Trace
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
 
 FORWARD_LABEL = "roofscope: forward "
 _BSHD = {n for n, spec in _ATEN.items() if spec[2] == "bshd"}
@@ -87,10 +84,11 @@ def _forward_shapes(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["ts_ns", "b", "t"])
 
 
-def step_phases(a: "Analysis") -> pd.DataFrame:
-    """One row per profiled step: ``step``, ``phase`` (prefill/decode/other), ``batch``, ``q_len``, ``source``."""
-    steps = a.steps()
-    k = a.kernels
+def step_phases(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """One row per step of the step table ``steps``: ``step``, ``phase`` (prefill/decode/other),
+    ``batch``, ``q_len``, ``source``; from the trace's annotations and attention ops and the
+    ``kernels``' ``region`` (and ``attn_q`` of CUDA-graph replays, where mapped)."""
+    k = kernels
     out = pd.DataFrame({"step": steps["step"].to_numpy(), "phase": "other", "batch": np.nan, "q_len": np.nan,
                         "source": ""})
     if not len(steps):
@@ -104,7 +102,7 @@ def step_phases(a: "Analysis") -> pd.DataFrame:
         return np.where(ok, i, -1)
 
     # 3. attention query lengths (eager ops, then CUDA-graph captures)
-    att = attention_queries(a.trace)
+    att = attention_queries(trace)
     if len(att):
         att = att.assign(i=step_of(att["ts_ns"].to_numpy()))
         att = att[att["i"] >= 0]
@@ -119,7 +117,7 @@ def step_phases(a: "Analysis") -> pd.DataFrame:
             if i >= 0 and (pd.isna(out.at[i, "q_len"]) or out.at[i, "source"] == "graph capture"):
                 out.loc[i, ["batch", "q_len", "source"]] = [b, q_len, "graph capture"]
     # 2. forward annotations
-    fw = _forward_shapes(a.trace)
+    fw = _forward_shapes(trace)
     if len(fw):
         fw = fw.assign(i=step_of(fw["ts_ns"].to_numpy()))
         fw = fw[fw["i"] >= 0].groupby("i").first()
@@ -141,8 +139,8 @@ def step_phases(a: "Analysis") -> pd.DataFrame:
     return out
 
 
-def _phase_block(a: "Analysis", steps: pd.DataFrame, phases: pd.DataFrame, phase: str,
-                 own: float | None = None) -> dict[str, Any] | None:
+def _phase_block(kernels: pd.DataFrame, steps: pd.DataFrame, phases: pd.DataFrame, phase: str,
+                 bandwidth: float | None, own: float | None) -> dict[str, Any] | None:
     """One phase's figures; ``own``: the program's own (unprofiled) step time of this phase, when
     the Run measured it (programtime.py), which then times the phase instead of the profiled steps."""
     sel = phases["phase"] == phase
@@ -150,7 +148,7 @@ def _phase_block(a: "Analysis", steps: pd.DataFrame, phases: pd.DataFrame, phase
         return None
     ids = phases.loc[sel, "step"].to_numpy()
     st = steps.set_index("step").loc[ids]
-    k = a.kernels[a.kernels["step"].isin(ids)]
+    k = kernels[kernels["step"].isin(ids)]
     per = k.groupby("step").agg(flops=("flops", "sum"), bytes=("bytes", "sum")).reindex(ids).fillna(0.0)
     cat_bytes = k.groupby(["step", "category"])["bytes"].sum().unstack(fill_value=0.0).reindex(ids).fillna(0.0)
     profiled = float(st["dur_s"].median())
@@ -173,27 +171,24 @@ def _phase_block(a: "Analysis", steps: pd.DataFrame, phases: pd.DataFrame, phase
     if time > 0:
         block["achieved_flops_per_s"] = block["flops_per_step"] / time
         block["achieved_bytes_per_s"] = block["bytes_per_step"] / time
-        bw = a.ceilings.bandwidth
-        block["mbu"] = block["achieved_bytes_per_s"] / bw if bw else None
+        block["mbu"] = block["achieved_bytes_per_s"] / bandwidth if bandwidth else None
     return block
 
 
-def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
-    """The inference block of the summary (module docstring), or None for non-inference Runs."""
-    if a.cpu_only and not len(a.kernels):
-        return None
-    phases = step_phases(a)
-    if not (phases["phase"] == "decode").any():
+def inference_metrics(kernels: pd.DataFrame, steps: pd.DataFrame, phases: pd.DataFrame, captured: list[int],
+                      step_time: Mapping[str, Any] | None, bandwidth: float | None) -> dict[str, Any] | None:
+    """The inference block of the summary (module docstring), or None for non-inference Runs.
+    ``phases``: :func:`step_phases`; ``captured``: the timeline's ``capture_steps``; ``step_time``:
+    programtime.py's block (the program's own decode and prefill times, where measured)."""
+    if not len(kernels) or not (phases["phase"] == "decode").any():
         return None
     # Steps that captured a CUDA graph are warm-up: left out of the figures while others remain.
-    captured = a.timeline().capture_steps
     steady = ~phases["step"].isin(captured)
     if (steady & (phases["phase"] == "decode")).any():
         phases = phases[steady]
-    steps = a.steps()
-    own = a.step_time() or {}
-    decode = _phase_block(a, steps, phases, "decode", own.get("decode_median_s"))
-    prefill = _phase_block(a, steps, phases, "prefill", own.get("prefill_median_s"))
+    own = step_time or {}
+    decode = _phase_block(kernels, steps, phases, "decode", bandwidth, own.get("decode_median_s"))
+    prefill = _phase_block(kernels, steps, phases, "prefill", bandwidth, own.get("prefill_median_s"))
     assert decode is not None
     tpot = decode["step_time_s"]
     out: dict[str, Any] = {
@@ -210,12 +205,12 @@ def inference_metrics(a: "Analysis") -> dict[str, Any] | None:
     return out
 
 
-def inference_note(a: "Analysis") -> str | None:
-    """Why an inference-like Run (steps of gradient-free forwards) has no inference block, or None:
-    its forwards all took several tokens per sequence, so no step is a decode step."""
-    if a.inference() is not None or ("phase" in a.kernels and (a.kernels["phase"] == "backward").any()):
+def inference_note(kernels: pd.DataFrame, phases: pd.DataFrame, inference: Mapping[str, Any] | None) -> str | None:
+    """Why an inference-like Run (steps of gradient-free forwards) has no ``inference`` block
+    (:func:`inference_metrics`), or None: its forwards all took several tokens per sequence (the
+    :func:`step_phases` ``phases``), so no step is a decode step."""
+    if inference is not None or ("phase" in kernels and (kernels["phase"] == "backward").any()):
         return None
-    phases = step_phases(a)
     q = phases.loc[phases["phase"] == "prefill", "q_len"].dropna()
     if not len(q) or len(q) < len(phases):
         return None

@@ -8,8 +8,8 @@ most of the counted FLOPs (``peak_roof`` names it) and *bandwidth* the memory ce
 * HFU = counted FLOPs per step / (step time × peak): the hardware's view, counting
   every FLOP the kernels did, recomputation included;
 * MFU = model FLOPs per step / (step time × peak), the model FLOPs from
-  :func:`.modelflops.model_flops` (``mfu_source`` names the source, ``mfu_formula`` the
-  formula); without any, MFU = HFU (``"op_counted"``).
+  :func:`roofscope.cost.modelflops.model_flops` (``mfu_source`` names the source, ``mfu_formula``
+  the formula); without any, MFU = HFU (``"op_counted"``).
 
 MFU <= HFU by construction: the hardware does at least the model's FLOPs. When model FLOPs
 exceed the count, one of the two figures is wrong and is adjusted (:func:`utilization_flops`;
@@ -22,18 +22,16 @@ ends in "capped at the counted FLOPs");
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
+from roofscope.cost.modelflops import ModelFlops
 from roofscope.hardware.devices import Ceilings
-from roofscope.model.summary import CAPPED
-from roofscope.cost.modelflops import FORMULAS, model_flops
 from roofscope.ingest.trace import Trace, is_region, is_step
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+from roofscope.model.summary import CAPPED
 
 _STEP = "ProfilerStep#"
 
@@ -89,6 +87,24 @@ def to_unix_ns(trace: Trace, t_ns: int) -> int | None:
     return int(base) + int(round(float(t0_us) * 1000)) + int(t_ns)
 
 
+def profiled_window(trace: Trace, steps: pd.DataFrame) -> tuple[int | None, int | None]:
+    """Start of the first and end of the last step of the step table, in Unix ns (where telemetry
+    samples are placed); None where the trace lacks a clock base or has no steps."""
+    if not len(steps):
+        return None, None
+    return to_unix_ns(trace, int(steps["ts_ns"].min())), to_unix_ns(trace, int(steps["end_ns"].max()))
+
+
+@dataclass(frozen=True)
+class Roof:
+    """What HFU, MFU and MBU divide by: the roof of the precision that did the most FLOPs (``key``
+    and ``peak_flops``, None without FLOPs or a roof for them) and the memory ``bandwidth``."""
+
+    key: str | None = None
+    peak_flops: float | None = None
+    bandwidth: float | None = None
+
+
 def dominant_roof(kernels: pd.DataFrame, ceilings: Ceilings) -> tuple[str | None, float | None]:
     """The roof key and FLOP/s of the (dtype, unit) that did the most FLOPs."""
     k = kernels[kernels["flops"].fillna(0) > 0]
@@ -102,6 +118,12 @@ def dominant_roof(kernels: pd.DataFrame, ceilings: Ceilings) -> tuple[str | None
     by = k.groupby([k["dtype"].astype(str), k["tensor_core"].astype(bool)])["flops"].sum()
     dtype, tc = by.idxmax()
     return ceilings.roof_key(dtype, tc), ceilings.roof(dtype, tc)
+
+
+def utilization_roof(kernels: pd.DataFrame, ceilings: Ceilings) -> Roof:
+    """The :class:`Roof` of the placed ``kernels`` on ``ceilings``."""
+    key, peak = dominant_roof(kernels, ceilings)
+    return Roof(key, peak, ceilings.bandwidth)
 
 
 def region_times(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -134,43 +156,40 @@ def region_times(trace: Trace, steps: pd.DataFrame, kernels: pd.DataFrame | None
     return out
 
 
-
-
-def utilization_flops(counted: Any, mflops: float | None, source: str | None) -> tuple[Any, Any]:
+def utilization_flops(counted: Any, model: ModelFlops) -> tuple[Any, Any]:
     """(FLOPs for MFU, FLOPs for HFU) per step from the ``counted`` FLOPs (a number or a Series),
     MFU's never above HFU's (see the module docstring)."""
+    mflops = model.per_step
     if not mflops:
         return counted, counted
-    if source == "model_flops":
+    if model.source == "model_flops":
         return mflops, np.maximum(counted, mflops)
     return np.minimum(counted, mflops), counted
 
 
-def step_samples(a: "Analysis", steps: pd.DataFrame | None = None,
-                 busy: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per profiled step (index ``step``): step_time_s, flops, bytes, hfu, mfu, mbu,
-    busy_s, idle_fraction (from the timeline's ``busy`` table) and ``region:<name>`` seconds;
-    the samples statistics should use."""
-    steps = a.steps() if steps is None else steps
+def step_samples(kernels: pd.DataFrame, steps: pd.DataFrame, roof: Roof, model: ModelFlops,
+                 busy: pd.DataFrame | None, regions: pd.DataFrame) -> pd.DataFrame:
+    """One row per step of the step table ``steps`` (index ``step``): step_time_s, the ``kernels``'
+    flops and bytes in it, hfu, mfu, mbu (against ``roof``, MFU from ``model``), busy_s and
+    idle_fraction (from the timeline's per-step ``busy`` table; NaN without one) and
+    ``region:<name>`` seconds (from :func:`region_times`); the samples statistics should use."""
     idx = pd.Index(steps["step"].to_numpy(), name="step")
-    k = a.kernels[a.kernels["step"] >= 0]
+    k = kernels[kernels["step"] >= 0]
     out = pd.DataFrame({"step_time_s": steps["dur_s"].to_numpy()}, index=idx)
     out["flops"] = k.groupby("step")["flops"].sum().reindex(idx).fillna(0.0)
     out["bytes"] = k.groupby("step")["bytes"].sum().reindex(idx).fillna(0.0)
-    _, peak = dominant_roof(a.kernels, a.ceilings)
-    mflops, source = model_flops(a)
+    peak, bandwidth = roof.peak_flops, roof.bandwidth
     dur = out["step_time_s"].where(out["step_time_s"] > 0)
-    model, hardware = utilization_flops(out["flops"], mflops, source)
-    out["hfu"] = hardware / (dur * peak) if peak else np.nan
-    out["mfu"] = model / (dur * peak) if peak else np.nan
-    out["mbu"] = out["bytes"] / (dur * a.ceilings.bandwidth) if a.ceilings.bandwidth else np.nan
+    mfu_flops, hfu_flops = utilization_flops(out["flops"], model)
+    out["hfu"] = hfu_flops / (dur * peak) if peak else np.nan
+    out["mfu"] = mfu_flops / (dur * peak) if peak else np.nan
+    out["mbu"] = out["bytes"] / (dur * bandwidth) if bandwidth else np.nan
     # The timeline's busy and wall are summed over GPUs: their ratio is the device average.
     if busy is not None and len(busy):
         out["busy_s"] = busy["busy_s"].reindex(idx)
         out["idle_fraction"] = 1.0 - busy["busy_s"].reindex(idx) / busy["wall_s"].reindex(idx)
     else:
         out["busy_s"] = out["idle_fraction"] = np.nan
-    regions = region_times(a.trace, steps, None if a.cpu_only else a.kernels)
     for name in regions.columns:
         out[f"region:{name}"] = regions[name].reindex(idx)
     return out
@@ -181,27 +200,28 @@ def _median(s: pd.Series) -> float | None:
     return float(s.median()) if len(s) else None
 
 
-def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | None) -> dict[str, Any]:
-    """Headline step metrics (medians over the profiled steps); None where unknown."""
-    meta = a.run_meta or {}
-    key, peak = dominant_roof(a.kernels, a.ceilings)
-    mflops, source = model_flops(a)
-    tokens = meta.get("tokens_per_step")
+def metrics(samples: pd.DataFrame, roof: Roof, model: ModelFlops, tokens_per_step: float | None,
+            step_time: Mapping[str, Any] | None, telemetry: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Headline step metrics (medians over the :func:`step_samples` ``samples``); None where unknown.
+    ``step_time``: programtime.py's block (its unprofiled median, when the Run measured one, is the
+    headline step time); ``telemetry``: telemetry_summary.py's summary (energy, throttling)."""
+    key, peak, bandwidth = roof.key, roof.peak_flops, roof.bandwidth
+    mflops, source, tokens = model.per_step, model.source, tokens_per_step
     n = int(len(samples))
     out: dict[str, Any] = dict.fromkeys((
         "step_time_s", "step_time_mean_s", "step_time_min_s", "step_time_max_s", "flops_per_step",
         "bytes_per_step", "achieved_flops_per_s", "hfu", "mfu", "mbu", "tokens_per_s", "busy_fraction",
         "idle_fraction", "energy_per_step_j", "energy_per_token_j", "throttled_fraction"))
-    out.update(steps=n, peak_roof=key, peak_flops=peak, bandwidth=a.ceilings.bandwidth,
+    out.update(steps=n, peak_roof=key, peak_flops=peak, bandwidth=bandwidth,
                model_flops_per_step=mflops, mfu_source=(source or "op_counted") if peak else None,
-               mfu_formula=FORMULAS.get(source or "", "counted FLOPs") if peak else None, hfu_source=None,
+               mfu_formula=model.formula if peak else None, hfu_source=None,
                tokens_per_step=tokens, regions={})
     if not n:
         return out
     t = samples["step_time_s"]
     step = float(t.median())
     # The headline is the program's own step time where the Run measured it (programtime.py).
-    own = (a.step_time() or {}).get("unprofiled_median_s")
+    own = (step_time or {}).get("unprofiled_median_s")
     out["step_time_source"] = "unprofiled" if own else "profiled"
     out["profiled_step_time_s"] = step
     step = own or step
@@ -210,13 +230,13 @@ def metrics(a: "Analysis", samples: pd.DataFrame, telemetry: dict[str, Any] | No
                bytes_per_step=float(samples["bytes"].mean()))
     if step > 0:
         out["achieved_flops_per_s"] = out["flops_per_step"] / step
-        model, hardware = utilization_flops(out["flops_per_step"], mflops, source)
+        mfu_flops, hardware = utilization_flops(out["flops_per_step"], model)
         if peak:
-            out["hfu"], out["mfu"] = float(hardware) / step / peak, float(model) / step / peak
+            out["hfu"], out["mfu"] = float(hardware) / step / peak, float(mfu_flops) / step / peak
             out["hfu_source"] = "raised_to_mfu" if hardware > out["flops_per_step"] else "counted"
-            if mflops and model < mflops:
+            if mflops and mfu_flops < mflops:
                 out["mfu_formula"] += CAPPED
-        out["mbu"] = out["bytes_per_step"] / step / a.ceilings.bandwidth if a.ceilings.bandwidth else None
+        out["mbu"] = out["bytes_per_step"] / step / bandwidth if bandwidth else None
         out["tokens_per_s"] = tokens / step if tokens else None
     out["idle_fraction"] = _median(samples["idle_fraction"])
     out["busy_fraction"] = None if out["idle_fraction"] is None else 1.0 - out["idle_fraction"]

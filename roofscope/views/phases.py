@@ -26,17 +26,12 @@ launch thread's (an engine thread: backward), or its category's (NCCL, host-to-d
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
 from roofscope.ingest.linking import ancestor_where, enclosing, interval_parents, take
 from roofscope.ingest.names import per_name
 from roofscope.ingest.trace import Trace, steps_at
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
 
 PHASES = ("forward", "backward", "optimizer", "data", "communication", "other")
 
@@ -163,11 +158,11 @@ def kernel_phases(trace: Trace, kernels: pd.DataFrame, op_phase: np.ndarray | No
     return out
 
 
-def phase_table(a: "Analysis") -> pd.DataFrame:
-    """Per phase (index, in :data:`PHASES` order, phases without work left out): ``time_s``
-    (kernel time per step, or CPU op time on CPU-only traces), ``share`` of it, ``kernels``
-    per step, FLOPs and bytes per step, and the time per roofline class (``<class>_s``)."""
-    k = a.kernels
+def phase_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per phase of the placed ``kernels`` (index, in :data:`PHASES` order, phases without work left
+    out): ``time_s`` (kernel time per step, or CPU op time on CPU-only traces), ``share`` of it,
+    ``kernels`` per step, FLOPs and bytes per step, and the time per roofline class (``<class>_s``)."""
+    k = kernels
     in_steps = k["step"] >= 0
     steps = max(1, int(k.loc[in_steps, "step"].nunique())) if in_steps.any() else 1
     k = k[in_steps] if in_steps.any() else k
@@ -183,7 +178,6 @@ def phase_table(a: "Analysis") -> pd.DataFrame:
     return t.reindex([p for p in PHASES if p in t.index])
 
 
-def phase_summary(a: "Analysis") -> dict[str, dict[str, float]]:
-    """:func:`phase_table` as a JSON-ready dict (for summary.json)."""
-    t = phase_table(a)
+def phase_summary(t: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """A :func:`phase_table` as a JSON-ready dict (for summary.json)."""
     return {str(p): {c: float(v) for c, v in row.items()} for p, row in t.iterrows()}

@@ -21,15 +21,12 @@ is then the profiled one, and the summary says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.diagnose.base import Finding
-
-# Idle terms: the host's time, which the profiler inflates (rules/base.py TERMS).
+# Idle terms: the host's time, which the profiler inflates (diagnose/base.py TERMS).
 HOST_TERMS = frozenset(("host", "sync", "idle_other"))
 # A CUDA graph's replay still costs one launch (microbench/launch.py measures ~2.5 us a kernel on an
 # H100 when eager; a whole graph's launch about 10 us): the residual of a launch-bound fix.
@@ -132,6 +129,16 @@ def program_samples(samples: pd.DataFrame, meta: dict[str, Any] | None) -> tuple
     return out, "unprofiled"
 
 
+class Saving(Protocol):
+    """What :meth:`ProgramTime.apply` reads and changes of a finding (diagnose's ``Finding``): the
+    rules sit above the views, so the view names the shape, not the class."""
+
+    rule: str
+    binding: str
+    saving_s: float
+    figures: dict[str, Any]
+
+
 @dataclass
 class ProgramTime:
     """A diagnosis' passage from the profiled step to the program's own (module docstring)."""
@@ -162,7 +169,7 @@ class ProgramTime:
         """The most a fix can save: the unprofiled step less the kernels' busy time and what it leaves."""
         return max(0.0, self.unprofiled_step_s - min(self.busy_s, self.unprofiled_step_s) - self.residual(rule))
 
-    def apply(self, f: "Finding") -> None:
+    def apply(self, f: Saving) -> None:
         """Scale a host-side finding's saving to the program's time, and bound it (saying so). A fix
         of the host's time leaves the kernels: it saves at most the step less their busy time. A
         fix of kernels shortens the busy time itself: it saves at most that time."""

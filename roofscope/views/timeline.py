@@ -5,7 +5,7 @@ Definitions (all times on the trace clock; GPU activity = ``kernel``, ``gpu_memc
 ``gpu_memset`` rows; CUPTI counter ranges are not timed and are left out):
 
 * **Window**: a step's ``[ts_ns, end_ns]`` from the step table passed in (``ProfilerStep#N``
-  spans, or ``Analysis.steps()``, which measures them on the GPU). Without steps, one pseudo-step
+  spans, or :func:`.metrics.step_table`'s, which measures them on the GPU). Without steps, one pseudo-step
   ``-1`` from the first activity's start to the last one's end. Activities are clipped to it.
 * **busy**: length of the union of all activity intervals of a device, over all its streams,
   inside the window (overlapping streams count once); **idle** = wall - busy.
@@ -35,7 +35,7 @@ Definitions (all times on the trace clock; GPU activity = ``kernel``, ``gpu_memc
   belong to it. ``cudaStreamWaitEvent`` is a device-side wait, not a host sync.
 * **Copies by direction** (``HtoD``, ``DtoH``, ``DtoD``, ``PtoP``, ``HtoH``, ``memset``, ``other``,
   from Kineto's names such as ``Memcpy HtoD (Pageable -> Device)``), over copies starting in a
-  window: count, time, bytes (``Analysis.kernels.bytes``: a DtoD copy counts its size twice, read
+  window: count, time, bytes (the kernels frame's ``bytes``: a DtoD copy counts its size twice, read
   and written), pageable count and time, and **exposed** time: copy time during which no kernel of
   the same device runs (kernels of the copy's own stream cannot run beside it).
 * **Kernel durations** (``kernel`` rows starting in a window): percentiles and buckets;
@@ -48,7 +48,7 @@ gains ``per_device``. Host-side columns (launch API, syncs) count once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -58,67 +58,19 @@ from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
 from roofscope.ingest.runtime_names import HOST_SYNCS, LAUNCHES, copy_direction
 from roofscope.ingest.trace import DRAIN_LABEL, GPU_CATS, Trace
+from roofscope.model.timeline import (DEVICE_COLUMNS, GAP_COLUMNS, GAP_KINDS, STEP_COLUMNS, SYNC_COLUMNS,
+                                      SYNC_KINDS, Timeline)
 
 QUEUED_GAP_NS = 10_000
 AFTER_SYNC_NS = 50_000
 ASSUMED_LAUNCH_LATENCY_S = 5e-6
 BUCKETS_US = (5.0, 20.0, 100.0, 1000.0)
 BUCKET_LABELS = ("<5us", "5-20us", "20-100us", "100us-1ms", ">=1ms")
-GAP_KINDS = ("host", "queued", "other", "edge")
-SYNC_KINDS = ("stream_sync", "device_sync", "event_sync", "memcpy_sync", "item", "dtoh_copy")
 LAUNCH_APIS = LAUNCHES        # CUDA and HIP names (runtime_names.py)
 RUNTIME_SYNCS = HOST_SYNCS
 ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 _NO_LAUNCH = np.iinfo(np.int64).min
-_DEVICE_COLS = ("wall_s", "busy_s", "idle_s", "kernels", "memcpy_s", "memset_s", "comm_s", "comm_exposed_s",
-                "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s")
-STEP_COLUMNS = ("ts_ns", "end_ns", *_DEVICE_COLS, "launch_api_s", "sync_count", "sync_s", "launch_overhead_s")
-_GAP_COLUMNS = ("step", "device", "start_ns", "end_ns", "dur_s", "kind", "next_kernel", "next_name", "after_sync")
-_SYNC_COLUMNS = ("step", "kind", "name", "ts_ns", "end_ns", "dur_s", "op", "op_name", "caller")
-
-
-@dataclass
-class Timeline:
-    """Result of :func:`timeline`: per-step table (index ``step``), idle gaps, host syncs, overall figures."""
-
-    steps: pd.DataFrame
-    gaps: pd.DataFrame
-    syncs: pd.DataFrame
-    overall: dict[str, Any] = field(default_factory=dict)
-    capture_steps: list[int] = field(default_factory=list)  # warm-up steps: see capture_steps()
-
-    def to_dict(self, top: int = 5) -> dict[str, Any]:
-        """JSON-safe summary: overall figures, per-step records, gaps by kind and the longest ``top``."""
-        from roofscope.jsonsafe import json_safe
-
-        g = self.gaps
-        by_kind = g.groupby("kind")["dur_s"].agg(["size", "sum"]) if len(g) else None
-        longest = g.nlargest(top, "dur_s") if len(g) else g
-        return json_safe({
-            "overall": self.overall,
-            "steps": self.steps.reset_index().to_dict("records"),
-            "gaps": {
-                "count": int(len(g)),
-                "time_s": float(g["dur_s"].sum()) if len(g) else 0.0,
-                "by_kind": {k: {"count": int(by_kind["size"].get(k, 0)) if by_kind is not None else 0,
-                                "time_s": float(by_kind["sum"].get(k, 0.0)) if by_kind is not None else 0.0}
-                            for k in GAP_KINDS},
-                "top": [{"step": int(r.step), "device": int(r.device), "kind": r.kind, "dur_us": r.dur_s * 1e6,
-                         "after_sync": bool(r.after_sync), "next_kernel": r.next_name}
-                        for r in longest.itertuples()],
-            },
-            "sync_callers": _sync_callers(self.syncs, top),
-        })
-
-
-def _sync_callers(syncs: pd.DataFrame, top: int) -> list[dict[str, Any]]:
-    if not len(syncs):
-        return []
-    g = syncs.groupby(["kind", "caller"]).agg(count=("dur_s", "size"), time_s=("dur_s", "sum"))
-    g = g.sort_values(["count", "time_s"], ascending=False).head(top)
-    return [{"kind": kind, "caller": caller, "count": int(r["count"]), "time_s": float(r["time_s"])}
-            for (kind, caller), r in g.iterrows()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,7 +271,7 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
         "ts_ns": ts[inside], "end_ns": end[inside], "dur_s": (end - ts)[inside] / 1e9,
         "op": sync_op[inside], "op_name": _names_at(ops["name"], sync_op[inside]),
         "caller": _names_at(ops["name"], caller[inside]),
-    }, columns=list(_SYNC_COLUMNS)).sort_values("ts_ns", kind="stable").reset_index(drop=True)
+    }, columns=list(SYNC_COLUMNS)).sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 
 def _in_drain(annotations: pd.DataFrame, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -418,9 +370,14 @@ def _activities(trace: Trace, kernels: pd.DataFrame, pos: np.ndarray) -> _Activi
 
 
 def _windows(steps: pd.DataFrame, act: _Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step numbers, starts and ends of the windows, in time order."""
+    """:func:`step_windows`, or without steps one pseudo-step -1 over all the activities."""
     if not len(steps):
         return np.array([-1]), np.array([act.ts.min()]), np.array([act.end.max()])
+    return step_windows(steps)
+
+
+def step_windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step numbers, starts and ends of the step table's windows, in time order."""
     s = steps.sort_values("ts_ns")
     w_ts = s["ts_ns"].to_numpy(dtype=np.int64)
     # Steps are sequential; should two spans overlap, the earlier ends where the later begins.
@@ -432,14 +389,14 @@ def _empty(launch_latency_s: float | None) -> Timeline:
     steps = pd.DataFrame({c: pd.Series([], dtype=np.int64 if c in ("ts_ns", "end_ns", "kernels", "sync_count")
                                        else float) for c in STEP_COLUMNS},
                          index=pd.Index([], dtype=np.int64, name="step"))
-    gaps = pd.DataFrame({c: [] for c in _GAP_COLUMNS})
-    syncs = pd.DataFrame({c: [] for c in _SYNC_COLUMNS})
+    gaps = pd.DataFrame({c: [] for c in GAP_COLUMNS})
+    syncs = pd.DataFrame({c: [] for c in SYNC_COLUMNS})
     return Timeline(steps, gaps, syncs, _overall(steps, syncs, np.zeros(0), {}, launch_latency_s, {}))
 
 
 def timeline(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame,
              launch_latency_s: float | None = None) -> Timeline:
-    """GPU timeline of ``trace``: ``kernels`` is ``Analysis.kernels``, ``steps`` the step table
+    """GPU timeline of ``trace``: ``kernels`` is the placed kernels frame, ``steps`` the step table
     (``step``, ``ts_ns``, ``end_ns``), ``launch_latency_s`` the measured launch latency or None."""
     # CPU-only analyses hold CPU ops (cat "cpu_op"); counter ranges have no real duration.
     gpu = kernels["cat"].isin(GPU_CATS).to_numpy(dtype=bool)
@@ -474,7 +431,7 @@ def timeline(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame,
     latency = launch_latency_s if launch_latency_s is not None else ASSUMED_LAUNCH_LATENCY_S
     table["launch_overhead_s"] = _by_window(act.ts, act.kernel * latency, w_ts, w_end)
 
-    device_totals = ({d: _fractions(t[list(_DEVICE_COLS)].sum()) for d, t in per_device.items()}
+    device_totals = ({d: _fractions(t[list(DEVICE_COLUMNS)].sum()) for d, t in per_device.items()}
                      if len(per_device) > 1 else {})
     scope = _in_window(act.ts, w_ts, w_end) >= 0
     k_dur = (act.end - act.ts)[scope & act.kernel]
@@ -496,7 +453,7 @@ def _gap_frame(g: pd.DataFrame, syncs: pd.DataFrame, kernels: pd.DataFrame, act:
         j = np.searchsorted(ends, g["start_ns"].to_numpy() - AFTER_SYNC_NS, side="left")
         after = (j < len(ends)) & (ends[np.minimum(j, len(ends) - 1)] <= g["end_ns"].to_numpy())
     g["after_sync"] = after
-    return g[list(_GAP_COLUMNS)].sort_values(["start_ns", "device"], kind="stable").reset_index(drop=True)
+    return g[list(GAP_COLUMNS)].sort_values(["start_ns", "device"], kind="stable").reset_index(drop=True)
 
 
 def _fractions(t: pd.Series) -> dict[str, Any]:
@@ -517,7 +474,7 @@ def _overall(table: pd.DataFrame, syncs: pd.DataFrame, k_dur: np.ndarray,
     totals = table[cols].sum() if n else pd.Series(0.0, index=cols)
     comm, exposed = float(totals["comm_s"]), float(totals["comm_exposed_s"])
     by_kind = syncs["kind"].value_counts() if len(syncs) else pd.Series(dtype=np.int64)
-    total = {**_fractions(totals[list(_DEVICE_COLS)]),
+    total = {**_fractions(totals[list(DEVICE_COLUMNS)]),
              "launch_api_s": float(totals["launch_api_s"]), "sync_count": int(totals["sync_count"]),
              "sync_s": float(totals["sync_s"]), "launch_overhead_s": float(totals["launch_overhead_s"])}
     out: dict[str, Any] = {
