@@ -71,7 +71,12 @@ class Profile:
 
     @property
     def analysis(self) -> "Analysis | None":
-        return self._done().analysis
+        """The analysis of the profile, in the face of the former Analysis (``.result`` of it is the
+        :class:`~roofscope.model.result.Result`); None when there was nothing to analyze."""
+        from roofscope.analysis import Analysis   # the analysis stages load only when this face is asked for
+
+        result = self._done().analysis
+        return Analysis(result) if result is not None else None
 
     @property
     def run_dir(self) -> Path | None:

@@ -25,7 +25,7 @@ from roofscope.fileio import atomic_write
 from roofscope.run import CEILINGS_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text, update_meta, write_run
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
     from roofscope.hardware.ceilings import Ceilings
     from roofscope.collectors.distributed import JobPart
     from roofscope.collectors.session import Collected, Session
@@ -61,7 +61,7 @@ class PipelineOptions(CeilingOverrides, RooflineThresholds):
 @dataclass
 class SessionResult:
     run: "Run | None"
-    analysis: "Analysis | None"
+    analysis: "Result | None"          # the analysis of the recorded trace
     warnings: list[str] = field(default_factory=list)
     error: str | None = None           # analysis failed (e.g. unknown GPU); the Run is still written
     interrupted: int | None = None     # the signal that stopped the analysis; the recorded Run is kept
@@ -146,19 +146,17 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions, sign
     meta = new_meta(session.config.command, **c.fields)
     # What was recorded is written first: a signal or a failed analysis never loses the profile.
     run = _write_recorded(session, meta, c, files)
-    analysis = None
+    result = None
     try:
         signals.arm()
-        analysis, error, ceilings = _analyze(session, c, meta, options)
-        if analysis is not None:
-            # The summary and outputs name the trace the Run keeps, not the temporary one deleted after.
-            analysis.trace.path = str(run.trace_path)
-            summary = analysis.summary()
+        result, error, ceilings = _analyze(session, c, meta, options, run.trace_path)
+        if result is not None:
+            summary = result.to_dict()
             # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
             # datasheet ones come back from the trace's device name.
-            if analysis.ceilings.source not in ("datasheet", "none"):
-                ceilings = analysis.ceilings
-            outputs = render_outputs(analysis, options)
+            if result.ceilings.source not in ("datasheet", "none"):
+                ceilings = result.ceilings
+            outputs = render_outputs(result, options)
             for name, content in outputs.items():
                 atomic_write(run.path / name, content, force=True)
             atomic_write(run.path / SUMMARY_FILE, summary_text(summary), force=True)
@@ -170,7 +168,7 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions, sign
         signals.arm(False)   # the Run is complete: a signal from here on must not escape as Interrupted
     except Interrupted as e:
         return SessionResult(run=run, analysis=None, warnings=c.warnings, interrupted=e.signum)
-    return SessionResult(run=run, analysis=analysis, warnings=c.warnings, error=error)
+    return SessionResult(run=run, analysis=result, warnings=c.warnings, error=error)
 
 
 def _write_recorded(session: "Session", meta: dict[str, Any], c: "Collected", files: dict[str, bytes | str]) -> "Run":
@@ -195,22 +193,22 @@ def _why(e: BaseException) -> str:
     return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
 
 
-def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, bytes | str]:
+def render_outputs(result: "Result", options: PipelineOptions) -> dict[str, bytes | str]:
     """The Run's rendered files by name: each output's renderer under its default file name."""
     from roofscope.render.registry import RenderOptions, renderer
 
     render_options = RenderOptions(top=options.top)
-    return {r.file_name: r.render(analysis, render_options) for r in map(renderer, options.outputs())}
+    return {r.file_name: r.render(result, render_options) for r in map(renderer, options.outputs())}
 
 
-def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
-             options: PipelineOptions) -> tuple["Analysis | None", str | None, "Ceilings | None"]:
+def _analyze(session: "Session", c: "Collected", meta: dict[str, Any], options: PipelineOptions,
+             trace_path: Path) -> tuple["Result | None", str | None, "Ceilings | None"]:
     """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
-    from roofscope.analysis import analyze
-    from roofscope.model.kernels import RooflineParams
+    from roofscope.analysis import AnalysisSettings, run
     from roofscope.ingest.trace import load_trace
 
     trace = load_trace(c.trace)
+    trace.path = str(trace_path)  # the summary and outputs name the trace the Run keeps, not the temporary one
     ceilings = None
     overridden = options.device or options.peak_tflops or options.peak_bandwidth_gbs or options.ceilings
     device = meta.get("device") or {}
@@ -221,13 +219,11 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
     if len(trace.kernels) == 0 and not overridden:
         ceilings = _cpu_ceilings(c.warnings, options.quiet)
     try:
-        a = analyze(trace, device=options.device, peak_tflops=options.peak_tflops,
-                    peak_bandwidth_gbs=options.peak_bandwidth_gbs, ceilings_file=options.ceilings,
-                    ceilings=ceilings, params=RooflineParams.from_thresholds(options), telemetry=c.telemetry, run_meta=meta,
-                    graph_capture=[str(p) for p in c.captures] if c.captures else None)
+        settings = AnalysisSettings.of(options, graph_capture=tuple(str(p) for p in c.captures))
+        result = run(trace, settings, ceilings=ceilings, telemetry=c.telemetry, run_meta=meta)
     except RoofscopeError as e:
         return None, str(e), ceilings
-    return a, None, ceilings
+    return result, None, ceilings
 
 
 def _cpu_ceilings(warnings: list[str], quiet: bool) -> "Ceilings":
