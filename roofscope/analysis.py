@@ -13,6 +13,7 @@ from roofscope.hardware.devices import Ceilings, resolve_ceilings
 from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute
 from roofscope.cost.hidden_args import missing_notes
 from roofscope.model.kernels import CLASSES, RooflineParams, aggregate
+from roofscope.place.bandwidth import settle
 from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
 from roofscope.model.summary import Summary
 from roofscope.ingest.trace import Trace, load_trace, regions_at, steps_at
@@ -357,7 +358,8 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     if cpu_only:
         kernels = _cpu_work(trace, sig_costs)
     else:
-        kernels = attribute(trace, sig_costs, ceilings.bandwidth, (run_meta or {}).get("optimizer"))
+        kernels, choices = attribute(trace, sig_costs, (run_meta or {}).get("optimizer"))
+        settle(kernels, choices, ceilings.bandwidth)  # before graphs.py reads the cost columns
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     graphs = None
     if not cpu_only:
