@@ -8,12 +8,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofscope.config import CeilingOverrides
 from roofscope.hardware.devices import Ceilings, resolve_ceilings
 from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute
 from roofscope.cost.hidden_args import missing_notes
 from roofscope.diagnose import Diagnosis, DiagnosisInput, RunFacts, diagnose
 from roofscope.views.collectives import kernel_collectives
 from roofscope.model.kernels import CLASSES, RooflineParams, aggregate
+from roofscope.place.bandwidth import settle
 from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
 from roofscope.model.summary import Summary
 from roofscope.cost.modelflops import ModelFlops, model_flops
@@ -355,15 +357,14 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     from roofscope.cost.costmodel import signature_costs
 
     counters = None
+    run_ceilings = None  # measured where the Run was collected: beats the datasheet, not the user's choice
     captures = list(graph_capture or [])
     if not isinstance(source, Trace) and is_run_dir(source):
         run = load(source)
         from roofscope.run.counters import load as load_counters
 
         counters = load_counters(run.path)
-        # Ceilings measured where the Run was collected beat the datasheet, not the user's choice.
-        if ceilings_file is None and device is None and run.ceilings_path is not None:
-            ceilings_file = run.ceilings_path
+        run_ceilings = run.ceilings_path
         if telemetry is None and run.telemetry_path is not None:
             telemetry = load_telemetry(run.telemetry_path)
         run_meta = run_meta if run_meta is not None else run.meta
@@ -376,15 +377,17 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
     cpu_only = len(trace.kernels) == 0
     if ceilings is None:
         name = trace.device_name if not cpu_only else "cpu"
-        ceilings = resolve_ceilings(name, memory_bytes=trace.device_memory, device=device,
+        overrides = CeilingOverrides(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
+                                     ceilings=ceilings_file)
+        ceilings = resolve_ceilings(name, overrides, memory_bytes=trace.device_memory,
                                     props=trace.device_props if not cpu_only else None,
-                                    peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
-                                    ceilings_file=ceilings_file, use_cache=use_cache)
+                                    run_ceilings=run_ceilings, use_cache=use_cache)
     sig_costs = signature_costs(trace.signatures)
     if cpu_only:
         kernels = _cpu_work(trace, sig_costs)
     else:
-        kernels = attribute(trace, sig_costs, ceilings.bandwidth, (run_meta or {}).get("optimizer"))
+        kernels, choices = attribute(trace, sig_costs, (run_meta or {}).get("optimizer"))
+        settle(kernels, choices, ceilings.bandwidth)  # before graphs.py reads the cost columns
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     graphs = None
     if not cpu_only:

@@ -14,6 +14,7 @@ import torch
 
 import roofscope
 from roofscope.cli import main
+from roofscope.config import CeilingOverrides
 from roofscope.hardware.devices import Ceilings, load_ceilings_file, resolve_ceilings
 from roofscope.errors import DeviceError
 from roofscope.microbench import cache, measure, parse_device
@@ -205,9 +206,9 @@ def test_gpu_trace_uses_cached_ceilings_and_flags_still_apply():
     assert c.source == "measured" and c.bandwidth == 3.0e12 and c.peaks["bf16"] == 5e14
     assert c.datasheet.key == "h100-sxm"  # kept for reference (% of datasheet)
     assert f"using ceilings measured on 2025-01-01T00:00:00+00:00 from {path}" in c.notes
-    u = resolve_ceilings(H100, peak_bandwidth_gbs=2000)
+    u = resolve_ceilings(H100, CeilingOverrides(peak_bandwidth_gbs=2000))
     assert u.source == "user" and u.bandwidth == 2e12 and u.peaks["bf16"] == 5e14
-    assert resolve_ceilings(H100, device="h100-sxm").source == "datasheet"  # an explicit --device wins
+    assert resolve_ceilings(H100, CeilingOverrides(device="h100-sxm")).source == "datasheet"  # an explicit --device wins
     assert resolve_ceilings(H100, use_cache=False).bandwidth == 3.35e12
     a = roofscope.analyze(DATA / "h100_eager_block.json.gz")
     assert a.ceilings.source == "measured" and a.summary()["ceilings"]["bandwidth"] == 3.0e12

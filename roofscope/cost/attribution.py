@@ -14,10 +14,16 @@ Kernels left without a cost are never given one; instead they get a reason:
 * ``no_shapes``: the op has a formula but the trace was recorded without shapes,
 * ``no_formula``: no op on the launch stack has a cost formula,
 * ``graph_replay``: replayed from a CUDA graph whose capture is unknown (graphs.py).
+
+Two costs depend on the device's memory roof, which this stage does not know: the bytes of
+a matmul-class op's layout kernels, and whether a multi-tensor stream's bound is possible.
+:func:`attribute` answers without a roof and hands the choices on (:class:`RoofChoices`);
+roofscope.place.bandwidth makes them once the ceilings are known.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -91,12 +97,29 @@ def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(chosen & (above < 0))
 
 
-def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = None,
-              optimizer: dict | None = None) -> pd.DataFrame:
-    """The trace's GPU activity with per-kernel cost columns added (a new frame).
-    ``bandwidth`` (bytes/s, the memory roof) sizes the layout kernels' bytes (see
-    :func:`_layout_bytes`); without it they share the op's bytes by duration. ``optimizer``:
-    run.json's optimizer facts (parameter groups), for optimizer ops recorded without shapes."""
+@dataclass(frozen=True)
+class RoofChoices:
+    """What :func:`attribute` leaves to the memory roof (roofscope.place.bandwidth decides it).
+
+    ``layout_rows``: rows of layout kernels (:func:`_split_costs`). Each reads and writes one
+    operand of its op; which one, the trace does not say, so the roof picks the largest that the
+    kernel's duration allows. Until then they share the op's bytes by duration.
+    ``operand_bytes``: per op of those kernels, the bytes that moving each operand takes, ascending.
+    ``unstreamed``: the rows costed as multi-tensor streams (:func:`_multi_tensor_streams`, an
+    upper bound), indexed by row, with their cost columns as they are without the stream: what
+    a row gets back when the roof rules its bound out.
+    """
+
+    layout_rows: np.ndarray
+    operand_bytes: dict[int, np.ndarray]
+    unstreamed: pd.DataFrame
+
+
+def attribute(trace: Trace, sig_costs: pd.DataFrame,
+              optimizer: dict | None = None) -> tuple[pd.DataFrame, RoofChoices]:
+    """The trace's GPU activity with per-kernel cost columns added (a new frame), and the
+    choices only the memory roof can make (:class:`RoofChoices`). ``optimizer``: run.json's
+    optimizer facts (parameter groups), for optimizer ops recorded without shapes."""
     k = trace.kernels.copy()
     ops = trace.ops
     oc = op_costs(trace, sig_costs, optimizer=optimizer)
@@ -117,17 +140,11 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
 
     dur = k["dur_ns"].to_numpy(dtype=np.float64)
     flops, nbytes, layout = _split_costs(cost_op, costed, _layout_kernels(k["name"]), dur, oc)
-    if bandwidth and layout.any():
-        nbytes[layout] = _layout_bytes(trace, oc, cost_op[layout], dur[layout] / 1e9, bandwidth)
-    _add_statistics_passes(trace, oc, k["name"], cost_op, dur, nbytes)
+    twice_read = _add_statistics_passes(trace, oc, k["name"], cost_op, dur, nbytes)
+    layout_rows = np.flatnonzero(layout & ~twice_read)  # bytes a statistics pass set are final
 
     _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
     streamed = _multi_tensor_streams(k, ~costed & ~is_comm & ~is_copy, flops, nbytes)
-    if bandwidth:
-        # The grid bounds the elements from above (many small tensors leave chunks part-empty): a
-        # bound the kernel's duration rules out at the memory roof says nothing, so it is dropped.
-        ruled_out = (streamed != "") & (nbytes > dur / 1e9 * bandwidth)
-        flops[ruled_out], nbytes[ruled_out], streamed[ruled_out] = np.nan, np.nan, ""
 
     # Hardware counters, where the trace has them, beat any formula for FLOPs; the formula's
     # value stays visible beside them.
@@ -161,11 +178,17 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, bandwidth: float | None = N
     names = ops["name"].astype(str).to_numpy(dtype=object)
     k["op_name"] = take(names, op, "")
     k["cost_op_name"] = take(names, cost_op, "")
-    k["unattributed"] = _reasons(k, ops, oc, nearest,
-                                 costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)) | (streamed != ""))
-    k["missing"] = np.where(k["unattributed"].to_numpy() == "no_shapes",
-                            take(oc["missing"].to_numpy(), nearest, ""), "")
-    return k
+    # The reasons as they are without the streams' costs, for a stream the roof rules out.
+    reason = _reasons(k, ops, oc, nearest, costed | counted | is_comm | (is_copy & ~np.isnan(copy_bytes)))
+    missing = np.where(reason == "no_shapes", take(oc["missing"].to_numpy(), nearest, ""), "")
+    k["unattributed"] = np.where(streamed != "", "", reason)
+    k["missing"] = np.where(streamed != "", "", missing)
+    s = np.flatnonzero(streamed != "")
+    unstreamed = pd.DataFrame({
+        "flops": np.where(counted[s], flops[s], np.nan), "flops_analytic": np.nan, "bytes": np.nan, "dtype": "",
+        "category": category[s], "cost_source": np.where(counted[s], "counters", from_op("cost_source", "none")[s]),
+        "unattributed": reason[s], "missing": missing[s]}, index=s)
+    return k, RoofChoices(layout_rows, _layout_operands(trace, oc, cost_op[layout_rows]), unstreamed)
 
 
 # Kernels that move data for a matmul-class op without doing its math: cuDNN's layout
@@ -242,7 +265,7 @@ _STATS_PASS = re.compile(r"batch_norm_collect_statistics|batch_norm_backward_red
 
 
 def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cost_op: np.ndarray,
-                           dur: np.ndarray, nbytes: np.ndarray) -> None:
+                           dur: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     """Bytes of batch-norm ops that read their activations twice, in place.
 
     The op's formula counts each tensor once (compulsory bytes), which the kernel that writes
@@ -250,7 +273,7 @@ def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cos
     (ResNet-50 training, H100: batch_norm_collect_statistics moved 1.06e8 DRAM bytes for a
     1.03e8-byte input, the transform kernel 1.91e8 for the op's 2.06e8). So a statistics kernel
     carries the op's activation-sized inputs, and the op's other kernels its compulsory bytes,
-    split among them by duration.
+    split among them by duration. Returns which kernels' bytes it set.
     """
     codes, uniques = pd.factorize(names.astype(str))
     by_name = np.array([bool(_STATS_PASS.search(u)) for u in uniques] or [False], dtype=bool)
@@ -259,9 +282,10 @@ def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cos
     # kernel alone (a trace cut between them) keeps its bytes
     stats &= np.isin(cost_op, cost_op[~stats & (cost_op >= 0)])
     if not stats.any():
-        return
+        return stats
     ops = np.unique(cost_op[stats])
-    rows = np.flatnonzero(np.isin(cost_op, ops))
+    touched = np.isin(cost_op, ops)
+    rows = np.flatnonzero(touched)
     op_bytes = oc["bytes"].to_numpy()
     rest = rows[~stats[rows]]
     total = pd.Series(dur[rest]).groupby(cost_op[rest]).transform("sum").to_numpy()
@@ -277,6 +301,7 @@ def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cos
     per_op = pd.Series([read[s] for s in sig.tolist()], index=ops)
     count = pd.Series(cost_op[st]).groupby(cost_op[st]).transform("size").to_numpy()
     nbytes[st] = per_op.reindex(cost_op[st]).to_numpy() / count
+    return touched
 
 
 def _operand_bytes(trace: Trace, op: int, op_bytes: float, outputs: bool = True) -> list[float]:
@@ -297,21 +322,13 @@ def _operand_bytes(trace: Trace, op: int, op_bytes: float, outputs: bool = True)
     return sizes + ([out] if out > 0 else [])
 
 
-def _layout_bytes(trace: Trace, oc: pd.DataFrame, ops: np.ndarray, dur_s: np.ndarray,
-                  bandwidth: float) -> np.ndarray:
-    """Bytes of layout kernels: each reads and writes one operand of its op (a layout
-    transform, a padding, a split-K reduction of the output); which one, the trace does not
-    say, so it is the largest that the kernel's duration allows at the bandwidth roof. A
-    kernel too short for any operand moved less than a whole one: no bytes (latency)."""
+def _layout_operands(trace: Trace, oc: pd.DataFrame, ops: np.ndarray) -> dict[int, np.ndarray]:
+    """Per op of the layout kernels, the bytes a layout kernel moves if it reads and writes
+    each one of the op's operands (a layout transform, a padding, a split-K reduction of the
+    output), ascending."""
     op_bytes = oc["bytes"].to_numpy()
-    cache: dict[int, np.ndarray] = {}
-    out = np.zeros(len(ops))
-    for i, (op, t) in enumerate(zip(ops.tolist(), dur_s.tolist())):
-        if op not in cache:
-            cache[op] = np.sort(2.0 * np.asarray(_operand_bytes(trace, op, float(op_bytes[op])), dtype=float))
-        fits = cache[op][cache[op] <= t * bandwidth]
-        out[i] = fits[-1] if fits.size else 0.0
-    return out
+    return {op: np.sort(2.0 * np.asarray(_operand_bytes(trace, op, float(op_bytes[op])), dtype=float))
+            for op in dict.fromkeys(ops.tolist())}
 
 
 # multi_tensor_apply functors take the element type as their first template argument.

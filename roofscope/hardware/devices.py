@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
-from typing import Any, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
 
 from roofscope.hardware.ceilings import (SCHEMA_VERSION, Ceilings, positive_number, ceilings_payload, load_ceilings_file,
                        normalize_dtype, save_ceilings_file)
 from roofscope.hardware.datasheets import (PRECISIONS, DeviceSpec, describe_props, giga, identify, known_devices, known_keys,
                          lookup, match_device, tera)
+from roofscope.config import CeilingOverrides
 from roofscope.errors import DeviceError
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------
-# Resolution: file > --device > cached measurement > trace name; --peak-* flags on top
+# Resolution: file > --datasheet > cached measurement > trace name > properties; --peak-* flags on top
 # ----------------------------------------------------------------------------
 
 _EXAMPLE_KEYS = ("h100-sxm", "h200", "a100-sxm4-80gb", "l40s", "l4", "rtx-4090")
@@ -113,123 +114,136 @@ NO_CEILINGS_NEED = ("bound classes (compute/memory/latency/underutilized), effic
                     "the rules that compare with peaks need ceilings")
 
 
-def resolve_ceilings(
-    device_name: str | None,
-    *,
-    memory_bytes: int | None = None,
-    props: Mapping[str, Any] | None = None,
-    device: str | None = None,
-    peak_tflops: float | None = None,
-    peak_bandwidth_gbs: float | None = None,
-    ceilings_file: str | os.PathLike[str] | None = None,
-    use_cache: bool = True,
-) -> Ceilings:
-    """Pick the ceilings for a run.
+@dataclass
+class _Query:
+    """What the sources of ceilings read, and the notes they leave for the result."""
 
-    Precedence for the base: ``ceilings_file`` > ``device`` (``--device``) >
-    ceilings cached by ``roofscope microbench`` for ``device_name`` (``use_cache``, and
-    ``ROOFSCOPE_NO_CACHE`` unset; see :func:`_cached`) > the datasheet of ``device_name``
-    (from the trace, disambiguated by ``memory_bytes``), else the row its deviceProperties entry
-    ``props`` describes (compute capability, SMs, memory: traces with an empty or generic name).
-    ``peak_tflops`` (TFLOP/s, used as the roof for *every* precision and for
-    CUDA-core work alike) and ``peak_bandwidth_gbs`` (GB/s) then replace the
-    corresponding numbers and mark the result ``source="user"``. Without a base,
-    both flags are required; without any, the result is :meth:`Ceilings.none` (its first note
-    says why and how to give ceilings), never an error, except for an unknown ``--device``.
+    label: str | None                    # the trace's device name, None when it names none
+    overrides: CeilingOverrides
+    memory_bytes: int | None
+    props: Mapping[str, Any] | None
+    run_ceilings: str | os.PathLike[str] | None
+    use_cache: bool
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _NoBase:
+    """A source's word that there are no ceilings, and why (the start of the note or error)."""
+
+    what: str
+    label: str | None
+    fatal: bool = False  # an unknown --datasheet: an error unless both --peak-* flags make ceilings
+
+
+_Source = Callable[[_Query], Ceilings | _NoBase | None]
+
+
+def _from_file(q: _Query) -> Ceilings | None:
+    """--ceilings FILE, else the Run's own measured file: it beats the datasheet, not the user's --datasheet."""
+    o = q.overrides
+    path = o.ceilings if o.ceilings is not None else q.run_ceilings if o.device is None else None
+    if path is None:
+        return None
+    base = load_ceilings_file(path)
+    q.notes.extend(base.notes)
+    q.notes.append(f"ceilings measured on {base.device!r} read from {os.fspath(path)}")
+    if o.device is not None:
+        q.notes.append(f"--datasheet {o.device!r} ignored: --ceilings takes precedence")
+    if q.label and not _is_cpu(q.label):
+        trace_key = _spec_key(q.label, q.memory_bytes)
+        file_key = base.datasheet.key if base.datasheet is not None else None
+        differs = (trace_key != file_key if (trace_key or file_key)
+                   else q.label.lower() != base.device.strip().lower())
+        if differs:
+            q.notes.append(f"trace device {q.label!r} differs from ceilings file device {base.device!r}")
+    return base
+
+
+def _from_datasheet_override(q: _Query) -> Ceilings | _NoBase | None:
+    """--datasheet KEY|NAME. The trace's memory size describes the traced GPU, not necessarily
+    the one named here, so it must not steer the lookup."""
+    device = q.overrides.device
+    if device is None:
+        return None
+    spec = lookup(device)
+    if spec is None:
+        return _NoBase(f"unknown --datasheet {device!r}", device, fatal=True)
+    trace_key = _spec_key(q.label, q.memory_bytes) if q.label and not _is_cpu(q.label) else None
+    if q.label and trace_key != spec.key:
+        q.notes.append(f"trace device {q.label!r} overridden by --datasheet {device!r}")
+    return Ceilings.from_spec(spec)
+
+
+def _from_cache(q: _Query) -> Ceilings | None:
+    base = _cached(q.label, q.memory_bytes) if q.label and q.use_cache else None
+    if base is not None:
+        q.notes.extend(base.notes)
+    return base
+
+
+def _from_trace_name(q: _Query) -> Ceilings | None:
+    spec = match_device(q.label, q.memory_bytes) if q.label and not _is_cpu(q.label) else None
+    return Ceilings.from_spec(spec) if spec is not None else None
+
+
+def _from_properties(q: _Query) -> Ceilings | None:
+    """The row the trace's deviceProperties entry describes (compute capability, SMs, memory):
+    traces with an empty or generic device name."""
+    spec = identify(q.props) if q.props and not _is_cpu(q.label) else None
+    if spec is None:
+        return None
+    found = f"identified from its properties ({describe_props(q.props)}) as {spec.name}"
+    q.notes.append(f"device {q.label!r} {found}" if q.label else f"the trace names no device; {found}")
+    return Ceilings.from_spec(spec)
+
+
+def _nothing(q: _Query) -> _NoBase:
+    if _is_cpu(q.label):
+        return _NoBase("CPU-only trace: roofscope has no CPU datasheet and no cached measurement of this CPU "
+                       "(`roofscope microbench --device cpu` makes one)", q.label)
+    if not q.label:
+        return _NoBase("the trace names no GPU device", None)
+    what = f"unknown device {q.label!r}: no datasheet ceilings"
+    if q.props and describe_props(q.props):
+        what += f" and its properties ({describe_props(q.props)}) match no datasheet row"
+    return _NoBase(what, q.label)
+
+
+# First hit wins (see resolve_ceilings); _nothing always answers.
+SOURCES: tuple[_Source, ...] = (_from_file, _from_datasheet_override, _from_cache, _from_trace_name,
+                                _from_properties, _nothing)
+
+
+def resolve_ceilings(device_name: str | None, overrides: CeilingOverrides | None = None, *,
+                     memory_bytes: int | None = None, props: Mapping[str, Any] | None = None,
+                     run_ceilings: str | os.PathLike[str] | None = None, use_cache: bool = True) -> Ceilings:
+    """Pick the ceilings for a run from the trace's ``device_name`` and the user's ``overrides``.
+
+    The base is the first source that answers, in this order: the measured-ceilings file
+    (``overrides.ceilings``, else the Run's own ``run_ceilings`` unless ``overrides.device`` is
+    given) > the ``--datasheet`` row ``overrides.device`` > ceilings cached by ``roofscope
+    microbench`` for ``device_name`` (``use_cache``, and ``ROOFSCOPE_NO_CACHE`` unset; see
+    :func:`_cached`) > the datasheet of ``device_name`` (disambiguated by ``memory_bytes``) > the
+    row its deviceProperties entry ``props`` describes. The --peak-* flags then apply on top
+    (:func:`_apply_flags`). Without any ceilings the result is :meth:`Ceilings.none` (its first
+    note says why and how to give them), never an error, except for an unknown ``--datasheet``
+    or a lone peak flag (:func:`_without_base`).
     """
-    tflops = _check_flag(peak_tflops, "--peak-tflops", "TFLOP/s")
-    gbs = _check_flag(peak_bandwidth_gbs, "--peak-bandwidth", "GB/s")
-    notes: list[str] = []
-    base: Ceilings | None = None
+    o = overrides if overrides is not None else CeilingOverrides()
+    tflops = _check_flag(o.peak_tflops, "--peak-tflops", "TFLOP/s")
+    gbs = _check_flag(o.peak_bandwidth_gbs, "--peak-bandwidth", "GB/s")
     label = device_name.strip() if device_name and device_name.strip() else None
-    unknown_override = False
+    q = _Query(label, o, memory_bytes, props, run_ceilings, use_cache)
+    base = next(found for source in SOURCES if (found := source(q)) is not None)
+    if isinstance(base, _NoBase):
+        return _without_base(base, tflops, gbs, q.notes)
+    return _apply_flags(base, tflops, gbs, q.notes)
 
-    if ceilings_file is not None:
-        base = load_ceilings_file(ceilings_file)
-        notes.extend(base.notes)
-        notes.append(f"ceilings measured on {base.device!r} read from {os.fspath(ceilings_file)}")
-        if device is not None:
-            notes.append(f"--datasheet {device!r} ignored: --ceilings takes precedence")
-        if label and not _is_cpu(label):
-            trace_key = _spec_key(label, memory_bytes)
-            file_key = base.datasheet.key if base.datasheet is not None else None
-            differs = (
-                trace_key != file_key
-                if (trace_key or file_key)
-                else label.lower() != base.device.strip().lower()
-            )
-            if differs:
-                notes.append(f"trace device {label!r} differs from ceilings file device {base.device!r}")
-    elif device is not None:
-        # The trace's memory size describes the traced GPU, not necessarily the
-        # one named here, so it must not steer the lookup.
-        spec = lookup(device)
-        if spec is None:
-            unknown_override = True
-            label = device
-        else:
-            base = Ceilings.from_spec(spec)
-            trace_key = _spec_key(label, memory_bytes) if label and not _is_cpu(label) else None
-            if label and trace_key != spec.key:
-                notes.append(f"trace device {label!r} overridden by --datasheet {device!r}")
-    elif label:
-        cached = _cached(label, memory_bytes) if use_cache else None
-        if cached is not None:
-            base = cached
-            notes.extend(base.notes)
-        elif not _is_cpu(label):
-            spec = match_device(label, memory_bytes)
-            if spec is None and props:
-                spec = identify(props)
-                if spec is not None:
-                    notes.append(f"device {label!r} identified from its properties ({describe_props(props)})"
-                                 f" as {spec.name}")
-            if spec is not None:
-                base = Ceilings.from_spec(spec)
-    elif props:
-        spec = identify(props)
-        if spec is not None:
-            base = Ceilings.from_spec(spec)
-            label = spec.name
-            notes.append(f"the trace names no device; identified from its properties ({describe_props(props)})"
-                         f" as {spec.name}")
 
-    if base is None:
-        if tflops is not None and gbs is not None:
-            notes.append(f"user ceilings: {tflops:g} TFLOP/s for every precision, {gbs:g} GB/s")
-            return Ceilings(
-                device=label or "unknown",
-                source="user",
-                peaks={p: tera(tflops) for p in PRECISIONS},
-                bandwidth=giga(gbs),
-                notes=tuple(notes),
-            )
-        if unknown_override:
-            what = f"unknown --datasheet {device!r}"
-        elif _is_cpu(label):
-            what = ("CPU-only trace: roofscope has no CPU datasheet and no cached measurement of this CPU "
-                    "(`roofscope microbench --device cpu` makes one)")
-        elif label:
-            what = f"unknown device {label!r}: no datasheet ceilings"
-            if props and describe_props(props):
-                what += f" and its properties ({describe_props(props)}) match no datasheet row"
-        else:
-            what = "the trace names no GPU device"
-        if tflops is not None or gbs is not None:
-            have, need = (
-                ("--peak-tflops", "--peak-bandwidth GB/s")
-                if tflops is not None
-                else ("--peak-bandwidth", "--peak-tflops TFLOP/s")
-            )
-            raise DeviceError(
-                f"{what}; {have} alone is not enough without a datasheet: also pass {need} "
-                f"(or --datasheet KEY / --ceilings FILE)"
-            )
-        if unknown_override:
-            raise DeviceError(f"{what}; {_FLAGS_HINT}")
-        return Ceilings.none(label or "unknown", f"no ceilings: {what}; {NO_CEILINGS_NEED}: {_FLAGS_HINT}",
-                             tuple(notes))
-
+def _apply_flags(base: Ceilings, tflops: float | None, gbs: float | None, notes: list[str]) -> Ceilings:
+    """``tflops`` (the roof for *every* precision and for CUDA-core work alike) and ``gbs``
+    replace the base's numbers and mark the result ``source="user"``."""
     if tflops is None and gbs is None:
         return replace(base, notes=tuple(notes)) if notes != list(base.notes) else base
     changes: dict[str, Any] = {"source": "user"}
@@ -244,3 +258,21 @@ def resolve_ceilings(
         notes.append(f"--peak-bandwidth {gbs:g} GB/s")
     changes["notes"] = tuple(notes)
     return replace(base, **changes)
+
+
+def _without_base(missing: _NoBase, tflops: float | None, gbs: float | None, notes: list[str]) -> Ceilings:
+    """Both flags make the ceilings; one alone, or an unknown --datasheet, is an error; none
+    gives :meth:`Ceilings.none`, whose first note says how to give ceilings."""
+    if tflops is not None and gbs is not None:
+        notes.append(f"user ceilings: {tflops:g} TFLOP/s for every precision, {gbs:g} GB/s")
+        return Ceilings(device=missing.label or "unknown", source="user", peaks={p: tera(tflops) for p in PRECISIONS},
+                        bandwidth=giga(gbs), notes=tuple(notes))
+    if tflops is not None or gbs is not None:
+        have, need = (("--peak-tflops", "--peak-bandwidth GB/s") if tflops is not None
+                      else ("--peak-bandwidth", "--peak-tflops TFLOP/s"))
+        raise DeviceError(f"{missing.what}; {have} alone is not enough without a datasheet: also pass {need} "
+                          f"(or --datasheet KEY / --ceilings FILE)")
+    if missing.fatal:
+        raise DeviceError(f"{missing.what}; {_FLAGS_HINT}")
+    return Ceilings.none(missing.label or "unknown", f"no ceilings: {missing.what}; {NO_CEILINGS_NEED}: {_FLAGS_HINT}",
+                         tuple(notes))
