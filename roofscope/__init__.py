@@ -36,10 +36,10 @@ def load(path: Any) -> "Run":
 
 
 def _fresh_summary(path: Any) -> dict:
-    from roofscope.analysis import analyze as _analyze
+    from roofscope.analysis import run as _run
     from roofscope.jsonsafe import json_safe
 
-    return json_safe(_analyze(path).summary())
+    return json_safe(_run(path).to_dict())
 
 
 def profile(steps: int = Collection.active, **kwargs: Any) -> "Profile":

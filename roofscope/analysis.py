@@ -1,4 +1,19 @@
-"""The Analysis: one trace placed on one device's roofline, with the DataFrames reachable."""
+"""The analysis: a trace or a Run through the stages along the data's path, ending in one Result.
+
+::
+
+    source   ── open_source ──▶ Source: the Trace (ingest/), the Run's metadata, telemetry, counters
+    ceilings ── resolve_ceilings ──▶ Ceilings (hardware/): what the roofline is drawn with
+    cost     ── signature_costs, attribute, graphs ──▶ kernels with FLOPs, bytes, module, phase (cost/)
+    place    ── settle, place, apply_counters ──▶ kernels on the roofline, classed (place/)
+    views    ── steps, timeline, samples, metrics, inference, phases (views/): each once
+    diagnose ── diagnose(DiagnosisInput) ──▶ Diagnosis (diagnose/)
+    result   ── Result (model/result.py): summary.json's figures, typed, and the frames
+
+Everything runs eagerly, once, in this order; every renderer, ``diff``, the gate and the job read
+the Result and compute nothing. :class:`Analysis` is the deprecated face of a Result that
+``roofscope.analyze`` still returns, so library code written against it keeps working.
+"""
 from __future__ import annotations
 
 import os
@@ -8,314 +23,248 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.config import CeilingOverrides
-from roofscope.hardware.devices import Ceilings, resolve_ceilings
-from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute
+from roofscope.config import CeilingOverrides, RooflineThresholds
+from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
+from roofscope.cost.costmodel import signature_costs
+from roofscope.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
 from roofscope.cost.hidden_args import missing_notes
-from roofscope.diagnose import Diagnosis, DiagnosisInput, RunFacts, diagnose
-from roofscope.views.collectives import kernel_collectives
-from roofscope.model.kernels import CLASSES, RooflineParams, aggregate
-from roofscope.place.bandwidth import settle
-from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
-from roofscope.model.summary import Summary
-from roofscope.cost.modelflops import ModelFlops, model_flops
+from roofscope.cost.modelflops import model_flops
+from roofscope.diagnose import DiagnosisInput, RunFacts, diagnose
+from roofscope.hardware.ceilings import Ceilings
+from roofscope.hardware.devices import resolve_ceilings
+from roofscope.ingest.linking import take
 from roofscope.ingest.trace import Trace, load_trace, regions_at, steps_at
+from roofscope.model.findings import Diagnosis
+from roofscope.model.kernels import CLASSES, RooflineParams
+from roofscope.model.result import Result
+from roofscope.model.summary import Summary
+from roofscope.model.timeline import Timeline
+from roofscope.place.bandwidth import settle
+from roofscope.place.measured import apply_counters, counters_summary
+from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
+from roofscope.run import is_run_dir, load
+from roofscope.run.counters import Counters, load as load_counters
+from roofscope.run.telemetry import Telemetry
+from roofscope.views.collectives import kernel_collectives
 from roofscope.views.inference import inference_metrics, inference_note, step_phases
-from roofscope.views.metrics import (Roof, metrics, profiled_window, region_times, step_samples, step_table,
+from roofscope.views.metrics import (metrics, profiled_window, region_times, step_samples, step_table,
                                      utilization_roof)
-from roofscope.views.modules import at_depth, module_column
+from roofscope.views.modules import module_column
 from roofscope.views.phases import kernel_phases, phase_summary, phase_table
 from roofscope.views.programtime import program_samples, step_time
 from roofscope.views.telemetry_summary import load as load_telemetry, summarize
-from roofscope.views.timeline import Timeline, timeline
+from roofscope.views.timeline import timeline
 
 
-@dataclass
-class Analysis:
-    """Result of :func:`analyze`.
+@dataclass(frozen=True)
+class AnalysisSettings:
+    """The user's choices for one analysis, whole: the ceiling overrides (``--datasheet``,
+    ``--peak-*``, ``--ceilings``) and the roofline thresholds travel as the objects config.py
+    declares, not re-spelled as keywords."""
 
-    ``kernels`` holds one row per GPU activity (kernel, memcpy, memset) with its cost,
-    roofline placement and class; for CPU-only traces, one row per costed CPU op
-    without costed children (``device == "cpu"``).
-    """
+    ceilings: CeilingOverrides = field(default_factory=CeilingOverrides)
+    params: RooflineParams = field(default_factory=RooflineParams)
+    use_cache: bool = True              # ceilings cached by `roofscope microbench` for the trace's device
+    graph_capture: tuple[Any, ...] = ()  # capture traces (paths or Traces) that cost graph replays
+
+    @classmethod
+    def of(cls, options: Any, **more: Any) -> AnalysisSettings:
+        """Settings from a command's options, which inherit CeilingOverrides and RooflineThresholds."""
+        overrides = CeilingOverrides(**{f: getattr(options, f) for f in CeilingOverrides.__dataclass_fields__})
+        thresholds = RooflineThresholds(**{f: getattr(options, f) for f in RooflineThresholds.__dataclass_fields__})
+        return cls(ceilings=overrides, params=RooflineParams.from_thresholds(thresholds), **more)
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """What the analysis reads: a trace, and what a Run directory keeps beside it."""
 
     trace: Trace
-    ceilings: Ceilings
-    kernels: pd.DataFrame
-    params: RooflineParams = field(default_factory=RooflineParams)
-    cpu_only: bool = False
-    run_meta: dict[str, Any] | None = None     # run.json of the Run this came from, if any
-    telemetry: Any = None                      # collectors.nvml.Telemetry, if the Run has some
-    counters_meta: dict[str, Any] | None = None  # roofscope.run.counters.Counters.meta, if the Run has counters
-    graphs: Any = None                         # graphs.GraphMap: CUDA-graph replays mapped to their captures
-    _summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
-    _timeline: Timeline | None = field(default=None, init=False, repr=False)
-    _diagnosis: Any = field(default=None, init=False, repr=False)
-    _metrics: dict[str, Any] | None = field(default=None, init=False, repr=False)
-    _steps: pd.DataFrame | None = field(default=None, init=False, repr=False)
-    _telemetry_summary: dict[str, Any] | None = field(default=None, init=False, repr=False)
-    _inference: Any = field(default=False, init=False, repr=False)
-    _step_time: Any = field(default=False, init=False, repr=False)
-    _samples: pd.DataFrame | None = field(default=None, init=False, repr=False)
-    _model_flops: ModelFlops | None = field(default=None, init=False, repr=False)
-    _roof: Roof | None = field(default=None, init=False, repr=False)
-    _step_phases: pd.DataFrame | None = field(default=None, init=False, repr=False)
-    _window: tuple[int | None, int | None] | None = field(default=None, init=False, repr=False)
-
-    def by_kernel(self) -> pd.DataFrame:
-        return aggregate(self.kernels, "name")
-
-    def by_op(self) -> pd.DataFrame:
-        k = self.kernels
-        key = k["cost_op_name"].where(k["cost_op_name"] != "", k["op_name"]).replace("", "(no op)")
-        return aggregate(k.assign(op=key), "op")
-
-    def by_class(self) -> pd.DataFrame:
-        present = set(self.kernels["cls"].unique())  # not set(series): a Python loop over every kernel
-        return aggregate(self.kernels, "cls").reindex([c for c in CLASSES if c in present])
-
-    def by_category(self) -> pd.DataFrame:
-        return aggregate(self.kernels, "category")
-
-    def by_step(self) -> pd.DataFrame:
-        return aggregate(self.kernels[self.kernels["step"] >= 0], "step").sort_index()
-
-    def by_phase(self) -> pd.DataFrame:
-        """Per training phase (forward, backward, optimizer, data, communication, other; see
-        :mod:`.phases`): time, kernels, FLOPs and bytes per step, time per class."""
-        return phase_table(self.kernels)
-
-    def by_region(self) -> pd.DataFrame:
-        k = self.kernels
-        return aggregate(k.assign(region=k["region"].replace("", "(no region)")), "region")
-
-    def by_module(self, depth: int | None = None) -> pd.DataFrame:
-        """Per-module table (needs a run with ``--modules``); ``depth`` truncates names (see modules.at_depth)."""
-        k = self.kernels
-        return aggregate(k.assign(module=at_depth(k["module"], depth).replace("", "(no module)")), "module")
-
-    def steps(self) -> pd.DataFrame:
-        """One row per profiled step (``ProfilerStep#N``): start, end, duration, measured on the
-        GPU when the step launched GPU work (see :func:`.metrics.step_table`)."""
-        if self._steps is None:
-            self._steps = step_table(self.trace, None if self.cpu_only else self.kernels)
-        return self._steps
-
-    def timeline(self) -> Timeline:
-        """GPU busy/idle, idle gaps, syncs and copies per step (:class:`.timeline.Timeline`)."""
-        if self._timeline is None:
-            self._timeline = timeline(self.trace, self.kernels, self.steps(), self.ceilings.launch_latency_s)
-        return self._timeline
-
-    def partial_steps(self) -> list[int]:
-        """Recorded steps that no step boundary ended: the step that was running when the script
-        ended before its requested steps (``--active 10`` against a 12-step script records a
-        1-7 ms tail as step 12). Known from the Run's step counts; a bare trace has none."""
-        st = (self.run_meta or {}).get("steps") or {}
-        seen = st.get("boundaries_seen")
-        if not isinstance(seen, int) or "active" not in (st.get("requested") or {}):
-            return []
-        # Step N ends at boundary N + 1 (steps count from 0), so N is complete when N < boundaries seen.
-        return [int(n) for n in self.steps()["step"] if n >= seen]
-
-    def complete_steps(self) -> list[int]:
-        """The profiled steps that ran to their end: what per-step figures and comparisons use."""
-        partial = set(self.partial_steps())
-        return [int(n) for n in self.steps()["step"] if n not in partial]
-
-    def model_flops(self) -> ModelFlops:
-        """Model FLOPs per step for MFU and their source (:class:`.modelflops.ModelFlops`)."""
-        if self._model_flops is None:
-            self._model_flops = model_flops(self.kernels, self.trace.signatures, self.run_meta)
-        return self._model_flops
-
-    def roof(self) -> Roof:
-        """The roof and bandwidth HFU, MFU and MBU divide by (:class:`.metrics.Roof`)."""
-        if self._roof is None:
-            self._roof = utilization_roof(self.kernels, self.ceilings)
-        return self._roof
-
-    def step_samples(self) -> pd.DataFrame:
-        """Per-step step time, FLOPs, bytes, HFU/MFU/MBU, busy time and region times (see metrics.py),
-        for the complete steps only (:meth:`partial_steps` are left out); computed once (metrics,
-        the gate, diff and the charts all read them)."""
-        if self._samples is None:
-            steps = self.steps()
-            regions = region_times(self.trace, steps, None if self.cpu_only else self.kernels)
-            samples = step_samples(self.kernels, steps, self.roof(), self.model_flops(), self.timeline().steps,
-                                   regions)
-            partial = self.partial_steps()
-            self._samples = samples.drop(index=partial) if partial else samples
-        return self._samples
-
-    def step_time(self) -> dict[str, Any] | None:
-        """The program's own step time, without and with the profiler (programtime.py); None when
-        the Run kept no step times (an older Run, a bare trace)."""
-        if self._step_time is False:   # metrics, inference, the rules and the summary all read it
-            self._step_time = step_time(self.run_meta)
-        return self._step_time
-
-    def program_samples(self) -> tuple[pd.DataFrame, str]:
-        """Per-step samples in the program's own time where the Run measured it (the gate and diff
-        compare these), and ``"unprofiled"``; else :meth:`step_samples` and ``"profiled"``."""
-        return program_samples(self.step_samples(), self.run_meta)
-
-    def metrics(self) -> dict[str, Any]:
-        """Headline step metrics: step time, HFU, MFU, MBU, tokens/s, energy (see metrics.py)."""
-        if self._metrics is None:
-            self._metrics = metrics(self.step_samples(), self.roof(), self.model_flops(),
-                                    (self.run_meta or {}).get("tokens_per_step"), self.step_time(),
-                                    self.telemetry_summary())
-        return self._metrics
-
-    def diagnosis(self) -> Diagnosis:
-        """Ranked recommendations with evidence and estimated savings (model/findings.py)."""
-        if self._diagnosis is None:
-            self._diagnosis = diagnose(_diagnosis_input(self))
-        return self._diagnosis
-
-    def inference(self) -> dict[str, Any] | None:
-        """Prefill vs decode: TTFT, time per output token, tokens/s, decode MBU (see inference.py);
-        None when no profiled step decodes."""
-        if self._inference is False:
-            self._inference = inference_metrics(self.kernels, self.steps(), self.step_phases(),
-                                                self.timeline().capture_steps, self.step_time(),
-                                                self.ceilings.bandwidth)
-        return self._inference
-
-    def step_phases(self) -> pd.DataFrame:
-        """Prefill, decode or other for each profiled step (see inference.py)."""
-        if self._step_phases is None:
-            self._step_phases = step_phases(self.trace, self.steps(), self.kernels)
-        return self._step_phases
-
-    def unattributed(self) -> dict[str, Any]:
-        """Share of non-communication kernel time without a cost, by reason."""
-        k = self.kernels
-        nc = k[k["category"] != "communication"]
-        total = float(nc["dur_s"].sum())
-        by_reason = nc[nc["unattributed"] != ""].groupby("unattributed")["dur_s"].sum()
-        return {
-            "share": float(by_reason.sum() / total) if total > 0 else 0.0,
-            "time_s": float(by_reason.sum()),
-            "non_communication_time_s": total,
-            "by_reason": {r: {"time_s": float(by_reason.get(r, 0.0)),
-                              "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
-                              "kernels": int((nc["unattributed"] == r).sum())}
-                          for r in UNATTRIBUTED_REASONS},
-            "notes": (list(self.graphs.notes) if self.graphs is not None else []) + missing_notes(nc),
-        }
-
-    def summary(self) -> dict[str, Any]:
-        """Headline figures (computed once: reports and the console all ask for them)."""
-        if self._summary is None:
-            self._summary = self._compute_summary()
-        return self._summary
-
-    def typed_summary(self) -> Summary:
-        """:meth:`summary` with typed fields (summary.py); the dict stays what the JSON writes."""
-        return Summary.from_dict(self.summary())
-
-    def _base_summary(self) -> dict[str, Any]:
-        k = self.kernels
-        total = float(k["dur_s"].sum())
-        by_class = k.groupby("cls")["dur_s"].sum()
-        comm = k["category"] == "communication"
-        return {
-            "trace": self.trace.path,
-            "device": (self.trace.device_name or self.ceilings.device) if not self.cpu_only
-            else self.ceilings.device,
-            "cpu_only": self.cpu_only,
-            "ceilings": self.ceilings.to_dict(),
-            "params": {"latency_floor_s": self.params.latency_floor_s,
-                       "underutilized_below": self.params.underutilized_below},
-            "events": self.trace.meta.get("events"),
-            "skipped_events": self.trace.meta.get("skipped_events") or {},
-            "kernels": int(len(k)),
-            "kernel_time_s": total,
-            "communication_time_s": float(k.loc[comm, "dur_s"].sum()),
-            "total_flops": float(np.nansum(k["flops"].to_numpy())),
-            "total_bytes": float(np.nansum(k["bytes"].to_numpy())),
-            "time_by_class": {c: {"time_s": float(by_class.get(c, 0.0)),
-                                  "share": float(by_class.get(c, 0.0) / total) if total > 0 else 0.0}
-                              for c in CLASSES},
-            "untimed_kernels": int(k["dur_s"].isna().sum()),
-            "counter_flops": float(np.nansum(k["counter_flops"].to_numpy())) if "counter_flops" in k else 0.0,
-            "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
-            "partial_steps": self.partial_steps(),
-            "unattributed": self.unattributed(),
-            "above_roof": above_roof(k),
-            "distributed": self.trace.meta.get("distributedInfo"),
-            "modules": bool((k["module"] != "").any()),
-            "inference": self.inference(),
-            "inference_note": self._inference_note(),
-            "graphs": self.graphs.to_dict() if self.graphs is not None else None,
-            "phases": self._phases(),
-            **self._counters_figures(),
-            **self._run_figures(),
-        }
-
-    def _inference_note(self) -> str | None:
-        return inference_note(self.kernels, self.step_phases(), self.inference())
-
-    def _phases(self) -> dict[str, Any]:
-        return phase_summary(phase_table(self.kernels))
-
-    def _counters_figures(self) -> dict[str, Any]:
-        if "m_flops" not in self.kernels:
-            return {}
-        from roofscope.place.measured import counters_summary
-
-        return {"counters": counters_summary(self.kernels, self.counters_meta)}
-
-    def _compute_summary(self) -> dict[str, Any]:
-        s = self._base_summary()
-        d = self.diagnosis()
-        s["findings"] = [f.to_dict() for f in d.findings]
-        s["diagnosis"] = d.to_dict()
-        return s
-
-    def telemetry_summary(self) -> dict[str, Any] | None:
-        """NVML telemetry summarized over the profiled steps, or None without telemetry
-        (computed once: metrics, rules and the summary all read it)."""
-        if self.telemetry is None:
-            return None
-        if self._telemetry_summary is None:
-            start, end = self.profiled_window()
-            self._telemetry_summary = summarize(self.telemetry, start, end, steps=len(self.steps()) or None)
-        return self._telemetry_summary
-
-    def profiled_window(self) -> tuple[int | None, int | None]:
-        """The profiled steps' start and end in Unix ns, where telemetry samples are placed (the
-        summary and the HTML report's telemetry chart read it); None where unknown."""
-        if self._window is None:
-            self._window = profiled_window(self.trace, self.steps())
-        return self._window
-
-    def _run_figures(self) -> dict[str, Any]:
-        """Step metrics, timeline, telemetry and diagnosis over the profiled steps."""
-        meta = self.run_meta or {}
-        out: dict[str, Any] = {"metrics": self.metrics(), "step_time": self.step_time(),
-                               "telemetry": self.telemetry_summary(), "timeline": self.timeline().to_dict()}
-        if meta:
-            out["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
-        return out
+    run_meta: dict[str, Any] | None = None
+    telemetry: Telemetry | None = None
+    counters: Counters | None = None
+    captures: tuple[Any, ...] = ()
+    run_ceilings: str | None = None     # the Run's measured ceilings: beat the datasheet, not the user's choice
 
 
-def _diagnosis_input(a: Analysis) -> DiagnosisInput:
-    """What the rules read of ``a`` (diagnose/inputs.py), each part computed here once."""
-    # The collectives only where a kernel communicates: listing them reads every op's tensor sizes.
-    comm = bool((a.kernels["category"] == "communication").any())
-    return DiagnosisInput(trace=a.trace, kernels=a.kernels, steps=a.steps(), timeline=a.timeline(),
-                          ceilings=a.ceilings, params=a.params, run=RunFacts.of(a.run_meta, a.step_time()),
-                          cpu_only=a.cpu_only, inference=a.inference(), telemetry=a.telemetry_summary(),
-                          collectives=kernel_collectives(a.trace, a.kernels, a.steps()) if comm else None)
+def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *,
+                telemetry: Telemetry | None = None, run_meta: dict[str, Any] | None = None) -> Source:
+    """A Trace, a trace file or a Run directory, opened; explicit ``telemetry``/``run_meta`` win."""
+    captures = tuple(settings.graph_capture)
+    if isinstance(source, Trace) or not is_run_dir(source):
+        trace = source if isinstance(source, Trace) else load_trace(source)
+        return Source(trace, run_meta, telemetry, None, captures)
+    run = load(source)
+    if telemetry is None and run.telemetry_path is not None:
+        telemetry = load_telemetry(run.telemetry_path)
+    return Source(load_trace(run.trace_path), run_meta if run_meta is not None else run.meta, telemetry,
+                  load_counters(run.path), captures + tuple(run_captures(run.path)),
+                  str(run.ceilings_path) if run.ceilings_path is not None else None)
+
+
+def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = AnalysisSettings(), *,
+        ceilings: Ceilings | None = None, telemetry: Telemetry | None = None,
+        run_meta: dict[str, Any] | None = None) -> Result:
+    """Analyze a Kineto trace or a Run directory: every stage, once, in order (module docstring).
+
+    Ceilings come from ``ceilings`` if given, else as hardware/devices.resolve_ceilings picks them
+    from ``settings.ceilings`` and the trace's device; without any, ``Ceilings.none``: everything
+    that needs none is still computed. Raises :class:`~roofscope.errors.DeviceError` for an
+    unknown ``--datasheet`` or a lone peak flag.
+    """
+    src = open_source(source, settings, telemetry=telemetry, run_meta=run_meta)
+    trace, meta, params = src.trace, src.run_meta, settings.params
+    cpu_only = len(trace.kernels) == 0
+    if ceilings is None:
+        ceilings = resolve_ceilings("cpu" if cpu_only else trace.device_name, settings.ceilings,
+                                    memory_bytes=trace.device_memory,
+                                    props=None if cpu_only else trace.device_props,
+                                    run_ceilings=src.run_ceilings, use_cache=settings.use_cache)
+    kernels, graphs = _cost(trace, src, ceilings, cpu_only)
+    kernels = _place(kernels, trace, ceilings, params, src.counters, cpu_only)
+
+    steps = step_table(trace, None if cpu_only else kernels)
+    complete, partial = _complete_steps(steps, meta)
+    tl = timeline(trace, kernels, steps, ceilings.launch_latency_s)
+    own = step_time(meta)
+    phases_of_steps = step_phases(trace, steps, kernels)
+    inference = inference_metrics(kernels, steps, phases_of_steps, tl.capture_steps, own, ceilings.bandwidth)
+    phases = phase_table(kernels)
+    window = profiled_window(trace, steps)
+    tel = summarize(src.telemetry, *window, steps=len(steps) or None) if src.telemetry is not None else None
+    roof, model = utilization_roof(kernels, ceilings), model_flops(kernels, trace.signatures, meta)
+    samples = step_samples(kernels, steps, roof, model, tl.steps,
+                           region_times(trace, steps, None if cpu_only else kernels))
+    samples = samples.drop(index=partial) if partial else samples
+    step_metrics = metrics(samples, roof, model, (meta or {}).get("tokens_per_step"), own, tel)
+    communicates = bool((kernels["category"] == "communication").any())
+    diagnosis = diagnose(DiagnosisInput(
+        trace=trace, kernels=kernels, steps=steps, timeline=tl, ceilings=ceilings, params=params,
+        run=RunFacts.of(meta, own), cpu_only=cpu_only, inference=inference, telemetry=tel,
+        # Listing the collectives reads every op's tensor sizes: only where a kernel communicates.
+        collectives=kernel_collectives(trace, kernels, steps) if communicates else None))
+
+    summary = _summary(trace, ceilings, params, kernels, cpu_only, partial, graphs, inference,
+                       inference_note(kernels, phases_of_steps, inference), phase_summary(phases),
+                       counters_summary(kernels, src.counters.meta) if "m_flops" in kernels else None,
+                       step_metrics, own, tel, tl, meta, diagnosis)
+    program, time_source = program_samples(samples, meta)
+    return Result(summary=Summary.from_dict(summary), trace=trace, ceilings=ceilings, params=params,
+                  kernels=kernels, cpu_only=cpu_only, steps=steps, complete_steps=tuple(complete),
+                  step_samples=samples, program_samples=program, time_source=time_source, timeline=tl,
+                  diagnosis=diagnosis, phases=phases, window_unix_ns=window, run_meta=meta,
+                  telemetry=src.telemetry)
+
+
+def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool) -> tuple[pd.DataFrame, GraphMap | None]:
+    """The cost stage: each op signature costed once, the costs handed to the kernels the ops
+    launched, graph replays costed from their captures, modules and phases named."""
+    sig_costs = signature_costs(trace.signatures)
+    if cpu_only:
+        kernels, graphs = _cpu_work(trace, sig_costs), None
+    else:
+        kernels, choices = attribute(trace, sig_costs, (src.run_meta or {}).get("optimizer"))
+        settle(kernels, choices, ceilings.bandwidth)  # before the graph mapping reads the cost columns
+    kernels["module"] = module_column(trace, kernels["op"].to_numpy())
+    if not cpu_only:
+        graphs = map_graph_kernels(trace, kernels, load_captures(list(src.captures)))
+    kernels["phase"] = kernel_phases(trace, kernels)
+    if not cpu_only:  # what an uncosted kernel's op reads: a class from its bytes (roofline.class_sources)
+        sig = take(trace.ops["sig"].to_numpy(), kernels["op"].to_numpy(dtype=np.int64), -1)
+        kernels["io_bytes"] = input_bytes(trace.signatures, sig)
+    return kernels, graphs
+
+
+def _place(kernels: pd.DataFrame, trace: Trace, ceilings: Ceilings, params: RooflineParams,
+           counters: Counters | None, cpu_only: bool) -> pd.DataFrame:
+    """The place stage: the roofline, then again with measured counters where the Run has them."""
+    sms = None if cpu_only else device_sms(trace.device_props, ceilings)
+    kernels = place(kernels, ceilings, params, sms)
+    if counters is not None and not cpu_only:
+        kernels = place(apply_counters(kernels, counters.table), ceilings, params, sms)
+    return kernels
+
+
+def _complete_steps(steps: pd.DataFrame, meta: dict[str, Any] | None) -> tuple[list[int], list[int]]:
+    """(complete, partial) profiled steps. A partial step is one no step boundary ended: the step
+    running when the script ended before its requested steps (``--active 10`` against a 12-step
+    script records a 1-7 ms tail as step 12). Known from the Run's step counts; a bare trace has none."""
+    st = (meta or {}).get("steps") or {}
+    seen = st.get("boundaries_seen")
+    ids = [int(n) for n in steps["step"]]
+    if not isinstance(seen, int) or "active" not in (st.get("requested") or {}):
+        return ids, []
+    # Step N ends at boundary N + 1 (steps count from 0), so N is complete when N < boundaries seen.
+    return [n for n in ids if n < seen], [n for n in ids if n >= seen]
+
+
+def _unattributed(kernels: pd.DataFrame, graphs: GraphMap | None) -> dict[str, Any]:
+    """Share of non-communication kernel time without a cost, by reason."""
+    nc = kernels[kernels["category"] != "communication"]
+    total = float(nc["dur_s"].sum())
+    by_reason = nc[nc["unattributed"] != ""].groupby("unattributed")["dur_s"].sum()
+    return {
+        "share": float(by_reason.sum() / total) if total > 0 else 0.0,
+        "time_s": float(by_reason.sum()),
+        "non_communication_time_s": total,
+        "by_reason": {r: {"time_s": float(by_reason.get(r, 0.0)),
+                          "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
+                          "kernels": int((nc["unattributed"] == r).sum())}
+                      for r in UNATTRIBUTED_REASONS},
+        "notes": (list(graphs.notes) if graphs is not None else []) + missing_notes(nc),
+    }
+
+
+def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.DataFrame, cpu_only: bool,
+             partial: list[int], graphs: GraphMap | None, inference: dict[str, Any] | None,
+             inference_text: str | None, phases: dict[str, Any], counters: dict[str, Any] | None,
+             step_metrics: dict[str, Any], own: dict[str, Any] | None, tel: dict[str, Any] | None,
+             tl: Timeline, meta: dict[str, Any] | None, diagnosis: Diagnosis) -> dict[str, Any]:
+    """summary.json's figures, in their written order (model/summary.py types them)."""
+    total = float(k["dur_s"].sum())
+    by_class = k.groupby("cls")["dur_s"].sum()
+    comm = k["category"] == "communication"
+    s: dict[str, Any] = {
+        "trace": trace.path,
+        "device": ceilings.device if cpu_only else (trace.device_name or ceilings.device),
+        "cpu_only": cpu_only,
+        "ceilings": ceilings.to_dict(),
+        "params": {"latency_floor_s": params.latency_floor_s, "underutilized_below": params.underutilized_below},
+        "events": trace.meta.get("events"),
+        "skipped_events": trace.meta.get("skipped_events") or {},
+        "kernels": int(len(k)),
+        "kernel_time_s": total,
+        "communication_time_s": float(k.loc[comm, "dur_s"].sum()),
+        "total_flops": float(np.nansum(k["flops"].to_numpy())),
+        "total_bytes": float(np.nansum(k["bytes"].to_numpy())),
+        "time_by_class": {c: {"time_s": float(by_class.get(c, 0.0)),
+                              "share": float(by_class.get(c, 0.0) / total) if total > 0 else 0.0}
+                          for c in CLASSES},
+        "untimed_kernels": int(k["dur_s"].isna().sum()),
+        "counter_flops": float(np.nansum(k["counter_flops"].to_numpy())) if "counter_flops" in k else 0.0,
+        "steps": sorted(int(s) for s in k.loc[k["step"] >= 0, "step"].unique()),
+        "partial_steps": partial,
+        "unattributed": _unattributed(k, graphs),
+        "above_roof": above_roof(k),
+        "distributed": trace.meta.get("distributedInfo"),
+        "modules": bool((k["module"] != "").any()),
+        "inference": inference,
+        "inference_note": inference_text,
+        "graphs": graphs.to_dict() if graphs is not None else None,
+        "phases": phases,
+    }
+    if counters is not None:
+        s["counters"] = counters
+    s.update({"metrics": step_metrics, "step_time": own, "telemetry": tel, "timeline": tl.to_dict()})
+    if meta:
+        s["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
+    s["findings"] = [f.to_dict() for f in diagnosis.findings]
+    s["diagnosis"] = diagnosis.to_dict()
+    return s
 
 
 def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     """CPU-only traces: the innermost costed ops are the 'kernels' of the CPU roofline."""
-    from roofscope.cost.attribution import cpu_work_items, op_costs
-
     ops = trace.ops
     oc = op_costs(trace, sig_costs)
     sel = cpu_work_items(ops["parent"].to_numpy(), oc)
@@ -334,78 +283,98 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     return k.reset_index(drop=True)
 
 
+class Analysis:
+    """Deprecated: what ``roofscope.analyze`` returned before the :class:`Result`, kept as a thin
+    face over one so library code written against it keeps working. ``.result`` is the Result;
+    every member reads it, none computes."""
+
+    def __init__(self, result: Result) -> None:
+        self.result = result
+
+    trace = property(lambda self: self.result.trace)
+    ceilings = property(lambda self: self.result.ceilings)
+    kernels = property(lambda self: self.result.kernels)
+    params = property(lambda self: self.result.params)
+    cpu_only = property(lambda self: self.result.cpu_only)
+    run_meta = property(lambda self: self.result.run_meta)
+    telemetry = property(lambda self: self.result.telemetry)
+
+    def summary(self) -> dict[str, Any]:
+        return self.result.to_dict()
+
+    def typed_summary(self) -> Summary:
+        return self.result.summary
+
+    def steps(self) -> pd.DataFrame:
+        return self.result.steps
+
+    def timeline(self) -> Timeline:
+        return self.result.timeline
+
+    def complete_steps(self) -> list[int]:
+        return list(self.result.complete_steps)
+
+    def partial_steps(self) -> list[int]:
+        return list(self.result.summary.partial_steps)
+
+    def step_samples(self) -> pd.DataFrame:
+        return self.result.step_samples
+
+    def program_samples(self) -> tuple[pd.DataFrame, str]:
+        return self.result.program_samples, self.result.time_source
+
+    def metrics(self) -> dict[str, Any]:
+        return self.result.summary.metrics.to_dict()
+
+    def step_time(self) -> dict[str, Any] | None:
+        return self.result.to_dict().get("step_time")
+
+    def inference(self) -> dict[str, Any] | None:
+        return self.result.summary.inference
+
+    def telemetry_summary(self) -> dict[str, Any] | None:
+        return self.result.to_dict().get("telemetry")
+
+    def unattributed(self) -> dict[str, Any]:
+        return self.result.summary.unattributed.to_dict()
+
+    def diagnosis(self) -> Diagnosis:
+        return self.result.diagnosis
+
+    def by_phase(self) -> pd.DataFrame:
+        return self.result.phases
+
+    def by_kernel(self) -> pd.DataFrame:
+        return self.result.by_kernel()
+
+    def by_op(self) -> pd.DataFrame:
+        return self.result.by_op()
+
+    def by_class(self) -> pd.DataFrame:
+        return self.result.by_class()
+
+    def by_category(self) -> pd.DataFrame:
+        return self.result.by_category()
+
+    def by_step(self) -> pd.DataFrame:
+        return self.result.by_step()
+
+    def by_region(self) -> pd.DataFrame:
+        return self.result.by_region()
+
+    def by_module(self, depth: int | None = None) -> pd.DataFrame:
+        return self.result.by_module(depth)
+
+
 def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
             peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
             ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
-            params: RooflineParams | None = None, telemetry: Any = None,
+            params: RooflineParams | None = None, telemetry: Telemetry | None = None,
             run_meta: dict[str, Any] | None = None, use_cache: bool = True,
             graph_capture: list[str | os.PathLike | Trace] | None = None) -> Analysis:
-    """Ingest, cost and classify a Kineto trace or a Run directory.
-
-    Ceilings come from ``ceilings`` if given, else a measured-ceilings file, else the
-    ``device`` override, else ceilings cached by ``roofscope microbench`` for the trace's
-    device (``use_cache``; the summary's ceilings notes name the cache file), else the
-    trace's own device name's datasheet (or the row its device properties identify),
-    completed by the peak flags; without any, no ceilings (``Ceilings.none``): everything
-    that needs none is still computed.
-    A Run directory also brings its metadata (tokens and model FLOPs per step) and
-    NVML telemetry and its recorded CUDA-graph captures; ``graph_capture`` adds capture traces
-    (see graphs.py). Raises :class:`~roofscope.errors.DeviceError` for an unknown
-    ``--device`` or a lone peak flag.
-    """
-    from roofscope.run import is_run_dir, load
-    from roofscope.cost.costmodel import signature_costs
-
-    counters = None
-    run_ceilings = None  # measured where the Run was collected: beats the datasheet, not the user's choice
-    captures = list(graph_capture or [])
-    if not isinstance(source, Trace) and is_run_dir(source):
-        run = load(source)
-        from roofscope.run.counters import load as load_counters
-
-        counters = load_counters(run.path)
-        run_ceilings = run.ceilings_path
-        if telemetry is None and run.telemetry_path is not None:
-            telemetry = load_telemetry(run.telemetry_path)
-        run_meta = run_meta if run_meta is not None else run.meta
-        from roofscope.cost.graphs import run_captures
-
-        captures += run_captures(run.path)
-        source = run.trace_path
-    trace = source if isinstance(source, Trace) else load_trace(source)
-    params = params or RooflineParams()
-    cpu_only = len(trace.kernels) == 0
-    if ceilings is None:
-        name = trace.device_name if not cpu_only else "cpu"
-        overrides = CeilingOverrides(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
-                                     ceilings=ceilings_file)
-        ceilings = resolve_ceilings(name, overrides, memory_bytes=trace.device_memory,
-                                    props=trace.device_props if not cpu_only else None,
-                                    run_ceilings=run_ceilings, use_cache=use_cache)
-    sig_costs = signature_costs(trace.signatures)
-    if cpu_only:
-        kernels = _cpu_work(trace, sig_costs)
-    else:
-        kernels, choices = attribute(trace, sig_costs, (run_meta or {}).get("optimizer"))
-        settle(kernels, choices, ceilings.bandwidth)  # before graphs.py reads the cost columns
-    kernels["module"] = module_column(trace, kernels["op"].to_numpy())
-    graphs = None
-    if not cpu_only:
-        from roofscope.cost.graphs import load_captures, map_graph_kernels
-
-        graphs = map_graph_kernels(trace, kernels, load_captures(captures))
-    kernels["phase"] = kernel_phases(trace, kernels)
-    sms = device_sms(trace.device_props, ceilings) if not cpu_only else None
-    if not cpu_only:  # what an uncosted kernel's op reads: a class from its bytes (roofline.class_sources)
-        from roofscope.ingest.linking import take
-
-        sig = take(trace.ops["sig"].to_numpy(), kernels["op"].to_numpy(dtype=np.int64), -1)
-        kernels["io_bytes"] = input_bytes(trace.signatures, sig)
-    kernels = place(kernels, ceilings, params, sms)
-    if counters is not None and not cpu_only:
-        from roofscope.place.measured import apply_counters
-
-        kernels = place(apply_counters(kernels, counters.table), ceilings, params, sms)
-    return Analysis(trace=trace, ceilings=ceilings, kernels=kernels, params=params, cpu_only=cpu_only,
-                    run_meta=run_meta, telemetry=telemetry,
-                    counters_meta=counters.meta if counters is not None else None, graphs=graphs)
+    """Deprecated keyword form of :func:`run`, returning the :class:`Analysis` face of its Result."""
+    overrides = CeilingOverrides(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
+                                 ceilings=None if ceilings_file is None else str(ceilings_file))
+    settings = AnalysisSettings(ceilings=overrides, params=params or RooflineParams(), use_cache=use_cache,
+                                graph_capture=tuple(graph_capture or ()))
+    return Analysis(run(source, settings, ceilings=ceilings, telemetry=telemetry, run_meta=run_meta))

@@ -6,15 +6,12 @@ Ceilings are test_rules' TOY (1 TB/s); times in the builder are microseconds.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.analysis import _diagnosis_input
-from roofscope.diagnose import RunFacts, diagnose
 from roofscope.diagnose.communication import MOE_SNIPPET, comm_snippet, exposed_comm_finding
 
 from .kineto import PID, TID, TraceBuilder
@@ -31,7 +28,8 @@ def _sync(b: TraceBuilder, ts: float, dur: float, name: str = "cudaStreamSynchro
 
 
 def _launch_bound(tmp_path: Path, steps: int = 2, sizes=(256, 256), library: str | None = None,
-                  sync_ops: tuple[str, ...] = (), modules: bool = False) -> roofscope.Analysis:
+                  sync_ops: tuple[str, ...] = (), modules: bool = False,
+                  run_meta: dict | None = None) -> roofscope.Analysis:
     """``steps`` steps of 20 elementwise kernels of 2 us, each launched 20 us after the GPU went idle
     (the host-bound idle a CUDA graph removes). Step s adds tensors of ``sizes[s]`` elements. After the
     tenth kernel, each op of ``sync_ops`` runs (inside ``library``'s op when given), reading a size back
@@ -63,7 +61,7 @@ def _launch_bound(tmp_path: Path, steps: int = 2, sizes=(256, 256), library: str
         b.annotation(f"ProfilerStep#{s + 1}", start, cpu - start + 2)
         cpu += 5
     path = b.write(tmp_path / "t.json")
-    return roofscope.analyze(path, ceilings=TOY)
+    return roofscope.analyze(path, ceilings=TOY, run_meta=run_meta)
 
 
 def _finding(a, rule: str) -> dict:
@@ -142,10 +140,9 @@ def test_sync_saving_is_bounded_by_the_time_the_syncs_held_the_host(tmp_path: Pa
 
 
 def test_already_fused_optimizer_is_skipped_with_the_reason(tmp_path: Path) -> None:
-    # The Run's facts, typed, replace those of the analysis: the rules read nothing else.
-    inp = replace(_diagnosis_input(_launch_bound(tmp_path)),
-                  run=RunFacts.of({"optimizer": {"class": "AdamW", "tensors": 10, "fused": True}}))
-    skipped = {s["rule"]: s["reason"] for s in diagnose(inp).skipped}
+    # The Run's facts reach the rules typed (diagnose/inputs.RunFacts): the optimizer it recorded.
+    a = _launch_bound(tmp_path, run_meta={"optimizer": {"class": "AdamW", "tensors": 10, "fused": True}})
+    skipped = {s["rule"]: s["reason"] for s in a.diagnosis().skipped}
     assert skipped["fused_optimizer"] == "already fused: AdamW"
 
 

@@ -35,7 +35,7 @@ def run(opts: AnalyzeOptions) -> int:
 
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
-    from roofscope.analysis import analyze
+    from roofscope.analysis import AnalysisSettings, run as analyze
     from roofscope.render.registry import RenderOptions, renderer
 
     to_stdout = opts.markdown_out == "-"
@@ -51,7 +51,7 @@ def run(opts: AnalyzeOptions) -> int:
     for capture in opts.graph_capture:
         if not Path(capture).is_file():
             raise RoofscopeError(f"--graph-capture {capture}: no such file")
-    a = analyze(opts.trace, graph_capture=list(opts.graph_capture), **opts.ceiling_kwargs())
+    a = analyze(opts.trace, AnalysisSettings.of(opts, graph_capture=tuple(opts.graph_capture)))
     options = RenderOptions(top=opts.top, cdn=opts.cdn)
     if to_stdout or not opts.quiet:
         sys.stdout.write(renderer("markdown" if to_stdout else "console").render(a, options))

@@ -178,7 +178,7 @@ def _filter_text(kernel_name: str | None, nvtx: str | None) -> str:
 
 def rerender(run_dir: Path) -> list[str]:
     """Rewrite the Run's summary.json (and report.html, if it has one) from a fresh analysis."""
-    from roofscope.analysis import analyze
+    from roofscope.analysis import run as analyze
     from roofscope.fileio import atomic_write
     from roofscope.run import REPORT_FILE, SUMMARY_FILE, summary_text
 
@@ -186,7 +186,7 @@ def rerender(run_dir: Path) -> list[str]:
         analysis = analyze(run_dir)
     except RoofscopeError as e:
         return [f"could not re-analyze the Run, so its summary and report predate the counters: {e}"]
-    atomic_write(run_dir / SUMMARY_FILE, summary_text(analysis.summary()), force=True)
+    atomic_write(run_dir / SUMMARY_FILE, summary_text(analysis.to_dict()), force=True)
     if (run_dir / REPORT_FILE).exists():
         from roofscope.render.html import render_html
 

@@ -22,7 +22,7 @@ class DiffOptions(CeilingOptions, Presentation):
 
 
 def run(opts: DiffOptions) -> int:
-    from roofscope.analysis import analyze
+    from roofscope.analysis import AnalysisSettings, run as analyze
     from roofscope.compare.diff import diff
     from roofscope.render.diffview import render_markdown, render_terminal
 
@@ -33,8 +33,8 @@ def run(opts: DiffOptions) -> int:
     for path, _ in outputs:
         check_writable(path, opts.force)
     # Both sides on the same ceilings options, so a kernel's class moves only when its timing does.
-    kwargs = opts.ceiling_kwargs()
-    a, b = (analyze(p, **kwargs) for p in (opts.run_a, opts.run_b))
+    settings = AnalysisSettings.of(opts)
+    a, b = (analyze(p, settings) for p in (opts.run_a, opts.run_b))
     d = diff(a, b, applied=opts.applied)
     for w in d.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)

@@ -87,7 +87,7 @@ def job_doc(parts: list["Part"], world: int, out: Path | None) -> dict[str, Any]
 
 
 def run(opts: MergeOptions) -> int:
-    from roofscope.analysis import analyze
+    from roofscope.analysis import AnalysisSettings, run as analyze
     from roofscope.job.ranks import analyze_parts, resolve_parts
     from roofscope.job.straggler import combine
     from roofscope.jsonsafe import json_safe
@@ -100,13 +100,13 @@ def run(opts: MergeOptions) -> int:
     _check_outputs(out, files + ([Path(opts.json_out)] if opts.json_out else []),
                    [p.path for p in parts if not p.url] + ([Path(opts.baseline)] if opts.baseline else []),
                    opts.force)
-    options = opts.ceiling_kwargs()
+    settings = AnalysisSettings.of(opts)
     baseline = None
     if opts.baseline:
-        baseline = analyze(opts.baseline, **options).metrics().get("step_time_s")
+        baseline = analyze(opts.baseline, settings).summary.metrics.step_time_s
         if not baseline:
             warnings.append(f"baseline {opts.baseline} has no profiled steps: no scaling tax")
-    results = analyze_parts(parts, options, jobs=opts.jobs, scheduler=opts.scheduler)
+    results = analyze_parts(parts, settings, jobs=opts.jobs, scheduler=opts.scheduler)
     job = combine(results, world, baseline, warnings)
     summary = job.to_dict()
     if not opts.quiet:

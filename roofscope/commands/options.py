@@ -13,13 +13,6 @@ from roofscope.config import CeilingOverrides, RooflineThresholds, values
 class CeilingOptions(CeilingOverrides, RooflineThresholds):
     force: bool = False
 
-    def ceiling_kwargs(self) -> dict[str, Any]:
-        """These options as `analyzers.analysis.analyze()` (and PipelineOptions) name them."""
-        from roofscope.model.kernels import RooflineParams
-
-        return {"device": self.device, "peak_tflops": self.peak_tflops, "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
-                "ceilings_file": self.ceilings, "params": RooflineParams.from_thresholds(self)}
-
     def ceiling_options(self) -> dict[str, Any]:
         """These options under their own names, to hand them to another command's options."""
         return values(CeilingOptions, self)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from roofscope.errors import RoofscopeError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from roofscope.analysis import AnalysisSettings
     from roofscope.job.ranks import Part, RankResult
 
 CONNECT_TIMEOUT_S = 30
@@ -55,7 +56,7 @@ def _client(scheduler: str, jobs: int | None) -> Any:
         raise ClusterError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 
-def analyze_on_dask(analyze_part: Callable[..., "RankResult"], parts: list["Part"], options: dict[str, Any],
+def analyze_on_dask(analyze_part: Callable[..., "RankResult"], parts: list["Part"], settings: "AnalysisSettings",
                     scheduler: str, jobs: int | None = None) -> list["RankResult"]:
     """``analyze_part`` (:func:`.ranks.analyze_part`, passed in because ranks.py calls this module)
     of every part as Dask tasks; results in the order of ``parts``. The first rank that fails
@@ -66,7 +67,7 @@ def analyze_on_dask(analyze_part: Callable[..., "RankResult"], parts: list["Part
 
     client = _client(scheduler, jobs)
     try:
-        futures = client.map(analyze_part, parts, options=options, pure=False,
+        futures = client.map(analyze_part, parts, settings=settings, pure=False,
                              key=[f"roofscope-rank-{p.rank}-{os.getpid()}" for p in parts])
         try:
             return client.gather(futures)

@@ -26,11 +26,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofscope.analysis import AnalysisSettings, run
 from roofscope.errors import RoofscopeError, TraceError
+from roofscope.model.result import Result
 from roofscope.run import RunError, is_run_dir, read_meta
 from roofscope.run.layout import JOB_FILE, RANK_DIR, REPORT_FILE, TRACE_FILE
 from roofscope.run.schema import JOB_SCHEMA_VERSION, JobDoc, read_versioned
 from roofscope.ingest.kineto import CUT_SHORT
+from roofscope.views.collectives import collective_table, kernel_collectives
 
 TOP_KERNELS = 40        # kernels per rank whose per-step time is kept (straggler evidence)
 ROOFLINE_ROWS = 300     # kernel aggregates per rank for the per-rank roofline
@@ -264,16 +267,16 @@ def resolve_parts(sources: list[str], allow_remote: bool = False) -> tuple[list[
 # One rank
 
 
-def _step_frame(a: Any) -> pd.DataFrame:
-    steps = a.steps().set_index("step")
-    tl = a.timeline().steps
-    samples = a.step_samples()
+def _step_frame(a: Result) -> pd.DataFrame:
+    steps = a.steps.set_index("step")
+    tl = a.timeline.steps
+    samples = a.step_samples
     out = pd.DataFrame({"step_s": steps["dur_s"]}, index=steps.index.rename("step"))
     if not len(tl):
         # No GPU timeline (a CPU trace): a CPU process group's collectives are host intervals.
         from roofscope.views.collectives import host_comm_steps
 
-        tl = host_comm_steps(a.trace, a.kernels, a.steps())
+        tl = host_comm_steps(a.trace, a.kernels, a.steps)
     for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"):
         out[c] = tl[c].reindex(out.index).astype(float) if c in tl else np.nan
     # Time on the rank's own work: what the step would take were no collective waited for.
@@ -295,36 +298,34 @@ def _kernel_steps(k: pd.DataFrame) -> pd.DataFrame:
             .rename("time_s").rename_axis(["step", "name"]).reset_index())
 
 
-def _roofline(a: Any) -> pd.DataFrame:
+def _roofline(a: Result) -> pd.DataFrame:
     by = a.by_kernel()
     by = by[by["cls"] != "communication"].head(ROOFLINE_ROWS)
     cols = ["calls", "time_s", "flops", "bytes", "intensity", "achieved_flops", "cls"]
     return by[cols].rename_axis("name").reset_index()
 
 
-def analyze_part(part: Part, options: dict[str, Any]) -> RankResult:
-    """Analyze one part (in a worker process, a Dask worker or in-process); ``options`` are
-    analyze()'s keyword arguments. A URL part is read to a temporary file by the worker."""
+def analyze_part(part: Part, settings: AnalysisSettings) -> RankResult:
+    """Analyze one part (in a worker process, a Dask worker or in-process); ``settings``
+    are every rank's (one job, one set of ceilings). A URL part is read to a temporary file by the worker."""
     if part.url:
         from roofscope.job.urls import fetched
 
         with fetched(part.url) as local:
-            return _analyze_local(part, local, options)
-    return _analyze_local(part, part.path, options)
+            return _analyze_local(part, local, settings)
+    return _analyze_local(part, part.path, settings)
 
 
-def _analyze_local(part: Part, path: Path, options: dict[str, Any]) -> RankResult:
-    from roofscope.analysis import analyze
-    from roofscope.views.collectives import collective_table, kernel_collectives
+def _analyze_local(part: Part, path: Path, settings: AnalysisSettings) -> RankResult:
 
-    a = analyze(path, **options)
+    a = run(path, settings)
     cut = [r for r in a.trace.meta.get("skipped_events") or {} if r.startswith(CUT_SHORT)]
     if cut:
         # `analyze` reads what is complete; among ranks, the part that is missing would make this
         # rank look faster or slower than the others, so the job is not judged on it
         raise TraceError(f"{part.source}: {cut[0]}; a merge compares whole rank traces: copy this rank's"
                          " trace again (or analyze it alone with roofscope analyze)")
-    s = a.summary()
+    s = a.to_dict()
     dist = s.get("distributed") or {}
     world = part.world_size or _int(dist.get("world_size"))
     steps = _step_frame(a)
@@ -335,12 +336,12 @@ def _analyze_local(part: Part, path: Path, options: dict[str, Any]) -> RankResul
                "diagnosis": {k: v for k, v in (s.get("diagnosis") or {}).items() if k != "skipped"}}
     return RankResult(rank=int(part.rank or 0), path=part.source, node=part.node, device=str(s["device"]),
                       world_size=world, summary=summary, steps=steps, kernel_steps=_kernel_steps(a.kernels),
-                      collectives=collective_table(kernel_collectives(a.trace, a.kernels, a.steps()), world),
+                      collectives=collective_table(kernel_collectives(a.trace, a.kernels, a.steps), world),
                       findings=s.get("findings") or [],
                       roofline=_roofline(a), ceilings=s["ceilings"])
 
 
-def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None = None,
+def analyze_parts(parts: list[Part], settings: AnalysisSettings, jobs: int | None = None,
                   scheduler: str | None = None) -> list[RankResult]:
     """Analyze ``parts`` in ``jobs`` processes (default: one per CPU; 1 runs in this process),
     or on the Dask cluster at ``scheduler`` (see :mod:`.cluster`).
@@ -354,10 +355,10 @@ def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None =
     if scheduler:
         from roofscope.job.cluster import analyze_on_dask
 
-        return analyze_on_dask(analyze_part, parts, options, scheduler, jobs)
+        return analyze_on_dask(analyze_part, parts, settings, scheduler, jobs)
     jobs = min(jobs or os.cpu_count() or 1, len(parts))
     if jobs <= 1:
-        return [analyze_part(p, options) for p in parts]
+        return [analyze_part(p, settings) for p in parts]
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
@@ -365,7 +366,7 @@ def analyze_parts(parts: list[Part], options: dict[str, Any], jobs: int | None =
                                 "roofscope.cost.formulas"])
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
     try:
-        return list(pool.map(analyze_part, parts, [options] * len(parts)))
+        return list(pool.map(analyze_part, parts, [settings] * len(parts)))
     except BrokenProcessPool:
         raise RoofscopeError(f"a worker process analyzing the ranks died (out of memory?); retry with fewer"
                              f" --jobs than {jobs}") from None
