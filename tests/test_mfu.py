@@ -104,9 +104,9 @@ def _no_input_gradient_step() -> TraceBuilder:
 
 
 def _console(a) -> str:
-    from roofscope.render.registry import RenderOptions, renderer
+    from roofscope.render.registry import ANALYSIS, RenderOptions, renderer
 
-    return renderer("console").render(a, RenderOptions(top=3))
+    return renderer(ANALYSIS, "console").render(a, RenderOptions(top=3))
 
 
 def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
@@ -136,9 +136,9 @@ def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
 
 
 def renderer_text(a, name: str) -> str:
-    from roofscope.render.registry import RenderOptions, renderer
+    from roofscope.render.registry import ANALYSIS, RenderOptions, renderer
 
-    out = renderer(name).render(a, RenderOptions(top=3))
+    out = renderer(ANALYSIS, name).render(a, RenderOptions(top=3))
     return out.decode() if isinstance(out, bytes) else out
 
 

@@ -36,11 +36,11 @@ def run(opts: AnalyzeOptions) -> int:
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
     from roofscope.analysis import analyze
-    from roofscope.render.registry import RenderOptions, renderer
+    from roofscope.render.registry import ANALYSIS, RenderOptions, renderer
 
     to_stdout = opts.markdown_out == "-"
     # Refuse to clobber before spending time on the analysis.
-    outputs = [(path, renderer(name)) for path, name in
+    outputs = [(path, renderer(ANALYSIS, name)) for path, name in
                ((opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"),
                 (None if to_stdout else opts.markdown_out, "markdown"), (opts.perfetto_out, "perfetto")) if path]
     for path, _ in outputs:
@@ -54,7 +54,7 @@ def run(opts: AnalyzeOptions) -> int:
     a = analyze(opts.trace, graph_capture=list(opts.graph_capture), **opts.ceiling_kwargs())
     options = RenderOptions(top=opts.top, cdn=opts.cdn)
     if to_stdout or not opts.quiet:
-        sys.stdout.write(renderer("markdown" if to_stdout else "console").render(a, options))
+        sys.stdout.write(renderer(ANALYSIS, "markdown" if to_stdout else "console").render(a, options))
     for path, r in outputs:
         atomic_write(path, r.render(a, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)

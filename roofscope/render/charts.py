@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.place.roofline import CLASSES, aggregate
-from roofscope.render.console import shorten
+from roofscope.text import shorten
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis

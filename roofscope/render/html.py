@@ -32,7 +32,9 @@ from roofscope.place.measured import l2_bandwidth
 from roofscope.views.metrics import utilization_note
 from roofscope.place.roofline import CLASSES
 from roofscope.render.charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
-from roofscope.render.console import above_roof_text, memory_text, number, pct, shorten, si
+from roofscope.render.phrases import above_roof_text, memory_text
+from roofscope.text import number, pct, shorten
+from roofscope.units import si
 from roofscope.jsonsafe import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover
