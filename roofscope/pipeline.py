@@ -23,8 +23,8 @@ from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
 from roofscope.render.registry import ANALYSIS, RenderOptions, check_formats, renderer
-from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text, update_meta,
-                           write_run)
+from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text,
+                           update_meta, write_run)
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis

@@ -40,7 +40,7 @@ CEILINGS = "roofscope.hardware.ceilings.Ceilings"
 
 @dataclass(frozen=True)
 class RenderOptions:
-    top: int = Presentation.top  # kernels listed by the terminal summary (console) and the diff; the others list their own number
+    top: int = Presentation.top  # kernels listed by the console summary and the diff; the others list their own
     cdn: bool = False      # html: load plotly.js from its CDN instead of inlining it
     reports: Mapping[int, str] | None = None   # a Job's html: each rank's own report.html, relative to the job's
 
@@ -231,7 +231,8 @@ for _kind, _r in (
         (DIFF, FunctionRenderer("json", "diff.json", "the diff as JSON", _diff_json)),
         (GATE, FunctionRenderer("console", "gate.txt", "the verdict for a terminal, with the kernel evidence",
                                 _gate_console)),
-        (GATE, FunctionRenderer("markdown", "gate.md", "the verdict as markdown (GitHub step summary)", _gate_markdown)),
+        (GATE, FunctionRenderer("markdown", "gate.md", "the verdict as markdown (GitHub step summary)",
+                                _gate_markdown)),
         (GATE, FunctionRenderer("junit", "junit.xml", "JUnit XML: one testcase per check", _gate_junit)),
         (GATE, FunctionRenderer("github", "annotations.txt", "GitHub Actions annotations, one per failed check",
                                 _gate_github)),
