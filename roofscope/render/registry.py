@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 from roofscope.config import Presentation
 from roofscope.errors import RoofscopeError
-from roofscope.run.layout import REPORT_FILE, SUMMARY_FILE
+from roofscope.run.layout import CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis
@@ -242,5 +242,5 @@ for _kind, _r in (
         (JOB, FunctionRenderer("json", SUMMARY_FILE, "the cross-rank summary as JSON", _job_json)),
         (CEILINGS, FunctionRenderer("console", "ceilings.txt", "the measured ceilings beside the datasheet",
                                     _ceilings_console)),
-        (CEILINGS, FunctionRenderer("json", "ceilings.json", "the ceilings file's content", _ceilings_json))):
+        (CEILINGS, FunctionRenderer("json", CEILINGS_FILE, "the ceilings file's content", _ceilings_json))):
     register(_kind, _r)
