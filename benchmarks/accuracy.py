@@ -23,8 +23,8 @@ import pandas as pd
 from roofscope.analysis import Analysis
 from roofscope.place.measured import MATMUL_CATEGORIES
 from roofscope.errors import RoofscopeError
-from roofscope.render.console import pct, shorten, si, table
-from roofscope.render.markdown import md_code, md_table, md_text
+from roofscope.text import md_code, md_table, md_text, pct, shorten, table
+from roofscope.units import si
 
 FLOPS_WITHIN = 0.02      # GEMM/conv/attention FLOPs within 2% of the counters
 BYTES_WITHIN = 0.25      # DRAM bytes within 25% where the working set exceeds L2

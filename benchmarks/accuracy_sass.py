@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from roofscope.cost.costmodel import cost_signature
-from roofscope.render.console import shorten, si, table
-from roofscope.render.markdown import md_code, md_table
+from roofscope.text import md_code, md_table, shorten, table
+from roofscope.units import si
 
 TRACE = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "external"
          / "hta_a100_alexnet_cupti_counters.json.gz")

@@ -17,7 +17,7 @@ the Result and compute nothing. :class:`Analysis` is the deprecated face of a Re
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -68,11 +68,18 @@ class AnalysisSettings:
     graph_capture: tuple[Any, ...] = ()  # capture traces (paths or Traces) that cost graph replays
 
     @classmethod
-    def of(cls, options: Any, **more: Any) -> AnalysisSettings:
-        """Settings from a command's options, which inherit CeilingOverrides and RooflineThresholds."""
-        overrides = CeilingOverrides(**{f: getattr(options, f) for f in CeilingOverrides.__dataclass_fields__})
-        thresholds = RooflineThresholds(**{f: getattr(options, f) for f in RooflineThresholds.__dataclass_fields__})
-        return cls(ceilings=overrides, params=RooflineParams.from_thresholds(thresholds), **more)
+    def of(cls, ceilings: CeilingOverrides | None = None, thresholds: RooflineThresholds | None = None,
+           **more: Any) -> AnalysisSettings:
+        """Settings from the options objects (a command's options are both: pass them twice). Only
+        the declared fields are kept, so the settings pickle to the job's worker processes alone."""
+        overrides = CeilingOverrides(**{f: getattr(ceilings, f) for f in _fields(CeilingOverrides)}) \
+            if ceilings is not None else CeilingOverrides()
+        params = RooflineParams.from_thresholds(thresholds) if thresholds is not None else RooflineParams()
+        return cls(ceilings=overrides, params=params, **more)
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds, values
+from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
-from roofscope.run import CEILINGS_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text, update_meta, write_run
+from roofscope.render.registry import RESULT, RenderOptions, check_formats, renderer
+from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text,
+                           update_meta, write_run)
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.model.result import Result
@@ -43,15 +45,8 @@ class PipelineOptions(CeilingOverrides, RooflineThresholds):
     quiet: bool = False                      # no progress lines (a CPU's ceilings measured once)
 
     def __post_init__(self) -> None:
-        from roofscope.render.registry import check_formats
-
         super().__post_init__()
-        check_formats(self.formats)
-
-    def merge_ceilings(self) -> dict[str, Any]:
-        """The ceilings and thresholds under `roofscope merge`'s option names (the same classes):
-        rank 0's merge analyzes the job with what each rank was analyzed with."""
-        return {**values(CeilingOverrides, self), **values(RooflineThresholds, self)}
+        check_formats(RESULT, self.formats)
 
     def outputs(self) -> list[str]:
         """Renderer names to write into the Run: report.html unless turned off, then the formats asked for."""
@@ -65,6 +60,15 @@ class SessionResult:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None           # analysis failed (e.g. unknown GPU); the Run is still written
     interrupted: int | None = None     # the signal that stopped the analysis; the recorded Run is kept
+
+    def problem(self) -> str | None:
+        """What to report as an error when the profile ends, if anything."""
+        if self.run is None:
+            return "no trace was recorded, so no Run was written"
+        if self.error:
+            return (f"{self.error}; the Run was written without a summary: re-analyze it with"
+                    f" `roofscope analyze {self.run.path} --peak-tflops ... --peak-bandwidth ...`")
+        return None
 
 
 class Interrupted(BaseException):
@@ -195,10 +199,9 @@ def _why(e: BaseException) -> str:
 
 def render_outputs(result: "Result", options: PipelineOptions) -> dict[str, bytes | str]:
     """The Run's rendered files by name: each output's renderer under its default file name."""
-    from roofscope.render.registry import RenderOptions, renderer
-
     render_options = RenderOptions(top=options.top)
-    return {r.file_name: r.render(result, render_options) for r in map(renderer, options.outputs())}
+    return {r.file_name: r.render(result, render_options)
+            for r in (renderer(RESULT, name) for name in options.outputs())}
 
 
 def _analyze(session: "Session", c: "Collected", meta: dict[str, Any], options: PipelineOptions,
@@ -219,7 +222,7 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any], options: 
     if len(trace.kernels) == 0 and not overridden:
         ceilings = _cpu_ceilings(c.warnings, options.quiet)
     try:
-        settings = AnalysisSettings.of(options, graph_capture=tuple(str(p) for p in c.captures))
+        settings = AnalysisSettings.of(options, options, graph_capture=tuple(str(p) for p in c.captures))
         result = run(trace, settings, ceilings=ceilings, telemetry=c.telemetry, run_meta=meta)
     except RoofscopeError as e:
         return None, str(e), ceilings
@@ -264,25 +267,37 @@ def announce(session: "Session", result: SessionResult, *, exit_code: int, merge
     """End a profile on the terminal: the summary and the Run's paths (``paths_when_quiet``: also
     with ``quiet``), or for one rank of a job :func:`conclude`; then the warnings and the problem,
     which is returned."""
-    from roofscope.render.console import render_session
-
     if result.interrupted and result.run is not None:
         name = signal.Signals(result.interrupted).name
         print(f"roofscope: interrupted ({name}) before the analysis ended: the recorded profile is kept in"
               f" {result.run.path}; analyze it later with `roofscope analyze {result.run.path}`", file=sys.stderr)
         exit_code = exit_code or 128 + result.interrupted   # an interrupted rank 0 does not wait to merge
     if session.part is None:
-        text, problem = render_session(result, top=top, quiet=quiet)
+        problem = result.problem()
         if paths_when_quiet or not quiet:
-            sys.stdout.write(text)
+            sys.stdout.write(_session_text(result, top, quiet))
     else:
         problem = conclude(session.part, result, exit_code=exit_code, merge_timeout_s=merge_timeout_s, quiet=quiet,
-                           merge_ceilings=options.merge_ceilings() if options is not None else {})
+                           settings=options)
     for w in result.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)
     if problem:
         print(f"roofscope: error: {problem}", file=sys.stderr)
     return problem
+
+
+def _session_text(result: SessionResult, top: int, quiet: bool) -> str:
+    """The terminal summary (not with ``quiet``), then where the Run and its report are."""
+    if result.run is None:
+        return ""
+    out = ""
+    if result.analysis is not None and not quiet:
+        out = renderer(RESULT, "console").render(result.analysis, RenderOptions(top=top)) + "\n"
+    out += f"run:    {result.run.path}\n"
+    report = result.run.path / REPORT_FILE
+    if report.exists():
+        out += f"report: {report}\n"
+    return out
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -291,13 +306,12 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_timeout_s: float,
-             quiet: bool, merge_ceilings: dict[str, Any] | None = None) -> str | None:
+             quiet: bool, settings: PipelineOptions | None = None) -> str | None:
     """After this rank's part is written: a one-line note on every rank but 0; rank 0 waits up to
-    ``merge_timeout_s`` for the other parts and merges the job (0: only prints the command).
-    Returns the problem to report, as ``render_session`` does."""
-    from roofscope.render.console import render_session
-
-    _, problem = render_session(result, quiet=True)
+    ``merge_timeout_s`` for the other parts and merges the job (0: only prints the command) with
+    the ceilings and thresholds of ``settings``, which each rank was analyzed with. Returns the
+    problem to report, as :meth:`SessionResult.problem` does."""
+    problem = result.problem()
     if result.run is None:
         return problem
     info = part.info
@@ -317,13 +331,10 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
               f" {merge_timeout_s:g} s; once every rank-* directory is on one machine, run: {command}",
               file=sys.stderr)
         return problem
-    from roofscope.commands.merge import MergeOptions, run
+    from roofscope.job.merge import merge   # the analysis and pandas: not loaded with the profiler
 
     try:
-        code = run(MergeOptions(sources=[str(part.job_dir)], out=str(part.job_dir), force=True, quiet=quiet,
-                                **(merge_ceilings or {})))
+        merge([str(part.job_dir)], out=part.job_dir, force=True, quiet=quiet, ceilings=settings, thresholds=settings)
     except RoofscopeError as e:
         return problem or f"merging the ranks' parts failed: {e}; retry with: {command}"
-    if code != 0:
-        return problem or f"merging the ranks' parts failed (exit code {code}); retry with: {command}"
     return problem

@@ -17,7 +17,7 @@ import pytest
 
 import roofscope
 from roofscope.model.kernels import aggregate
-from roofscope.render.console import shorten
+from roofscope.text import shorten
 from roofscope.render.html import render_html
 
 from .test_counters_analysis import probe_run  # noqa: F401  (fixture)

@@ -481,16 +481,16 @@ def test_rank_0_merges_with_the_ceilings_the_ranks_were_analyzed_with(tmp_path: 
                                                                        capsys) -> None:
     """rank 0's merge analyzes the job with the run's --peak-* and thresholds, not the defaults
     (`--latency-floor-us 10` classified each rank with 10 us and the merged job with 3)."""
-    import roofscope.commands.merge as merge
+    import roofscope.job.merge as merge
 
     seen = []
-    real = merge.run
-    monkeypatch.setattr(merge, "run", lambda opts: seen.append(opts) or real(opts))
+    real = merge.merge
+    monkeypatch.setattr(merge, "merge", lambda sources, **kw: seen.append(kw) or real(sources, **kw))
     out = tmp_path / "job"
     for rank in (1, 0):
         _as_rank(monkeypatch, rank)
         assert _run(out, script, "--latency-floor-us", "10", "--underutilized-below", "0.5") == 0
-    (opts,) = seen
-    assert (opts.latency_floor_us, opts.underutilized_below) == (pytest.approx(10.0), 0.5)
-    assert (opts.peak_tflops, opts.peak_bandwidth_gbs) == (float(PEAKS[1]), float(PEAKS[3]))
+    (kw,) = seen
+    assert (kw["thresholds"].latency_floor_us, kw["thresholds"].underutilized_below) == (pytest.approx(10.0), 0.5)
+    assert (kw["ceilings"].peak_tflops, kw["ceilings"].peak_bandwidth_gbs) == (float(PEAKS[1]), float(PEAKS[3]))
     assert "roofscope job: 2 of 2 ranks" in capsys.readouterr().out

@@ -20,7 +20,7 @@ from roofscope.render.console import render_summary
 from roofscope.render.export import kernels_csv, to_json
 from roofscope.render.html import render_html
 from roofscope.render.markdown import render_markdown
-from roofscope.render.registry import FunctionRenderer, RenderOptions, renderer
+from roofscope.render.registry import RESULT, FunctionRenderer, RenderOptions, renderer
 
 from .test_collect import PEAKS, TRAIN
 
@@ -40,20 +40,40 @@ def script(tmp_path: Path) -> Path:
 
 
 def test_every_renderer_is_its_module_behind_one_signature(eager) -> None:
-    assert registry.names() == ["console", "csv", "html", "json", "junit", "markdown", "perfetto"]
+    assert registry.names(RESULT) == ["console", "csv", "html", "json", "junit", "markdown", "perfetto"]
     opts = RenderOptions(top=4)
-    assert renderer("console").render(eager, opts) == render_summary(eager, top=4)
-    assert renderer("json").render(eager, opts) == to_json(eager)            # --top is the console's only
-    assert renderer("csv").render(eager, opts) == kernels_csv(eager)
-    assert renderer("markdown").render(eager, opts) == render_markdown(eager)
-    assert renderer("html").render(eager, RenderOptions(cdn=True)) == render_html(eager, cdn=True)
-    assert {n: renderer(n).file_name for n in registry.names()} == {
+    assert renderer(RESULT, "console").render(eager, opts) == render_summary(eager, top=4)
+    assert renderer(RESULT, "json").render(eager, opts) == to_json(eager)            # --top is the console's only
+    assert renderer(RESULT, "csv").render(eager, opts) == kernels_csv(eager)
+    assert renderer(RESULT, "markdown").render(eager, opts) == render_markdown(eager)
+    assert renderer(RESULT, "html").render(eager, RenderOptions(cdn=True)) == render_html(eager, cdn=True)
+    assert {n: renderer(RESULT, n).file_name for n in registry.names(RESULT)} == {
         "console": "summary.txt", "csv": "kernels.csv", "html": "report.html", "json": "analysis.json",
         "junit": "junit.xml", "markdown": "summary.md", "perfetto": "trace.annotated.json.gz"}
 
 
+def test_each_output_is_keyed_by_the_type_it_renders() -> None:
+    from roofscope.analysis import Analysis
+    from roofscope.compare.diff import Diff
+    from roofscope.gate.result import GateResult
+    from roofscope.hardware.ceilings import Ceilings
+    from roofscope.job.straggler import Job
+
+    # The built-in kinds are named as text (no import at CLI start): each must name its class.
+    for kind, cls in ((registry.RESULT, Analysis), (registry.DIFF, Diff), (registry.GATE, GateResult),
+                      (registry.JOB, Job), (registry.CEILINGS, Ceilings)):
+        assert registry.kind_of(cls) == kind
+    assert registry.names(Diff) == ["console", "json", "markdown"]
+    assert registry.names(GateResult) == ["console", "github", "json", "junit", "markdown"]
+    assert registry.names(Job) == ["console", "html", "json"]
+    assert registry.names(Ceilings) == ["console", "json"]
+    assert renderer(Job, "html") is renderer(registry.JOB, "html")
+    with pytest.raises(RoofscopeError, match=r"^unknown output format 'csv'; known: console, html, json$"):
+        renderer(Job, "csv")
+
+
 def test_junit_lists_each_rule_as_a_test(eager) -> None:
-    suite = ET.fromstring(renderer("junit").render(eager, RenderOptions())).find("testsuite")
+    suite = ET.fromstring(renderer(RESULT, "junit").render(eager, RenderOptions())).find("testsuite")
     # The eager H100 block: 2 rules find something (CUDA graphs 1.305 ms/step, fusion 0.033 ms/step), 15 do not apply.
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("17", "2", "15")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
@@ -66,10 +86,10 @@ def test_junit_lists_each_rule_as_a_test(eager) -> None:
 
 def test_register_refuses_a_taken_name_and_unknown_names_are_one_line_errors(eager) -> None:
     with pytest.raises(ValueError, match="already registered"):
-        registry.register(FunctionRenderer("json", "x.json", "", lambda a, o: ""))
+        registry.register(RESULT, FunctionRenderer("json", "x.json", "", lambda a, o: ""))
     with pytest.raises(RoofscopeError, match=r"^unknown output format 'pdf'; known: console, csv, html, json, junit,"
                                              r" markdown, perfetto$"):
-        renderer("pdf")
+        renderer(RESULT, "pdf")
 
 
 def test_run_writes_each_format_into_the_run(script: Path, tmp_path: Path, capsys) -> None:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from roofscope.ingest.kineto import as_dims, as_int, skip_reason, skipped_line
+from roofscope.ingest.kineto import as_dims, as_int, skip_reason
+from roofscope.render.console import skipped_line
 from roofscope.ingest.trace import load_trace
 from roofscope.errors import TraceError
 

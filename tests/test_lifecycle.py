@@ -231,7 +231,7 @@ SIGNAL_IN_WRITE = textwrap.dedent('''
         for _ in range(3):
             model(torch.randn(4, 8))
             prof.step()
-    print("INTERRUPTED", prof.result.interrupted, "ANALYSIS", prof.analysis)
+    print("INTERRUPTED", prof.result.interrupted, "RESULT", prof.analysis)
 ''')
 
 
@@ -242,7 +242,7 @@ def test_sigterm_during_the_write_keeps_a_whole_run(tmp_path: Path) -> None:
                          env=_env(tmp_path))
     # Before: killed by the signal (-15), no Run, an empty hidden .run.xxxx/ beside it.
     assert res.returncode == 0, res.stderr
-    assert f"INTERRUPTED {int(signal.SIGTERM)} ANALYSIS None" in res.stdout
+    assert f"INTERRUPTED {int(signal.SIGTERM)} RESULT None" in res.stdout
     assert "roofscope: SIGTERM received: the recorded profile is being written; stopping right after" in res.stderr
     assert "interrupted (SIGTERM) before the analysis ended" in res.stderr
     # One active step: the first prof.step() ends it (and the recording); the other two are timed only.

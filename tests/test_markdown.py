@@ -10,7 +10,8 @@ import pytest
 import roofscope
 from roofscope.cli import main
 from roofscope.render.console import render_summary
-from roofscope.render.markdown import md_code, md_table, md_text, render_markdown
+from roofscope.render.markdown import render_markdown
+from roofscope.text import md_code, md_table, md_text
 
 from .test_html import EVIL, H200_RUN, _evil_analysis, _finding, _with_summary
 

@@ -156,7 +156,7 @@ def test_summary_and_report_name_the_runs_trace_not_a_temporary_one(tmp_path, ca
 
 
 def test_html_evidence_figures_read_as_numbers_not_exponents(tmp_path):
-    from roofscope.render.console import number
+    from roofscope.text import number
     from roofscope.render.html import render_html
 
     assert (number(2.665e10), number(1234.5), number(0.012345), number(12)) == ("26.65 G", "1,234", "0.01235", "12")

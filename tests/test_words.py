@@ -15,7 +15,8 @@ import pytest
 
 from roofscope.analysis import analyze
 from roofscope.cli import main
-from roofscope.render.console import middle_cut, render_summary, table
+from roofscope.render.console import render_summary
+from roofscope.text import middle_cut, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

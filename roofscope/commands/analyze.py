@@ -36,11 +36,11 @@ def run(opts: AnalyzeOptions) -> int:
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
     from roofscope.analysis import AnalysisSettings, run as analyze
-    from roofscope.render.registry import RenderOptions, renderer
+    from roofscope.render.registry import RESULT, RenderOptions, renderer
 
     to_stdout = opts.markdown_out == "-"
     # Refuse to clobber before spending time on the analysis.
-    outputs = [(path, renderer(name)) for path, name in
+    outputs = [(path, renderer(RESULT, name)) for path, name in
                ((opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"),
                 (None if to_stdout else opts.markdown_out, "markdown"), (opts.perfetto_out, "perfetto")) if path]
     for path, _ in outputs:
@@ -51,10 +51,10 @@ def run(opts: AnalyzeOptions) -> int:
     for capture in opts.graph_capture:
         if not Path(capture).is_file():
             raise RoofscopeError(f"--graph-capture {capture}: no such file")
-    a = analyze(opts.trace, AnalysisSettings.of(opts, graph_capture=tuple(opts.graph_capture)))
+    a = analyze(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture)))
     options = RenderOptions(top=opts.top, cdn=opts.cdn)
     if to_stdout or not opts.quiet:
-        sys.stdout.write(renderer("markdown" if to_stdout else "console").render(a, options))
+        sys.stdout.write(renderer(RESULT, "markdown" if to_stdout else "console").render(a, options))
     for path, r in outputs:
         atomic_write(path, r.render(a, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)

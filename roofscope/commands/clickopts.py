@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar, get_args, get_type_hints
 import click
 
 from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
-from roofscope.render.registry import names, renderer
+from roofscope.render.registry import RESULT, names, renderer
 
 F = TypeVar("F", bound=Callable[..., Any])
 # `roofscope run SCRIPT --its-own-flags`: everything after SCRIPT belongs to the script.
@@ -94,7 +94,8 @@ run_options = stack(
     click.option("--no-report", is_flag=True, help="Do not render report.html."),
     click.option("--format", "formats", multiple=True, metavar="NAME",
                  help="Also render this output into the Run (repeatable): "
-                      + ", ".join(f"{r.name} ({r.file_name})" for r in map(renderer, names())) + "."),
+                      + ", ".join(f"{r.name} ({r.file_name})" for r in (renderer(RESULT, n) for n in names(RESULT)))
+                      + "."),
     click.option("--counters", type=click.Choice(["ncu", "cupti"]),
                  help="Also measure hardware counters of the recorded steps: `ncu` re-runs the script under "
                       "Nsight Compute after the Run is written (docs/counters.md)."),

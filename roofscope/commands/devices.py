@@ -7,7 +7,8 @@ import sys
 def run() -> int:
     from roofscope.hardware.datasheets import known_devices
     from roofscope.microbench import cache
-    from roofscope.render.console import si, table
+    from roofscope.text import table
+    from roofscope.units import si
 
     rows = [[s.key, s.name, si(s.peaks.get("bf16"), "FLOP/s"), si(s.peaks.get("fp32"), "FLOP/s"),
              si(s.bandwidth, "B/s")] for s in known_devices()]

@@ -1,7 +1,6 @@
 """`roofscope diff A B`: compare two Runs or traces of the same workload (B after a change)."""
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,23 +23,23 @@ class DiffOptions(CeilingOptions, Presentation):
 def run(opts: DiffOptions) -> int:
     from roofscope.analysis import AnalysisSettings, run as analyze
     from roofscope.compare.diff import diff
-    from roofscope.render.diffview import render_markdown, render_terminal
+    from roofscope.render.registry import DIFF, RenderOptions, renderer
 
-    outputs = [(path, render) for path, render in (
-        (opts.json_out, lambda d: json.dumps(d.to_dict(), indent=1, allow_nan=False)),
-        (opts.markdown_out, lambda d: render_markdown(d, top=opts.top))) if path]
+    outputs = [(path, renderer(DIFF, name)) for path, name in ((opts.json_out, "json"), (opts.markdown_out, "markdown"))
+               if path]
     # Refuse to clobber before spending time on two analyses.
     for path, _ in outputs:
         check_writable(path, opts.force)
     # Both sides on the same ceilings options, so a kernel's class moves only when its timing does.
-    settings = AnalysisSettings.of(opts)
+    settings = AnalysisSettings.of(opts, opts)
     a, b = (analyze(p, settings) for p in (opts.run_a, opts.run_b))
     d = diff(a, b, applied=opts.applied)
     for w in d.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)
+    options = RenderOptions(top=opts.top)
     if not opts.quiet:
-        sys.stdout.write(render_terminal(d, top=opts.top))
-    for path, render in outputs:
-        atomic_write(path, render(d), force=opts.force)
+        sys.stdout.write(renderer(DIFF, "console").render(d, options))
+    for path, r in outputs:
+        atomic_write(path, r.render(d, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)
     return 0

@@ -3,7 +3,6 @@
 Exit codes: 0 pass, 1 regression, 2 usage or input error (raised as RoofscopeError), 3 undecided."""
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 
@@ -65,31 +64,29 @@ def _write_baseline(opts: GateOptions) -> int:
 
 def run(opts: GateOptions) -> int:
     from roofscope.gate import check
-    from roofscope.render.gate import markdown
-    from roofscope.render.github import annotations, append_step_summary, in_actions
-    from roofscope.render.junit import junit_xml
+    from roofscope.render.github import append_step_summary, in_actions
+    from roofscope.render.registry import GATE, RenderOptions, renderer
 
     if opts.write_baseline:
         return _write_baseline(opts)
     if opts.baseline_out:
         raise GateUsageError(f"unexpected argument {opts.baseline_out!r}: compare with --baseline FILE, or write"
                              " one with --write-baseline RUN FILE")
-    outputs = [(path, render) for path, render in
-               ((opts.junit_out, junit_xml), (opts.markdown_out, markdown),
-                (opts.json_out, lambda r: json.dumps(r.to_dict(), indent=1, allow_nan=False) + "\n")) if path]
+    outputs = [(path, renderer(GATE, name)) for path, name in
+               ((opts.junit_out, "junit"), (opts.markdown_out, "markdown"), (opts.json_out, "json")) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
     result = check(opts.run, opts.baseline, min_mfu=opts.min_mfu, min_hfu=opts.min_hfu, min_mbu=opts.min_mbu,
                    max_step_time_ms=opts.max_step_time_ms, max_idle_fraction=opts.max_idle_fraction,
                    max_step_time=opts.max_step_time,
                    max_regression=opts.max_regression, alpha=opts.alpha, top_kernels=opts.top)
+    options = RenderOptions()
     if not opts.quiet:
-        sys.stdout.write(result.report())
+        sys.stdout.write(renderer(GATE, "console").render(result, options))
     if in_actions():
-        for line in annotations(result):
-            print(line)
-        append_step_summary(markdown(result))
-    for path, render in outputs:
-        atomic_write(path, render(result), force=opts.force)
+        sys.stdout.write(renderer(GATE, "github").render(result, options))
+        append_step_summary(renderer(GATE, "markdown").render(result, options))
+    for path, r in outputs:
+        atomic_write(path, r.render(result, options), force=opts.force)
         print(f"wrote {path}", file=sys.stderr)
     return result.exit_code

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from roofscope.render.console import plural
+from roofscope.text import plural
 from roofscope.gate.snapshot import Snapshot
 from roofscope.gate.stats import ALPHA, mann_whitney, min_steps, steps_to_decide
 from roofscope.gate.thresholds import REGION_PREFIX, Bound, Limit, Metric, limit_for, metric

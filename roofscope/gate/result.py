@@ -8,6 +8,7 @@ import pandas as pd
 
 from roofscope.version import __version__
 from roofscope.gate.evaluate import FAIL, PASS, SKIP, UNDECIDED, Check
+from roofscope.text import shorten
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 10
@@ -75,8 +76,6 @@ class GateResult:
 
     def culprits(self, n: int = 3) -> str:
         """The kernels that grew most, in one line: ``name +1.234 ms/step (memory), ...``."""
-        from roofscope.render.console import shorten
-
         k = self.grown_kernels().head(n)
         return ", ".join(f"{shorten(str(r.name), 48)} +{1e3 * r.delta_s:.3f} ms/step ({r.cls_b or '-'})"
                          for r in k.itertuples())

@@ -331,15 +331,6 @@ def skip_reason(message: str) -> str:
     return f"{where}: {what[0].lower() + what[1:]}" if what else where
 
 
-def skipped_line(skipped: dict[str, int]) -> str:
-    """One line for the console: ``skipped 12 events: args.bytes not a number``."""
-    n = sum(skipped.values())
-    reasons = sorted(skipped.items(), key=lambda kv: -kv[1])
-    detail = "; ".join(f"{r} ({c})" if len(reasons) > 1 else r for r, c in reasons[:3])
-    more = f"; {len(reasons) - 3} more reasons" if len(reasons) > 3 else ""
-    return f"skipped {n} malformed event{'s' if n != 1 else ''}: {detail}{more}"
-
-
 def _what_else(data: bytes, err: Exception | None = None, fallback: str | None = None) -> str:
     """What a JSON file that is not a Kineto trace is, for the refusal."""
     try:

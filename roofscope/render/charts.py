@@ -14,7 +14,7 @@ import pandas as pd
 
 from roofscope.model.kernels import CLASSES, aggregate
 from roofscope.run.telemetry import THROTTLE_REASONS, decode_reasons
-from roofscope.render.console import shorten
+from roofscope.text import shorten
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.model.result import Result

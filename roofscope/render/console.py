@@ -2,120 +2,20 @@
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sys
-from typing import TYPE_CHECKING, Sequence
+import textwrap
+from typing import TYPE_CHECKING, Any
 
-from roofscope.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
-from roofscope.run.layout import REPORT_FILE
-from roofscope.text_safety import clean
+from roofscope.model.kernels import ABOVE_ROOF_TOLERANCE
+from roofscope.render.phrases import above_roof_text, finding_lines, memory_text, utilization_note
 from roofscope.render.programtime import savings_note, step_time_lines
+from roofscope.text import pct, shorten, step_range, table
+from roofscope.text_safety import clean
 from roofscope.units import ms, si
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.model.result import Result
-    from roofscope.model.summary import AboveRoof, CountersBlock, Recommendation, Summary
-    from roofscope.hardware.devices import Ceilings
-    from roofscope.pipeline import SessionResult
-
-_NAME_WIDTH = 64
-_FILE_WIDTH = 160   # a table's width where no terminal says how wide it is
-_MIN_TEXT = 12      # a name column is never cut narrower
-
-
-def plural(n: int, noun: str) -> str:
-    """'1 step', '3 steps'."""
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
-def step_range(steps: Sequence[int]) -> str:
-    """'step 6', 'steps 3-5', 'steps 3, 5, 9' (not contiguous)."""
-    if not steps:
-        return "no steps"
-    if len(steps) == 1:
-        return f"step {steps[0]}"
-    if list(steps) == list(range(steps[0], steps[-1] + 1)):
-        return f"steps {steps[0]}-{steps[-1]}"
-    return "steps " + ", ".join(map(str, steps))
-
-
-def number(x: float, digits: int = 4) -> str:
-    """A plain figure for people: 2.665e10 -> '26.65 G', 1234.5 -> '1,234', 0.0123 -> '0.0123'."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    if abs(x) >= 1e5:
-        return si(float(x), digits=digits)
-    if abs(x) >= 1000 or float(x).is_integer():
-        return f"{x:,.0f}"
-    return f"{x:.{digits}g}"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
-
-
-def shorten(name: str, width: int = _NAME_WIDTH) -> str:
-    """Kernel names are C++ signatures: keep the function part, cut the template noise."""
-    short = name.replace("(anonymous namespace)::", "").replace("void ", "", 1)
-    short = short.split("(")[0] if "(" in short and not short.startswith("(") else short
-    return short if len(short) <= width else short[: width - 1] + "…"
-
-
-def terminal_width() -> int:
-    """``COLUMNS`` if set, else the terminal's width when stdout is one, else 160 (a file, a pipe)."""
-    env = os.environ.get("COLUMNS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return shutil.get_terminal_size((_FILE_WIDTH, 24)).columns if sys.stdout.isatty() else _FILE_WIDTH
-
-
-def middle_cut(text: str, width: int) -> str:
-    """``text`` in ``width`` characters, an ellipsis in the middle: kernel names differ at both ends."""
-    if len(text) <= width:
-        return text
-    head = (width - 1) // 2 + (width - 1) % 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):] if width > 1 else text[:width]
-
-
-def _fit(widths: list[int], align: str, room: int) -> list[int]:
-    """Narrow the text ('<') columns, widest first, until the table fits ``room`` (never below
-    :data:`_MIN_TEXT` or their header); figures keep their width."""
-    widths = list(widths)
-    over = sum(widths) + 2 * (len(widths) - 1) - room
-    while over > 0:
-        text = [i for i, a in enumerate(align) if a == "<" and widths[i] > _MIN_TEXT]
-        if not text:
-            break
-        i = max(text, key=lambda j: widths[j])
-        others = max([widths[j] for j in text if j != i] + [_MIN_TEXT])
-        cut = min(over, widths[i] - others + 1 if widths[i] > others else 1, widths[i] - _MIN_TEXT)
-        widths[i] -= cut
-        over -= cut
-    return widths
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str, indent: int = 2,
-          width: int | None = None) -> list[str]:
-    """Fixed-width text table; ``align`` has one of '<' or '>' per column. It fits ``width`` columns
-    (default: the terminal's) less ``indent`` (what the caller puts before each line), cutting long
-    text cells in the middle."""
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    widths = _fit(widths, align, (width or terminal_width()) - indent)
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(f"{middle_cut(c, w):{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
-
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
-
-
-def memory_text(c: "Ceilings") -> str:
-    """'memory 30.9 GB/s', or per level: 'memory L2 120 GB/s (<= 2 MiB), LLC 230 GB/s (<= 32 MiB), DRAM 18 GB/s'."""
-    if not c.levels:
-        return f"memory {si(c.bandwidth, 'B/s')}"
-    return "memory " + ", ".join(f"{name} {si(bw, 'B/s')}" + ("" if cap == math.inf else f" (<= {si(cap, 'B')})")
-                                 for name, cap, bw in c.levels)
+    from roofscope.model.summary import AboveRoof, CountersBlock, Summary
 
 
 def _ceilings_line(a: "Result") -> str:
@@ -154,8 +54,6 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s.total_flops, 'FLOP')}, {si(s.total_bytes, 'B')} attributed")
     if s.skipped_events:
-        from roofscope.ingest.kineto import skipped_line
-
         out.append(f"  note      {skipped_line(s.skipped_events)}")
     out += _run_lines(s)
     if not a.cpu_only or a.run_meta:
@@ -191,7 +89,7 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
         out += ["  " + r for r in table(["module", "time ms", "share", "kernels", "class"], rows, "<>>><")]
         out.append("")
 
-    out += _finding_lines(s.findings)
+    out += finding_lines(s.findings)
     if s.findings:
         out += savings_note(s.diagnosis.extra.get("program_time"))
     if s.diagnosis.capture_steps:
@@ -200,8 +98,6 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out += _skipped_lines(s)
 
     if s.inference:
-        from roofscope.views.inference import inference_lines
-
         out += inference_lines(s.inference) + [""]
     elif s.extra.get("inference_note"):
         out += [str(s.extra["inference_note"]), ""]
@@ -238,18 +134,7 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     return "\n".join(map(clean, out)) + "\n"
 
 
-def above_roof_text(above: "AboveRoof") -> str:
-    """One sentence on the kernels that ran faster than their roof allows."""
-    worst = ", ".join(f"{shorten(t.name, 40)} {pct(t.efficiency)}" + (f" ({t.level})" if t.level else "")
-                      for t in above.top[:3])
-    n, calls = above.kernels, above.calls
-    return (f"{n} {'kernel' if n == 1 else 'kernels'} ({plural(calls, 'call')}) ran above {'its' if n == 1 else 'their'}"
-            f" roof (ceilings stale or wrong level): {worst}; re-measure with `roofscope microbench`")
-
-
 def above_roof_lines(above: "AboveRoof") -> list[str]:
-    import textwrap
-
     return textwrap.wrap(above_roof_text(above), 78, initial_indent="  warning   ", subsequent_indent=" " * 12)
 
 
@@ -274,10 +159,6 @@ def _run_lines(s: "Summary") -> list[str]:
             if m.extra.get("step_time_source") != "unprofiled" else "without the profiler, median"
         out.append(f"  steps     {what} {ms(m.step_time_s)} ms/step" + (f" ({', '.join(extra)})" if extra else ""))
         if m.peak_flops:
-            import textwrap
-
-            from roofscope.render.notes import utilization_note
-
             mfu = f"MFU {pct(m.mfu)}" + (" (op-counted)" if m.mfu_source == "op_counted" else "")
             # HFU's own rate, so that the ratio printed is the HFU printed (raised or counted).
             rate = m.hfu * m.peak_flops if m.hfu is not None else m.achieved_flops_per_s
@@ -316,29 +197,6 @@ def _run_lines(s: "Summary") -> list[str]:
     return out
 
 
-def _finding_lines(findings: "list[Recommendation]", top: int = 5) -> list[str]:
-    """The top recommendations, each with its saving, evidence and fix, wrapped to 80 columns."""
-    import textwrap
-
-    if not findings:
-        return []
-    out = [f"Recommendations (estimated saving per step; savings overlap){'' if len(findings) <= top else f', top {top} of {len(findings)}'}"]
-    for f in findings[:top]:
-        # A blocked fix offers no saving: say what blocks it instead (rules/blockers.py).
-        out.append(f"  {f.rank}. {f.title}: blocked" if f.extra.get("status") == "blocked" else
-                   f"  {f.rank}. {f.title}: -{f.saving_s * 1e3:.3f} ms ({pct(f.saving_pct)}),"
-                   f" {f.confidence} confidence")
-        out += textwrap.wrap(f.summary, 78, initial_indent="     ", subsequent_indent="     ")
-        code = (f.fix.snippet or "").splitlines()
-        if code:
-            # Code is printed whole, one line each, never wrapped: it is meant to be copied.
-            out += ["     fix: " + code[0]] + ["          " + line for line in code[1:]]
-        else:
-            out += textwrap.wrap("fix: " + f.fix.text, 78, initial_indent="     ", subsequent_indent="       ")
-    out.append("")
-    return out
-
-
 def _skipped_lines(s: "Summary") -> list[str]:
     """Rules that did not run, with their reasons; collapsed to one line when they share it."""
     skipped = s.diagnosis.skipped
@@ -347,27 +205,39 @@ def _skipped_lines(s: "Summary") -> list[str]:
     reasons = {r.reason for r in skipped}
     head = "No recommendations: " if not s.findings else "Rules not applied: "
     if len(reasons) == 1:
-        import textwrap
-
         return textwrap.wrap(f"{head}{len(skipped)} rules skipped: {reasons.pop()}", 80,
                              subsequent_indent="  ") + [""]
     return [head.rstrip(": ") + f" ({len(skipped)} rules skipped)"] + [
         f"  {r.rule}: {r.reason}" for r in skipped] + [""]
 
 
-def render_session(result: "SessionResult", top: int = Presentation.top, quiet: bool = False) -> tuple[str, str | None]:
-    """Text for the end of a profiling session and the problem to report, if any."""
-    if result.run is None:
-        return "", "no trace was recorded, so no Run was written"
-    out = ""
-    if result.analysis is not None and not quiet:
-        out = render_summary(result.analysis, top=top) + "\n"
-    out += f"run:    {result.run.path}\n"
-    report = result.run.path / REPORT_FILE
-    if report.exists():
-        out += f"report: {report}\n"
-    problem = None
-    if result.error:
-        problem = (f"{result.error}; the Run was written without a summary: "
-                   f"re-analyze it with `roofscope analyze {result.run.path} --peak-tflops ... --peak-bandwidth ...`")
-    return out, problem
+def skipped_line(skipped: dict[str, int]) -> str:
+    """The trace's malformed events in one line: ``skipped 12 events: args.bytes not a number``."""
+    n = sum(skipped.values())
+    reasons = sorted(skipped.items(), key=lambda kv: -kv[1])
+    detail = "; ".join(f"{r} ({c})" if len(reasons) > 1 else r for r, c in reasons[:3])
+    more = f"; {len(reasons) - 3} more reasons" if len(reasons) > 3 else ""
+    return f"skipped {n} malformed event{'s' if n != 1 else ''}: {detail}{more}"
+
+
+def inference_lines(inf: dict[str, Any]) -> list[str]:
+    """Prefill and decode side by side (views/inference.py)."""
+    def ms3(v: Any) -> str:
+        return "-" if v is None else f"{v * 1e3:.3f} ms"
+
+    d, p = inf["decode"], inf["prefill"]
+    lines = ["Inference (prefill vs decode)"]
+    head = f"  TTFT {ms3(inf['ttft_s'])}   time per output token {ms3(inf['tpot_s'])}"
+    if inf["tokens_per_s"]:
+        head += f"   {inf['tokens_per_s']:,.0f} tokens/s at batch {inf['batch']}"
+    lines.append(head)
+    for name, b in (("prefill", p), ("decode", d)):
+        if b is None:
+            continue
+        dominant = max(b["time_by_class"].items(), key=lambda kv: kv[1]) if b["time_by_class"] else ("-", 0.0)
+        lines.append(f"  {name:<8}{b['steps']:>4} steps  {ms3(b['step_time_s']):>12}/step  "
+                     f"{b['flops_per_step'] / 1e9:,.2f} GFLOP  {b['bytes_per_step'] / 1e6:,.1f} MB  "
+                     f"MBU {pct(b.get('mbu'))}  {dominant[0]} {pct(dominant[1])} of kernel time")
+    lines.append(f"  decode bytes per step: weights {d['weight_bytes_per_step'] / 1e6:,.1f} MB, "
+                 f"KV cache {d['kv_bytes_per_step'] / 1e6:,.1f} MB; decode MBU {pct(inf['decode_mbu'])}")
+    return lines

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from roofscope.compare.diff import UNCHANGED_ABS_S, UNCHANGED_REL
 from roofscope.config import Presentation
 from roofscope.text_safety import clean
-from roofscope.render.console import pct, shorten, si, table
+from roofscope.text import md_code, md_table, md_text, pct, shorten, table
+from roofscope.units import si
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -153,28 +154,26 @@ def render_terminal(d: "Diff", top: int = Presentation.top) -> str:
 
 def render_markdown(d: "Diff", top: int = Presentation.top) -> str:
     """The diff as GitHub-flavoured markdown (full kernel names, every table)."""
-    from roofscope.render.markdown import md_code, md_table as _md_table, md_text
-
     out = ["## roofscope diff", "", f"A: {md_code(d.a)} ({md_text(d.device_a)}, {d.steps_a} steps)  ",
            f"B: {md_code(d.b)} ({md_text(d.device_b)}, {d.steps_b} steps)", ""]
     out += [f"> **warning:** {md_text(w)}" for w in d.warnings] + ([""] if d.warnings else [])
-    out += ["### Metrics", ""] + _md_table(["metric", "A", "B", "change", ""], _metric_rows(d), "<>>><") + [""]
+    out += ["### Metrics", ""] + md_table(["metric", "A", "B", "change", ""], _metric_rows(d), "<>>><") + [""]
     changed = d.kernels[d.kernels["status"] != "unchanged"].head(top)
     out += ["### Kernel time per step by status (µs)", ""]
-    out += _md_table(["status", "kernels", "A", "B", "Δ"], _status_rows(d), "<>>>>") + [""]
+    out += md_table(["status", "kernels", "A", "B", "Δ"], _status_rows(d), "<>>>>") + [""]
     out += [f"### Top {len(changed)} kernel changes (per step)", ""]
     rows = [[r.status, md_code(r.name), _calls(r.calls_a, r.calls_b), _us(r.time_a_s), _us(r.time_b_s),
              _dus(r.delta_s), r.cls_a or "-", r.cls_b or "-"] for r in changed.itertuples()]
-    out += _md_table(["status", "kernel", "calls A/B", "A µs", "B µs", "Δ µs", "class A", "class B"], rows,
+    out += md_table(["status", "kernel", "calls A/B", "A µs", "B µs", "Δ µs", "class A", "class B"], rows,
                      "<<>>>><<") + [""]
     cc = d.class_changes()
     if len(cc):
         out += ["### Class changes", ""]
-        out += _md_table(["kernel", "class A", "class B", "A µs", "B µs"],
+        out += md_table(["kernel", "class A", "class B", "A µs", "B µs"],
                          [[md_code(r.name), r.cls_a, r.cls_b, _us(r.time_a_s), _us(r.time_b_s)]
                           for r in cc.head(top).itertuples()], "<<<>>") + [""]
     for title, t in (("class", d.by_class), ("category", d.by_category)):
         out += [f"### Time per step by {title} (µs)", ""]
-        out += _md_table([title, "A", "B", "Δ"], _totals_rows(t), "<>>>") + [""]
+        out += md_table([title, "A", "B", "Δ"], _totals_rows(t), "<>>>") + [""]
     out += ["### Prediction check", ""] + [f"- **{label}**: {md_text(text)}" for label, text in _prediction_items(d.prediction)]
     return "\n".join(out) + "\n"

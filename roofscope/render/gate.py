@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
-from roofscope.render.console import shorten, table
+from roofscope.text import md_table, shorten, table
 from roofscope.text_safety import clean
 from roofscope.gate.evaluate import FAIL, PASS, UNDECIDED, Check
 
@@ -68,11 +68,8 @@ def evidence_text(result: "GateResult") -> list[str]:
 
 
 def _md_table(headers: Sequence[str], rows: list[list[str]]) -> list[str]:
-    def cell(s: str) -> str:
-        return s.replace("|", "\\|")
-
-    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + \
-        ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    """A plain GFM table; the cells are the terminal's, so only ``|`` (a column break) is escaped."""
+    return md_table(headers, [[c.replace("|", "\\|") for c in r] for r in rows], None)
 
 
 def markdown(result: "GateResult") -> str:

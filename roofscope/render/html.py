@@ -28,10 +28,12 @@ import numpy as np
 import pandas as pd
 
 from roofscope.version import __version__
-from roofscope.render.notes import utilization_note
+from roofscope.render.phrases import utilization_note
 from roofscope.model.kernels import CLASSES
 from roofscope.render.charts import BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline, telemetry_series
-from roofscope.render.console import above_roof_text, memory_text, number, pct, shorten, si
+from roofscope.render.phrases import above_roof_text, memory_text
+from roofscope.text import number, pct, shorten
+from roofscope.units import si
 from roofscope.jsonsafe import json_safe
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -6,6 +6,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from roofscope.render.gate import evidence_text
+
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.model.result import Result
     from roofscope.model.summary import Recommendation
@@ -58,8 +60,6 @@ def document(suite: str, classname: str, cases: list[Case], properties: list[tup
 def junit_xml(result: "GateResult") -> str:
     """The gate's verdict; failures carry the check's message as their ``message`` and the
     kernels that grew in their text."""
-    from roofscope.render.gate import evidence_text
-
     evidence = "\n".join(line.strip() for line in evidence_text(result)).strip()
     cases = [Case(c.name, c.status, c.note if c.status == "skip" else c.message(),
                   text=c.message() + ("\n\n" + evidence if evidence else ""), kind=c.kind) for c in result.checks]

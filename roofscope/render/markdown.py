@@ -8,46 +8,16 @@ neither markdown nor HTML is interpreted) and free text is escaped, so a kernel 
 from __future__ import annotations
 
 import math
-import re
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
-from roofscope.render.notes import utilization_note
-from roofscope.text_safety import clean
-from roofscope.render.console import ms, pct, shorten, si
+from roofscope.hardware.ceilings import Ceilings
+from roofscope.model.summary import AboveRoof
+from roofscope.render.phrases import above_roof_text, memory_text, utilization_note
+from roofscope.text import md_code, md_table, md_text, pct, shorten
+from roofscope.units import ms, si
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.model.result import Result
-
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
-
-
-def md_text(text: Any) -> str:
-    """Free text as inert markdown: HTML's specials as entities, markdown's backslash-escaped,
-    one line (a newline would end a table row), control characters dropped."""
-    s = " ".join(clean(text).split())
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", s)
-
-
-def md_code(text: Any) -> str:
-    """A code span holding ``text`` verbatim; ``|`` is escaped, which GFM tables require even
-    inside code spans."""
-    s = " ".join(clean(text).split()).replace("|", "\\|")
-    if not s:
-        return ""
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)
-    pad = " " if s.startswith("`") or s.endswith("`") else ""
-    return f"{fence}{pad}{s}{pad}{fence}"
-
-
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
-    """GFM table lines; cells must already be escaped; ``align`` has '<' or '>' per column."""
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(cells) + " |"
-
-    rule = "|" + "|".join("---:" if a == ">" else ":---" for a in align) + "|"
-    return [line(headers), rule] + [line(r) for r in rows]
-
 
 def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -94,10 +64,6 @@ def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
 
 
 def _ceilings(s: dict[str, Any]) -> str:
-    from roofscope.model.summary import AboveRoof
-    from roofscope.hardware.devices import Ceilings
-    from roofscope.render.console import above_roof_text, memory_text
-
     c = s["ceilings"]
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c["peaks"].items(), key=lambda kv: -kv[1]))
     line = f"{md_text(c['source'])} ceilings: {peaks}; {md_text(memory_text(Ceilings.from_dict(c)))}"

@@ -1,6 +1,7 @@
-"""The combined HTML report of a distributed job: per-rank table, step time per rank, per-rank
-time split, collectives, recommendations, the per-rank roofline and links to each rank's own
-report.
+"""A distributed job for people: the terminal summary (per-rank table, straggler verdict,
+collectives, scaling tax, recommendations) and the combined HTML report (per-rank table, step
+time per rank, per-rank time split, collectives, recommendations, the per-rank roofline and
+links to each rank's own report).
 
 It reuses the single-run report's machinery (render/html.py): the stylesheet, the vendored
 plotly.js, the Content-Security-Policy that lets only the page's own scripts run (by hash)
@@ -12,10 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from roofscope.version import __version__
+from roofscope.model.summary import Recommendation
 from roofscope.render.charts import CLASS_COLORS
-from roofscope.render.console import pct, shorten, si
 from roofscope.render.html import PLOTLY_FILE, _asset, _col, _sha, script_json
+from roofscope.render.phrases import finding_lines
+from roofscope.text import pct, shorten, table
+from roofscope.text_safety import clean
+from roofscope.units import si
+from roofscope.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.job.straggler import Job
@@ -79,3 +84,48 @@ def render_multirank(job: "Job", reports: dict[int, str] | None = None) -> str:
         job=job, s=job.to_dict(), reports=reports or {}, data_stragglers={st.rank for st in job.stragglers},
         data_json=script_json(data), csp=csp, css=_asset("report.css"), plotly_js=plotly_js, page_js=page_js,
         version=__version__)
+
+
+def _ms(x: float) -> str:
+    return "-" if x != x else f"{x * 1e3:.2f}"
+
+
+def _gb(x: float) -> str:
+    return "-" if x != x else f"{x / 1e9:.1f}"
+
+
+def render_terminal(job: "Job", top: int = 5) -> str:
+    """Terminal summary of a job: per-rank table, straggler verdict, collectives, recommendations."""
+    out = [f"roofscope job: {len(job.results)} of {job.world_size} ranks, "
+           + ", ".join(sorted({r.device for r in job.results})) + f"; median step {_ms(job.step_s)} ms", ""]
+    out += [f"warning: {w}" for w in job.warnings]
+    rows = [[str(r.rank), _ms(r.step_s), pct(r.mfu), pct(r.busy_s / r.step_s if r.step_s > 0 else None),
+             _ms(r.comm_s), _ms(r.comm_exposed_s), _ms(r.self_s)] for r in job.ranks.itertuples()]
+    out += table(["rank", "step ms", "MFU", "busy", "comm ms", "exposed ms", "self ms"], rows, ">>>>>>>") + [""]
+    if job.stragglers:
+        for s in job.stragglers:
+            ker = "; ".join(f"{shorten(k['name'], 48)} +{k['excess_ms']:.2f} ms" for k in s.kernels[:3])
+            out.append(f"straggler: rank {s.rank}, +{s.excess_s * 1e3:.2f} ms/step of own work in"
+                       f" {100 * s.positive_share:.0f}% of steps (noise {job.noise_s * 1e3:.2f} ms)"
+                       + (f"; slower: {ker}" if ker else "")
+                       + (f"; host idle +{s.host_idle_excess_s * 1e3:.2f} ms" if s.host_idle_excess_s > 0 else ""))
+    elif job.noise_s == job.noise_s:
+        out.append(f"no straggler: every rank's own work is within the noise ({job.noise_s * 1e3:.2f} ms/step)")
+    else:
+        out.append("straggler test needs two ranks with common steps")
+    out.append("")
+    c = job.collectives
+    if len(c):
+        crow = [[r.collective, f"{r.count:.1f}", _ms(r.time_s), "-" if r.bytes != r.bytes else f"{r.bytes / 1e6:.2f}",
+                 _gb(r.algbw), _gb(r.busbw), r.algorithms or "-"] for r in c.itertuples()]
+        out += ["Collectives (median over ranks, per step)"]
+        out += table(["collective", "calls", "ms", "MB/call", "algbw GB/s", "busbw GB/s", "algorithm"], crow,
+                     "<>>>>><") + [""]
+    if job.scaling:
+        t = job.scaling
+        out.append(f"scaling tax vs baseline {_ms(t['baseline_step_s'])} ms: +{_ms(t['tax_s'])} ms/step"
+                   f" (exposed comm {_ms(t['exposed_comm_s'])}, straggler wait {_ms(t['straggler_wait_s'])},"
+                   f" other {_ms(t['other_s'])}); scaling efficiency {pct(t['efficiency'])}")
+        out.append("")
+    out += finding_lines([Recommendation.from_dict(f.to_dict()) for f in job.findings], top)
+    return "\n".join(map(clean, out)) + "\n"

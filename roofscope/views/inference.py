@@ -217,29 +217,3 @@ def inference_note(kernels: pd.DataFrame, phases: pd.DataFrame, inference: Mappi
     seen = f"{int(q.min())}" if q.min() == q.max() else f"{int(q.min())} to {int(q.max())}"
     return (f"no inference section: no decode step recognized: every forward took {seen} tokens per sequence,"
             " the full sequence each time (no KV cache?); a decode step takes 1 (docs/inference.md)")
-
-
-def inference_lines(inf: dict[str, Any]) -> list[str]:
-    """Terminal lines: prefill and decode side by side."""
-    def ms(v: Any) -> str:
-        return "-" if v is None else f"{v * 1e3:.3f} ms"
-
-    def pct(v: Any) -> str:
-        return "-" if v is None else f"{v * 100:.1f}%"
-
-    d, p = inf["decode"], inf["prefill"]
-    lines = ["Inference (prefill vs decode)"]
-    head = f"  TTFT {ms(inf['ttft_s'])}   time per output token {ms(inf['tpot_s'])}"
-    if inf["tokens_per_s"]:
-        head += f"   {inf['tokens_per_s']:,.0f} tokens/s at batch {inf['batch']}"
-    lines.append(head)
-    for name, b in (("prefill", p), ("decode", d)):
-        if b is None:
-            continue
-        dominant = max(b["time_by_class"].items(), key=lambda kv: kv[1]) if b["time_by_class"] else ("-", 0.0)
-        lines.append(f"  {name:<8}{b['steps']:>4} steps  {ms(b['step_time_s']):>12}/step  "
-                     f"{b['flops_per_step'] / 1e9:,.2f} GFLOP  {b['bytes_per_step'] / 1e6:,.1f} MB  "
-                     f"MBU {pct(b.get('mbu'))}  {dominant[0]} {pct(dominant[1])} of kernel time")
-    lines.append(f"  decode bytes per step: weights {d['weight_bytes_per_step'] / 1e6:,.1f} MB, "
-                 f"KV cache {d['kv_bytes_per_step'] / 1e6:,.1f} MB; decode MBU {pct(inf['decode_mbu'])}")
-    return lines

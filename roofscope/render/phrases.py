@@ -1,0 +1,69 @@
+"""What several renderers say alike: the memory roofs and the kernels above their roof in words
+(terminal, markdown, HTML, the ceilings table), the recommendations as terminal lines (an
+analysis's summary and a job's), and which of MFU and HFU was adjusted."""
+from __future__ import annotations
+
+import math
+import textwrap
+from typing import TYPE_CHECKING, Any, Mapping
+
+from roofscope.model.summary import CAPPED
+from roofscope.text import pct, plural, shorten
+from roofscope.units import si
+
+if TYPE_CHECKING:  # pragma: no cover
+    from roofscope.hardware.ceilings import Ceilings
+    from roofscope.model.summary import AboveRoof, Recommendation
+
+
+def memory_text(c: "Ceilings") -> str:
+    """'memory 30.9 GB/s', or per level: 'memory L2 120 GB/s (<= 2 MiB), LLC 230 GB/s (<= 32 MiB), DRAM 18 GB/s'."""
+    if not c.levels:
+        return f"memory {si(c.bandwidth, 'B/s')}"
+    return "memory " + ", ".join(f"{name} {si(bw, 'B/s')}" + ("" if cap == math.inf else f" (<= {si(cap, 'B')})")
+                                 for name, cap, bw in c.levels)
+
+
+def above_roof_text(above: "AboveRoof") -> str:
+    """One sentence on the kernels that ran faster than their roof allows."""
+    worst = ", ".join(f"{shorten(t.name, 40)} {pct(t.efficiency)}" + (f" ({t.level})" if t.level else "")
+                      for t in above.top[:3])
+    n, calls = above.kernels, above.calls
+    return (f"{n} {'kernel' if n == 1 else 'kernels'} ({plural(calls, 'call')}) ran above {'its' if n == 1 else 'their'}"
+            f" roof (ceilings stale or wrong level): {worst}; re-measure with `roofscope microbench`")
+
+
+def finding_lines(findings: "list[Recommendation]", top: int = 5) -> list[str]:
+    """The top recommendations, each with its saving, evidence and fix, wrapped to 80 columns."""
+    if not findings:
+        return []
+    out = [f"Recommendations (estimated saving per step; savings overlap){'' if len(findings) <= top else f', top {top} of {len(findings)}'}"]
+    for f in findings[:top]:
+        # A blocked fix offers no saving: say what blocks it instead (diagnose/blockers.py).
+        out.append(f"  {f.rank}. {f.title}: blocked" if f.extra.get("status") == "blocked" else
+                   f"  {f.rank}. {f.title}: -{f.saving_s * 1e3:.3f} ms ({pct(f.saving_pct)}),"
+                   f" {f.confidence} confidence")
+        out += textwrap.wrap(f.summary, 78, initial_indent="     ", subsequent_indent="     ")
+        code = (f.fix.snippet or "").splitlines()
+        if code:
+            # Code is printed whole, one line each, never wrapped: it is meant to be copied.
+            out += ["     fix: " + code[0]] + ["          " + line for line in code[1:]]
+        else:
+            out += textwrap.wrap("fix: " + f.fix.text, 78, initial_indent="     ", subsequent_indent="       ")
+    out.append("")
+    return out
+
+
+def utilization_note(m: Mapping[str, Any]) -> str | None:
+    """The sentence that says which of MFU and HFU was adjusted and why, or None."""
+    model, counted = m.get("model_flops_per_step"), m.get("flops_per_step")
+    if not model or counted is None or model <= counted or not m.get("peak_flops"):
+        return None
+    if m.get("hfu_source") == "raised_to_mfu":
+        return (f"HFU raised to MFU: the kernels were counted doing {si(counted, 'FLOP')} per step, less than the"
+                f" model's {si(model, 'FLOP')} (--model-flops-per-step); kernels without a cost model are missing"
+                " from the count")
+    formula = str(m.get("mfu_formula") or "").replace(CAPPED, "")
+    return (f"MFU capped at HFU: the model FLOPs estimate ({formula}), {si(model, 'FLOP')} per step, exceeds the"
+            f" {si(counted, 'FLOP')} the kernels were counted doing (a first layer computes no input gradient),"
+            " so MFU uses the count")
