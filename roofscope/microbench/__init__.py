@@ -2,7 +2,8 @@
 
 `measure("cpu" | "cuda" | "cuda:N")` runs them and returns :class:`~roofscope.hardware.ceilings.Ceilings`
 with ``source="measured"``; :mod:`.cache` keeps results per device for later analyses.
-Importing this package does not import torch: the cache is read by every analysis.
+Importing this package imports neither torch nor the benchmarks (:mod:`.gpu`, :mod:`.compute`,
+:mod:`.timing`, ...): the cache is read by every analysis, so it only needs the names below.
 """
 from __future__ import annotations
 
@@ -14,9 +15,20 @@ from roofscope.errors import DeviceError
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.hardware.ceilings import Ceilings
 
-__all__ = ["default_device", "measure", "parse_device"]
+__all__ = ["DATA", "TENSOR_CORE", "default_device", "matmul_name", "measure", "parse_device"]
 
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
+
+# The matmul results' names, which the GPU benchmark list (gpu.py) writes and the cache reader
+# parses (cache.random_operands_only). Operand data the tensor-core matmuls are timed on:
+DATA = ("random", "zeros")
+# Precisions cuBLAS runs on tensor cores: the ones timed on both kinds of DATA.
+TENSOR_CORE = ("bf16", "fp16", "fp8", "int8", "tf32")
+
+
+def matmul_name(precision: str, data: str = "random") -> str:
+    """``matmul bf16``, ``matmul bf16 zeros``: a matmul result's name."""
+    return f"matmul {precision}{' zeros' if data == 'zeros' else ''}"
 
 
 def parse_device(device: str) -> tuple[str, int | None]:
@@ -39,7 +51,7 @@ def measure(device: str = "cuda", *, quick: bool = False,
     """Measure the ceilings of ``device``; a missing or absent CUDA device is a one-line DeviceError."""
     kind, index = parse_device(device)
     if kind == "cpu":
-        from roofscope.microbench.cpu import measure_cpu
+        from roofscope.microbench.cpu import measure_cpu  # lazily: every cache read imports this package
 
         return measure_cpu(quick=quick, progress=progress)
     import torch
@@ -53,6 +65,6 @@ def measure(device: str = "cuda", *, quick: bool = False,
     elif index >= count:
         raise DeviceError(f"{device!r} requested but only {count} CUDA device(s) are visible (cuda:0"
                           + (f"..cuda:{count - 1})" if count > 1 else ")"))
-    from roofscope.microbench.gpu import measure_gpu
+    from roofscope.microbench.gpu import measure_gpu  # lazily, as measure_cpu
 
     return measure_gpu(index, quick=quick, progress=progress)
