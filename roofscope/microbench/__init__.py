@@ -3,7 +3,8 @@
 `measure("cpu" | "cuda" | "cuda:N")` runs them and returns :class:`~roofscope.hardware.ceilings.Ceilings`
 with ``source="measured"``; :mod:`.cache` keeps results per device for later analyses.
 Importing this package imports neither torch nor the benchmarks (:mod:`.gpu`, :mod:`.compute`,
-:mod:`.timing`, ...): the cache is read by every analysis, so it only needs the names below.
+:mod:`.timing`, ...): the cache is read by every analysis, and needs only the results' names
+(:mod:`.names`).
 """
 from __future__ import annotations
 
@@ -15,20 +16,9 @@ from roofscope.errors import DeviceError
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.hardware.ceilings import Ceilings
 
-__all__ = ["DATA", "TENSOR_CORE", "default_device", "matmul_name", "measure", "parse_device"]
+__all__ = ["default_device", "measure", "parse_device"]
 
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
-
-# The matmul results' names, which the GPU benchmark list (gpu.py) writes and the cache reader
-# parses (cache.random_operands_only). Operand data the tensor-core matmuls are timed on:
-DATA = ("random", "zeros")
-# Precisions cuBLAS runs on tensor cores: the ones timed on both kinds of DATA.
-TENSOR_CORE = ("bf16", "fp16", "fp8", "int8", "tf32")
-
-
-def matmul_name(precision: str, data: str = "random") -> str:
-    """``matmul bf16``, ``matmul bf16 zeros``: a matmul result's name."""
-    return f"matmul {precision}{' zeros' if data == 'zeros' else ''}"
 
 
 def parse_device(device: str) -> tuple[str, int | None]:

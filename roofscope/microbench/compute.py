@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator, Sequence
 
-from roofscope.microbench import DATA
+from roofscope.microbench.names import DATA
 from roofscope.microbench.timing import TARGET_S, Measurement, best, rate, time_cuda
 
 # Elementwise FMA kernel shape: iterations x unrolled steps x independent chains.

@@ -13,7 +13,8 @@ from typing import Any, Callable, Sequence
 from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, match_device
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.errors import DeviceError
-from roofscope.microbench import DATA, TENSOR_CORE, compute, hostlink, launch, matmul_name, memory
+from roofscope.microbench import compute, hostlink, launch, memory
+from roofscope.microbench.names import DATA, TENSOR_CORE, matmul_name
 from roofscope.microbench.timing import QUICK_TARGET_S, TARGET_S, Measurement, free_memory, warm_up_gpu
 
 Progress = Callable[[str, int, int], None]
