@@ -9,26 +9,32 @@ tests/test_shape_rules.py checks every rule against torch's meta kernels where t
 from __future__ import annotations
 
 import math
+
 Shape = tuple[int, ...]
 
 
+def _int(value: object, what: str) -> int:
+    """A recorded int, else ValueError: torch refuses floats, bools and None where it takes ints."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{what} is not an int: {value!r}")
+    return value
+
+
 def _ints(values: object, what: str) -> list[int]:
-    """A recorded int list (Kineto's ``[2, 2]``), else ValueError: torch refuses floats and None."""
-    if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                          for v in values):
-        raise ValueError(f"{what} is not a list of ints: {values!r}")
-    return list(values)
+    """A recorded int list (Kineto's ``[2, 2]``), else ValueError."""
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"{what} is not a list: {values!r}")
+    return [_int(v, what) for v in values]
 
 
 def wrap_dim(dim: object, ndim: int, *, scalar: bool = True) -> int:
     """``dim`` in ``[-ndim, ndim)`` as a non-negative index; a 0-d tensor accepts 0 and -1 where
     ``scalar`` (most ops; ``roll`` takes no dim of it)."""
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise ValueError(f"dim is not an int: {dim!r}")
+    d = _int(dim, "dim")
     n = max(ndim, 1) if scalar else ndim
-    if not -n <= dim < n:
-        raise ValueError(f"dim {dim} out of range for {ndim} dims")
-    return dim % n
+    if not -n <= d < n:
+        raise ValueError(f"dim {d} out of range for {ndim} dims")
+    return d % n
 
 
 def repeat(shape: Shape, repeats: object) -> Shape:
@@ -74,15 +80,13 @@ def narrow(shape: Shape, dim: object, start: object, length: object) -> Shape:
     if not shape:
         raise ValueError("narrow of a 0-d tensor")
     d = wrap_dim(dim, len(shape))
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, length)):
-        raise ValueError(f"start {start!r}, length {length!r}")
+    first, n = _int(start, "start"), _int(length, "length")
     size = shape[d]
-    s = start + size if -size <= start < 0 else start  # type: ignore[operator]
-    if length < 0 or not 0 <= s <= size or s + length > size:  # type: ignore[operator]
+    if -size <= first < 0:
+        first += size
+    if n < 0 or not 0 <= first <= size or first + n > size:
         raise ValueError(f"narrow({d}, {start}, {length}) of size {size}")
-    out = list(shape)
-    out[d] = length  # type: ignore[call-overload]
-    return tuple(out)
+    return (*shape[:d], n, *shape[d + 1:])
 
 
 def _pad_pairs(shape: Shape, pad: list[int]) -> list[tuple[int, int, int]]:
