@@ -258,8 +258,8 @@ def test_max_pool_ceil_mode() -> None:
     check(row, 64, 388, "fp32", "reduction")
 
 
-def test_meta_inference_for_ops_without_a_shape_rule() -> None:
-    # upsample_nearest2d.vec to 8x8 runs on meta tensors: out [1,2,8,8]; bytes (32 + 128) * 4 = 640
+def test_reshaping_copies() -> None:
+    # upsample_nearest2d.vec to 8x8 (formulas/shapes.py): out [1,2,8,8]; bytes (32 + 128) * 4 = 640
     row = cost("aten::upsample_nearest2d", [[1, 2, 4, 4], [], []], [F32, "ScalarList", ""],
                concrete=["", "[8, 8]", ""])
     check(row, 0, 640, "fp32", "copy")
@@ -269,6 +269,15 @@ def test_meta_inference_for_ops_without_a_shape_rule() -> None:
     check(row, 0, 1536, "fp32", "copy")
     # without the pad amounts nothing is guessed
     row = cost("aten::constant_pad_nd", [[2, 3, 4, 4], [], []], [F32, "ScalarList", "Scalar"])
+    check(row, math.nan, math.nan, "fp32", "copy", "no_shapes")
+    # repeat [2,3] by (2, 1, 2): out [2,2,6] = 24; bytes (6 + 24) * 4 = 120
+    check(cost("aten::repeat", [[2, 3], []], [F32, "ScalarList"], concrete=["", "[2, 1, 2]"]), 0, 120, "fp32", "copy")
+    # bilinear to 8x8: 128 outputs * (4 taps * 2 - 1) = 896 FLOPs; bytes (32 + 128) * 4 = 640
+    row = cost("aten::upsample_bilinear2d", [[1, 2, 4, 4], [], [], [], []], [F32, "ScalarList", "Scalar", "", ""],
+               concrete=["", "[8, 8]", "False", "", ""])
+    check(row, 896, 640, "fp32", "elementwise")
+    # a pad torch refuses (reflection by the whole width) is not costed
+    row = cost("aten::reflection_pad1d", [[2, 4], []], [F32, "ScalarList"], concrete=["", "[4, 0]"])
     check(row, math.nan, math.nan, "fp32", "copy", "no_shapes")
 
 

@@ -4,12 +4,10 @@ The trace layer collapses a million op events into a few thousand signatures; th
 module parses each signature's recorded arguments (Kineto ``Input Dims`` / ``Input
 type`` / ``Input Strides`` / ``Concrete Inputs``), binds them to the op's schema
 (argument names, which arguments are written), and applies the formula registered in
-:mod:`roofscope.cost.formulas`.  Output shapes come from each formula's exact
-rule (cheap, and exact); when a formula has none (padding, repeat, upsampling) or a
-parameter of its rule is missing (conv, pooling) it asks for meta-tensor inference, which
-runs the real op on ``device="meta"`` tensors: the only step that imports torch. Schemas
-come from a table shipped with roofscope (:mod:`.schemas`), not from torch.  Results are
-cached per signature.
+:mod:`roofscope.cost.formulas`.  Output shapes come from each formula's exact rule (padding,
+repeat and upsampling from :mod:`roofscope.cost.formulas.shapes`); schemas come from a table
+shipped with roofscope (:mod:`.schemas`). Nothing here imports torch.  Results are cached per
+signature.
 
 A bad signature never aborts the analysis: it is reported as ``no_formula`` (formula
 raised) or ``no_shapes`` (shapes or needed scalars not recorded), never invented.
@@ -19,8 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -190,11 +186,10 @@ def build_call(name: str, dims: tuple, types: tuple, strides: Any = None, concre
     bound = _binding(name, tuple(_kind_code(t) for t in types)) if name.startswith("aten::") else None
     if bound is not None:
         call.bound = True
-        for a, p in zip(args, bound.params):
+        for a, p in zip(args, bound):
             a.name, a.mutable, a.write_only = p.name, p.mutable, p.write_only
             if a.kind == cf.NONE and p.tensor_slot:
                 a.known = True  # a tensor slot recorded without a dtype is an undefined tensor
-        call.infer = lambda c, b=bound: _infer(c, b)
     elif name.endswith("_") and args and args[0].kind in (cf.TENSOR, cf.TENSORS):
         args[0].mutable = True  # unbound in-place op: it writes self
     return call
@@ -204,72 +199,16 @@ def build_call(name: str, dims: tuple, types: tuple, strides: Any = None, concre
 # schema binding (from the shipped table: no torch import; see schemas.py)
 
 
-@dataclass(frozen=True)
-class _Bound:
-    op: str
-    overload: str  # overload name ("default", "out", ...): meta inference resolves it in torch
-    params: tuple[Param, ...]
-
-
 @lru_cache(maxsize=8192)
-def _binding(name: str, kinds: tuple[str, ...]) -> _Bound | None:
-    candidates = [(o, ps) for o, ps in overloads(name) if len(ps) == len(kinds)]
+def _binding(name: str, kinds: tuple[str, ...]) -> tuple[Param, ...] | None:
+    """The params of the first overload whose arity and argument kinds match the recorded ones
+    (strictly, else as older Kineto versions recorded them); None if none does."""
+    candidates = [ps for _, ps in overloads(name) if len(ps) == len(kinds)]
     for attr in ("kinds", "loose"):
-        for overload, params in candidates:
+        for params in candidates:
             if all(k in getattr(p, attr) for k, p in zip(kinds, params)):
-                return _Bound(name, overload, params)
+                return params
     return None
-
-
-# ---------------------------------------------------------------------------
-# meta-tensor output inference
-
-
-def _infer(call: cf.OpCall, bound: _Bound) -> list[cf.TensorSpec] | None:
-    # The one place analysis needs torch: a formula without an exact output-shape rule.
-    import torch
-
-    try:
-        ns, _, op = bound.op.partition("::")
-        overload = getattr(getattr(getattr(torch.ops, ns), op), bound.overload)
-        defaults = [a.default_value if a.has_default_value() else None for a in overload._schema.arguments]
-        pos: list[Any] = []
-        kw: dict[str, Any] = {}
-        for a, p, default in zip(call.args, bound.params, defaults):
-            if a.kind == cf.TENSOR:
-                v: Any = _meta_tensor(torch, a.tensor)  # type: ignore[arg-type]
-            elif a.kind == cf.TENSORS:
-                v = [_meta_tensor(torch, t) for t in a.tensors]
-            elif p.device:
-                v = "meta"
-            elif a.known and (a.value is not None or p.optional):
-                v = a.value
-            elif p.has_default:
-                v = default
-            else:
-                return None  # a required scalar was not recorded: shapes may depend on it
-            if p.kwarg_only:
-                kw[p.name] = v
-            else:
-                pos.append(v)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = overload(*pos, **kw)
-    except Exception as e:
-        log.debug("meta inference failed for %s: %r", call.name, e)
-        return None
-    flat = result if isinstance(result, (tuple, list)) else (result,)
-    return [cf.TensorSpec(tuple(t.shape), cf.DTYPE_BY_NAME.get(str(t.dtype).removeprefix("torch.")))
-            for t in flat if isinstance(t, torch.Tensor)]
-
-
-def _meta_tensor(torch: Any, spec: cf.TensorSpec) -> Any:
-    if spec.dtype is None:
-        raise ValueError("unknown dtype")
-    dtype = getattr(torch, spec.dtype.name)
-    if spec.strides is not None:
-        return torch.empty_strided(spec.shape, spec.strides, dtype=dtype, device="meta")
-    return torch.empty(spec.shape, dtype=dtype, device="meta")
 
 
 def clear_cache() -> None:

@@ -23,7 +23,9 @@ import numpy as np
 import pandas as pd
 
 from roofscope.cost import formulas as cf
+from roofscope.cost.costmodel import build_call, freeze, missing_argument
 from roofscope.ingest.linking import ancestor_where
+from roofscope.ingest.trace import steps_at
 
 MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe")
 ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")
@@ -54,8 +56,6 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: d
     ``region``: the step annotation of a CUDA-graph replay, whose capture
     trace (``trace``) has none of its own; ``optimizer``: run.json's optimizer facts, which size
     the fused / foreach optimizer ops whose TensorList shapes were not recorded."""
-    from roofscope.cost.costmodel import missing_argument
-
     ops = trace.ops
     oc["missing"] = ""
     if not len(ops):
@@ -109,8 +109,6 @@ def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None
     """Fused / foreach optimizer ops without TensorList shapes, sized from the parameter groups:
     torch calls them once per group (and dtype), so the i-th call of an op in a step covers the
     i-th group when the counts agree; one call covers them all; other counts split the total."""
-    from roofscope.ingest.trace import steps_at
-
     ops = trace.ops
     nb = oc["reason"].to_numpy() == "no_shapes"
     if not nb.any():
@@ -191,8 +189,6 @@ def _step_annotations(trace: Any, rows: np.ndarray, region: str | None) -> list[
 
 def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, str, Any]],
            done: dict[tuple, Any]) -> None:
-    from roofscope.cost.costmodel import build_call, freeze
-
     g = int(trace.ops["sig"].iat[row])
     key = (g, freeze(hints))
     if key not in done:

@@ -4,9 +4,10 @@ The cost model binds each recorded signature to its op's schema (argument names,
 arguments are written). Reading schemas from torch costs a `import torch` (1.5 s, 220 MB) on
 every analysis; the table holds the same facts for every op a formula exists for, written by
 :func:`generate` from torch's schemas, so analysis imports no torch and a trace's costs do
-not depend on the analyzing machine's torch build. Ops missing from the table (a formula
-added since it was written) fall back to torch's schemas; tests/test_costmodel_schemas.py
-checks the table against the installed torch. Regenerate after adding a formula:
+not depend on the analyzing machine's torch build. An op missing from the table (a
+``_foreach_`` op of a newer torch, a user formula for an aten op) is costed positionally,
+unbound; tests/test_costmodel_schemas.py checks that the table holds every op a formula
+exists for, as the installed torch declares it. Regenerate after adding a formula:
 
     python -m roofscope.cost.schemas --write
 """
@@ -92,10 +93,11 @@ def _decode(p: list[Any]) -> Param:
 
 @lru_cache(maxsize=None)
 def overloads(name: str) -> Overloads:
-    """The op's overloads from the shipped table, else (an op added since) from torch."""
+    """The op's overloads from the shipped table; () for an op it lacks (never torch's: analysis
+    imports no torch)."""
     table = _table()
     if name not in table["ops"]:
-        return torch_overloads(name)
+        return ()
     palette = table["params"]
     return tuple((ov, tuple(_decode(palette[i]) for i in params)) for ov, params in table["ops"][name])
 

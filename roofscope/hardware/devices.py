@@ -18,6 +18,11 @@ from roofscope.hardware.datasheets import (PRECISIONS, DeviceSpec, describe_prop
                          lookup, match_device, tera)
 from roofscope.config import CeilingOverrides
 from roofscope.errors import DeviceError
+# The cache reader and the CPU's name and theoretical peak: plain Python (the benchmarks that
+# import torch, triton or pynvml are never imported from here).
+from roofscope.microbench import cache
+from roofscope.microbench.cpu import cpu_name, with_theoretical
+from roofscope.microbench.cpupeak import read_peak
 
 __all__ = [
     "PRECISIONS",
@@ -84,15 +89,10 @@ def _cached(label: str, memory_bytes: int | None) -> Ceilings | None:
     trace does not name its CPU, so it gets this machine's CPU measurement: right for
     the usual case of analyzing where the run happened, and noted in the ceilings.
     """
-    from roofscope.microbench import cache
-
     if not cache.enabled():
         return None
     try:
         if _is_cpu(label):
-            from roofscope.microbench.cpu import cpu_name, with_theoretical
-            from roofscope.microbench.cpupeak import read_peak
-
             c = cache.lookup(cpu_name(), torch_version=_torch_version())
             if c is not None:
                 # Compute roofs: the theoretical peak of the cores measured with (older sets included).

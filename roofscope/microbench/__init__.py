@@ -2,7 +2,9 @@
 
 `measure("cpu" | "cuda" | "cuda:N")` runs them and returns :class:`~roofscope.hardware.ceilings.Ceilings`
 with ``source="measured"``; :mod:`.cache` keeps results per device for later analyses.
-Importing this package does not import torch: the cache is read by every analysis.
+Importing this package imports neither torch nor the benchmarks (:mod:`.gpu`, :mod:`.compute`,
+:mod:`.timing`, ...): the cache is read by every analysis, and needs only the results' names
+(:mod:`.names`).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def measure(device: str = "cuda", *, quick: bool = False,
     """Measure the ceilings of ``device``; a missing or absent CUDA device is a one-line DeviceError."""
     kind, index = parse_device(device)
     if kind == "cpu":
-        from roofscope.microbench.cpu import measure_cpu
+        from roofscope.microbench.cpu import measure_cpu  # lazily: every cache read imports this package
 
         return measure_cpu(quick=quick, progress=progress)
     import torch
@@ -53,6 +55,6 @@ def measure(device: str = "cuda", *, quick: bool = False,
     elif index >= count:
         raise DeviceError(f"{device!r} requested but only {count} CUDA device(s) are visible (cuda:0"
                           + (f"..cuda:{count - 1})" if count > 1 else ")"))
-    from roofscope.microbench.gpu import measure_gpu
+    from roofscope.microbench.gpu import measure_gpu  # lazily, as measure_cpu
 
     return measure_gpu(index, quick=quick, progress=progress)

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from roofscope.hardware.ceilings import Ceilings, ceilings_payload, implausible, load_ceilings_file
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
-from roofscope.microbench.compute import TENSOR_CORE
+from roofscope.microbench.names import DATA, TENSOR_CORE, matmul_name
 
 __all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only",
            "implausible_text", "note_implausible", "implausible_attempt"]
@@ -223,8 +223,8 @@ def random_operands_only(c: Ceilings) -> list[str]:
     operands only (roofscope before the zero-operand matmuls): GEMMs on real, low-entropy data
     beat those peaks by up to 4% (docs/microbench.md)."""
     names = {str(r.get("name", "")) for r in c.env.get("results") or () if isinstance(r, Mapping)}
-    tensor_core = {n for n in names if n.startswith("matmul ") and n.split()[1] in TENSOR_CORE}
-    if not tensor_core or any(n.endswith(" zeros") for n in tensor_core):
+    tensor_core = names & {matmul_name(p, data) for p in TENSOR_CORE for data in DATA}
+    if not tensor_core or tensor_core & {matmul_name(p, "zeros") for p in TENSOR_CORE}:
         return []
     return ["compute peaks timed on random operands only: GEMMs on real data can beat them;"
             " re-run `roofscope microbench` for zero-operand peaks"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator, Sequence
 
+from roofscope.microbench.names import DATA
 from roofscope.microbench.timing import TARGET_S, Measurement, best, rate, time_cuda
 
 # Elementwise FMA kernel shape: iterations x unrolled steps x independent chains.
@@ -43,11 +44,6 @@ def tf32_mode(enabled: bool) -> Iterator[None]:
         torch.set_float32_matmul_precision(precision)
         torch.backends.cuda.matmul.allow_tf32 = matmul
         torch.backends.cudnn.allow_tf32 = cudnn
-
-
-DATA = ("random", "zeros")
-# Precisions cuBLAS runs on tensor cores: the ones timed on both kinds of DATA.
-TENSOR_CORE = ("bf16", "fp16", "fp8", "int8", "tf32")
 
 
 def _operands(precision: str, shape: tuple[int, int, int], b_col_major: bool = False, data: str = "random"):

@@ -36,6 +36,7 @@ from typing import Any, Callable
 from roofscope.hardware.ceilings import Ceilings, implausible, levels_payload, parse_levels
 from roofscope.errors import DeviceError, RoofscopeError
 from roofscope.units import si
+from roofscope.microbench import cache
 from roofscope.microbench.cpupeak import CACHE_BYTES_PER_CYCLE, CpuPeak, read_peak
 
 Progress = Callable[[str, int, int], None]
@@ -312,8 +313,6 @@ def ceilings_for_run(threads: int, torch_version: str, *, progress: Progress | N
     note), so a busy machine measures once, not on every run. An implausible measurement is not
     cached: that run and the runs of the next :data:`RETRY_AFTER_S` get :func:`theoretical_only`
     roofs with a note (without a theoretical peak, the measurement itself, for that run)."""
-    from roofscope.microbench import cache
-
     peak = read_peak(threads)
     if cache.enabled():
         c = cache.lookup(cpu_name(), torch_version=torch_version, threads=threads)

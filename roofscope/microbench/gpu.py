@@ -14,6 +14,7 @@ from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, match_device
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.errors import DeviceError
 from roofscope.microbench import compute, hostlink, launch, memory
+from roofscope.microbench.names import DATA, TENSOR_CORE, matmul_name
 from roofscope.microbench.timing import QUICK_TARGET_S, TARGET_S, Measurement, free_memory, warm_up_gpu
 
 Progress = Callable[[str, int, int], None]
@@ -53,9 +54,8 @@ def plan(quick: bool) -> list[Benchmark]:
         # Each tensor-core precision on random operands, then on zeros: real operands (softmax
         # gradients, padded batches) draw less power than random ones and run faster, so the
         # roof no kernel beats is the zero-operand rate (compute.py).
-        *(B(f"matmul {p}{' zeros' if data == 'zeros' else ''}", "compute", p,
-            mm(p, slow if p == "tf32" else big, mt, data=data))
-          for p in compute.TENSOR_CORE for data in compute.DATA),
+        *(B(matmul_name(p, data), "compute", p, mm(p, slow if p == "tf32" else big, mt, data=data))
+          for p in TENSOR_CORE for data in DATA),
         B("matmul fp32", "compute", "fp32", mm("fp32", slow, t)),
         B("fma fp32", "compute", "fp32", fma("fp32", (512,) if quick else (256, 1024), t)),
         B("matmul fp64", "compute", "fp64", mm("fp64", slow, t)),

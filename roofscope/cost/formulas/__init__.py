@@ -13,6 +13,7 @@ Importing this package imports every formula module, which registers its formula
 * ``registry``: REGISTRY, register, Formula
 * ``rules``: the bytes rule, which tensors an op writes, broadcasting
 * ``flops``: GEMM, convolution and attention FLOP counts
+* ``shapes``: output shapes of the copies that reshape (repeat, padding, upsampling, ...)
 * ``elementwise``, ``reductions`` (also pooling, norms, softmax, losses), ``matmul``
   (gemm / conv), ``attention`` (SDPA variants, GQA, varlen, paged), ``memory`` (copies, gathers, fills, views), ``optimizer``,
   ``inductor`` (Triton kernels), ``library`` (sort / top-k, indexing, embedding bags, torchvision
@@ -20,7 +21,8 @@ Importing this package imports every formula module, which registers its formula
   quantization, MoE routing and experts, unified attention): the formulas
 
 No formula imports torch (``flops`` holds the GEMM/conv/attention counts of
-``torch.utils.flop_counter`` as pure functions), so costing a trace needs no torch.
+``torch.utils.flop_counter`` as pure functions, ``shapes`` the output rules torch's meta
+kernels apply), so costing a trace needs no torch.
 """
 
 from __future__ import annotations

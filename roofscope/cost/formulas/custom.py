@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from roofscope.cost.costmodel import clear_cache
 from roofscope.cost.formulas.records import NONE, SCALAR, TENSOR, TENSORS, Cost, OpCall
 from roofscope.cost.formulas.registry import REGISTRY, Formula, _TC_CATEGORIES
 from roofscope.cost.formulas.rules import _bytes
@@ -70,8 +71,6 @@ def register_formula(name: str, fn: Callable[..., Any] | None = None, *, categor
         if name in REGISTRY and not replace:
             raise RoofscopeError(f"{name} already has a cost formula; pass replace=True to override it")
         REGISTRY[name] = Formula(_wrap(f, name), category, category in _TC_CATEGORIES)
-        from roofscope.cost.costmodel import clear_cache
-
         clear_cache()  # signatures costed before must see the new formula
         return f
 

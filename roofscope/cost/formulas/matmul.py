@@ -102,12 +102,8 @@ def _conv(call: OpCall) -> Cost:
     transposed = val(i_t)
     args = (val(i_s), val(i_p), val(i_d), transposed, val(i_op), val(i_g))
     if any(v is UNKNOWN for v in args):
-        metas = call.meta()
-        if not metas or transposed is UNKNOWN:
-            raise MissingShapes("conv parameters")
-        out = metas[0]
-    else:
-        out = TensorSpec(conv_out_shape(x.shape, w.shape, *args), x.dtype)
+        raise MissingShapes("conv parameters")
+    out = TensorSpec(conv_out_shape(x.shape, w.shape, *args), x.dtype)
     flops = _flop_fn("convolution")(x.shape, w.shape, None, None, None, None, transposed, out_val=out.shape)
     cost = _cost(call, flops, _outputs(call, lambda: [out]))
     skipped = 1.0 - _input_read_share(x.shape, w.shape, out.shape, args) if transposed is False else 0.0

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from functools import reduce
+from typing import Any, Callable
 
+from roofscope.cost.formulas import shapes
 from roofscope.cost.formulas.dtypes import dtype_from_code, promote_types
-from roofscope.cost.formulas.records import TENSORS, UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import TENSOR, TENSORS, UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
 from roofscope.cost.formulas.registry import register
 from roofscope.cost.formulas.rules import _bytes, _cost, _outputs
+from roofscope.cost.formulas.shapes import Shape
 
 
 # ---------------------------------------------------------------------------
@@ -124,25 +127,66 @@ def _scatter(call: OpCall) -> Cost:
     return _cost(call, moved.numel * adds, [x.like()])  # functional: a full copy of self
 
 
-@register("aten::repeat", "aten::roll", "aten::flip", "aten::tril", "aten::triu", "aten::constant_pad_nd",
-          "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::replication_pad2d", "aten::narrow_copy",
-          "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
-          "aten::_upsample_nearest_exact2d", category="copy")
-def _copy_meta(call: OpCall) -> Cost:
-    outs = call.meta()
-    if not outs:
-        raise MissingShapes("output")
-    return _cost(call, 0, outs)
+# Output shapes of the copy ops that reshape (shapes.py); each reads the named arguments of the
+# op's schema, so only a call bound to it is shaped.
+_SHAPE_RULES: dict[str, Callable[[OpCall, Shape], Shape]] = {
+    "aten::repeat": lambda c, s: shapes.repeat(s, c.value("repeats")),
+    "aten::roll": lambda c, s: shapes.roll(s, c.value("shifts"), _or_default(c.value("dims"), [])),
+    "aten::flip": lambda c, s: shapes.flip(s, c.value("dims")),
+    "aten::tril": lambda c, s: shapes.triangle(s),
+    "aten::triu": lambda c, s: shapes.triangle(s),
+    "aten::constant_pad_nd": lambda c, s: shapes.constant_pad(s, c.value("pad")),
+    "aten::reflection_pad1d": lambda c, s: shapes.edge_pad(s, c.value("padding"), 1, reflect=True),
+    "aten::reflection_pad2d": lambda c, s: shapes.edge_pad(s, c.value("padding"), 2, reflect=True),
+    "aten::replication_pad2d": lambda c, s: shapes.edge_pad(s, c.value("padding"), 2, reflect=False),
+    "aten::narrow_copy": lambda c, s: shapes.narrow(s, c.value("dim"), c.value("start"), c.value("length")),
+}
+_UPSAMPLE_NEAREST = ("aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+                     "aten::_upsample_nearest_exact2d")
+_UPSAMPLE_TAPS = {"aten::upsample_linear1d": 2, "aten::upsample_bilinear2d": 4, "aten::upsample_trilinear3d": 8,
+                  "aten::upsample_bicubic2d": 16}
 
 
-@register("aten::upsample_bilinear2d", "aten::upsample_linear1d", "aten::upsample_trilinear3d",
-          "aten::upsample_bicubic2d", category="elementwise")
+def _or_default(value: Any, default: Any) -> Any:
+    """An argument with a schema default: unrecorded (or recorded as None) means the default."""
+    return default if value is UNKNOWN or value is None else value
+
+
+def _upsample_shape(call: OpCall, shape: Shape) -> Shape:
+    # The .vec overloads take output_size or scale_factors (both recorded, one None); the others
+    # take output_size (their scales_* only pick the source pixels).
+    size = call.value("output_size")
+    factors = call.value("scale_factors") if call.arg("scale_factors") is not None else None
+    if size is UNKNOWN or factors is UNKNOWN:
+        raise ValueError("output_size or scale_factors not recorded")
+    return shapes.upsample(shape, int(call.name[-2]), size, factors)
+
+
+def _reshaped(call: OpCall, missing: str) -> TensorSpec:
+    """The op's output: the input's dtype, the shape its rule gives. MissingShapes (``missing``)
+    for an unbound call, an unknown dtype, or arguments the rule lacks or torch would refuse."""
+    x = call.args[0].tensor if call.bound and call.args and call.args[0].kind == TENSOR else None
+    if x is None or any(s.dtype is None for a in call.args for s in a.specs):
+        raise MissingShapes(missing)
+    rule = _SHAPE_RULES.get(call.name, _upsample_shape)
+    try:
+        return TensorSpec(rule(call, x.shape), x.dtype)
+    except ValueError:
+        raise MissingShapes(missing) from None
+
+
+@register(*_SHAPE_RULES, *_UPSAMPLE_NEAREST, category="copy")
+def _reshaping_copy(call: OpCall) -> Cost:
+    """FLOPs = 0. Bytes = the input read + the output (shape by the op's rule) written."""
+    return _cost(call, 0, _outputs(call, lambda: [_reshaped(call, "output")]))
+
+
+@register(*_UPSAMPLE_TAPS, category="elementwise")
 def _upsample_interp(call: OpCall) -> Cost:
-    outs = call.meta()
-    if not outs:
-        raise MissingShapes("upsample output")
-    taps = {"linear1d": 2, "bilinear2d": 4, "trilinear3d": 8, "bicubic2d": 16}[call.name.split("_", 1)[1]]
-    return _cost(call, (2 * taps - 1) * outs[0].numel, outs)  # a multiply per tap plus the adds
+    """FLOPs = (2·taps − 1) per output element: a multiply per tap plus the adds (2 taps per
+    interpolated dim, bicubic 4). Bytes = the input read + the output written."""
+    outs = _outputs(call, lambda: [_reshaped(call, "upsample output")])
+    return _cost(call, (2 * _UPSAMPLE_TAPS[call.name] - 1) * outs[0].numel, outs)
 
 
 # ---------------------------------------------------------------------------

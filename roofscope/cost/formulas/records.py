@@ -4,8 +4,8 @@ their :class:`TensorSpec` shapes) and the :class:`Cost` a formula returns."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from roofscope.cost.formulas.dtypes import DType
 
@@ -65,9 +65,6 @@ class OpCall:
     name: str
     args: list[Arg]
     bound: bool = False  # argument names come from the op's schema
-    # meta-tensor output inference, injected by costmodel (keeps this module torch-free)
-    infer: Callable[[OpCall], list[TensorSpec] | None] | None = None
-    _meta: Any = field(default=UNKNOWN, repr=False)
 
     def arg(self, name: str, pos: int | None = None) -> Arg | None:
         """By schema name when the call is bound (None if the overload lacks it), else by position."""
@@ -100,11 +97,6 @@ class OpCall:
 
     def reads(self) -> list[TensorSpec]:
         return [s for a in self.args if not a.write_only for s in a.specs]
-
-    def meta(self) -> list[TensorSpec] | None:
-        if self._meta is UNKNOWN:
-            self._meta = self.infer(self) if self.infer else None
-        return self._meta
 
 
 @dataclass(frozen=True)

@@ -131,10 +131,7 @@ def _pool(call: OpCall) -> Cost:
         k = _window(call, 1)
         shape = _pool_out(call, x, k)
         if shape is None:
-            metas = call.meta()
-            if not metas:
-                raise MissingShapes("pooling parameters")
-            shape = metas[0].shape
+            raise MissingShapes("pooling parameters")
         flops = math.prod(shape) * math.prod(k)
     out = TensorSpec(shape, x.dtype)
     return _cost(call, flops, [out, out.like(dtype=INT64)] if with_idx else [out])
