@@ -22,6 +22,7 @@ from roofscope.collectors.session import Session, SessionConfig
 from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.pipeline import PipelineOptions, SessionResult, announce, finish
+from roofscope.render.console import render_summary
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis
@@ -80,8 +81,6 @@ class Profile:
 
     def summary(self, top: int = Presentation.top) -> str:
         """The terminal summary as text."""
-        from roofscope.render.console import render_summary
-
         a = self._done().analysis
         if a is None:
             raise RoofscopeError("nothing was analyzed (see the warnings printed when the profile ended)")

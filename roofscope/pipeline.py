@@ -19,17 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from roofscope.analysis import Analysis, analyze
 from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds, values
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
-from roofscope.run import CEILINGS_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text, update_meta, write_run
+from roofscope.hardware.ceilings import Ceilings, save_ceilings_file
+from roofscope.ingest.trace import load_trace
+from roofscope.microbench.cpu import ceilings_for_run
+from roofscope.place.roofline import params_from
+from roofscope.render.console import render_session
+from roofscope.render.registry import RenderOptions, check_formats, renderer
+from roofscope.run import (CEILINGS_FILE, SUMMARY_FILE, TELEMETRY_FILE, Run, new_meta, summary_text, update_meta,
+                           write_run)
+from roofscope.run.layout import CAPTURE_FILES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
-    from roofscope.hardware.ceilings import Ceilings
     from roofscope.collectors.distributed import JobPart
     from roofscope.collectors.session import Collected, Session
-    from roofscope.run import Run
 
 
 @dataclass(kw_only=True)
@@ -43,8 +49,6 @@ class PipelineOptions(CeilingOverrides, RooflineThresholds):
     quiet: bool = False                      # no progress lines (a CPU's ceilings measured once)
 
     def __post_init__(self) -> None:
-        from roofscope.render.registry import check_formats
-
         super().__post_init__()
         check_formats(self.formats)
 
@@ -135,8 +139,6 @@ def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOpt
 def _complete(session: "Session", c: "Collected", options: PipelineOptions, signals: _Signals) -> SessionResult:
     if c.trace is None:
         return SessionResult(run=None, analysis=None, warnings=c.warnings)
-    from roofscope.run.layout import CAPTURE_FILES
-
     files: dict[str, bytes | str] = {}
     if c.telemetry is not None:
         files[TELEMETRY_FILE] = gzip.compress(c.telemetry.to_json())
@@ -164,8 +166,6 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions, sign
             atomic_write(run.path / SUMMARY_FILE, summary_text(summary), force=True)
             run = update_meta(run, steps={**meta["steps"], "recorded": summary["steps"]})
         if ceilings is not None:
-            from roofscope.hardware.ceilings import save_ceilings_file
-
             save_ceilings_file(ceilings, run.path / CEILINGS_FILE)
         signals.arm(False)   # the Run is complete: a signal from here on must not escape as Interrupted
     except Interrupted as e:
@@ -197,8 +197,6 @@ def _why(e: BaseException) -> str:
 
 def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, bytes | str]:
     """The Run's rendered files by name: each output's renderer under its default file name."""
-    from roofscope.render.registry import RenderOptions, renderer
-
     render_options = RenderOptions(top=options.top)
     return {r.file_name: r.render(analysis, render_options) for r in map(renderer, options.outputs())}
 
@@ -206,10 +204,6 @@ def render_outputs(analysis: "Analysis", options: PipelineOptions) -> dict[str, 
 def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
              options: PipelineOptions) -> tuple["Analysis | None", str | None, "Ceilings | None"]:
     """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
-    from roofscope.analysis import analyze
-    from roofscope.place.roofline import params_from
-    from roofscope.ingest.trace import load_trace
-
     trace = load_trace(c.trace)
     ceilings = None
     overridden = options.device or options.peak_tflops or options.peak_bandwidth_gbs or options.ceilings
@@ -234,8 +228,6 @@ def _cpu_ceilings(warnings: list[str], quiet: bool) -> "Ceilings":
     """CPU-only: theoretical compute roofs and this machine's cached memory roofs, else measured
     here once, with progress on stderr (microbench/cpu.ceilings_for_run)."""
     import torch
-
-    from roofscope.microbench.cpu import ceilings_for_run
 
     def progress(name: str, i: int, total: int) -> None:
         print(f"roofscope: measuring this CPU's ceilings once (cached for later runs): [{i + 1}/{total}] {name}",
@@ -268,8 +260,6 @@ def announce(session: "Session", result: SessionResult, *, exit_code: int, merge
     """End a profile on the terminal: the summary and the Run's paths (``paths_when_quiet``: also
     with ``quiet``), or for one rank of a job :func:`conclude`; then the warnings and the problem,
     which is returned."""
-    from roofscope.render.console import render_session
-
     if result.interrupted and result.run is not None:
         name = signal.Signals(result.interrupted).name
         print(f"roofscope: interrupted ({name}) before the analysis ended: the recorded profile is kept in"
@@ -299,8 +289,6 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
     """After this rank's part is written: a one-line note on every rank but 0; rank 0 waits up to
     ``merge_timeout_s`` for the other parts and merges the job (0: only prints the command).
     Returns the problem to report, as ``render_session`` does."""
-    from roofscope.render.console import render_session
-
     _, problem = render_session(result, quiet=True)
     if result.run is None:
         return problem

@@ -60,6 +60,7 @@ PENDING = {
     "reasons:roofscope.diagnose": "diagnose/ (helper diagnose)",
     "reasons:roofscope.job": "job/merge.py and the job/ imports (helper job)",
     "reasons:roofscope.microbench": "microbench/ (helper notorch)",
+    "reasons:roofscope.pipeline": "the rank-0 merge call, to job/merge.py (helper job)",
     "reasons:roofscope.render": "render/ (helper job; the lead)",
     "reasons:roofscope.views": "views/ (helper views)",
     "share": "analysis.py's 27 function-level imports (the lead), render/ and the stages' (helpers job, views, "

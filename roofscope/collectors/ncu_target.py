@@ -16,8 +16,10 @@ import argparse
 import sys
 from typing import Any
 
+from roofscope.collectors import session
+from roofscope.collectors.script import ScriptError, check_target, run_target
 from roofscope.collectors.session import ProfileComplete, StepRule
-from roofscope.collectors.torchprof import Schedule
+from roofscope.collectors.torchprof import Schedule, enable_inductor_metadata
 
 
 class CounterRange:
@@ -84,10 +86,6 @@ class CounterRange:
 
 def main(argv: list[str] | None = None) -> int:
     from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    from roofscope.collectors import session
-    from roofscope.collectors.script import ScriptError, check_target, run_target
-    from roofscope.collectors.torchprof import enable_inductor_metadata
 
     ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.ncu_target",
                                  description="Run TARGET with ncu's range on the steps roofscope records.")

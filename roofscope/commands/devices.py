@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import sys
 
+from roofscope.hardware.datasheets import known_devices
+from roofscope.microbench import cache
+from roofscope.render.console import si, table
+
 
 def run() -> int:
-    from roofscope.hardware.datasheets import known_devices
-    from roofscope.microbench import cache
-    from roofscope.render.console import si, table
-
     rows = [[s.key, s.name, si(s.peaks.get("bf16"), "FLOP/s"), si(s.peaks.get("fp32"), "FLOP/s"),
              si(s.bandwidth, "B/s")] for s in known_devices()]
     out = ["Datasheet devices (dense peaks):", ""]

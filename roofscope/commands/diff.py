@@ -6,9 +6,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from roofscope.analysis import analyze
+from roofscope.commands.options import CeilingOptions
+from roofscope.compare.diff import diff
 from roofscope.config import Presentation
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.commands.options import CeilingOptions
+from roofscope.render.diffview import render_markdown, render_terminal
 
 
 @dataclass
@@ -22,10 +25,6 @@ class DiffOptions(CeilingOptions, Presentation):
 
 
 def run(opts: DiffOptions) -> int:
-    from roofscope.analysis import analyze
-    from roofscope.compare.diff import diff
-    from roofscope.render.diffview import render_markdown, render_terminal
-
     outputs = [(path, render) for path, render in (
         (opts.json_out, lambda d: json.dumps(d.to_dict(), indent=1, allow_nan=False)),
         (opts.markdown_out, lambda d: render_markdown(d, top=opts.top))) if path]

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
+from roofscope.gate import KERNELS_KEPT, check, write_baseline
 from roofscope.gate.stats import ALPHA
+from roofscope.render import github
+from roofscope.render.gate import markdown
+from roofscope.render.junit import junit_xml
 
 
 class GateUsageError(RoofscopeError):
@@ -46,8 +50,6 @@ class GateOptions:
 
 
 def _write_baseline(opts: GateOptions) -> int:
-    from roofscope.gate import KERNELS_KEPT, write_baseline
-
     if not opts.baseline_out:
         raise GateUsageError("--write-baseline needs the file to write:"
                              " roofscope gate --write-baseline RUN BASELINE.json")
@@ -64,11 +66,6 @@ def _write_baseline(opts: GateOptions) -> int:
 
 
 def run(opts: GateOptions) -> int:
-    from roofscope.gate import check
-    from roofscope.render.gate import markdown
-    from roofscope.render.github import annotations, append_step_summary, in_actions
-    from roofscope.render.junit import junit_xml
-
     if opts.write_baseline:
         return _write_baseline(opts)
     if opts.baseline_out:
@@ -85,10 +82,10 @@ def run(opts: GateOptions) -> int:
                    max_regression=opts.max_regression, alpha=opts.alpha, top_kernels=opts.top)
     if not opts.quiet:
         sys.stdout.write(result.report())
-    if in_actions():
-        for line in annotations(result):
+    if github.in_actions():
+        for line in github.annotations(result):
             print(line)
-        append_step_summary(markdown(result))
+        github.append_step_summary(markdown(result))
     for path, render in outputs:
         atomic_write(path, render(result), force=opts.force)
         print(f"wrote {path}", file=sys.stderr)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roofscope.config import CeilingOverrides, RooflineThresholds, values
+from roofscope.place.roofline import params_from
 
 
 @dataclass(kw_only=True)
@@ -15,8 +16,6 @@ class CeilingOptions(CeilingOverrides, RooflineThresholds):
 
     def ceiling_kwargs(self) -> dict[str, Any]:
         """These options as `analyzers.analysis.analyze()` (and PipelineOptions) name them."""
-        from roofscope.place.roofline import params_from
-
         return {"device": self.device, "peak_tflops": self.peak_tflops, "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
                 "ceilings_file": self.ceilings, "params": params_from(self)}
 

@@ -25,10 +25,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from roofscope.render.console import plural
+from roofscope.compare.diff import compare_kernels
 from roofscope.gate.snapshot import Snapshot
 from roofscope.gate.stats import ALPHA, mann_whitney, min_steps, steps_to_decide
 from roofscope.gate.thresholds import REGION_PREFIX, Bound, Limit, Metric, limit_for, metric
+from roofscope.render.console import plural
 
 THROTTLE_WARN = 0.05     # share of telemetry samples with a throttle reason set
 MIN_REGION_SHARE = 0.01  # of the baseline's median step: shorter regions are not gated by default
@@ -287,8 +288,6 @@ def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
 def kernel_evidence(run: Snapshot, base: Snapshot) -> pd.DataFrame:
     """The diff's kernel comparison (baseline = A, run = B), per step. When the baseline kept only
     its largest kernels, a run kernel below that cutoff may have been there unseen: not 'appeared'."""
-    from roofscope.compare.diff import compare_kernels
-
     changes = compare_kernels(base.kernels, run.kernels)
     cutoff = base.kernel_cutoff_s
     if cutoff is not None:

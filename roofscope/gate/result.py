@@ -6,8 +6,10 @@ from typing import Any
 
 import pandas as pd
 
-from roofscope.version import __version__
 from roofscope.gate.evaluate import FAIL, PASS, SKIP, UNDECIDED, Check
+from roofscope.jsonsafe import json_safe
+from roofscope.render.console import shorten
+from roofscope.version import __version__
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 10
@@ -75,13 +77,12 @@ class GateResult:
 
     def culprits(self, n: int = 3) -> str:
         """The kernels that grew most, in one line: ``name +1.234 ms/step (memory), ...``."""
-        from roofscope.render.console import shorten
-
         k = self.grown_kernels().head(n)
         return ", ".join(f"{shorten(str(r.name), 48)} +{1e3 * r.delta_s:.3f} ms/step ({r.cls_b or '-'})"
                          for r in k.itertuples())
 
     def report(self) -> str:
+        # Imported on call: the text is render/gate.py's, which imports gate/ (a climb that PENDING names).
         from roofscope.render.gate import text
 
         return text(self)
@@ -90,8 +91,6 @@ class GateResult:
         return self.report()
 
     def to_dict(self) -> dict[str, Any]:
-        from roofscope.jsonsafe import json_safe
-
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:
             return df.to_dict("records") if len(df) else []
 

@@ -19,19 +19,22 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from roofscope.model.summary import Metrics
-from roofscope.version import __version__
+from roofscope.analysis import Analysis, analyze
+from roofscope.compare.diff import per_step_kernels
 from roofscope.errors import RoofscopeError
-from roofscope.run.schema import check_version
+from roofscope.gate.schema import validate
 from roofscope.gate.thresholds import metric, metrics_for
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+from roofscope.jsonsafe import json_safe
+from roofscope.model.summary import Metrics
+from roofscope.run import is_run_dir
+from roofscope.run.schema import check_version
+from roofscope.version import __version__
+from roofscope.views.telemetry_summary import THROTTLE_REASONS
 
 FORMAT = "roofscope-gate-baseline"
 VERSION = 1
@@ -78,9 +81,6 @@ class Snapshot:
 
     @classmethod
     def from_analysis(cls, a: "Analysis", source: str | os.PathLike | None = None) -> "Snapshot":
-        from roofscope.compare.diff import per_step_kernels
-        from roofscope.views.telemetry_summary import THROTTLE_REASONS
-
         samples = a.step_samples()
         # Step time and utilizations in the program's own time where the Run measured it (a sample
         # per unprofiled step: many more than the profiled ones); the rest from the profiled steps.
@@ -109,8 +109,6 @@ class Snapshot:
                    time_source=time_source)
 
     def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
-        from roofscope.jsonsafe import json_safe
-
         k = self.kernels.head(kernels_kept)
         metrics = {}
         for name, values in self.samples.items():
@@ -137,8 +135,6 @@ class Snapshot:
         """A baseline file's document; a :class:`GateInputError` (exit 2, one line) names what is wrong
         with a corrupt one, as a corrupt baseline must never read as a regression (exit 1) or a pass."""
         import msgspec
-
-        from roofscope.gate.schema import validate
 
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise GateInputError(f"{where}: not a roofscope gate baseline (write one with"
@@ -190,9 +186,6 @@ def load_baseline(path: str | os.PathLike) -> Snapshot:
 def snapshot_of(source: "str | os.PathLike | Snapshot | Analysis", *, baseline: bool = False) -> Snapshot:
     """A snapshot of ``source``: a Snapshot, an Analysis, a Run directory or a trace, or (with
     ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
-    from roofscope.analysis import Analysis, analyze
-    from roofscope.run import is_run_dir
-
     if isinstance(source, Snapshot):
         return source
     if isinstance(source, Analysis):

@@ -12,11 +12,14 @@ import sys
 from dataclasses import replace
 from typing import Any, Mapping
 
+from roofscope.errors import DeviceError
 from roofscope.hardware.ceilings import (SCHEMA_VERSION, Ceilings, positive_number, ceilings_payload, load_ceilings_file,
                        normalize_dtype, save_ceilings_file)
 from roofscope.hardware.datasheets import (PRECISIONS, DeviceSpec, describe_props, giga, identify, known_devices, known_keys,
                          lookup, match_device, tera)
-from roofscope.errors import DeviceError
+from roofscope.microbench import cache
+from roofscope.microbench.cpu import cpu_name, with_theoretical
+from roofscope.microbench.cpupeak import read_peak
 
 __all__ = [
     "PRECISIONS",
@@ -83,15 +86,10 @@ def _cached(label: str, memory_bytes: int | None) -> Ceilings | None:
     trace does not name its CPU, so it gets this machine's CPU measurement: right for
     the usual case of analyzing where the run happened, and noted in the ceilings.
     """
-    from roofscope.microbench import cache
-
     if not cache.enabled():
         return None
     try:
         if _is_cpu(label):
-            from roofscope.microbench.cpu import cpu_name, with_theoretical
-            from roofscope.microbench.cpupeak import read_peak
-
             c = cache.lookup(cpu_name(), torch_version=_torch_version())
             if c is not None:
                 # Compute roofs: the theoretical peak of the cores measured with (older sets included).

@@ -36,6 +36,7 @@ import pandas as pd
 
 from roofscope.errors import OutputExistsError, RoofscopeError
 from roofscope.fileio import atomic_write
+from roofscope.run.directory import load as load_run, update_meta
 from roofscope.run.layout import COUNTERS_FILE, COUNTERS_REPORT
 from roofscope.run.schema import COUNTERS_VERSION, CountersEntry, CountersHeader, check_version
 
@@ -252,9 +253,7 @@ def save(run_dir: str | os.PathLike, table: pd.DataFrame, meta: dict[str, Any], 
     ``meta`` holds tool, ncu_version, metrics, sample, join (JoinStats as a dict) and command.
     Existing counters are replaced only with ``force``.
     """
-    from roofscope.run import load, update_meta
-
-    run = load(run_dir)
+    run = load_run(run_dir)
     path = run.path / COUNTERS_FILE
     if (path.exists() or run.info.counters is not None) and not force:
         raise OutputExistsError(f"{path} already exists; pass --force to replace the Run's counters")
