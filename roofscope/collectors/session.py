@@ -148,7 +148,7 @@ def default_out(name: str, root: Path = Path("roofscope-out")) -> Path:
     return out
 
 
-# Called by every step() too: the counters pass (ncu_target.py) counts steps without a Session.
+# Called by every step() too: the counters pass (counters/ncu_target.py) counts steps without a Session.
 step_listeners: list[Callable[[], None]] = []
 
 

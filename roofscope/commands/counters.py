@@ -1,8 +1,8 @@
 """`roofscope counters RUN`: add hardware counters to a Run (and `roofscope run --counters ncu`).
 
 The counters pass re-runs the Run's recorded command under ncu over the same steps
-(collectors/ncu.py), or takes a CSV the user exported from ncu (``--from-csv``), joins
-the launches to the trace's kernels (roofscope/run/counters.py), stores them in the Run and
+(collectors/counters/ncu.py), or takes a CSV the user exported from ncu (``--from-csv``), joins
+the launches to the trace's kernels (collectors/counters/join.py), stores them in the Run and
 re-renders its summary.json and report.html.
 """
 from __future__ import annotations
@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roofscope.analysis import analyze
-from roofscope.collectors import cupti_probe
-from roofscope.collectors.ncu import Target, check_metrics, collect, find_ncu
-from roofscope.collectors.ncu_csv import METRICS, NcuCsvError, parse_ncu_csv
+from roofscope.collectors.counters import cupti_probe
+from roofscope.collectors.counters.join import check_join, join, kernel_filter
+from roofscope.collectors.counters.ncu import Target, check_metrics, collect, find_ncu
+from roofscope.collectors.counters.ncu_csv import METRICS, NcuCsvError, parse_ncu_csv
 from roofscope.collectors.torchprof import Schedule
 from roofscope.commands.clickopts import parse_run_argv
 from roofscope.errors import OutputExistsError, RoofscopeError
@@ -26,7 +27,7 @@ from roofscope.fileio import atomic_write, read_maybe_gzip
 from roofscope.ingest.trace import load_trace
 from roofscope.render.html import render_html
 from roofscope.run import REPORT_FILE, SUMMARY_FILE, Run, load, summary_text
-from roofscope.run.counters import COUNTERS_FILE, COUNTERS_REPORT, CountersError, check_join, join, kernel_filter, save
+from roofscope.run.counters import COUNTERS_FILE, COUNTERS_REPORT, CountersError, save
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -5,7 +5,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roofscope.collectors import cupti_probe
+from roofscope.collectors.counters import cupti_probe
 from roofscope.collectors.script import check_target, exit_forked_child, run_target
 from roofscope.collectors.session import Session, SessionConfig
 from roofscope.commands.counters import after_run, check_before_run

@@ -1,6 +1,6 @@
 """The inner runner of the counters pass: the user's script with ncu's range on the recorded steps.
 
-    python -m roofscope.collectors.ncu_target --wait W --warmup U --active A [-m] TARGET [ARGS...]
+    python -m roofscope.collectors.counters.ncu_target --wait W --warmup U --active A [-m] TARGET [ARGS...]
 
 ncu runs this with ``--profile-from-start off``, so it profiles only the kernels between
 ``cudaProfilerStart`` and ``cudaProfilerStop``. Those are called at the step boundaries
@@ -87,7 +87,7 @@ class CounterRange:
 def main(argv: list[str] | None = None) -> int:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.ncu_target",
+    ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.counters.ncu_target",
                                  description="Run TARGET with ncu's range on the steps roofscope records.")
     ap.add_argument("--wait", type=int, required=True)
     ap.add_argument("--warmup", type=int, required=True)
