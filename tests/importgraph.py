@@ -356,7 +356,7 @@ def forbidden_violations(graph: dict[str, set[str]], contract: Forbidden) -> lis
         while queue:
             module = queue.popleft()
             for target in edges(module):
-                if target in came_from or within(target, contract.sources):
+                if target in came_from:
                     continue
                 came_from[target] = module
                 if within(target, contract.forbidden):

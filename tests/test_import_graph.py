@@ -58,7 +58,7 @@ PENDING = {
     "reasons:roofscope.commands": "commands/merge.py and microbench.py (helper job)",
     "reasons:roofscope.cost": "cost/ (helpers notorch, views)",
     "reasons:roofscope.diagnose": "diagnose/ (helper diagnose)",
-    "reasons:roofscope.job": "job/merge.py and the job/ imports (helper job)",
+    "reasons:roofscope.job": "job/urls.py -> ingest.trace goes through the readers (helper ingest)",
     "reasons:roofscope.microbench": "microbench/ (helper notorch)",
     "reasons:roofscope.pipeline": "the rank-0 merge call, to job/merge.py (helper job)",
     "reasons:roofscope.render": "render/ (helper job; the lead)",

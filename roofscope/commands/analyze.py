@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roofscope.analysis import analyze
+from roofscope.commands.merge import MergeOptions, run as merge
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
 from roofscope.cost.formulas.custom import load_all
@@ -33,8 +34,6 @@ class AnalyzeOptions(CeilingOptions, Presentation):
 
 def run(opts: AnalyzeOptions) -> int:
     if is_job_dir(opts.trace):  # the ranks of a distributed job: the cross-rank summary
-        from roofscope.commands.merge import MergeOptions, run as merge
-
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
     to_stdout = opts.markdown_out == "-"
