@@ -95,16 +95,16 @@ def _comments(source: str) -> dict[int, str]:
     return found
 
 
-def _reason(node: ast.stmt, comments: dict[int, str], reasons_by_end: dict[int, str]) -> str:
-    """A statement's comment, else the comment line right above it, else the reason of the import that ends on
-    the line above (one comment may head a block of imports)."""
+def _reason(node: ast.stmt, comments: dict[int, str], heads: dict[int, str]) -> tuple[str, bool]:
+    """A statement's own comment; else the comment line right above it, or the one that heads the block of
+    imports ending on the line above (``heads``: line -> that comment). The flag: the reason heads a block."""
     for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
         if line in comments and not comments[line].startswith("\n"):
-            return comments[line]
+            return comments[line], False
     above = comments.get(node.lineno - 1, "")
     if above.startswith("\n"):
-        return above.strip()
-    return reasons_by_end.get(node.lineno - 1, "")
+        return above.strip(), True
+    return heads.get(node.lineno - 1, ""), True
 
 
 def read_imports(root: Path = ROOT, package: str = PACKAGE) -> list[Import]:
@@ -115,12 +115,13 @@ def read_imports(root: Path = ROOT, package: str = PACKAGE) -> list[Import]:
         source = path.read_text()
         tree = ast.parse(source, str(path))
         places, comments = _places(tree), _comments(source)
-        reasons_by_end: dict[int, str] = {}
+        heads: dict[int, str] = {}
         nodes = sorted((n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))),
                        key=lambda n: n.lineno)
         for node in nodes:
-            reason = _reason(node, comments, reasons_by_end)
-            reasons_by_end[node.end_lineno or node.lineno] = reason
+            reason, heading = _reason(node, comments, heads)
+            if heading:
+                heads[node.end_lineno or node.lineno] = reason
             where = places.get(id(node), TOP)
             edges.extend(Import(module, t, where, node.lineno, reason)
                          for t in sorted(_targets(module, is_package, node, names)))
@@ -245,10 +246,6 @@ def _lines(value: str) -> list[str]:
     return [line.split("#")[0].strip() for line in value.splitlines() if line.split("#")[0].strip()]
 
 
-def _flag(section: configparser.SectionProxy, key: str, default: bool) -> bool:
-    return section.getboolean(key, fallback=default)
-
-
 def _ignored(section: configparser.SectionProxy) -> frozenset[tuple[str, str]]:
     pairs = set()
     for line in _lines(section.get("ignore_imports", "")):
@@ -294,12 +291,12 @@ def read_contracts(path: Path = CONFIG) -> Contracts:
             container = containers[0] if containers else None
             contracts.contracts.append(Layers(
                 key, section["name"], tuple(_layer(line, container) for line in _lines(section["layers"])),
-                container, _flag(section, "exhaustive", False), _ignored(section)))
+                container, section.getboolean("exhaustive", fallback=False), _ignored(section)))
         elif section["type"] == "forbidden":
             contracts.contracts.append(Forbidden(
                 key, section["name"], tuple(_lines(section["source_modules"])),
                 tuple(_lines(section["forbidden_modules"])),
-                not _flag(section, "allow_indirect_imports", False), _ignored(section)))
+                not section.getboolean("allow_indirect_imports", fallback=False), _ignored(section)))
         else:
             raise ValueError(f"{section_name}: contract type {section['type']!r} is not read here")
     return contracts
