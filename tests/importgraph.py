@@ -101,10 +101,11 @@ def _reason(node: ast.stmt, comments: dict[int, str], heads: dict[int, str]) -> 
     for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
         if line in comments and not comments[line].startswith("\n"):
             return comments[line], False
-    above = comments.get(node.lineno - 1, "")
-    if above.startswith("\n"):
-        return above.strip(), True
-    return heads.get(node.lineno - 1, ""), True
+    block, line = [], node.lineno - 1
+    while comments.get(line, "").startswith("\n"):
+        block.insert(0, comments[line].strip())
+        line -= 1
+    return (" ".join(block), True) if block else (heads.get(node.lineno - 1, ""), True)
 
 
 def read_imports(root: Path = ROOT, package: str = PACKAGE) -> list[Import]:

@@ -106,7 +106,8 @@ def test_every_import_is_an_edge_and_knows_its_place(tmp_path: Path) -> None:
             if TYPE_CHECKING:
                 from pkg.c import C
             def f():
-                # start-up time: c pulls in pandas
+                # start-up time:
+                # c pulls in pandas
                 from pkg import c
                 import pkg.d
                 from . import e  # optional dependency
