@@ -4,7 +4,7 @@
 * ``signature_costs`` on the HTA A100 trace's 818 distinct op signatures (goal: under 2 s),
 * ``signature_costs`` on 5,085 distinct signatures (the CPU block fixture's 339, every dim scaled by
   1..15; goal: 0.5 s on 2 cores),
-* ``counters.join`` of 100,000 ncu launches to 100,000 trace kernels, 7 names repeating, 3 launches
+* the counters ``join`` of 100,000 ncu launches to 100,000 trace kernels, 7 names repeating, 3 launches
   missing from ncu (goal: 0.1 s on 2 cores; the difflib alignment it replaced took 30 s).
 
     python benchmarks/bench_costs.py [--trace PATH] [--repeat 3]
@@ -22,10 +22,10 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from roofscope.run import counters
 from roofscope.cost.costmodel import clear_cache, signature_costs
 from roofscope.ingest.trace import load_trace
-from roofscope.collectors.ncu_csv import parse_ncu_csv
+from roofscope.collectors.counters import join as counters_join
+from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 DEFAULT_TRACE = DATA / "external" / "hta_a100_rank0.json.gz"
@@ -83,8 +83,8 @@ def main() -> None:
     print(f"signature_costs, {len(big)} distinct signatures: "
           f"{best_of(args.repeat, lambda: signature_costs(big)):.3f} s (goal 0.5 s on 2 cores)")
     ncu_side, trace = join_inputs()
-    print(f"counters.join, {len(trace.kernels):,} kernels: "
-          f"{best_of(args.repeat, lambda: counters.join(ncu_side, trace)):.3f} s (goal 0.1 s on 2 cores)")
+    print(f"counters join, {len(trace.kernels):,} kernels: "
+          f"{best_of(args.repeat, lambda: counters_join.join(ncu_side, trace)):.3f} s (goal 0.1 s on 2 cores)")
 
 
 if __name__ == "__main__":

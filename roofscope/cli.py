@@ -1,4 +1,8 @@
-"""The `roofscope` command line: a click group whose commands live in roofscope/commands/."""
+"""The `roofscope` command line: a click group whose commands live in roofscope/commands/.
+
+Each command imports its module when it runs: `roofscope --help` and a mistyped option answer at once,
+without pandas and the analysis (the `# start-up time` imports below).
+"""
 from __future__ import annotations
 
 import sys
@@ -9,6 +13,7 @@ import click
 from roofscope.commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options
 from roofscope.config import MergeWorkers, Presentation
 from roofscope.errors import RoofscopeError
+from roofscope.text_safety import clean
 from roofscope.version import __version__
 
 
@@ -41,7 +46,7 @@ def cli() -> None:
 def analyze_cmd(**kwargs: object) -> int:
     """Place every kernel of RUN_OR_TRACE on the roofline: a Run directory (from `roofscope run`) or a
     Kineto trace (.json or .json.gz from torch.profiler)."""
-    from roofscope.commands.analyze import AnalyzeOptions, run
+    from roofscope.commands.analyze import AnalyzeOptions, run  # start-up time
 
     return run(AnalyzeOptions(**kwargs))  # type: ignore[arg-type]
 
@@ -61,7 +66,7 @@ def analyze_cmd(**kwargs: object) -> int:
 def report_cmd(**kwargs: object) -> int:
     """Write a self-contained HTML report (roofline, classes, top kernels) for RUN_OR_TRACE: a Run
     directory or a Kineto trace (.json or .json.gz)."""
-    from roofscope.commands.analyze import AnalyzeOptions, run
+    from roofscope.commands.analyze import AnalyzeOptions, run  # start-up time
 
     return run(AnalyzeOptions(quiet=True, **kwargs))  # type: ignore[arg-type]
 
@@ -83,7 +88,7 @@ def report_cmd(**kwargs: object) -> int:
 def diff_cmd(**kwargs: object) -> int:
     """Compare RUN_B against RUN_A (Run directories or Kineto traces): metrics, kernels per step, and
     whether A's predicted saving materialized in B."""
-    from roofscope.commands.diff import DiffOptions, run
+    from roofscope.commands.diff import DiffOptions, run  # start-up time
 
     return run(DiffOptions(**kwargs))  # type: ignore[arg-type]
 
@@ -97,7 +102,7 @@ def run_cmd(**kwargs: object) -> int:
     and report.html are written even when the script fails, exits or is interrupted, and
     roofscope exits with the script's own exit code.
     """
-    from roofscope.commands.run import RunOptions, run
+    from roofscope.commands.run import RunOptions, run  # start-up time
 
     argv = (click.get_current_context().obj or {}).get("argv") or sys.argv[1:]
     return run(RunOptions(argv=["roofscope", *argv], **kwargs))  # type: ignore[arg-type]
@@ -123,7 +128,7 @@ def run_cmd(**kwargs: object) -> int:
 def counters_cmd(**kwargs: object) -> int:
     """Add hardware counters (Nsight Compute) to RUN: re-run its script under ncu over the same
     steps, join the measured kernels to the trace's, and re-render the Run's summary and report."""
-    from roofscope.commands.counters import CountersOptions, run
+    from roofscope.commands.counters import CountersOptions, run  # start-up time
 
     return run(CountersOptions(**kwargs))  # type: ignore[arg-type]
 
@@ -143,7 +148,7 @@ def microbench_cmd(**kwargs: object) -> int:
     The result is cached per device, driver and torch version; later analyses of a trace
     from the same device use it instead of the datasheet (ROOFSCOPE_NO_CACHE=1 turns that off).
     """
-    from roofscope.commands.microbench import MicrobenchOptions, run
+    from roofscope.commands.microbench import MicrobenchOptions, run  # start-up time
 
     return run(MicrobenchOptions(**kwargs))  # type: ignore[arg-type]
 
@@ -151,7 +156,7 @@ def microbench_cmd(**kwargs: object) -> int:
 @cli.command("devices")
 def devices_cmd() -> int:
     """List the datasheet devices and the ceilings cached by `roofscope microbench`."""
-    from roofscope.commands.devices import run
+    from roofscope.commands.devices import run  # start-up time
 
     return run()
 
@@ -193,7 +198,7 @@ def gate_cmd(**kwargs: object) -> int:
     printed as ::error annotations and the verdict appended to $GITHUB_STEP_SUMMARY.
     `roofscope gate --write-baseline RUN BASELINE.json` writes a baseline.
     """
-    from roofscope.commands.gate import GateOptions, run
+    from roofscope.commands.gate import GateOptions, run  # start-up time
 
     return run(GateOptions(**kwargs))  # type: ignore[arg-type]
 
@@ -218,7 +223,7 @@ def merge_cmd(**kwargs: object) -> int:
     Kineto traces, folders of rank traces, job directories (rank-NNNN/ Runs), or fsspec URLs of
     traces or folders (s3://bucket/job/). Per-rank step time and MFU, stragglers, NCCL collectives
     and exposed communication, recommendations."""
-    from roofscope.commands.merge import MergeOptions, default_out, run
+    from roofscope.commands.merge import MergeOptions, default_out, run  # start-up time
 
     kwargs["sources"] = list(kwargs["sources"])  # type: ignore[call-overload]
     kwargs["out"] = kwargs["out"] or default_out(kwargs["sources"])  # type: ignore[arg-type]
@@ -231,8 +236,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = list(argv) if argv is not None else sys.argv[1:]
         rv = cli.main(args=args, prog_name="roofscope", standalone_mode=False, obj={"argv": args})
     except RoofscopeError as e:
-        from roofscope.text_safety import clean
-
         click.echo(f"roofscope: error: {clean(e)}", err=True)  # one line, whatever a path or name holds
         return e.exit_code
     except click.exceptions.Abort:

@@ -19,19 +19,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from roofscope.analysis import AnalysisSettings, run
 from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
+from roofscope.hardware.ceilings import Ceilings, save_ceilings_file
+from roofscope.ingest.trace import load_trace
+from roofscope.microbench.cpu import ceilings_for_run
 from roofscope.render.registry import RESULT, RenderOptions, check_formats, renderer
-from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, new_meta, summary_text,
+from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, Run, new_meta, summary_text,
                            update_meta, write_run)
+from roofscope.run.layout import CAPTURE_FILES
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.model.result import Result
-    from roofscope.hardware.ceilings import Ceilings
     from roofscope.collectors.distributed import JobPart
     from roofscope.collectors.session import Collected, Session
-    from roofscope.run import Run
 
 
 @dataclass(kw_only=True)
@@ -139,8 +142,6 @@ def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOpt
 def _complete(session: "Session", c: "Collected", options: PipelineOptions, signals: _Signals) -> SessionResult:
     if c.trace is None:
         return SessionResult(run=None, analysis=None, warnings=c.warnings)
-    from roofscope.run.layout import CAPTURE_FILES
-
     files: dict[str, bytes | str] = {}
     if c.telemetry is not None:
         files[TELEMETRY_FILE] = gzip.compress(c.telemetry.to_json())
@@ -166,8 +167,6 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions, sign
             atomic_write(run.path / SUMMARY_FILE, summary_text(summary), force=True)
             run = update_meta(run, steps={**meta["steps"], "recorded": summary["steps"]})
         if ceilings is not None:
-            from roofscope.hardware.ceilings import save_ceilings_file
-
             save_ceilings_file(ceilings, run.path / CEILINGS_FILE)
         signals.arm(False)   # the Run is complete: a signal from here on must not escape as Interrupted
     except Interrupted as e:
@@ -207,9 +206,6 @@ def render_outputs(result: "Result", options: PipelineOptions) -> dict[str, byte
 def _analyze(session: "Session", c: "Collected", meta: dict[str, Any], options: PipelineOptions,
              trace_path: Path) -> tuple["Result | None", str | None, "Ceilings | None"]:
     """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
-    from roofscope.analysis import AnalysisSettings, run
-    from roofscope.ingest.trace import load_trace
-
     trace = load_trace(c.trace)
     trace.path = str(trace_path)  # the summary and outputs name the trace the Run keeps, not the temporary one
     ceilings = None
@@ -233,8 +229,6 @@ def _cpu_ceilings(warnings: list[str], quiet: bool) -> "Ceilings":
     """CPU-only: theoretical compute roofs and this machine's cached memory roofs, else measured
     here once, with progress on stderr (microbench/cpu.ceilings_for_run)."""
     import torch
-
-    from roofscope.microbench.cpu import ceilings_for_run
 
     def progress(name: str, i: int, total: int) -> None:
         print(f"roofscope: measuring this CPU's ceilings once (cached for later runs): [{i + 1}/{total}] {name}",

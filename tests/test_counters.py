@@ -18,8 +18,9 @@ import pytest
 from roofscope.run import counters
 from roofscope.ingest.trace import load_trace
 from roofscope.cli import main
-from roofscope.collectors import ncu, ncu_target, session
-from roofscope.collectors.ncu_csv import parse_ncu_csv
+from roofscope.collectors import session
+from roofscope.collectors.counters import join as counters_join, ncu, ncu_target
+from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 from roofscope.collectors.torchprof import Schedule
 from roofscope.commands.counters import recorded_target
 from roofscope.errors import OutputExistsError, RoofscopeError
@@ -59,15 +60,15 @@ def test_normalized_names_agree_across_demanglers():
         "void at::<unnamed>::vectorized_layer_norm_kernel<float, float, 0>(int, T2)",
         "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
     ])
-    assert counters.normalize_names(names).tolist() == [
+    assert counters_join.normalize_names(names).tolist() == [
         "vectorized_elementwise_kernel", "vectorized_elementwise_kernel",
         "vectorized_layer_norm_kernel", "vectorized_layer_norm_kernel",
         "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"]
 
 
 def test_join_long_csv_to_kineto_trace(trace):
-    joined, stats = counters.join(_ncu("long"), trace)
-    assert stats == counters.JoinStats(ncu_kernels=14, trace_kernels=14, matched=14, unmatched_ncu=0,
+    joined, stats = counters_join.join(_ncu("long"), trace)
+    assert stats == counters_join.JoinStats(ncu_kernels=14, trace_kernels=14, matched=14, unmatched_ncu=0,
                                        unmatched_trace=0, name_mismatches=0)
     assert joined["correlation"].tolist() == TRACE_CORR
     # Launch 7 (the step-3 bf16 GEMM) is the trace's nvjet kernel of correlation 355.
@@ -77,7 +78,7 @@ def test_join_long_csv_to_kineto_trace(trace):
 
 
 def test_join_launch_count_prefix(trace):
-    joined, stats = counters.join(_ncu("count3"), trace)
+    joined, stats = counters_join.join(_ncu("count3"), trace)
     assert (stats.ncu_kernels, stats.matched, stats.unmatched_trace, stats.name_mismatches) == (3, 3, 11, 0)
     assert joined["correlation"].tolist() == TRACE_CORR[:3]
 
@@ -85,7 +86,7 @@ def test_join_launch_count_prefix(trace):
 def test_join_after_skipped_launches(trace):
     # ncu --launch-skip 4 --launch-count 3: the profiled launches are the trace's 5th to 7th
     ncu_rows = _ncu("long").iloc[4:7].reset_index(drop=True)
-    joined, stats = counters.join(ncu_rows, trace, skip=4)
+    joined, stats = counters_join.join(ncu_rows, trace, skip=4)
     assert (stats.ncu_kernels, stats.trace_kernels, stats.matched, stats.name_mismatches) == (3, 10, 3, 0)
     assert joined["correlation"].tolist() == TRACE_CORR[4:7]
 
@@ -95,7 +96,7 @@ def test_extra_missing_and_renamed_launches_do_not_shift_the_rest(trace):
     extra = base.iloc[[2]].assign(name="triton_poi_fused_add_0")
     # An extra launch after launch 2, and the step-3 layer norm (launch 11) missing.
     edited = pd.concat([base.iloc[:3], extra, base.iloc[3:11], base.iloc[12:]], ignore_index=True)
-    joined, stats = counters.join(edited, trace)
+    joined, stats = counters_join.join(edited, trace)
     assert (stats.ncu_kernels, stats.matched, stats.unmatched_ncu, stats.unmatched_trace) == (14, 13, 1, 1)
     assert joined.loc[3, "correlation"] == -1
     expected = TRACE_CORR[:3] + [-1] + TRACE_CORR[3:11] + TRACE_CORR[12:]
@@ -103,7 +104,7 @@ def test_extra_missing_and_renamed_launches_do_not_shift_the_rest(trace):
     # A name neither side reconciles, at the same position: still paired, and counted.
     renamed = base.copy()
     renamed.loc[5, "name"] = "renamed_softmax_kernel"
-    joined, stats = counters.join(renamed, trace)
+    joined, stats = counters_join.join(renamed, trace)
     assert (stats.matched, stats.name_mismatches) == (14, 1)
     assert joined["correlation"].tolist() == TRACE_CORR
 
@@ -113,7 +114,7 @@ def test_periodic_steps_stay_aligned_after_a_missing_launch():
     # alignment (difflib) pairs ncu's 7..28 with the trace's 3..24: same names, a step early.
     b = np.tile(np.arange(5), 6)
     a = np.delete(b, 7)
-    ia, ib, mismatches = counters.align(a, b)
+    ia, ib, mismatches = counters_join.align(a, b)
     assert ia.tolist() == list(range(29))
     assert ib.tolist() == list(range(7)) + list(range(8, 30))
     assert mismatches == 0
@@ -121,11 +122,11 @@ def test_periodic_steps_stay_aligned_after_a_missing_launch():
     # an extra launch at the very start is skipped, the rest paired from there.
     renamed = b.copy()
     renamed[[12, 13]] = 99
-    assert counters.align(renamed, b)[0].tolist() == list(range(30)) and counters.align(renamed, b)[2] == 2
-    ia, ib, _ = counters.align(np.concatenate([[77], b]), b)
+    assert counters_join.align(renamed, b)[0].tolist() == list(range(30)) and counters_join.align(renamed, b)[2] == 2
+    ia, ib, _ = counters_join.align(np.concatenate([[77], b]), b)
     assert ia.tolist() == list(range(1, 31)) and ib.tolist() == list(range(30))
     # Nothing in common: nothing paired.
-    assert len(counters.align(np.full(10, 5), np.arange(5))[0]) == 0
+    assert len(counters_join.align(np.full(10, 5), np.arange(5))[0]) == 0
 
 
 def _periodic_trace(n: int, names: list[str]):
@@ -144,24 +145,24 @@ def test_join_of_100k_kernels_is_complete():
     trace = _periodic_trace(100_000, [n.replace("at::", "at::native::", 1) for n in names])
     ncu_side = pd.DataFrame({"name": np.resize(np.array(names, dtype=object), 100_000)})
     ncu_side = ncu_side.drop(index=[10, 50_000, 99_990]).reset_index(drop=True)
-    joined, stats = counters.join(ncu_side, trace)
+    joined, stats = counters_join.join(ncu_side, trace)
     assert (stats.matched, stats.unmatched_trace, stats.name_mismatches) == (99_997, 3, 0)
     # Launch 10 of ncu is the trace's launch 11 (correlation 111), launch 50,000 the trace's 50,002.
     assert joined.loc[10, "correlation"] == 111 and joined.loc[50_000, "correlation"] == 50_102
 
 
 def test_check_join_refuses_counters_of_other_kernels():
-    good = counters.JoinStats(14, 14, 14, 0, 0, 0)
-    assert counters.check_join(good) == []
-    assert counters.check_join(counters.JoinStats(14, 14, 13, 1, 1, 2)) == [
+    good = counters_join.JoinStats(14, 14, 14, 0, 0, 0)
+    assert counters_join.check_join(good) == []
+    assert counters_join.check_join(counters_join.JoinStats(14, 14, 13, 1, 1, 2)) == [
         "1 of 14 profiled launches matched no trace kernel and 2 matched one of another name: the two passes "
         "launched different kernels (data-dependent control flow, autotuning?)"]
     # 14 launches, 7 paired by name: half is enough; 6 is not.
-    assert counters.check_join(counters.JoinStats(14, 20, 7, 7, 13, 0))
+    assert counters_join.check_join(counters_join.JoinStats(14, 20, 7, 7, 13, 0))
     with pytest.raises(counters.CountersError, match="only 6 of the 14 profiled launches match"):
-        counters.check_join(counters.JoinStats(14, 20, 10, 4, 10, 4))
+        counters_join.check_join(counters_join.JoinStats(14, 20, 10, 4, 10, 4))
     with pytest.raises(counters.CountersError, match="trace has no GPU kernels"):
-        counters.check_join(counters.JoinStats(3, 0, 0, 3, 0, 0))
+        counters_join.check_join(counters_join.JoinStats(3, 0, 0, 3, 0, 0))
 
 
 def test_csv_of_another_workload_is_refused(tmp_path, capsys):
@@ -218,7 +219,7 @@ def test_corrupt_counters_file_is_a_one_line_error(run_dir, capsys, doc, message
 # -- storage --------------------------------------------------------------------------------------
 
 def test_save_load_round_trip_and_force(run_dir, trace):
-    joined, stats = counters.join(_ncu("raw"), trace)
+    joined, stats = counters_join.join(_ncu("raw"), trace)
     meta = {"tool": "ncu", "ncu_version": "2025.3.1.0", "metrics": ["x"], "sample": None,
             "join": {"matched": stats.matched}, "command": ["ncu"]}
     counters.save(run_dir, joined, meta)
@@ -354,7 +355,7 @@ def test_ncu_pass_command_line_report_and_version(run_dir, tmp_path, monkeypatch
     assert prof[6:8] == ["--launch-count", "3"]
     assert prof[8] == "-o" and Path(prof[9]).name == "counters" and prof[10] == "--force-overwrite"
     # The recorded script and schedule (wait 1, warmup 1, active 2), through the inner runner.
-    assert prof[11:] == [sys.executable, "-m", "roofscope.collectors.ncu_target", "--wait", "1", "--warmup", "1",
+    assert prof[11:] == [sys.executable, "-m", "roofscope.collectors.counters.ncu_target", "--wait", "1", "--warmup", "1",
                          "--active", "2", "probe_ncu.py", "range"]
     assert calls[2][0] == "--import" and calls[2][2:] == ["--csv", "--page", "raw", "--print-units", "base"]
     assert (run_dir / counters.COUNTERS_REPORT).read_bytes() == b"NCU report"
@@ -542,26 +543,26 @@ def _csv_of_launches(tmp_path: Path, ids: list[int]) -> Path:
 def test_trace_kernels_filtered_by_name_and_region(trace):
     # Launch order: nvjet GEMM, xmma GEMM, elementwise, reduce, layer norm, softmax, SDPA, in step 2
     # (launches 0-6) and again in step 3 (7-13). `gemm|nvjet` on the function names: 0, 1, 7, 8.
-    tk = counters.trace_kernels(trace, kernel_name="gemm|nvjet")
+    tk = counters_join.trace_kernels(trace, kernel_name="gemm|nvjet")
     assert tk["correlation"].tolist() == [TRACE_CORR[i] for i in (0, 1, 7, 8)]
     # The range ProfilerStep#3 holds launches 7-13; both filters together: 7 and 8.
-    assert counters.trace_kernels(trace, nvtx="ProfilerStep#3")["correlation"].tolist() == TRACE_CORR[7:]
-    assert counters.trace_kernels(trace, "gemm|nvjet", "ProfilerStep#3")["correlation"].tolist() == TRACE_CORR[7:9]
-    assert len(counters.trace_kernels(trace, nvtx="no such range")) == 0
+    assert counters_join.trace_kernels(trace, nvtx="ProfilerStep#3")["correlation"].tolist() == TRACE_CORR[7:]
+    assert counters_join.trace_kernels(trace, "gemm|nvjet", "ProfilerStep#3")["correlation"].tolist() == TRACE_CORR[7:9]
+    assert len(counters_join.trace_kernels(trace, nvtx="no such range")) == 0
 
 
 def test_join_of_a_name_filtered_csv_aligns_with_the_matching_kernels(trace, tmp_path):
     # ncu --kernel-name regex:gemm|nvjet profiled 4 launches, numbered 0-3: unfiltered, the join
     # would pair them with the trace's first 4 kernels (2 of them other names).
     ncu_rows = parse_ncu_csv(_csv_of_launches(tmp_path, [0, 1, 7, 8]).read_text())
-    joined, stats = counters.join(ncu_rows, trace, kernel_name="gemm|nvjet")
+    joined, stats = counters_join.join(ncu_rows, trace, kernel_name="gemm|nvjet")
     # Every profiled launch and every selected trace kernel paired, none left over on either side.
-    assert stats == counters.JoinStats(4, 4, 4, 0, 0, 0)
+    assert stats == counters_join.JoinStats(4, 4, 4, 0, 0, 0)
     assert joined["correlation"].tolist() == [187, 200, 355, 368]
     # --launch-skip 1 counts matching launches only: the 2nd to 4th GEMMs (unfiltered, skipping the
     # trace's first launch would leave the nvjet GEMM of step 2 as the first candidate).
-    joined, stats = counters.join(ncu_rows.iloc[1:].reset_index(drop=True), trace, skip=1, kernel_name="gemm|nvjet")
-    assert joined["correlation"].tolist() == [200, 355, 368] and stats == counters.JoinStats(3, 3, 3, 0, 0, 0)
+    joined, stats = counters_join.join(ncu_rows.iloc[1:].reset_index(drop=True), trace, skip=1, kernel_name="gemm|nvjet")
+    assert joined["correlation"].tolist() == [200, 355, 368] and stats == counters_join.JoinStats(3, 3, 3, 0, 0, 0)
 
 
 def test_profile_command_with_kernel_filters():

@@ -33,14 +33,15 @@ def write_probe_run(run: Path) -> Path:
     --counters ncu` stores them (parse_ncu_csv, then the launch-order join)."""
     from roofscope.run import counters
     from roofscope.ingest.trace import load_trace
-    from roofscope.collectors.ncu_csv import parse_ncu_csv
+    from roofscope.collectors.counters import join as counters_join
+    from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 
     run.mkdir()
     shutil.copy(NCU / "h200_probe_kineto.json.gz", run / "trace.json.gz")
     (run / "run.json").write_text(json.dumps({"schema_version": 1, "device": {"name": "NVIDIA H200",
                                                                             "l2_cache_size": H200_L2}}))
     ncu = parse_ncu_csv((NCU / "h200_probe_long.csv").read_text())
-    table, stats = counters.join(ncu, load_trace(run / "trace.json.gz"))
+    table, stats = counters_join.join(ncu, load_trace(run / "trace.json.gz"))
     assert stats.matched == 14  # 7 kernels x 2 steps; the 6 memsets are not ncu's
     counters.save(run, table, {"tool": "ncu", "ncu_version": "2025.3.1", "sample": None, "join": asdict(stats)})
     return run

@@ -1,4 +1,4 @@
-"""The CUPTI dead-path probe (collectors/cupti_probe.py) and the collector's experimental_config."""
+"""The CUPTI dead-path probe (collectors/counters/cupti_probe.py) and the collector's experimental_config."""
 from __future__ import annotations
 
 import gzip
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from roofscope.collectors import cupti_probe
-from roofscope.collectors.cupti_probe import (CuptiCountersError, counter_events, cupti_counters_work,
+from roofscope.collectors.counters import cupti_probe
+from roofscope.collectors.counters.cupti_probe import (CuptiCountersError, counter_events, cupti_counters_work,
                                               require_cupti_counters)
 from roofscope.collectors.torchprof import Schedule, TorchCollector
 from roofscope.errors import RoofscopeError

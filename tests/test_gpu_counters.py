@@ -18,7 +18,7 @@ EXAMPLES = ROOT / "examples"
 
 
 def test_run_with_ncu_counters_matches_every_profiled_launch(tmp_path):
-    from roofscope.collectors.ncu import NcuError, find_ncu
+    from roofscope.collectors.counters.ncu import NcuError, find_ncu
 
     try:
         find_ncu()

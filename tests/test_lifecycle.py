@@ -350,7 +350,7 @@ def test_nowhere_to_write_keeps_the_recorded_trace(tmp_path: Path, monkeypatch) 
 def test_counters_asks_at_a_terminal(tmp_path: Path, monkeypatch, capsys) -> None:
     import io
 
-    from roofscope.collectors import ncu
+    from roofscope.collectors.counters import ncu
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -483,7 +483,7 @@ def test_counters_refuses_another_machines_command_without_yes(tmp_path: Path, h
 
 
 def test_counters_with_yes_goes_on_to_ncu(tmp_path: Path, monkeypatch, capsys) -> None:
-    from roofscope.collectors import ncu
+    from roofscope.collectors.counters import ncu
 
     run = _foreign_run(tmp_path, "elsewhere")
     monkeypatch.setenv(ncu.NCU_ENV, str(tmp_path / "no-ncu"))

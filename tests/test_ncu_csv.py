@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from roofscope.collectors.ncu_csv import COLUMNS, METRICS, NcuCsvError, parse_ncu_csv
+from roofscope.collectors.counters.ncu_csv import COLUMNS, METRICS, NcuCsvError, parse_ncu_csv
 from roofscope.errors import RoofscopeError
 
 DATA = Path(__file__).parent / "data" / "ncu"

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from roofscope.microbench.cpu import cpu_name
+
 
 def _driver_version() -> str | None:
     try:
@@ -21,8 +23,6 @@ def _driver_version() -> str | None:
 def device_metadata() -> dict[str, Any]:
     """The CUDA device in use (name, properties, driver) or, without CUDA, the CPU."""
     import torch
-
-    from roofscope.microbench.cpu import cpu_name
 
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         # cuda_available: a GPU machine whose program never used the GPU (analysis says so).

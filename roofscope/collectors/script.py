@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
+from roofscope.collectors.session import ProfileComplete
 from roofscope.errors import RoofscopeError
 
 _ROOFSCOPE_DIR = str(Path(__file__).resolve().parents[1])
@@ -104,8 +105,6 @@ def exit_forked_child(code: int) -> NoReturn:
 
 def run_target(target: str, args: list[str], module: bool = False) -> Outcome:
     """Run ``target`` as ``__main__`` with ``args``; never raises for anything the script does."""
-    from roofscope.collectors.session import ProfileComplete
-
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     old_term = signal.getsignal(signal.SIGTERM)
     # Only when the script has not taken SIGTERM over itself (it cannot have yet) and we can.

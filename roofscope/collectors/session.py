@@ -19,18 +19,24 @@ import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from roofscope.config import Collection
-from roofscope.errors import OutputExistsError, RoofscopeError
+from roofscope.collectors import metadata
 from roofscope.collectors.distributed import job_part
 from roofscope.collectors.frameworks import loaded_frameworks
+from roofscope.collectors.graphs import GraphRecorder
+from roofscope.collectors.modules import ModuleLabels
+from roofscope.collectors.nvml import NvmlSampler
+from roofscope.collectors.steps import StepHooks
 from roofscope.collectors.steptimes import StepTimer
 from roofscope.collectors.torchprof import Schedule, TorchCollector, enable_inductor_metadata, quiet_cupti_after_profile
+from roofscope.config import Collection
+from roofscope.errors import OutputExistsError, RoofscopeError
+from roofscope.run import TELEMETRY_FILE
+from roofscope.run import directory
+from roofscope.run.directory import Claim
+from roofscope.run.telemetry import Telemetry
 
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.run.directory import Claim
-    from roofscope.run.telemetry import Telemetry
 
 _lock = threading.Lock()
 _active: "Session | None" = None
@@ -142,7 +148,7 @@ def default_out(name: str, root: Path = Path("roofscope-out")) -> Path:
     return out
 
 
-# Called by every step() too: the counters pass (ncu_target.py) counts steps without a Session.
+# Called by every step() too: the counters pass (counters/ncu_target.py) counts steps without a Session.
 step_listeners: list[Callable[[], None]] = []
 
 
@@ -256,8 +262,6 @@ class Session:
 
     def start(self) -> "Session":
         global _active
-        from roofscope.run.directory import claim_output
-
         if self.part is not None:
             self.part.prepare(self.config.force)
         with _lock:
@@ -267,7 +271,7 @@ class Session:
             _active = self
         try:
             # Before the program runs: an unwritable, taken or non-Run output fails now, not after it.
-            self.claim = self._claim(claim_output)
+            self.claim = self._claim(directory.claim_output)
             self._start_collectors()
         except BaseException:
             self._stop_collectors()
@@ -312,8 +316,6 @@ class Session:
         self._collector.settle_words = self._settle.words(self.config)
         self._start_aids()
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
-        from roofscope.collectors.steps import StepHooks
-
         self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step, on_round=self._on_round)
         self._step_hooks.install()
         self._collector.start()
@@ -323,21 +325,15 @@ class Session:
         import torch
 
         if self.config.nvml_hz > 0 and torch.cuda.is_available():
-            from roofscope.collectors.nvml import NvmlSampler
-
             self._sampler = NvmlSampler(hz=self.config.nvml_hz,
                                         cuda_device=self.part.cuda_device() if self.part is not None else None)
             self._sampler.energy_every_pass = self._collector.recording_next or self._collector.windowed
             self._sampler.start()
             self.telemetry = None
         if self.config.modules:
-            from roofscope.collectors.modules import ModuleLabels
-
             self._labels = ModuleLabels()
             self._labels.install()
         if torch.cuda.is_available():
-            from roofscope.collectors.graphs import GraphRecorder
-
             collector = self._collector
             # A rearm's recorder goes on numbering after the first one's captures, kept in the same folder.
             earlier = self._graphs
@@ -514,14 +510,12 @@ class Session:
         step_times = self.timer.finish() if self.timer is not None else []
         if not c.trace_path.exists():
             return Collected(trace=None, fields={}, telemetry=None, captures=[], warnings=self.warnings)
-        from roofscope.collectors.metadata import device_metadata
-
         g = self._graphs
         if g is not None:
             self.warnings.extend(g.notes())
         s = self.config.schedule
         fields: dict[str, Any] = dict(
-            started=self._started_at, wall_s=round(wall_s, 3), exit_status=exit_status, device=device_metadata(),
+            started=self._started_at, wall_s=round(wall_s, 3), exit_status=exit_status, device=metadata.device_metadata(),
             steps={"requested": ({"duration_s": self.config.duration, "delay_s": self.config.delay}
                                  if c.windowed else {"wait": s.wait, "warmup": s.warmup, "active": s.active}),
                    "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on,
@@ -571,8 +565,6 @@ class Session:
 
     def _telemetry_block(self) -> dict[str, Any]:
         """run.json's `telemetry`: where the samples are kept (roofscope/run.py's file) or why there are none."""
-        from roofscope.run import TELEMETRY_FILE
-
         t = self.telemetry
         if t is not None:
             return {"file": TELEMETRY_FILE, "hz": self.config.nvml_hz, "samples": len(t.samples.get("t_unix_ns", [])),

@@ -99,7 +99,7 @@ class TorchCollector:
         self.schedule = schedule or Schedule()
         self.duration_s = duration_s
         self.delay_s = delay_s
-        # torch._C._profiler._ExperimentalConfig (CUPTI counters; see cupti_probe.py), or None.
+        # torch._C._profiler._ExperimentalConfig (CUPTI counters; see counters/cupti_probe.py), or None.
         self.experimental_config = experimental_config
         self.steps = 0                 # step boundaries seen
         # Step mode: the boundary count at which the profiler was created (None while waiting for

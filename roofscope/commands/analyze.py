@@ -6,10 +6,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from roofscope.analysis import AnalysisSettings, run as analyze
+from roofscope.commands.merge import MergeOptions, run as merge
+from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
+from roofscope.cost.formulas.custom import load_all
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.commands.options import CeilingOptions
+from roofscope.job.ranks import is_job_dir
+from roofscope.render.registry import RESULT, RenderOptions, renderer
 
 
 @dataclass
@@ -28,16 +33,9 @@ class AnalyzeOptions(CeilingOptions, Presentation):
 
 
 def run(opts: AnalyzeOptions) -> int:
-    from roofscope.job.ranks import is_job_dir
-
     if is_job_dir(opts.trace):  # the ranks of a distributed job: the cross-rank summary
-        from roofscope.commands.merge import MergeOptions, run as merge
-
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
-    from roofscope.analysis import AnalysisSettings, run as analyze
-    from roofscope.render.registry import RESULT, RenderOptions, renderer
-
     to_stdout = opts.markdown_out == "-"
     # Refuse to clobber before spending time on the analysis.
     outputs = [(path, renderer(RESULT, name)) for path, name in
@@ -45,8 +43,6 @@ def run(opts: AnalyzeOptions) -> int:
                 (None if to_stdout else opts.markdown_out, "markdown"), (opts.perfetto_out, "perfetto")) if path]
     for path, _ in outputs:
         check_writable(path, opts.force)
-    from roofscope.cost.formulas.custom import load_all
-
     load_all(opts.formulas)
     for capture in opts.graph_capture:
         if not Path(capture).is_file():

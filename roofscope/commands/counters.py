@@ -1,8 +1,8 @@
 """`roofscope counters RUN`: add hardware counters to a Run (and `roofscope run --counters ncu`).
 
 The counters pass re-runs the Run's recorded command under ncu over the same steps
-(collectors/ncu.py), or takes a CSV the user exported from ncu (``--from-csv``), joins
-the launches to the trace's kernels (roofscope/run/counters.py), stores them in the Run and
+(collectors/counters/ncu.py), or takes a CSV the user exported from ncu (``--from-csv``), joins
+the launches to the trace's kernels (collectors/counters/join.py), stores them in the Run and
 re-renders its summary.json and report.html.
 """
 from __future__ import annotations
@@ -15,13 +15,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from roofscope.analysis import run as analyze
+from roofscope.collectors.counters import cupti_probe
+from roofscope.collectors.counters.join import check_join, join, kernel_filter
+from roofscope.collectors.counters.ncu import Target, check_metrics, collect, find_ncu
+from roofscope.collectors.counters.ncu_csv import METRICS, NcuCsvError, parse_ncu_csv
+from roofscope.collectors.torchprof import Schedule
+from roofscope.commands.clickopts import parse_run_argv
 from roofscope.errors import OutputExistsError, RoofscopeError
+from roofscope.fileio import atomic_write, read_maybe_gzip
+from roofscope.ingest.trace import load_trace
+from roofscope.render.html import render_html
+from roofscope.run import REPORT_FILE, SUMMARY_FILE, Run, load, summary_text
+from roofscope.run.counters import COUNTERS_FILE, COUNTERS_REPORT, CountersError, save
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
-
-    from roofscope.collectors.ncu import Target
-    from roofscope.run import Run
 
 
 @dataclass
@@ -39,10 +48,6 @@ class CountersOptions:
 
 def recorded_target(meta: dict[str, Any]) -> "Target":
     """Script, arguments, ``-m`` and wait/warmup/active of a Run written by ``roofscope run``."""
-    from roofscope.collectors.ncu import Target
-    from roofscope.collectors.torchprof import Schedule
-    from roofscope.commands.clickopts import parse_run_argv
-
     command = meta.get("command")
     command = [str(c) for c in command] if isinstance(command, list) else []
     if command[1:2] != ["run"]:
@@ -106,14 +111,7 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int =
     """Collect (or read) counters, join, store, re-render; 0 on success. ``kernel_name`` / ``nvtx``
     filter the kernels (ncu's --kernel-name / --nvtx-include, and the join alike); ``yes``: run the
     recorded command of a Run made on another machine without asking."""
-    from roofscope.run.counters import kernel_filter
-
     kernel_filter(kernel_name)  # a bad regex fails before the (long) pass
-    from roofscope.collectors.ncu import check_metrics, collect
-    from roofscope.collectors.ncu_csv import METRICS, parse_ncu_csv
-    from roofscope.run.counters import COUNTERS_FILE
-    from roofscope.run import load
-
     r = load(run_dir)
     # Before the (long) pass; save() checks again.
     if not force and ("counters" in r.meta or (r.path / COUNTERS_FILE).exists()):
@@ -135,17 +133,11 @@ def counters_pass(run_dir: str | Path, *, sample: int | None = None, skip: int =
 
 
 def _read_text(path: str) -> str:
-    from roofscope.collectors.ncu_csv import NcuCsvError
-    from roofscope.fileio import read_maybe_gzip
-
     return read_maybe_gzip(path, NcuCsvError, "expected an ncu CSV export").decode(errors="replace")
 
 
 def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list[str], report: Path | None,
            force: bool, quiet: bool) -> int:
-    from roofscope.ingest.trace import load_trace
-    from roofscope.run.counters import COUNTERS_REPORT, CountersError, check_join, join, save
-
     kernel_name, nvtx = meta.get("kernel_name"), meta.get("nvtx")
     joined, stats = join(table, load_trace(r.trace_path), skip=int(meta.get("skip") or 0), kernel_name=kernel_name,
                          nvtx=nvtx)
@@ -178,18 +170,12 @@ def _filter_text(kernel_name: str | None, nvtx: str | None) -> str:
 
 def rerender(run_dir: Path) -> list[str]:
     """Rewrite the Run's summary.json (and report.html, if it has one) from a fresh analysis."""
-    from roofscope.analysis import run as analyze
-    from roofscope.fileio import atomic_write
-    from roofscope.run import REPORT_FILE, SUMMARY_FILE, summary_text
-
     try:
         analysis = analyze(run_dir)
     except RoofscopeError as e:
         return [f"could not re-analyze the Run, so its summary and report predate the counters: {e}"]
     atomic_write(run_dir / SUMMARY_FILE, summary_text(analysis.to_dict()), force=True)
     if (run_dir / REPORT_FILE).exists():
-        from roofscope.render.html import render_html
-
         atomic_write(run_dir / REPORT_FILE, render_html(analysis), force=True)
     return []
 
@@ -201,19 +187,13 @@ def check_before_run(kind: str | None, duration: float | None, sample: int | Non
                                   ("--kernel-name", kernel_name is not None), ("--nvtx", nvtx is not None)) if v]
     if given and kind != "ncu":
         raise RoofscopeError(f"{given[0]} needs --counters ncu")
-    from roofscope.run.counters import kernel_filter
-
     kernel_filter(kernel_name)
     if kind == "cupti":
-        from roofscope.collectors.cupti_probe import require_cupti_counters
-
-        require_cupti_counters()
+        cupti_probe.require_cupti_counters()
         return
     if duration is not None:
         raise RoofscopeError("--counters ncu needs step boundaries to re-run the same steps under ncu;"
                              " it cannot follow a time window (--duration)")
-    from roofscope.collectors.ncu import find_ncu
-
     find_ncu()
 
 

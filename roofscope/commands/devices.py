@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import sys
 
+from roofscope.hardware.datasheets import known_devices
+from roofscope.microbench import cache
+from roofscope.text import table
+from roofscope.units import si
+
 
 def run() -> int:
-    from roofscope.hardware.datasheets import known_devices
-    from roofscope.microbench import cache
-    from roofscope.text import table
-    from roofscope.units import si
-
     rows = [[s.key, s.name, si(s.peaks.get("bf16"), "FLOP/s"), si(s.peaks.get("fp32"), "FLOP/s"),
              si(s.bandwidth, "B/s")] for s in known_devices()]
     out = ["Datasheet devices (dense peaks):", ""]

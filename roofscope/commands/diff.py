@@ -5,9 +5,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from roofscope.analysis import AnalysisSettings, run as analyze
+from roofscope.commands.options import CeilingOptions
+from roofscope.compare.diff import diff
 from roofscope.config import Presentation
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.commands.options import CeilingOptions
+from roofscope.render.registry import DIFF, RenderOptions, renderer
 
 
 @dataclass
@@ -21,10 +24,6 @@ class DiffOptions(CeilingOptions, Presentation):
 
 
 def run(opts: DiffOptions) -> int:
-    from roofscope.analysis import AnalysisSettings, run as analyze
-    from roofscope.compare.diff import diff
-    from roofscope.render.registry import DIFF, RenderOptions, renderer
-
     outputs = [(path, renderer(DIFF, name)) for path, name in ((opts.json_out, "json"), (opts.markdown_out, "markdown"))
                if path]
     # Refuse to clobber before spending time on two analyses.

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
+from roofscope.gate import KERNELS_KEPT, check, write_baseline
 from roofscope.gate.stats import ALPHA
+from roofscope.render.github import append_step_summary, in_actions
+from roofscope.render.registry import GATE, RenderOptions, renderer
 
 
 class GateUsageError(RoofscopeError):
@@ -45,8 +48,6 @@ class GateOptions:
 
 
 def _write_baseline(opts: GateOptions) -> int:
-    from roofscope.gate import KERNELS_KEPT, write_baseline
-
     if not opts.baseline_out:
         raise GateUsageError("--write-baseline needs the file to write:"
                              " roofscope gate --write-baseline RUN BASELINE.json")
@@ -63,10 +64,6 @@ def _write_baseline(opts: GateOptions) -> int:
 
 
 def run(opts: GateOptions) -> int:
-    from roofscope.gate import check
-    from roofscope.render.github import append_step_summary, in_actions
-    from roofscope.render.registry import GATE, RenderOptions, renderer
-
     if opts.write_baseline:
         return _write_baseline(opts)
     if opts.baseline_out:

@@ -5,9 +5,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, values
-from roofscope.errors import RoofscopeError
+from roofscope.collectors.counters import cupti_probe
+from roofscope.collectors.script import check_target, exit_forked_child, run_target
+from roofscope.collectors.session import Session, SessionConfig
+from roofscope.commands.counters import after_run, check_before_run
 from roofscope.commands.options import CeilingOptions
+from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, values
+from roofscope.cost.formulas.custom import load_all
+from roofscope.errors import RoofscopeError
+from roofscope.pipeline import PipelineOptions, announce, finish
 
 
 @dataclass
@@ -35,26 +41,16 @@ def _name(opts: RunOptions) -> str:
 
 
 def run(opts: RunOptions) -> int:
-    from roofscope.collectors.script import check_target, exit_forked_child, run_target
-    from roofscope.collectors.session import Session, SessionConfig
-    from roofscope.pipeline import PipelineOptions, announce, finish
-
     check_target(opts.target, opts.module)
     options = PipelineOptions(report=not opts.no_report, formats=tuple(opts.formats), top=opts.top, quiet=opts.quiet,
                               **values(CeilingOverrides, opts), **values(RooflineThresholds, opts))
-    from roofscope.cost.formulas.custom import load_all
-
     load_all(opts.formulas)
     filters = {"kernel_name": opts.counters_kernel_name, "nvtx": opts.counters_nvtx}
     if opts.counters is not None or opts.counters_sample is not None or opts.counters_skip or any(filters.values()):
-        from roofscope.commands.counters import check_before_run
-
         check_before_run(opts.counters, opts.duration, opts.counters_sample, opts.counters_skip, **filters)
     experimental = None
     if opts.counters == "cupti":
-        from roofscope.collectors.cupti_probe import experimental_config
-
-        experimental = experimental_config()
+        experimental = cupti_probe.experimental_config()
     config = SessionConfig(out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
                            command=opts.argv, experimental_config=experimental, **values(Collection, opts))
     session = Session(config).start()
@@ -71,8 +67,6 @@ def run(opts: RunOptions) -> int:
     problem = announce(session, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout, top=opts.top,
                        quiet=opts.quiet, options=options)
     if opts.counters == "ncu":
-        from roofscope.commands.counters import after_run
-
         counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip,
                                   **filters)
         if counters_code:

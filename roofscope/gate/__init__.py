@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from roofscope.errors import RoofscopeError
+from roofscope.fileio import atomic_write, check_writable
 from roofscope.gate.evaluate import SKIP, Check, check_bound, kernel_evidence, regression_checks, warnings_for
 from roofscope.gate.result import TOP_KERNELS, GateResult
 from roofscope.gate.snapshot import KERNELS_KEPT, Snapshot, load_baseline, snapshot_of
@@ -75,8 +76,6 @@ def check(run: "str | os.PathLike | Analysis | Snapshot",
 def write_baseline(run: "str | os.PathLike | Analysis | Snapshot", path: str | os.PathLike, *,
                    force: bool = False, kernels_kept: int = KERNELS_KEPT) -> Snapshot:
     """Write ``run``'s snapshot as a baseline file (never over an existing file without ``force``)."""
-    from roofscope.fileio import atomic_write, check_writable
-
     check_writable(path, force)
     snap = snapshot_of(run)
     atomic_write(path, snap.to_json(kernels_kept), force=force)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.text import plural
+from roofscope.compare.diff import compare_kernels
 from roofscope.gate.snapshot import Snapshot
 from roofscope.gate.stats import ALPHA, mann_whitney, min_steps, steps_to_decide
 from roofscope.gate.thresholds import REGION_PREFIX, Bound, Limit, Metric, limit_for, metric
@@ -287,8 +288,6 @@ def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
 def kernel_evidence(run: Snapshot, base: Snapshot) -> pd.DataFrame:
     """The diff's kernel comparison (baseline = A, run = B), per step. When the baseline kept only
     its largest kernels, a run kernel below that cutoff may have been there unseen: not 'appeared'."""
-    from roofscope.compare.diff import compare_kernels
-
     changes = compare_kernels(base.kernels, run.kernels)
     cutoff = base.kernel_cutoff_s
     if cutoff is not None:

@@ -6,9 +6,10 @@ from typing import Any
 
 import pandas as pd
 
-from roofscope.version import __version__
 from roofscope.gate.evaluate import FAIL, PASS, SKIP, UNDECIDED, Check
+from roofscope.jsonsafe import json_safe
 from roofscope.text import shorten
+from roofscope.version import __version__
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 10
@@ -81,6 +82,7 @@ class GateResult:
                          for r in k.itertuples())
 
     def report(self) -> str:
+        # Imported on call: the text is render/gate.py's, which imports gate/ (a climb that PENDING names).
         from roofscope.render.gate import text
 
         return text(self)
@@ -89,8 +91,6 @@ class GateResult:
         return self.report()
 
     def to_dict(self) -> dict[str, Any]:
-        from roofscope.jsonsafe import json_safe
-
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:
             return df.to_dict("records") if len(df) else []
 

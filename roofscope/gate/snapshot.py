@@ -19,20 +19,23 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from roofscope.analysis import Analysis, run
+from roofscope.compare.diff import per_step_kernels
 from roofscope.model.result import Result
 from roofscope.model.summary import Metrics
+from roofscope.run.telemetry import THROTTLE_REASONS
 from roofscope.version import __version__
 from roofscope.errors import RoofscopeError
-from roofscope.run.schema import check_version
+from roofscope.gate.schema import validate
 from roofscope.gate.thresholds import metric, metrics_for
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+from roofscope.jsonsafe import json_safe
+from roofscope.run import is_run_dir
+from roofscope.run.schema import check_version
 
 FORMAT = "roofscope-gate-baseline"
 VERSION = 1
@@ -79,9 +82,6 @@ class Snapshot:
 
     @classmethod
     def from_result(cls, a: "Result", source: str | os.PathLike | None = None) -> "Snapshot":
-        from roofscope.compare.diff import per_step_kernels
-        from roofscope.run.telemetry import THROTTLE_REASONS
-
         samples = a.step_samples
         # Step time and utilizations in the program's own time where the Run measured it (a sample
         # per unprofiled step: many more than the profiled ones); the rest from the profiled steps.
@@ -110,8 +110,6 @@ class Snapshot:
                    time_source=time_source)
 
     def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
-        from roofscope.jsonsafe import json_safe
-
         k = self.kernels.head(kernels_kept)
         metrics = {}
         for name, values in self.samples.items():
@@ -138,8 +136,6 @@ class Snapshot:
         """A baseline file's document; a :class:`GateInputError` (exit 2, one line) names what is wrong
         with a corrupt one, as a corrupt baseline must never read as a regression (exit 1) or a pass."""
         import msgspec
-
-        from roofscope.gate.schema import validate
 
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise GateInputError(f"{where}: not a roofscope gate baseline (write one with"
@@ -191,9 +187,6 @@ def load_baseline(path: str | os.PathLike) -> Snapshot:
 def snapshot_of(source: "str | os.PathLike | Snapshot | Result | Analysis", *, baseline: bool = False) -> Snapshot:
     """A snapshot of ``source``: a Snapshot, a Result (or the deprecated Analysis), a Run directory or
     a trace, or (with ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
-    from roofscope.analysis import Analysis, run
-    from roofscope.run import is_run_dir
-
     if isinstance(source, Snapshot):
         return source
     if isinstance(source, Analysis):

@@ -17,11 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, lookup, spec_by_key
 from roofscope.errors import DeviceError
 from roofscope.fileio import atomic_write
+from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, lookup, spec_by_key
 from roofscope.run.schema import CEILINGS_VERSION as SCHEMA_VERSION
 from roofscope.run.schema import check_version
+from roofscope.units import si
 # "none": no ceilings are known (no device name, an unknown device, a CPU never measured);
 # everything that needs no ceilings is still analyzed (see Ceilings.none).
 SOURCES: tuple[str, ...] = ("datasheet", "measured", "user", "none")
@@ -306,8 +307,6 @@ def implausible(c: Ceilings) -> list[str]:
     first: the CPU benchmarks'; they are read before slower inner levels are dropped as roofs),
     else ``levels``; the measured compute rates are ``env["achievable"]`` (CPU: the roofs are
     theoretical, ``env["theoretical"]``), else ``peaks``."""
-    from roofscope.units import si
-
     problems: list[str] = []
     best: dict[str, float] = {}
     for r in c.env.get("results") or ():

@@ -17,13 +17,9 @@ cluster of N worker processes on this machine (default: one per CPU) that lives 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 from roofscope.errors import RoofscopeError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import AnalysisSettings
-    from roofscope.job.ranks import Part, RankResult
 
 CONNECT_TIMEOUT_S = 30
 
@@ -56,8 +52,17 @@ def _client(scheduler: str, jobs: int | None) -> Any:
         raise ClusterError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
 
 
-def analyze_on_dask(analyze_part: Callable[..., "RankResult"], parts: list["Part"], settings: "AnalysisSettings",
-                    scheduler: str, jobs: int | None = None) -> list["RankResult"]:
+class Ranked(Protocol):
+    """A job's part (:class:`.ranks.Part`), as far as the cluster reads it: ranks.py calls this module, so the
+    types it passes stay structural."""
+    rank: int
+
+
+R = TypeVar("R")  # what analyze_part returns: ranks.RankResult
+
+
+def analyze_on_dask(analyze_part: Callable[..., R], parts: list[Ranked], settings: Any,
+                    scheduler: str, jobs: int | None = None) -> list[R]:
     """``analyze_part`` (:func:`.ranks.analyze_part`, passed in because ranks.py calls this module)
     of every part as Dask tasks; results in the order of ``parts``. The first rank that fails
     (a bad trace) raises its own error, as in a local merge."""

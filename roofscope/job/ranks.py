@@ -28,12 +28,14 @@ import pandas as pd
 
 from roofscope.analysis import AnalysisSettings, run
 from roofscope.errors import RoofscopeError, TraceError
+from roofscope.ingest.kineto import CUT_SHORT
+from roofscope.job.cluster import analyze_on_dask
 from roofscope.model.result import Result
+from roofscope.job.urls import expand, fetched, is_trace_name, is_url, local_path, read_head
 from roofscope.run import RunError, is_run_dir, read_meta
 from roofscope.run.layout import JOB_FILE, RANK_DIR, REPORT_FILE, TRACE_FILE
 from roofscope.run.schema import JOB_SCHEMA_VERSION, JobDoc, read_versioned
-from roofscope.ingest.kineto import CUT_SHORT
-from roofscope.views.collectives import collective_table, kernel_collectives
+from roofscope.views.collectives import collective_table, host_comm_steps, kernel_collectives
 
 TOP_KERNELS = 40        # kernels per rank whose per-step time is kept (straggler evidence)
 ROOFLINE_ROWS = 300     # kernel aggregates per rank for the per-rank roofline
@@ -93,8 +95,6 @@ def _peek_dist(path: Path | str) -> dict[str, Any] | None:
     """The trace's distributedInfo, read from the file's first 64 KiB (gzip or not)."""
     try:
         if isinstance(path, str):  # a URL
-            from roofscope.job.urls import read_head
-
             raw = read_head(path, _HEAD_BYTES)
         elif not path.is_file():  # a FIFO would block open(); the analysis refuses it in one line
             return None
@@ -175,14 +175,10 @@ def _rank_dirs(p: Path) -> list[Path]:
 
 
 def _traces_in(path: Path) -> list[Path]:
-    from roofscope.job.urls import is_trace_name
-
     return sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p.name)) if path.is_dir() else []
 
 
 def _expand_source(source: str, allow_remote: bool, left: dict[int, str]) -> list[Path | str]:
-    from roofscope.job.urls import expand, is_url, local_path
-
     if is_url(source) and local_path(source) is None:
         return list(expand(source))
     return _expand(Path(local_path(source) or source), allow_remote, left)
@@ -210,8 +206,6 @@ def _expand(path: Path, allow_remote: bool, left: dict[int, str]) -> list[Path |
 def _job_part(job: Path, part: str, allow_remote: bool) -> Path | str:
     """A part that job.json names: inside the job's folder, unless ``allow_remote`` (a job.json
     is data: it must not make a merge read /etc, another user's files or a server)."""
-    from roofscope.job.urls import is_url
-
     if is_url(part):
         if not allow_remote:
             raise PartsError(f"{job / JOB_FILE}: part {part!r} is a URL; pass --allow-remote to read it")
@@ -274,8 +268,6 @@ def _step_frame(a: Result) -> pd.DataFrame:
     out = pd.DataFrame({"step_s": steps["dur_s"]}, index=steps.index.rename("step"))
     if not len(tl):
         # No GPU timeline (a CPU trace): a CPU process group's collectives are host intervals.
-        from roofscope.views.collectives import host_comm_steps
-
         tl = host_comm_steps(a.trace, a.kernels, a.steps)
     for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"):
         out[c] = tl[c].reindex(out.index).astype(float) if c in tl else np.nan
@@ -309,15 +301,12 @@ def analyze_part(part: Part, settings: AnalysisSettings) -> RankResult:
     """Analyze one part (in a worker process, a Dask worker or in-process); ``settings``
     are every rank's (one job, one set of ceilings). A URL part is read to a temporary file by the worker."""
     if part.url:
-        from roofscope.job.urls import fetched
-
         with fetched(part.url) as local:
             return _analyze_local(part, local, settings)
     return _analyze_local(part, part.path, settings)
 
 
 def _analyze_local(part: Part, path: Path, settings: AnalysisSettings) -> RankResult:
-
     a = run(path, settings)
     cut = [r for r in a.trace.meta.get("skipped_events") or {} if r.startswith(CUT_SHORT)]
     if cut:
@@ -353,8 +342,6 @@ def analyze_parts(parts: list[Part], settings: AnalysisSettings, jobs: int | Non
     the caller holds CUDA or threads (rank 0 merging right after its own profile).
     """
     if scheduler:
-        from roofscope.job.cluster import analyze_on_dask
-
         return analyze_on_dask(analyze_part, parts, settings, scheduler, jobs)
     jobs = min(jobs or os.cpu_count() or 1, len(parts))
     if jobs <= 1:

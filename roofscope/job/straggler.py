@@ -21,6 +21,7 @@ import pandas as pd
 from roofscope.job.ranks import RankResult
 from roofscope.diagnose.base import Finding
 from roofscope.diagnose.communication import exposed_comm_finding
+from roofscope.jsonsafe import json_safe
 
 POSITIVE_SHARE = 0.8      # share of steps a straggler must be slower in
 EVIDENCE_SHARE = 0.05     # share of the excess a kernel must explain to be named as evidence
@@ -61,8 +62,6 @@ class Job:
         return _median_step(self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
-        from roofscope.jsonsafe import json_safe
-
         return json_safe({
             "world_size": self.world_size, "ranks_given": len(self.results),
             "devices": sorted({r.device for r in self.results}), "step_time_s": self.step_s,

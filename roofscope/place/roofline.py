@@ -47,6 +47,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from roofscope.cost.formulas.dtypes import parse_dtype
+from roofscope.hardware.datasheets import sm_count
 from roofscope.hardware.devices import Ceilings
 from roofscope.ingest.names import per_name
 from roofscope.ingest.runtime_names import copy_direction
@@ -127,8 +129,6 @@ def device_sms(props: dict | None, ceilings: Ceilings) -> int | None:
     n = (props or {}).get("numSms")
     if isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0:
         return int(n)
-    from roofscope.hardware.datasheets import sm_count
-
     return sm_count(ceilings.datasheet.key) if ceilings.datasheet is not None else None
 
 
@@ -154,8 +154,6 @@ def _blocks(grid: pd.Series) -> np.ndarray:
 
 def input_bytes(signatures: pd.DataFrame, sig: np.ndarray) -> np.ndarray:
     """Bytes of the tensor inputs of signature rows ``sig`` (-1, or no tensor with a known dtype: NaN)."""
-    from roofscope.cost.formulas.dtypes import parse_dtype
-
     per = np.full(len(signatures), np.nan)
     for i, (dims, types) in enumerate(zip(signatures["input_dims"], signatures["input_types"])):
         # A hand-made or hostile trace may give a number where a list belongs: no bytes then.

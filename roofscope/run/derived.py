@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from roofscope.jsonsafe import json_safe
 from roofscope.run.layout import SUMMARY_FILE
 
 # 4: the program's own time (step_time, diagnosis.program_time), costing of serving, optimizer and library
@@ -24,8 +25,6 @@ STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 def summary_text(summary: dict[str, Any]) -> str:
     """``summary`` as summary.json holds it: JSON (NaN as null), stamped."""
-    from roofscope.jsonsafe import json_safe
-
     return json.dumps({**json_safe(summary), STAMP: ANALYSIS_VERSION}, indent=1, allow_nan=False)
 
 

@@ -24,10 +24,10 @@ import msgspec
 
 from roofscope.errors import OutputExistsError, RoofscopeError, TraceError
 from roofscope.fileio import atomic_write
-from roofscope.version import __version__
 from roofscope.run import derived
 from roofscope.run.layout import CEILINGS_FILE, META_FILE, SUMMARY_FILE, TELEMETRY_FILE, TRACE_FILE
 from roofscope.run.schema import RUN_SCHEMA_VERSION, RunMeta, read_versioned
+from roofscope.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.hardware.ceilings import Ceilings
@@ -297,6 +297,8 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
     the new one until released; without it only ``force`` replaces, and only a Run or an empty directory."""
     import gzip
 
+    # Imported here, not at the top: hardware/ceilings.py imports run/schema.py, and so this package's
+    # __init__, which imports this module (a cycle at load when ceilings.py is imported first).
     from roofscope.hardware.ceilings import save_ceilings_file
 
     target = Path(out)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from roofscope.cost.formulas.records import TensorSpec
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,17 @@ def promote_types(a: DType, b: DType) -> DType:
     return FLOAT32 if a.kind == "float" else a
 
 
-def result_type(tensors: list[TensorSpec], scalars: list[Any]) -> DType | None:
+class Typed(Protocol):
+    """What promotion reads of a tensor (records.TensorSpec): a structural type, as records.py imports this
+    module."""
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> DType | None: ...
+
+
+def result_type(tensors: list[Typed], scalars: list[Any]) -> DType | None:
     """torch's elementwise type promotion: dimensioned tensors > 0-dim tensors > Python scalars."""
     dimmed = [t.dtype for t in tensors if t.shape and t.dtype]
     zero = [t.dtype for t in tensors if not t.shape and t.dtype]

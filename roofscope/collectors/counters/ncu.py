@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from roofscope.errors import RoofscopeError
-from roofscope.collectors.ncu_csv import DRAM_READ, DRAM_WRITE, METRICS, TIME, parse_ncu_csv
+from roofscope.collectors.counters.ncu_csv import DRAM_READ, DRAM_WRITE, METRICS, TIME, parse_ncu_csv
 from roofscope.collectors.torchprof import Schedule
 
 NCU_ENV = "ROOFSCOPE_NCU"
@@ -99,7 +99,7 @@ def profile_command(ncu: str, target: Target, report_base: Path, sample: int | N
     if sample is not None:
         cmd += ["--launch-count", str(sample)]
     cmd += ["-o", str(report_base), "--force-overwrite",
-            python, "-m", "roofscope.collectors.ncu_target",
+            python, "-m", "roofscope.collectors.counters.ncu_target",
             "--wait", str(s.wait), "--warmup", str(s.warmup), "--active", str(s.active)]
     if target.module:
         cmd.append("-m")

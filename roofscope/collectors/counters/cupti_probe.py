@@ -14,6 +14,7 @@ import tempfile
 from typing import Any
 
 from roofscope.errors import RoofscopeError
+from roofscope.ingest.trace import read_bytes
 
 METRIC = "kineto__cuda_core_flops"
 COUNTER_CATEGORY = "cuda_profiler_range"
@@ -45,8 +46,6 @@ def _record(path: str) -> None:
 def counter_events(path: str | os.PathLike) -> int:
     """Number of CUPTI counter events in an exported trace."""
     import msgspec
-
-    from roofscope.ingest.trace import read_bytes
 
     events = msgspec.json.decode(read_bytes(path)).get("traceEvents") or []
     return sum(1 for e in events if isinstance(e, dict) and e.get("cat") == COUNTER_CATEGORY)

@@ -1,6 +1,6 @@
 """The inner runner of the counters pass: the user's script with ncu's range on the recorded steps.
 
-    python -m roofscope.collectors.ncu_target --wait W --warmup U --active A [-m] TARGET [ARGS...]
+    python -m roofscope.collectors.counters.ncu_target --wait W --warmup U --active A [-m] TARGET [ARGS...]
 
 ncu runs this with ``--profile-from-start off``, so it profiles only the kernels between
 ``cudaProfilerStart`` and ``cudaProfilerStop``. Those are called at the step boundaries
@@ -16,8 +16,10 @@ import argparse
 import sys
 from typing import Any
 
+from roofscope.collectors import session
+from roofscope.collectors.script import ScriptError, check_target, run_target
 from roofscope.collectors.session import ProfileComplete, StepRule
-from roofscope.collectors.torchprof import Schedule
+from roofscope.collectors.torchprof import Schedule, enable_inductor_metadata
 
 
 class CounterRange:
@@ -85,11 +87,7 @@ class CounterRange:
 def main(argv: list[str] | None = None) -> int:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from roofscope.collectors import session
-    from roofscope.collectors.script import ScriptError, check_target, run_target
-    from roofscope.collectors.torchprof import enable_inductor_metadata
-
-    ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.ncu_target",
+    ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.counters.ncu_target",
                                  description="Run TARGET with ncu's range on the steps roofscope records.")
     ap.add_argument("--wait", type=int, required=True)
     ap.add_argument("--warmup", type=int, required=True)
