@@ -13,7 +13,7 @@ from roofscope.cli import main
 from roofscope.errors import RoofscopeError
 from roofscope.gate import check, load_baseline
 from roofscope.gate.evaluate import check_regression, warnings_for
-from roofscope.render.gate import markdown
+from roofscope.render.gate import markdown, text
 from roofscope.model.summary import Metrics
 from roofscope.gate.snapshot import VERSION, GateInputError, Snapshot
 from roofscope.gate.stats import steps_to_decide
@@ -85,7 +85,7 @@ def test_clear_regression_fails_with_evidence():
     assert grown["status"].tolist() == ["slower", "appeared"]
     assert r.class_changes()[["name", "cls_a", "cls_b"]].values.tolist() == [["softmax", "memory", "latency"]]
     assert r.culprits() == "add +0.600 ms/step (memory), mul +0.400 ms/step (memory)"
-    text = r.report()
+    text = text(r)
     assert "kernels whose time per step grew" in text and "memory -> latency" in text
     assert text.rstrip().endswith("FAIL: 2 of 2 checks regressed (step_time, mfu)")
 
@@ -108,7 +108,7 @@ def test_noise_past_the_limit_is_undecided_not_a_pass():
                       " decide a shift like this one")
     assert not r.passed and r.exit_code == 3
     assert r.verdict() == "UNDECIDED: 1 of 1 checks cannot be decided from these steps (step_time); not a pass"
-    assert "UNDECIDED" in r.report() and c.message() in r.report()
+    assert "UNDECIDED" in text(r) and c.message() in text(r)
 
 
 def test_a_clear_shift_of_58_percent_fails_and_an_unclear_one_is_undecided():
@@ -442,4 +442,4 @@ def test_undecided_in_every_output():
     assert "| step_time | 10.050 ms | 12.050 ms | +19.9% | 5% | 0.167 | **UNDECIDED** |" in markdown(r)
     lines = annotations(r)
     assert len(lines) == 1 and lines[0].startswith("::error title=roofscope gate%3A step_time undecided::step time")
-    assert "kernels whose time per step grew" not in r.report()
+    assert "kernels whose time per step grew" not in text(r)

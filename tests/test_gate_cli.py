@@ -17,6 +17,7 @@ import roofscope
 from roofscope.cli import main
 from roofscope.hardware.devices import Ceilings
 from roofscope.errors import RoofscopeError
+from roofscope.render.gate import text
 from roofscope.gate import check, load_baseline, write_baseline
 from roofscope.gate.evaluate import warnings_for
 from roofscope.gate.snapshot import Snapshot, snapshot_of
@@ -256,7 +257,7 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     # On its own ceilings the run's HFU is 5/17.6 = 28% of the baseline's: "HFU fell 72%" failed
     # unchanged code even under the wide limits. On the baseline's, nothing moved.
     r = check(same, path, max_regression=LIMITS)
-    assert r.exit_code == 0, r.report()
+    assert r.exit_code == 0, text(r)
     c = {x.name: x for x in r.checks}
     assert c["hfu"].change == pytest.approx(0.0, abs=1e-12) and c["mbu"].change == pytest.approx(0.0, abs=1e-12)
     # The slowed run still fails on the other ceilings; its HFU fell with the steps (less: the extra

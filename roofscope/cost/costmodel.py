@@ -5,7 +5,7 @@ module parses each signature's recorded arguments (Kineto ``Input Dims`` / ``Inp
 type`` / ``Input Strides`` / ``Concrete Inputs``), binds them to the op's schema
 (argument names, which arguments are written), and applies the formula registered in
 :mod:`roofscope.cost.formulas`.  Output shapes come from each formula's exact rule (padding,
-repeat and upsampling from :mod:`roofscope.cost.formulas.shapes`); schemas come from a table
+repeat and upsampling from :mod:`roofscope.cost.shapes`); schemas come from a table
 shipped with roofscope (:mod:`.schemas`). Nothing here imports torch.  Results are cached per
 signature.
 

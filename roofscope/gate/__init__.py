@@ -3,13 +3,14 @@
 From pytest::
 
     from roofscope.gate import check
+    from roofscope.render.gate import text
 
     def test_no_efficiency_regression():
         result = check("runs/bench", "benchmarks/baseline.json", max_regression="mfu=5%,step_time=5%")
-        assert result.passed, result.report()
+        assert result.passed, text(result)
 
-``run`` is a Run directory, a trace or an Analysis; ``baseline`` a baseline file (see
-:func:`write_baseline`), a Run directory, a trace or an Analysis. Limits, statistics and
+``run`` is a Run directory, a trace or a Result; ``baseline`` a baseline file (see
+:func:`write_baseline`), a Run directory, a trace or a Result. Limits, statistics and
 exit codes: docs/gate.md.
 """
 from __future__ import annotations

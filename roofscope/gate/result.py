@@ -19,7 +19,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_UNDECIDED = 0, 1, 3   # 2: usage or input errors, rai
 @dataclass
 class GateResult:
     """What :func:`roofscope.gate.check` found. ``passed`` / ``exit_code`` give the verdict;
-    ``report()`` the terminal text, ``to_dict()`` the JSON."""
+    ``to_dict()`` the JSON; roofscope.render.gate renders its text (``text(result)``)."""
 
     run: str
     baseline: str | None
@@ -80,15 +80,6 @@ class GateResult:
         k = self.grown_kernels().head(n)
         return ", ".join(f"{shorten(str(r.name), 48)} +{1e3 * r.delta_s:.3f} ms/step ({r.cls_b or '-'})"
                          for r in k.itertuples())
-
-    def report(self) -> str:
-        # Imported on call: the text is render/gate.py's, which imports gate/ (a climb that PENDING names).
-        from roofscope.render.gate import text
-
-        return text(self)
-
-    def __str__(self) -> str:
-        return self.report()
 
     def to_dict(self) -> dict[str, Any]:
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:

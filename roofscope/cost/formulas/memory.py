@@ -6,12 +6,12 @@ import math
 from functools import reduce
 from typing import Any, Callable
 
-from roofscope.cost.formulas import shapes
+from roofscope.cost import shapes
 from roofscope.cost.formulas.dtypes import dtype_from_code, promote_types
 from roofscope.cost.formulas.records import TENSOR, TENSORS, UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
 from roofscope.cost.formulas.registry import register
 from roofscope.cost.formulas.rules import _bytes, _cost, _outputs
-from roofscope.cost.formulas.shapes import Shape
+from roofscope.cost.shapes import Shape
 
 
 # ---------------------------------------------------------------------------
