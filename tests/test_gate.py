@@ -85,9 +85,9 @@ def test_clear_regression_fails_with_evidence():
     assert grown["status"].tolist() == ["slower", "appeared"]
     assert r.class_changes()[["name", "cls_a", "cls_b"]].values.tolist() == [["softmax", "memory", "latency"]]
     assert r.culprits() == "add +0.600 ms/step (memory), mul +0.400 ms/step (memory)"
-    text = text(r)
-    assert "kernels whose time per step grew" in text and "memory -> latency" in text
-    assert text.rstrip().endswith("FAIL: 2 of 2 checks regressed (step_time, mfu)")
+    shown = text(r)
+    assert "kernels whose time per step grew" in shown and "memory -> latency" in shown
+    assert shown.rstrip().endswith("FAIL: 2 of 2 checks regressed (step_time, mfu)")
 
 
 def test_noise_past_the_limit_is_undecided_not_a_pass():
