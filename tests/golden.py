@@ -58,12 +58,13 @@ DEVICE = "a100-sxm4-80gb"
 
 def analyze_json(path: Path) -> dict[str, Any] | str:
     """The --json document of one trace, or the error's class name when roofscope refuses it."""
-    from roofscope.analysis import analyze
+    from roofscope.analysis import AnalysisSettings, run
+    from roofscope.config import CeilingOverrides
     from roofscope.errors import RoofscopeError
     from roofscope.render.export import to_json_dict
 
     try:
-        return json.loads(json.dumps(to_json_dict(analyze(path, device=DEVICE, use_cache=False))))
+        return json.loads(json.dumps(to_json_dict(run(path, AnalysisSettings(CeilingOverrides(device=DEVICE), use_cache=False)))))
     except RoofscopeError as e:
         return f"error: {type(e).__name__}"
 
