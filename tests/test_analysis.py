@@ -235,7 +235,7 @@ def test_hta_a100_report():
     assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 0
     assert u["by_reason"]["graph_replay"]["kernels"] == 135
     assert u["by_reason"]["graph_replay"]["time_s"] == pytest.approx(0.105115)
-    assert a.graphs.to_dict()["unmapped"] == {"no_capture": 70}
+    assert a.summary()["graphs"]["unmapped"] == {"no_capture": 70}
     assert "--graph-capture" in u["notes"][1]
     assert 0.50 < u["share"] < 0.60  # 69.3% before the Adam kernels were costed
     costed = a.kernels[a.kernels["unattributed"] == ""]

@@ -278,18 +278,18 @@ def test_sass_flops_against_the_formulas():
 def test_console_counters_line(probe_run):
     from roofscope.render.console import render_summary
 
-    text = render_summary(roofscope.analyze(probe_run))
+    text = render_summary(roofscope.analyze(probe_run).result)
     # 58,368 + 58,847 ns of fp32 GEMMs without tensor-core FLOPs = 0.117 ms.
     assert ("  counters  ncu 2025.3.1: 14 of 14 kernels (100.0% of kernel time); class as analytic on 100.0% of it;"
             " tensor cores unused on 0.117 ms of matmul time (2 kernels)") in text
-    assert "  counters" not in render_summary(roofscope.analyze(probe_run / "trace.json.gz"))
+    assert "  counters" not in render_summary(roofscope.analyze(probe_run / "trace.json.gz").result)
 
 
 def test_report_data_carries_l2_bytes_and_tensor_core_time(probe_run):
     from roofscope.render.html import render_html, report_data
 
     a = roofscope.analyze(probe_run)
-    data = report_data(a)
+    data = report_data(a.result)
     assert data["counters"] is True and data["l2_bandwidth"] is None  # datasheet ceilings: no L2 figure
     kernel = data["modes"]["kernel"]
     cells, names = kernel["cells"], data["kernels"]["name"]
@@ -303,9 +303,9 @@ def test_report_data_carries_l2_bytes_and_tensor_core_time(probe_run):
     assert gemm["l2_bytes"] == 1_006_068_960 + 985_718_592 and gemm["tc_ns"] > 0 and np.isnan(gemm["notc_ns"])
     fp32 = sums.loc[[n for n in sums.index if n.startswith("sm80_xmma_gemm_f32f32")][0]]
     assert np.isnan(fp32["tc_ns"]) and fp32["notc_ns"] == 58_368 + 58_847
-    page = render_html(a)
+    page = render_html(a.result)
     assert "hollow ones mark the same groups at their L2 intensity" in page and "no L2 roof is drawn" in page
-    plain = report_data(roofscope.analyze(probe_run / "trace.json.gz"))
+    plain = report_data(roofscope.analyze(probe_run / "trace.json.gz").result)
     assert plain["counters"] is False and "l2_bytes" not in plain["modes"]["kernel"]["cells"]
 
 

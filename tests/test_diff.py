@@ -86,7 +86,7 @@ FINDINGS = [
 
 def test_kernel_changes_per_step(analyses):
     a, b = analyses
-    ch = kernel_changes(a, b)
+    ch = kernel_changes(a.result, b.result)
     assert list(ch.columns) == CHANGE_COLUMNS
     # sorted by |delta|: class +30, new +25, fast -20, gone -15, steady +2.5, tiny +1.5 (us/step)
     assert ch["name"].tolist() == ["class_kernel", "new_kernel", "fast_kernel", "gone_kernel", "steady_kernel",
@@ -108,7 +108,7 @@ def test_kernel_changes_per_step(analyses):
 
 def test_diff_totals_metrics_and_class_changes(analyses):
     a, b = analyses
-    d = diff(a, b, findings=[])
+    d = diff(a.result, b.result, findings=[])
     assert (d.steps_a, d.steps_b) == (3, 4)
     assert d.class_changes()["name"].tolist() == ["class_kernel"]
     st = d.by_status
@@ -210,7 +210,7 @@ def test_views_fit_80_columns_and_to_dict_is_json(analyses):
 
 def test_h200_run_against_itself_is_unchanged():
     a, b = analyze(H200_RUN), analyze(H200_RUN)
-    d = diff(a, b)
+    d = diff(a.result, b.result)
     ch = d.kernels
     assert len(ch) == a.kernels["name"].nunique()
     assert (ch["status"] == "unchanged").all() and (ch["delta_s"] == 0).all()
@@ -232,7 +232,7 @@ def test_h200_run_against_itself_is_unchanged():
 
 def test_real_traces_eager_vs_compiled_and_device_warning():
     eager, compiled = analyze(DATA / "h100_eager_block.json.gz"), analyze(DATA / "h100_compiled_block.json.gz")
-    d = diff(eager, compiled)
+    d = diff(eager.result, compiled.result)
     # two bare traces: only profiled step times, which the diff says (docs/overhead.md)
     assert [w for w in d.warnings if not w.startswith("A and B have only profiled step times")] == []
     ch = d.kernels
@@ -243,14 +243,14 @@ def test_real_traces_eager_vs_compiled_and_device_warning():
     # Inductor replaced eager elementwise kernels with its own Triton kernels
     assert (ch["status"] == "appeared").any() and (ch["status"] == "disappeared").any()
     assert ch.loc[ch["status"] == "appeared", "name"].str.startswith("triton_").any()
-    d = diff(analyze(H200_RUN), eager)
+    d = diff(analyze(H200_RUN).result, eager.result)
     assert d.warnings[0] == "the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"
     assert d.warnings[1].startswith("A and B have only profiled step times") and len(d.warnings) == 2
 
 
 def test_hta_trace_against_itself():
     a = analyze(HTA)
-    d = diff(a, a)
+    d = diff(a.result, a.result)
     assert (d.kernels["status"] == "unchanged").all()
     assert d.by_status.loc["unchanged", "kernels"] == a.kernels["name"].nunique()
 

@@ -301,10 +301,10 @@ def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
     assert {"rule": "launch_bound_decode", "reason": "decode already replays CUDA graphs"} in d["skipped"]
     from roofscope.render.console import render_summary
 
-    assert "  Step 3 captured a CUDA graph (warm-up): left out of these estimates" in render_summary(a).splitlines()
+    assert "  Step 3 captured a CUDA graph (warm-up): left out of these estimates" in render_summary(a.result).splitlines()
     from roofscope.render.html import render_html
 
-    assert "Step 3 captured a CUDA graph (warm-up): left out of these estimates." in render_html(a)
+    assert "Step 3 captured a CUDA graph (warm-up): left out of these estimates." in render_html(a.result)
 
 
 def test_compiled_call_wrapper_counts_forwards_and_lets_go_on_remove() -> None:

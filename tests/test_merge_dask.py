@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from roofscope.analysis import AnalysisSettings
 from roofscope.job.ranks import analyze_parts, resolve_parts
 from roofscope.job.straggler import combine
 from roofscope.cli import main
@@ -33,8 +34,8 @@ def cluster():
 
 def test_dask_results_equal_local_processes(tmp_path, cluster):
     parts, world, _ = resolve_parts([str(p) for p in straggler_job(tmp_path)])
-    local = combine(analyze_parts(parts, {}, jobs=1), world).to_dict()
-    remote = combine(analyze_parts(parts, {}, scheduler=cluster.scheduler_address), world).to_dict()
+    local = combine(analyze_parts(parts, AnalysisSettings(), jobs=1), world).to_dict()
+    remote = combine(analyze_parts(parts, AnalysisSettings(), scheduler=cluster.scheduler_address), world).to_dict()
     assert json.dumps(local, sort_keys=True) == json.dumps(remote, sort_keys=True)
     assert [s["rank"] for s in remote["stragglers"]] == [2]
 
@@ -75,7 +76,7 @@ def test_memory_url_parts_read_by_the_worker(tmp_path):
         fs.pipe(f"/job16/{p.name}", p.read_bytes())
     parts, world, _ = resolve_parts(["memory://job16"])
     assert [(p.rank, p.url) for p in parts] == [(r, f"memory:///job16/rank{r}.json.gz") for r in range(3)]
-    job = combine(analyze_parts(parts, {}, jobs=1), world)   # in-process: the memory filesystem is here
+    job = combine(analyze_parts(parts, AnalysisSettings(), jobs=1), world)   # in-process: the memory filesystem is here
     assert [s.rank for s in job.stragglers] == [2]
     assert job.results[0].path == "memory:///job16/rank0.json.gz"
 

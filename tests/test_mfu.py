@@ -108,7 +108,7 @@ def _no_input_gradient_step() -> TraceBuilder:
 def _console(a) -> str:
     from roofscope.render.registry import RESULT, RenderOptions, renderer
 
-    return renderer(RESULT, "console").render(a, RenderOptions(top=3))
+    return renderer(RESULT, "console").render(a.result, RenderOptions(top=3))
 
 
 def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
@@ -140,7 +140,7 @@ def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
 def renderer_text(a, name: str) -> str:
     from roofscope.render.registry import RESULT, RenderOptions, renderer
 
-    out = renderer(RESULT, name).render(a, RenderOptions(top=3))
+    out = renderer(RESULT, name).render(a.result, RenderOptions(top=3))
     return out.decode() if isinstance(out, bytes) else out
 
 

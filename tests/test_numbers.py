@@ -37,7 +37,7 @@ def test_kernel_rates_use_costed_launches_only(tmp_path):
 def test_console_shows_coverage_beside_partial_rates(tmp_path):
     from roofscope.render.console import render_summary
 
-    text = render_summary(analyze(_gemm_trace(tmp_path), use_cache=False))
+    text = render_summary(analyze(_gemm_trace(tmp_path), use_cache=False).result)
     header = next(line for line in text.splitlines() if "achieved" in line and "kernel" in line)
     assert "costed" in header
     row = next(line for line in text.splitlines() if "sm90_gemm" in line)
@@ -79,7 +79,7 @@ def test_partial_last_step_is_left_out_of_step_figures(tmp_path):
     # but the minimum 40 us.
     assert a.metrics()["steps"] == 3 and a.metrics()["step_time_min_s"] == pytest.approx(520e-6)
     assert Snapshot.from_analysis(a).steps == [3, 4, 5]
-    assert "steps 3-6 (step 6 cut short by the script's end" in render_summary(a)
+    assert "steps 3-6 (step 6 cut short by the script's end" in render_summary(a.result)
 
 
 def test_gate_does_not_check_op_counted_mfu_as_a_second_figure(tmp_path):
@@ -110,7 +110,7 @@ def test_diff_and_gate_share_one_mfu_and_wasted_work_is_not_better(tmp_path):
     from roofscope.render.diffview import render_terminal
 
     a, b = _cpu_run(tmp_path, "a", steps=4), _cpu_run(tmp_path, "b", steps=4, adds=4)
-    d = diff(a, b)
+    d = diff(a.result, b.result)
     m = {c.key: c for c in d.metrics}
     assert m["mfu"].b == pytest.approx(Snapshot.from_analysis(b).median("mfu"))
     assert m["step_time_s"].better is False
@@ -165,7 +165,7 @@ def test_html_evidence_figures_read_as_numbers_not_exponents(tmp_path):
     s["findings"] = [{"rule": "fusion", "title": "Fuse", "saving_s": 1e-3, "saving_pct": 0.1, "summary": "x",
                       "confidence": "medium", "binding": "memory", "evidence": {"figures": {"bytes/step": 2.665e10}},
                       "fix": {"text": "compile", "snippet": "model = torch.compile(model)"}}]
-    html = render_html(a)
+    html = render_html(a.result)
     assert "26.65 G" in html and "2.665e+10" not in html
 
 
@@ -275,7 +275,7 @@ def test_cache_resident_op_is_placed_under_its_level_roof_not_above_dram(tmp_pat
     # 12 MiB / 20 GB/s = 629 us of floor in 100 us: 629% of a DRAM-only roof, flagged, never bare.
     assert k["efficiency"] == pytest.approx(12 * 2 ** 20 / 20e9 / 100e-6) and bool(k["above_roof"])
     assert one_roof.summary()["above_roof"]["kernels"] == 1
-    text = " ".join(render_summary(one_roof).split())
+    text = " ".join(render_summary(one_roof.result).split())
     assert "1 kernel (1 call) ran above its roof (ceilings stale or wrong level): aten::add_ 629.1%" in text
     assert "629.1%!" in text
     levels = analyze(_inplace_trace(tmp_path), ceilings=_ceilings())
@@ -372,7 +372,7 @@ def test_fix_snippets_hold_for_the_runs_own_facts(hta):
     assert "pin_memory" not in by["h2d_copies"].snippet and "pin memory" not in by["h2d_copies"].title
     # No DDP default (25 MB) as advice.
     assert "bucket_cap_mb=25" not in by["exposed_communication"].snippet
-    text = render_summary(hta)
+    text = render_summary(hta.result)
     # Multi-line snippets are printed whole.
     for line in by["exposed_communication"].snippet.splitlines():
         assert line in text
@@ -401,8 +401,8 @@ def test_cpu_main_job_says_every_rule_was_skipped(tmp_path):
 
     a = _cpu_run(tmp_path, "a")
     assert "No recommendations: 13 rules skipped: CPU-only trace: the rules read GPU kernels" in \
-        " ".join(render_summary(a).split()) or "rules skipped: CPU-only trace" in render_summary(a)
-    html = render_html(a)
+        " ".join(render_summary(a.result).split()) or "rules skipped: CPU-only trace" in render_summary(a.result)
+    html = render_html(a.result)
     assert "every rule was skipped" in html and "CPU-only trace: the rules read GPU kernels" in html
 
 
@@ -412,10 +412,10 @@ def test_one_step_reads_as_one_step_everywhere(tmp_path):
     from roofscope.render.markdown import render_markdown
 
     a = _cpu_run(tmp_path, "one", steps=1, partial=False)
-    text = render_summary(a)
+    text = render_summary(a.result)
     assert ", step 3" in text and "steps 3-3" not in text and "1 profiled, 0.520 ms/step" in text
-    assert "| step time (profiled), 1 step | 0.520 ms |" in render_markdown(a)
-    html = render_html(a)
+    assert "| step time (profiled), 1 step | 0.520 ms |" in render_markdown(a.result)
+    html = render_html(a.result)
     assert "median of 1 steps" not in html and ">1 profiled step<" in html
 
 

@@ -46,7 +46,7 @@ def test_profiler_option_trace(name, tmp_path, capsys):
     ops, activities, steps, flops = EXPECTED[name]
     a = roofscope.analyze(DATA / name)
     s = a.summary()
-    render_summary(a)
+    render_summary(a.result)
     assert (len(a.trace.ops), len(a.kernels), s["steps"], s["skipped_events"]) == (ops, activities, steps, {})
     if flops is not None:
         assert s["total_flops"] == pytest.approx(flops, rel=1e-3, abs=1.0)

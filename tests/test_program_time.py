@@ -155,7 +155,7 @@ def test_gpt2_headline_and_saving_are_the_programs(gpt2) -> None:
 def test_console_says_both_times(gpt2) -> None:
     from roofscope.render.console import render_summary
 
-    text = render_summary(gpt2)
+    text = render_summary(gpt2.result)
     assert "ms/step without the profiler" in text and "profiled (1.8" in text
     assert "cold steps skipped before the profile" in text
     assert "In the program's own time: host-side terms scaled" in text
@@ -285,7 +285,7 @@ def test_diff_says_when_a_run_has_only_profiled_times(gpt2) -> None:
     from roofscope.compare.diff import diff
 
     bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
-    d = diff(bare, gpt2)
+    d = diff(bare.result, gpt2)
     assert any("A has only profiled step times" in w for w in d.warnings)
     # the measured saving is the program's: B's own step time against A's profiled one
     assert d.prediction.measured_s == pytest.approx(
@@ -296,11 +296,11 @@ def test_markdown_and_html_show_both_times(gpt2) -> None:
     from roofscope.render.html import render_html
     from roofscope.render.markdown import render_markdown
 
-    md = render_markdown(gpt2)
+    md = render_markdown(gpt2.result)
     assert "| step time without the profiler, median of 233 | 6.544 ms" in md
     assert "| step time profiled | 12.034 ms (1.84x) |" in md
-    page = render_html(gpt2)
+    page = render_html(gpt2.result)
     assert "Step time (own)" in page and "Profiled step" in page and "43 cold steps skipped" in page
     # a bare trace has only the profiled time, and says so
     bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
-    assert "Step time (profiled)" in render_html(bare) and "step time (profiled)" in render_markdown(bare)
+    assert "Step time (profiled)" in render_html(bare.result) and "step time (profiled)" in render_markdown(bare.result)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofscope.analysis import AnalysisSettings
 from roofscope.cost.categories import category_of
 from roofscope.views.collectives import bus_factor, collective_table, parse_kernel
 from roofscope.job.ranks import PartsError, analyze_parts, resolve_parts
@@ -96,7 +97,7 @@ def test_bus_bandwidth_arithmetic():
 def test_straggler_flagged_with_kernel_evidence(tmp_path):
     parts, world, warnings = resolve_parts([str(p) for p in straggler_job(tmp_path)])
     assert [p.rank for p in parts] == [0, 1, 2] and world == 3 and warnings == []
-    job = combine(analyze_parts(parts, {}, jobs=1), world)
+    job = combine(analyze_parts(parts, AnalysisSettings(), jobs=1), world)
     r = job.ranks.set_index("rank")
     # All-reduce: 8 ms exposed on the fast ranks, 3 ms on the slow one; self = 25 - exposed.
     assert r["comm_exposed_s"].tolist() == pytest.approx([0.008, 0.008, 0.003], abs=1e-6)
@@ -125,7 +126,7 @@ def test_noise_only_not_flagged(tmp_path):
     jitter = [[300, -200, 100, -300, 200], [-100, 250, -250, 150, 0], [0, -50, 300, -100, -200]]
     gemm = [[10_000 + j for j in row] for row in jitter]
     parts, world, _ = resolve_parts([str(p) for p in write_job(tmp_path, gemm)])
-    job = combine(analyze_parts(parts, {}, jobs=1), world)
+    job = combine(analyze_parts(parts, AnalysisSettings(), jobs=1), world)
     assert job.stragglers == []
     assert "straggler" not in [f.rule for f in job.findings]
     # Every rank's step still ends at the slowest rank's all-reduce: 25 ms.
@@ -145,7 +146,7 @@ def test_detect_hand_worked():
 
 def test_collectives_and_comm_args(tmp_path):
     parts, world, _ = resolve_parts([str(p) for p in straggler_job(tmp_path)])
-    results = analyze_parts(parts, {}, jobs=1)
+    results = analyze_parts(parts, AnalysisSettings(), jobs=1)
     for r in results:
         t = r.collectives.set_index("collective")
         assert list(t.index) == ["allreduce"] and t.loc["allreduce", "count"] == 5
@@ -236,7 +237,7 @@ def test_rank_without_steps_does_not_hide_the_straggler(tmp_path):
     b.events = [e for e in b.events if not str(e.get("name", "")).startswith("ProfilerStep")]
     paths = [str(p) for p in straggler_job(tmp_path)] + [str(b.write(tmp_path / "nosteps.json"))]
     parts, world, _ = resolve_parts(paths)
-    job = combine(analyze_parts(parts, {}, jobs=1), world)
+    job = combine(analyze_parts(parts, AnalysisSettings(), jobs=1), world)
     assert job.ranks["steps"].tolist() == [5, 5, 5, 0]
     # The same figures as the 3-rank job: rank 2 +5 ms over the median 17 ms, noise 2% of 25 ms.
     assert [(s.rank, round(s.excess_s, 6)) for s in job.stragglers] == [(2, 0.005)]
@@ -268,8 +269,8 @@ def test_detect_edge_cases():
 
 def test_jobs2_same_as_jobs1(tmp_path):
     parts, world, _ = resolve_parts([str(p) for p in straggler_job(tmp_path)])
-    one = combine(analyze_parts(parts, {}, jobs=1), world).to_dict()
-    two = combine(analyze_parts(parts, {}, jobs=2), world).to_dict()
+    one = combine(analyze_parts(parts, AnalysisSettings(), jobs=1), world).to_dict()
+    two = combine(analyze_parts(parts, AnalysisSettings(), jobs=2), world).to_dict()
     assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
 
 
@@ -294,14 +295,14 @@ def test_dead_worker_is_one_error_and_cancels_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(ranks_mod, "ProcessPoolExecutor", KilledPool)
     parts, _, _ = resolve_parts([str(p) for p in straggler_job(tmp_path)])
     with pytest.raises(RoofscopeError, match=r"a worker process analyzing the ranks died .* fewer --jobs than 2"):
-        analyze_parts(parts, {}, jobs=2)
+        analyze_parts(parts, AnalysisSettings(), jobs=2)
     assert KilledPool.shutdown_args == (True, True)
 
 
 def test_hta_collectives():
     parts, world, warnings = resolve_parts([str(HTA)])
     assert (parts[0].rank, world) == (0, 16) and "15 of 16 ranks missing" in warnings[0]
-    (r,) = analyze_parts(parts, {}, jobs=1)
+    (r,) = analyze_parts(parts, AnalysisSettings(), jobs=1)
     t = r.collectives.set_index("collective")
     # 80 NCCL kernels, all SendRecv RING_SIMPLE by name; the c10d op / nccl: annotation names the collective.
     assert t["count"].to_dict() == {"allreduce": 10, "alltoall": 45, "sendrecv": 5, "allgather": 10,

@@ -302,7 +302,7 @@ def diff(a: "Result", b: "Result", applied: str | None = None,
     if sa["device"] != sb["device"]:
         warnings.append(f"the runs are from different devices: A {sa['device']}, B {sb['device']}")
     for label, an in (("A", a), ("B", b)):
-        if not len(an.steps()):
+        if not len(an.steps):
             warnings.append(f"{label} has no profiled steps: its kernel times are totals over the whole trace")
     sources = {label: f["time_source"] for label, f in (("A", ma), ("B", mb))}
     if "profiled" in sources.values():
@@ -312,8 +312,8 @@ def diff(a: "Result", b: "Result", applied: str | None = None,
                         + ("step times and the measured saving compare profiled with unprofiled time"
                            if len(set(sources.values())) > 1 else "the measured saving is the profiled one"))
     for label, an in (("A", a), ("B", b)):
-        if an.partial_steps():
-            warnings.append(f"{label}: left out step {', '.join(map(str, an.partial_steps()))}, cut short when the"
+        if an.summary.partial_steps:
+            warnings.append(f"{label}: left out step {', '.join(map(str, an.summary.partial_steps))}, cut short when the"
                             " script ended")
     return Diff(a=str(a.trace.path), b=str(b.trace.path), device_a=sa["device"], device_b=sb["device"],
                 steps_a=len(a.complete_steps), steps_b=len(b.complete_steps), metrics=_metric_changes(ma, mb),

@@ -1,6 +1,6 @@
 """The gate's metrics and the limits set on them.
 
-Metrics are columns of ``Analysis.step_samples()``: step time, MFU, HFU, MBU, GPU idle
+Metrics are columns of ``Result.step_samples``: step time, MFU, HFU, MBU, GPU idle
 fraction, and the seconds each region covers per step. A *regression limit* bounds how
 much worse the run's median may be than the baseline's:
 
@@ -34,7 +34,7 @@ class ThresholdError(RoofscopeError):
 @dataclass(frozen=True)
 class Metric:
     name: str                 # as written in limits: step_time, mfu, region:decode
-    column: str               # its column in Analysis.step_samples()
+    column: str               # its column in Result.step_samples
     higher_is_better: bool
     unit: str                 # "s" (times) or "fraction"
     label: str
