@@ -67,7 +67,7 @@ def pair(tmp_path):
 
 @pytest.fixture
 def analyses(pair):
-    return analyze(pair[0], **PEAKS), analyze(pair[1], **PEAKS)
+    return analyze(pair[0], **PEAKS).result, analyze(pair[1], **PEAKS).result
 
 
 US = 1e-6
@@ -86,7 +86,7 @@ FINDINGS = [
 
 def test_kernel_changes_per_step(analyses):
     a, b = analyses
-    ch = kernel_changes(a.result, b.result)
+    ch = kernel_changes(a, b)
     assert list(ch.columns) == CHANGE_COLUMNS
     # sorted by |delta|: class +30, new +25, fast -20, gone -15, steady +2.5, tiny +1.5 (us/step)
     assert ch["name"].tolist() == ["class_kernel", "new_kernel", "fast_kernel", "gone_kernel", "steady_kernel",
@@ -108,7 +108,7 @@ def test_kernel_changes_per_step(analyses):
 
 def test_diff_totals_metrics_and_class_changes(analyses):
     a, b = analyses
-    d = diff(a.result, b.result, findings=[])
+    d = diff(a, b, findings=[])
     assert (d.steps_a, d.steps_b) == (3, 4)
     assert d.class_changes()["name"].tolist() == ["class_kernel"]
     st = d.by_status

@@ -53,14 +53,14 @@ def test_every_renderer_is_its_module_behind_one_signature(eager) -> None:
 
 
 def test_each_output_is_keyed_by_the_type_it_renders() -> None:
-    from roofscope.analysis import Analysis
+    from roofscope.model.result import Result
     from roofscope.compare.diff import Diff
     from roofscope.gate.result import GateResult
     from roofscope.hardware.ceilings import Ceilings
     from roofscope.job.straggler import Job
 
     # The built-in kinds are named as text (no import at CLI start): each must name its class.
-    for kind, cls in ((registry.RESULT, Analysis), (registry.DIFF, Diff), (registry.GATE, GateResult),
+    for kind, cls in ((registry.RESULT, Result), (registry.DIFF, Diff), (registry.GATE, GateResult),
                       (registry.JOB, Job), (registry.CEILINGS, Ceilings)):
         assert registry.kind_of(cls) == kind
     assert registry.names(Diff) == ["console", "json", "markdown"]

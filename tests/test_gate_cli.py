@@ -252,7 +252,7 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     # re-measured between the baseline and the rerun.
     path = tmp_path / "b.json"
     write_baseline(roofscope.analyze(runs["base"], ceilings=BUSY), path)
-    same = Snapshot.from_analysis(roofscope.analyze(runs["base"], ceilings=QUIET))
+    same = Snapshot.from_result(roofscope.analyze(runs["base"], ceilings=QUIET).result)
     assert same.median("hfu") == pytest.approx(load_baseline(path).median("hfu") * 5 / 17.6)
     # On its own ceilings the run's HFU is 5/17.6 = 28% of the baseline's: "HFU fell 72%" failed
     # unchanged code even under the wide limits. On the baseline's, nothing moved.
@@ -262,7 +262,7 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     assert c["hfu"].change == pytest.approx(0.0, abs=1e-12) and c["mbu"].change == pytest.approx(0.0, abs=1e-12)
     # The slowed run still fails on the other ceilings; its HFU fell with the steps (less: the extra
     # multiplications are FLOPs too), compared on the baseline's ceilings, not raised 3.5x by QUIET's.
-    slow = check(Snapshot.from_analysis(roofscope.analyze(runs["slow"], ceilings=QUIET)), path,
+    slow = check(Snapshot.from_result(roofscope.analyze(runs["slow"], ceilings=QUIET).result), path,
                  max_regression="step_time=100%,hfu=50%,mfu=off,mbu=off,region:*=off")
     c = {x.name: x for x in slow.checks}
     assert c["step_time"].status == "fail" and c["hfu"].change < -0.5

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofscope.analysis import AnalysisSettings
+from roofscope.config import CeilingOverrides
 from roofscope.analysis import analyze
 from roofscope.views.collectives import canonical, host_comm_steps, kernel_collectives
 from roofscope.job.ranks import analyze_parts, resolve_parts
@@ -43,7 +45,7 @@ def test_rank0_waits_for_rank1_in_gloo_all_reduce() -> None:
 
 def test_cpu_job_names_rank1_the_straggler() -> None:
     parts, world, _ = resolve_parts(TRACES)
-    job = combine(analyze_parts(parts, PEAKS, jobs=1), world)
+    job = combine(analyze_parts(parts, AnalysisSettings(CeilingOverrides(**PEAKS)), jobs=1), world)
     r = job.ranks.set_index("rank")
     # Rank 0 waits ~53 ms/step in the all-reduce (median), rank 1 ~1.3 ms; the step ends at the same
     # all-reduce on both (~76-77 ms), so rank 1's own work is ~46 ms/step longer: its 50 ms sleep,

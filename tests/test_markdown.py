@@ -60,7 +60,7 @@ def test_markdown_and_console_list_the_same_kernels(h200):
 
 def test_findings_are_escaped(tmp_path):
     a = _with_summary(_evil_analysis(tmp_path), findings=[_finding("Graphs" + EVIL, summary="idle|" + EVIL)])
-    md = render_markdown(a.result)
+    md = render_markdown(a)
     # Raw markup only ever appears inside code spans, where GitHub shows it as text.
     assert "<" not in re.sub(r"`[^`]*`", "", md.replace("<br>", ""))
     assert "`gemm</script><img src=x onerror=alert`" in md

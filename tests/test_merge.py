@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from roofscope.analysis import AnalysisSettings
 from roofscope.cli import main
 from roofscope.run import new_meta, write_run
 from tests.test_ranks import rank_trace, straggler_job
@@ -142,7 +143,7 @@ def test_html_escapes_kernel_names(tmp_path):
                 e["args"].update({"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"]})
         paths.append(str(b.write(tmp_path / f"t{r}.json")))
     parts, world, _ = resolve_parts(paths)
-    job = combine(analyze_parts(parts, {}, jobs=1), world)
+    job = combine(analyze_parts(parts, AnalysisSettings(), jobs=1), world)
     assert job.stragglers[0].kernels[0]["name"] == evil + "_gemm"
     html = render_multirank(job, {0: 'a"><script>alert(1)</script>'})
     assert evil not in html and "<b>x" not in html

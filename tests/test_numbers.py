@@ -1,11 +1,13 @@
 """Numbers a user reads: rates from costed launches, steps, units, messages (issue 20)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from roofscope.analysis import analyze
+from roofscope.model.summary import Summary
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -78,7 +80,7 @@ def test_partial_last_step_is_left_out_of_step_figures(tmp_path):
     # Three complete steps of 520 us each: the 40 us tail would have made the median (520+520)/2 anyway,
     # but the minimum 40 us.
     assert a.metrics()["steps"] == 3 and a.metrics()["step_time_min_s"] == pytest.approx(520e-6)
-    assert Snapshot.from_analysis(a).steps == [3, 4, 5]
+    assert Snapshot.from_result(a.result).steps == [3, 4, 5]
     assert "steps 3-6 (step 6 cut short by the script's end" in render_summary(a.result)
 
 
@@ -112,7 +114,7 @@ def test_diff_and_gate_share_one_mfu_and_wasted_work_is_not_better(tmp_path):
     a, b = _cpu_run(tmp_path, "a", steps=4), _cpu_run(tmp_path, "b", steps=4, adds=4)
     d = diff(a.result, b.result)
     m = {c.key: c for c in d.metrics}
-    assert m["mfu"].b == pytest.approx(Snapshot.from_analysis(b).median("mfu"))
+    assert m["mfu"].b == pytest.approx(Snapshot.from_result(b.result).median("mfu"))
     assert m["step_time_s"].better is False
     # MBU rose only because each step moved 4 x 12 MiB more: not "better".
     assert m["mbu"].delta > 0 and m["mbu"].better is None and m["mbu"].note == "more work, slower steps"
@@ -161,11 +163,10 @@ def test_html_evidence_figures_read_as_numbers_not_exponents(tmp_path):
 
     assert (number(2.665e10), number(1234.5), number(0.012345), number(12)) == ("26.65 G", "1,234", "0.01235", "12")
     a = analyze(_gemm_trace(tmp_path), use_cache=False)
-    s = a.summary()
-    s["findings"] = [{"rule": "fusion", "title": "Fuse", "saving_s": 1e-3, "saving_pct": 0.1, "summary": "x",
-                      "confidence": "medium", "binding": "memory", "evidence": {"figures": {"bytes/step": 2.665e10}},
-                      "fix": {"text": "compile", "snippet": "model = torch.compile(model)"}}]
-    html = render_html(a.result)
+    findings = [{"rule": "fusion", "title": "Fuse", "saving_s": 1e-3, "saving_pct": 0.1, "summary": "x",
+                 "confidence": "medium", "binding": "memory", "evidence": {"figures": {"bytes/step": 2.665e10}},
+                 "fix": {"text": "compile", "snippet": "model = torch.compile(model)"}}]
+    html = render_html(replace(a.result, summary=Summary.from_dict({**a.summary(), "findings": findings})))
     assert "26.65 G" in html and "2.665e+10" not in html
 
 

@@ -264,7 +264,7 @@ def test_gate_samples_are_the_programs_steps(gpt2) -> None:
     from roofscope.gate.evaluate import warnings_for
     from roofscope.gate.snapshot import Snapshot
 
-    snap = Snapshot.from_analysis(gpt2)
+    snap = Snapshot.from_result(gpt2.result)
     # one sample per steady unprofiled step (233), not the 3 profiled ones; idle stays the trace's
     assert snap.time_source == "unprofiled"
     assert len(snap.samples["step_time"]) == gpt2.summary()["step_time"]["unprofiled_steps"] == 233
@@ -285,7 +285,7 @@ def test_diff_says_when_a_run_has_only_profiled_times(gpt2) -> None:
     from roofscope.compare.diff import diff
 
     bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
-    d = diff(bare.result, gpt2)
+    d = diff(bare.result, gpt2.result)
     assert any("A has only profiled step times" in w for w in d.warnings)
     # the measured saving is the program's: B's own step time against A's profiled one
     assert d.prediction.measured_s == pytest.approx(
