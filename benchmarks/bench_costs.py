@@ -24,7 +24,7 @@ import pandas as pd
 
 from roofscope.run import counters
 from roofscope.cost.costmodel import clear_cache, signature_costs
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as load_trace
 from roofscope.collectors.ncu_csv import parse_ncu_csv
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"

@@ -13,7 +13,9 @@ from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute
 from roofscope.cost.hidden_args import missing_notes
 from roofscope.place.roofline import CLASSES, RooflineParams, above_roof, aggregate, device_sms, input_bytes, place
 from roofscope.model.summary import Summary
-from roofscope.ingest.trace import Trace, load_trace, regions_at, steps_at
+from roofscope.ingest import read as read_trace
+from roofscope.ingest.frames import regions_at, steps_at
+from roofscope.model.trace import Trace
 
 
 @dataclass
@@ -196,14 +198,14 @@ class Analysis:
         comm = k["category"] == "communication"
         return {
             "trace": self.trace.path,
-            "device": (self.trace.device_name or self.ceilings.device) if not self.cpu_only
+            "device": (self.trace.meta.device.name or self.ceilings.device) if not self.cpu_only
             else self.ceilings.device,
             "cpu_only": self.cpu_only,
             "ceilings": self.ceilings.to_dict(),
             "params": {"latency_floor_s": self.params.latency_floor_s,
                        "underutilized_below": self.params.underutilized_below},
-            "events": self.trace.meta.get("events"),
-            "skipped_events": self.trace.meta.get("skipped_events") or {},
+            "events": self.trace.meta.events,
+            "skipped_events": dict(self.trace.meta.skipped_events),
             "kernels": int(len(k)),
             "kernel_time_s": total,
             "communication_time_s": float(k.loc[comm, "dur_s"].sum()),
@@ -218,7 +220,7 @@ class Analysis:
             "partial_steps": self.partial_steps(),
             "unattributed": self.unattributed(),
             "above_roof": above_roof(k),
-            "distributed": self.trace.meta.get("distributedInfo"),
+            "distributed": dict(d.recorded) if (d := self.trace.meta.distributed) else None,
             "modules": bool((k["module"] != "").any()),
             "inference": self.inference(),
             "inference_note": self._inference_note(),
@@ -342,13 +344,13 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
 
         captures += run_captures(run.path)
         source = run.trace_path
-    trace = source if isinstance(source, Trace) else load_trace(source)
+    trace = source if isinstance(source, Trace) else read_trace(source)
     params = params or RooflineParams()
     cpu_only = len(trace.kernels) == 0
     if ceilings is None:
-        name = trace.device_name if not cpu_only else "cpu"
-        ceilings = resolve_ceilings(name, memory_bytes=trace.device_memory, device=device,
-                                    props=trace.device_props if not cpu_only else None,
+        name = trace.meta.device.name if not cpu_only else "cpu"
+        ceilings = resolve_ceilings(name, memory_bytes=trace.meta.device.memory_bytes, device=device,
+                                    props=trace.meta.device.properties if not cpu_only else None,
                                     peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
                                     ceilings_file=ceilings_file, use_cache=use_cache)
     sig_costs = signature_costs(trace.signatures)
@@ -363,7 +365,7 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
 
         graphs = map_graph_kernels(trace, kernels, load_captures(captures))
     kernels["phase"] = kernel_phases(trace, kernels)
-    sms = device_sms(trace.device_props, ceilings) if not cpu_only else None
+    sms = device_sms(trace.meta.device.properties, ceilings) if not cpu_only else None
     if not cpu_only:  # what an uncosted kernel's op reads: a class from its bytes (roofline.class_sources)
         from roofscope.ingest.linking import take
 

@@ -208,9 +208,9 @@ def _analyze(session: "Session", c: "Collected", meta: dict[str, Any],
     """The analysis of the recorded trace, or the reason there is none; and the ceilings measured here."""
     from roofscope.analysis import analyze
     from roofscope.place.roofline import params_from
-    from roofscope.ingest.trace import load_trace
+    from roofscope.ingest import read as read_trace
 
-    trace = load_trace(c.trace)
+    trace = read_trace(c.trace)
     ceilings = None
     overridden = options.device or options.peak_tflops or options.peak_bandwidth_gbs or options.ceilings
     device = meta.get("device") or {}

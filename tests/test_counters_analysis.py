@@ -31,7 +31,7 @@ def write_probe_run(run: Path) -> Path:
     """A Run of the probe's Kineto pass with its ncu counters stored the way `roofscope run
     --counters ncu` stores them (parse_ncu_csv, then the launch-order join)."""
     from roofscope.run import counters
-    from roofscope.ingest.trace import load_trace
+    from roofscope.ingest import read as read_trace
     from roofscope.collectors.ncu_csv import parse_ncu_csv
 
     run.mkdir()
@@ -39,7 +39,7 @@ def write_probe_run(run: Path) -> Path:
     (run / "run.json").write_text(json.dumps({"schema_version": 1, "device": {"name": "NVIDIA H200",
                                                                             "l2_cache_size": H200_L2}}))
     ncu = parse_ncu_csv((NCU / "h200_probe_long.csv").read_text())
-    table, stats = counters.join(ncu, load_trace(run / "trace.json.gz"))
+    table, stats = counters.join(ncu, read_trace(run / "trace.json.gz"))
     assert stats.matched == 14  # 7 kernels x 2 steps; the 6 memsets are not ncu's
     counters.save(run, table, {"tool": "ncu", "ncu_version": "2025.3.1", "sample": None, "join": asdict(stats)})
     return run

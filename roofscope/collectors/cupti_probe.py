@@ -46,7 +46,7 @@ def counter_events(path: str | os.PathLike) -> int:
     """Number of CUPTI counter events in an exported trace."""
     import msgspec
 
-    from roofscope.ingest.trace import read_bytes
+    from roofscope.ingest.source import read_bytes
 
     events = msgspec.json.decode(read_bytes(path)).get("traceEvents") or []
     return sum(1 for e in events if isinstance(e, dict) and e.get("cat") == COUNTER_CATEGORY)

@@ -143,11 +143,11 @@ def _read_text(path: str) -> str:
 
 def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list[str], report: Path | None,
            force: bool, quiet: bool) -> int:
-    from roofscope.ingest.trace import load_trace
+    from roofscope.ingest import read as read_trace
     from roofscope.run.counters import COUNTERS_REPORT, CountersError, check_join, join, save
 
     kernel_name, nvtx = meta.get("kernel_name"), meta.get("nvtx")
-    joined, stats = join(table, load_trace(r.trace_path), skip=int(meta.get("skip") or 0), kernel_name=kernel_name,
+    joined, stats = join(table, read_trace(r.trace_path), skip=int(meta.get("skip") or 0), kernel_name=kernel_name,
                          nvtx=nvtx)
     if stats.trace_kernels == 0 and (kernel_name is not None or nvtx is not None):
         raise CountersError(f"no kernel of the Run's recorded steps matches {_filter_text(kernel_name, nvtx)}"

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.cost import formulas as cf
+from roofscope.ingest.frames import steps_at
 from roofscope.ingest.linking import ancestor_where
 
 MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe")
@@ -109,8 +110,6 @@ def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None
     """Fused / foreach optimizer ops without TensorList shapes, sized from the parameter groups:
     torch calls them once per group (and dtype), so the i-th call of an op in a step covers the
     i-th group when the counts agree; one call covers them all; other counts split the total."""
-    from roofscope.ingest.trace import steps_at
-
     ops = trace.ops
     nb = oc["reason"].to_numpy() == "no_shapes"
     if not nb.any():

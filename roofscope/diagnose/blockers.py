@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.ingest.linking import ancestor_where, take
-from roofscope.ingest.trace import steps_at
+from roofscope.ingest.frames import steps_at
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.diagnose.base import Context

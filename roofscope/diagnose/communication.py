@@ -148,7 +148,7 @@ class ExposedCommunication(Rule):
         from roofscope.views.collectives import kernel_collectives
 
         comm = ctx.kernels[ctx.kernels["cls"] == "communication"]
-        world = (ctx.analysis.trace.meta.get("distributedInfo") or {}).get("world_size")
+        world = d.world_size if (d := ctx.analysis.trace.meta.distributed) else None
         kc = kernel_collectives(ctx.analysis)
         kc.attrs["names"] = sorted(set(comm["name"].astype(str)))
         dominant = str(kc.groupby("collective")["dur_s"].sum().idxmax()) if len(kc) else ""

@@ -34,11 +34,11 @@ def is_amd(a: "Analysis") -> bool:
     rt = a.trace.runtime
     if len(rt) and rt["name"].astype(str).str.startswith("hip").any():
         return True
-    props = a.trace.device_props or {}
+    props = a.trace.meta.device.properties or {}
     if props.get("warpSize") == 64:
         return True
     spec = a.ceilings.datasheet
-    names = f"{a.trace.device_name or ''} {a.ceilings.device} {spec.name if spec is not None else ''}"
+    names = f"{a.trace.meta.device.name or ''} {a.ceilings.device} {spec.name if spec is not None else ''}"
     return bool(re.search(r"\bAMD\b|\bMI\d{3}", names, re.IGNORECASE))
 
 
@@ -90,7 +90,7 @@ class SmallGrid(Rule):
     binding = "occupancy"
 
     def match(self, ctx: Context) -> list[Finding]:
-        props = (ctx.analysis.trace.meta.get("deviceProperties") or [{}])[0]
+        props = ctx.analysis.trace.meta.device.properties or {}
         sms = props.get("numSms")
         k = ctx.kernels
         k = k[(k["cat"] == "kernel") & (k["dur_s"] >= _MIN_GRID_KERNEL_S) & ~k["cls"].isin(("communication", "latency"))]

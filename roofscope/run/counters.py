@@ -40,7 +40,7 @@ from roofscope.run.layout import COUNTERS_FILE, COUNTERS_REPORT
 from roofscope.run.schema import COUNTERS_VERSION, CountersEntry, CountersHeader, check_version
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.ingest.trace import Trace
+    from roofscope.model.trace import Trace
 
 # Anonymous namespaces are spelled "(anonymous namespace)" by Kineto and "<unnamed>" by ncu;
 # both would otherwise end the name at their bracket.

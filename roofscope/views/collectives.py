@@ -38,7 +38,7 @@ from roofscope.views.timeline import _in_window, _split, _union
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis
-    from roofscope.ingest.trace import Trace
+    from roofscope.model.trace import Trace
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "other")
 ALGORITHMS = ("NVLS_TREE", "NVLS", "COLLNET_DIRECT", "COLLNET_CHAIN", "COLLNET", "TREE", "RING", "PAT")

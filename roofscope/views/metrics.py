@@ -30,7 +30,8 @@ import pandas as pd
 from roofscope.hardware.devices import Ceilings
 from roofscope.units import si
 from roofscope.cost.modelflops import FORMULAS, model_flops
-from roofscope.ingest.trace import Trace, is_region, is_step
+from roofscope.ingest.frames import is_region, is_step
+from roofscope.model.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis
@@ -82,11 +83,8 @@ def step_table(trace: Trace, kernels: pd.DataFrame | None = None) -> pd.DataFram
 
 def to_unix_ns(trace: Trace, t_ns: int) -> int | None:
     """A trace-clock time (ns from the first event) as Unix ns, or None when the trace lacks a base."""
-    base = trace.meta.get("baseTimeNanoseconds")
-    t0_us = trace.meta.get("t0_us")
-    if base is None or t0_us is None:
-        return None
-    return int(base) + int(round(float(t0_us) * 1000)) + int(t_ns)
+    base = trace.meta.clock_base_ns
+    return None if base is None else base + int(t_ns)
 
 
 def dominant_roof(kernels: pd.DataFrame, ceilings: Ceilings) -> tuple[str | None, float | None]:

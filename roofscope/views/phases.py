@@ -33,7 +33,8 @@ import pandas as pd
 
 from roofscope.ingest.linking import ancestor_where, enclosing, interval_parents, take
 from roofscope.ingest.names import per_name
-from roofscope.ingest.trace import Trace, steps_at
+from roofscope.ingest.frames import steps_at
+from roofscope.model.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis
