@@ -7,7 +7,6 @@ call's in ``runtime``; without one, its ``external_id`` names the launching op's
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
@@ -44,9 +43,7 @@ def thread_codes(pids: pd.Series, tids: pd.Series, registry: dict[tuple[str, str
     return remap[codes][pair]
 
 
-
-def link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame,
-          annotations: pd.DataFrame) -> None:
+def link(ops: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame, annotations: pd.DataFrame) -> None:
     """Fill ``ops.parent``, ``runtime.op`` and ``kernels.op``/``launch``/``step``/``region`` in place."""
     ops["parent"] = interval_parents(ops["thread"].to_numpy(), ops["ts_ns"].to_numpy(),
                                      ops["end_ns"].to_numpy())
@@ -180,8 +177,8 @@ def _column(name: str, given: Mapping[str, Sequence[Any]], n: int) -> Any:
         return pd.array(values, dtype="Int64")
     if name in _FLOATS:
         return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-    if name in ("pid", "tid"):
-        return pd.Series(values)
+    if name in ("pid", "tid"):  # int64 when every id is an int, as Kineto's tables have them
+        return pd.Series(values, dtype=np.int64 if all(type(v) is int for v in values) else object)
     return pd.Series(values, dtype=object)
 
 
@@ -207,12 +204,12 @@ def _signatures(ops: Mapping[str, Sequence[Any]]) -> tuple[np.ndarray, pd.DataFr
     rows: list[tuple[Any, ...]] = []
     sig = np.empty(n, dtype=np.int64)
     for i, row in enumerate(zip(*columns)):
-        key = json.dumps(row)
+        key = repr(row)
         if key not in ids:
             ids[key] = len(rows)
             rows.append(row)
         sig[i] = ids[key]
-    table = pd.DataFrame({c: pd.Series([r[j] for r in rows], dtype=object) for j, c in enumerate(SIGNATURE_COLUMNS)},
+    table = pd.DataFrame({c: [r[j] for r in rows] for j, c in enumerate(SIGNATURE_COLUMNS)},
                          index=pd.RangeIndex(len(rows), name="sig"))
     return sig, table
 
