@@ -223,7 +223,7 @@ def resolve_parts(sources: list[str], allow_remote: bool = False) -> tuple[list[
         raise PartsError(f"{', '.join(sources)}: no parts to merge (an empty {JOB_FILE})")
     given: dict[Path | str, Path] = {}
     for p in parts:
-        # A trace without distributedInfo named twice would otherwise become two ranks by order.
+        # A trace naming no rank, given twice, would otherwise become two ranks by order.
         key: Path | str = p.url or p.path.resolve()
         if key in given:
             also = f" (also as {given[key]})" if given[key] != p.path else ""

@@ -9,10 +9,10 @@ described in docs/architecture.md ("Key data contracts").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 # --- Annotation labels -----------------------------------------------------------------------
 # A step: torch.profiler's ``ProfilerStep#N`` span (a reader of another format names its step
@@ -96,7 +96,9 @@ class TraceMeta:
 
 
 def empty_comm_args() -> pd.DataFrame:
-    return pd.DataFrame({c: np.array([], dtype=object) for c in COMM_ARG_COLUMNS},
+    import pandas as pd  # here, not at the top: collectors import the labels into profiled programs
+
+    return pd.DataFrame({c: pd.Series([], dtype=object) for c in COMM_ARG_COLUMNS},
                         index=pd.Index([], name="external_id", dtype=object))
 
 
