@@ -2,9 +2,11 @@
 
 Only this package knows input formats. A file is given to the first reader whose ``sniff``
 accepts its first bytes (gunzipped; source.py refuses what is no regular file or too large
-before that). A new format is one module implementing :class:`Reader` and one line,
-``register_reader(MyReader())``, run at import of that module or declared as an entry point
-of the ``roofscope.readers`` group by an installed package (loaded on the first read).
+before that). A new format is one module implementing :class:`Reader` and one line: an entry
+in ``READERS``, or ``register_reader(MyReader())`` run at import of that module. An installed
+package may instead declare its reader as an entry point of the ``roofscope.readers`` group:
+those are loaded when a file comes that no registered reader claims (so a Kineto trace never
+pays for the search; a reader of some JSON format, which Kineto's reader claims, is registered).
 """
 from __future__ import annotations
 
@@ -49,15 +51,18 @@ def register_reader(reader: Reader) -> None:
     READERS.insert(0, reader)
 
 
-def _load_plugins() -> None:
+def _load_plugins() -> bool:
     """Register the readers installed packages declare under ``[project.entry-points."roofscope.readers"]``
-    (each names a Reader instance), once per process."""
+    (each names a Reader instance), once per process; whether that added any."""
     global _plugins_loaded
     if _plugins_loaded:
-        return
+        return False
     _plugins_loaded = True
-    from importlib.metadata import entry_points  # ~10 ms: paid on the first read, not at import
+    # Here, not at the top: importing importlib.metadata and scanning the installed packages
+    # takes 15-20 ms, which only a file of no registered reader's format pays.
+    from importlib.metadata import entry_points
 
+    added = False
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             reader = ep.load()
@@ -65,12 +70,20 @@ def _load_plugins() -> None:
             raise RoofscopeError(f"reader entry point {ep.name} ({ep.value}): {type(e).__name__}: {e}") from None
         if reader not in READERS:
             register_reader(reader)
+            added = True
+    return added
+
+
+def _claimant(head: bytes, file_name: str) -> Reader | None:
+    return next((r for r in READERS if r.sniff(head, file_name)), None)
 
 
 def sniff(head: bytes, file_name: str) -> Reader | None:
     """The reader of a file whose first bytes are ``head``, or None."""
-    _load_plugins()
-    return next((r for r in READERS if r.sniff(head, file_name)), None)
+    reader = _claimant(head, file_name)
+    if reader is None and _load_plugins():
+        reader = _claimant(head, file_name)
+    return reader
 
 
 def read(path: str | os.PathLike) -> Trace:
@@ -93,7 +106,7 @@ def peek_rank(head: bytes, file_name: str) -> Distributed | None:
 
 
 def trace_suffix(name: str) -> str | None:
-    """The longest of the readers' suffixes ``name`` ends with, or None."""
+    """The longest of the readers' suffixes ``name`` ends with, or None (installed readers' too)."""
     _load_plugins()
     return max((s for r in READERS for s in r.suffixes if name.endswith(s)), key=len, default=None)
 

@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 
 from roofscope.errors import TraceError
+from roofscope.ingest.frames import thread_codes
 from roofscope.ingest.kineto import META_KEYS, TraceFile, as_dims, as_int, clean_meta
 from roofscope.ingest.kineto import Args as _Args
 from roofscope.ingest.kineto import Event as _Event
 from roofscope.ingest.kineto import decode as _decode
-from roofscope.ingest.frames import thread_codes
 from roofscope.ingest.source import read_bytes
 from roofscope.model.trace import (ANNOTATION_COLUMNS, COMM_ARG_COLUMNS, KERNEL_COLUMNS, OPS_COLUMNS,
                                    RUNTIME_COLUMNS, empty_comm_args)
