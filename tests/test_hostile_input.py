@@ -299,7 +299,7 @@ def test_gzip_bomb_is_refused_by_its_ratio_without_a_setting(tmp_path, capsys):
     assert main(["analyze", str(bomb)]) == 2
     _one_line_error(capsys.readouterr().err, "decompresses to more than 256 MiB of JSON, 250 times its compressed"
                     " size (a gzip bomb?); set ROOFSCOPE_MAX_TRACE_SIZE")
-    assert read_trace(REAL).meta.events > 0                       # a real trace (about 20x) is read
+    assert read_trace(REAL).meta.events > 0                          # a real trace (about 20x) is read
 
 
 def test_bomb_of_zeros_and_sparse_file_are_refused_by_their_first_bytes(tmp_path, capsys):
