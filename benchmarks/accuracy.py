@@ -38,10 +38,10 @@ def l2_size(a: Analysis) -> tuple[float, str]:
     device = (a.run_meta or {}).get("device") or {}
     if device.get("l2_cache_size"):
         return float(device["l2_cache_size"]), "run.json"
-    for props in a.trace.meta.get("deviceProperties") or []:
-        size = props.get("l2CacheSize") or props.get("L2CacheSize")
-        if size:
-            return float(size), "trace deviceProperties"
+    props = a.trace.meta.device.properties or {}
+    size = props.get("l2CacheSize") or props.get("L2CacheSize")
+    if size:
+        return float(size), "trace deviceProperties"
     return DEFAULT_L2_BYTES, "assumed (H100/H200)"
 
 

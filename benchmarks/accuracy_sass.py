@@ -5,7 +5,7 @@
 TRACE defaults to ../shared/traces/external/hta_a100_alexnet_cupti_counters.json.gz: two
 forward passes of torchvision's AlexNet on an A100, recorded with CUPTI per-kernel counters
 (77 ``cuda_profiler_range`` events; FLOPs = fadd + fmul + 2*ffma, fp16 and fp64 alike, summed
-by ingest/trace.py). The trace was recorded without shapes, so the analytic side applies
+by ingest/kineto_frames.py). The trace was recorded without shapes, so the analytic side applies
 roofscope's own cost formulas (costmodel.cost_signature) to AlexNet's layer shapes; the batch,
 128, is the one the fc1 GEMM's SASS count implies (9.667e9 / (2 * 9216 * 4096) = 128.05).
 One row per op of the first forward pass (the second one's counts are identical): analytic

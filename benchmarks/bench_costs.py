@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.cost.costmodel import clear_cache, signature_costs
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as load_trace
 from roofscope.collectors.counters import join as counters_join
 from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 

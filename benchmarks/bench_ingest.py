@@ -5,7 +5,7 @@ in its correlation / External ids, so linking stays one-to-one), then, each case
 a fresh subprocess so peak RSS is its own:
 
 * decode only: json (stdlib), orjson, msgspec typed structs (what roofscope uses),
-* roofscope ingest (load_trace) and full analysis (ingest + costs + classes).
+* roofscope ingest (ingest.read) and full analysis (ingest + costs + classes).
 
     python benchmarks/bench_ingest.py [--trace PATH] [--copies 10] [--repeat 3]
 
@@ -31,9 +31,9 @@ _CASES = {
     "decode json": "import json,gzip\nT0()\njson.loads(gzip.decompress(open(P,'rb').read()))",
     "decode orjson": "import orjson,gzip\nT0()\norjson.loads(gzip.decompress(open(P,'rb').read()))",
     "decode msgspec (typed, whole file)": (
-        "from roofscope.ingest.trace import read_bytes\nfrom roofscope.ingest.kineto import decode\n"
+        "from roofscope.ingest.source import read_bytes\nfrom roofscope.ingest.kineto import decode\n"
         "T0()\ndecode(P, read_bytes(P))"),
-    "roofscope ingest (batched)": "from roofscope.ingest.trace import load_trace\nT0()\nload_trace(P)",
+    "roofscope ingest (batched)": "from roofscope.ingest import read\nT0()\nread(P)",
     "roofscope full analysis": (
         "from roofscope.analysis import analyze\nfrom roofscope.render.export import to_json\n"
         "T0()\na=analyze(P)\nto_json(a)"),

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.views.timeline import timeline
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import Trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "external" / "hta_a100_rank0.json.gz"
 

@@ -33,12 +33,14 @@ from roofscope.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.hardware.devices import resolve_ceilings
 from roofscope.ingest.linking import take
-from roofscope.ingest.trace import Trace, load_trace, regions_at, steps_at
+from roofscope.ingest import read as read_trace
+from roofscope.ingest.frames import regions_at, steps_at
 from roofscope.model.findings import Diagnosis
 from roofscope.model.kernels import CLASSES, RooflineParams
 from roofscope.model.result import Result
 from roofscope.model.summary import Summary
 from roofscope.model.timeline import Timeline
+from roofscope.model.trace import Trace
 from roofscope.place.bandwidth import settle
 from roofscope.place.measured import apply_counters, counters_summary
 from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
@@ -99,12 +101,12 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
     """A Trace, a trace file or a Run directory, opened; explicit ``telemetry``/``run_meta`` win."""
     captures = tuple(settings.graph_capture)
     if isinstance(source, Trace) or not is_run_dir(source):
-        trace = source if isinstance(source, Trace) else load_trace(source)
+        trace = source if isinstance(source, Trace) else read_trace(source)
         return Source(trace, run_meta, telemetry, None, captures)
     run = load(source)
     if telemetry is None and run.telemetry_path is not None:
         telemetry = load_telemetry(run.telemetry_path)
-    return Source(load_trace(run.trace_path), run_meta if run_meta is not None else run.meta, telemetry,
+    return Source(read_trace(run.trace_path), run_meta if run_meta is not None else run.meta, telemetry,
                   load_counters(run.path), captures + tuple(run_captures(run.path)),
                   str(run.ceilings_path) if run.ceilings_path is not None else None)
 
@@ -123,9 +125,9 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     trace, meta, params = src.trace, src.run_meta, settings.params
     cpu_only = len(trace.kernels) == 0
     if ceilings is None:
-        ceilings = resolve_ceilings("cpu" if cpu_only else trace.device_name, settings.ceilings,
-                                    memory_bytes=trace.device_memory,
-                                    props=None if cpu_only else trace.device_props,
+        device = trace.meta.device
+        ceilings = resolve_ceilings("cpu" if cpu_only else device.name, settings.ceilings,
+                                    memory_bytes=device.memory_bytes, props=None if cpu_only else device.properties,
                                     run_ceilings=src.run_ceilings, use_cache=settings.use_cache)
     kernels, graphs = _cost(trace, src, ceilings, cpu_only)
     kernels = _place(kernels, trace, ceilings, params, src.counters, cpu_only)
@@ -185,7 +187,7 @@ def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool) -> tupl
 def _place(kernels: pd.DataFrame, trace: Trace, ceilings: Ceilings, params: RooflineParams,
            counters: Counters | None, cpu_only: bool) -> pd.DataFrame:
     """The place stage: the roofline, then again with measured counters where the Run has them."""
-    sms = None if cpu_only else device_sms(trace.device_props, ceilings)
+    sms = None if cpu_only else device_sms(trace.meta.device.properties, ceilings)
     kernels = place(kernels, ceilings, params, sms)
     if counters is not None and not cpu_only:
         kernels = place(apply_counters(kernels, counters.table), ceilings, params, sms)
@@ -233,12 +235,12 @@ def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.Dat
     comm = k["category"] == "communication"
     s: dict[str, Any] = {
         "trace": trace.path,
-        "device": ceilings.device if cpu_only else (trace.device_name or ceilings.device),
+        "device": ceilings.device if cpu_only else (trace.meta.device.name or ceilings.device),
         "cpu_only": cpu_only,
         "ceilings": ceilings.to_dict(),
         "params": {"latency_floor_s": params.latency_floor_s, "underutilized_below": params.underutilized_below},
-        "events": trace.meta.get("events"),
-        "skipped_events": trace.meta.get("skipped_events") or {},
+        "events": trace.meta.events,
+        "skipped_events": dict(trace.meta.skipped_events),
         "kernels": int(len(k)),
         "kernel_time_s": total,
         "communication_time_s": float(k.loc[comm, "dur_s"].sum()),
@@ -253,7 +255,7 @@ def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.Dat
         "partial_steps": partial,
         "unattributed": _unattributed(k, graphs),
         "above_roof": above_roof(k),
-        "distributed": trace.meta.get("distributedInfo"),
+        "distributed": dict(d.recorded) if (d := trace.meta.distributed) else None,
         "modules": bool((k["module"] != "").any()),
         "inference": inference,
         "inference_note": inference_text,

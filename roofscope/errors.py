@@ -9,7 +9,7 @@ class RoofscopeError(Exception):
 
 
 class TraceError(RoofscopeError):
-    """The input is not a readable Kineto trace."""
+    """The input is not a trace any reader can read."""
 
 
 class DeviceError(RoofscopeError):

@@ -24,7 +24,7 @@ from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
 from roofscope.hardware.ceilings import Ceilings, save_ceilings_file
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as load_trace
 from roofscope.microbench.cpu import ceilings_for_run
 from roofscope.render.registry import RESULT, RenderOptions, check_formats, renderer
 from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, Run, new_meta, summary_text,

@@ -11,7 +11,7 @@ import pytest
 
 from roofscope.cost.attribution import attribute
 from roofscope.cost.costmodel import signature_costs
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as load_trace
 from roofscope.place.bandwidth import settle
 from tests.kineto import TraceBuilder
 from tests.test_import_graph import import_graph, violations

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from roofscope.run import counters
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as read_trace
 from roofscope.cli import main
 from roofscope.collectors import session
 from roofscope.collectors.counters import join as counters_join, ncu, ncu_target
@@ -40,7 +40,7 @@ def _ncu(name: str) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def trace():
-    return load_trace(KINETO)
+    return read_trace(KINETO)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def write_probe_run(run: Path) -> Path:
     """A Run of the probe's Kineto pass with its ncu counters stored the way `roofscope run
     --counters ncu` stores them (parse_ncu_csv, then the launch-order join)."""
     from roofscope.run import counters
-    from roofscope.ingest.trace import load_trace
+    from roofscope.ingest import read as load_trace
     from roofscope.collectors.counters import join as counters_join
     from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 

@@ -63,7 +63,7 @@ def test_host_comm_steps_arithmetic() -> None:
     # One step [0, 100] ns-units scaled to ms: work 0-10 and 60-70 on the main thread, a gloo
     # interval 10-65 on a worker thread: comm 55, exposed = union(all) 70 - union(work) 20 = 50,
     # host idle 100 - 70 = 30.
-    from roofscope.ingest.trace import Trace
+    from roofscope.model.trace import Trace
 
     ms = 1_000_000
     ann = pd.DataFrame({"name": ["gloo:all_reduce"], "pid": [1], "tid": [9], "ts_ns": [10 * ms],

@@ -14,7 +14,7 @@ import pytest
 
 import roofscope
 from roofscope.cost.graphs import find_captures
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as read_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 CAPTURE, REPLAY, EAGER = (DATA / f"h100_graph_{n}.json.gz" for n in ("capture", "replay", "eager"))
@@ -22,7 +22,7 @@ COLS = ["flops", "bytes", "category", "op_name", "cost_op_name", "dtype", "tenso
 
 
 def test_capture_holds_the_five_launches_in_order() -> None:
-    caps = find_captures(load_trace(CAPTURE))
+    caps = find_captures(read_trace(CAPTURE))
     assert len(caps) == 1 and caps[0].label == "0"
     # two fill_ kernels before cudaStreamBeginCapture ran for real and are not part of the graph
     names = [n for n, _ in caps[0].fingerprint()]
@@ -172,7 +172,7 @@ def test_recorder_labels_captures_and_replays(tmp_path: Path, fake_graph) -> Non
     assert all(FakeGraph.__dict__[m] is originals[m] for m in ("capture_begin", "capture_end", "replay"))
     assert (g._roofscope_graph_id, g2._roofscope_graph_id) == (0, 1)
     assert rec.skipped == 1 and "1 CUDA-graph capture was not recorded" in rec.notes()[0]
-    trace = load_trace(rec.files[0])
+    trace = read_trace(rec.files[0])
     assert "roofscope: graph capture 0" in set(trace.annotations["name"])
     assert "aten::add" in set(trace.ops["name"])
     assert any(e.name == "roofscope: graph replay 0" for e in p.events())
@@ -185,7 +185,7 @@ def test_warming_up_profiler_steps_aside_for_a_capture_and_records_its_steps(tmp
     numbered on from the steps seen (wait 1 + warmup 2: steps 3 and 4)."""
     import torch
 
-    from roofscope.ingest.trace import load_trace
+    from roofscope.ingest import read as read_trace
     from roofscope.collectors.torchprof import Schedule, TorchCollector
 
     c = TorchCollector(tmp_path / "trace.json", Schedule(wait=1, warmup=2, active=2))
@@ -204,7 +204,7 @@ def test_warming_up_profiler_steps_aside_for_a_capture_and_records_its_steps(tmp
             assert c.phase == "warmup"
         c.step()
     assert c.stop() and c.trace_ready
-    trace = load_trace(tmp_path / "trace.json")
+    trace = read_trace(tmp_path / "trace.json")
     names = set(trace.annotations["name"])
     assert {"ProfilerStep#3", "ProfilerStep#4"} <= names and "ProfilerStep#1" not in names
     # the active steps' two matmuls, and nothing of the capture's own profile

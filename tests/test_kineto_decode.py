@@ -7,8 +7,8 @@ import json
 import pytest
 
 from roofscope.ingest.kineto import as_dims, as_int, skip_reason
+from roofscope.ingest.kineto_reader import load_trace
 from roofscope.render.console import skipped_line
-from roofscope.ingest.trace import load_trace
 from roofscope.errors import TraceError
 
 from .kineto import PID, TID, TraceBuilder
@@ -34,7 +34,7 @@ def _variant_trace(tmp_path):
 
 def test_type_variants_decode_without_skipping(tmp_path):
     t = load_trace(_variant_trace(tmp_path).write(tmp_path / "t.json"))
-    assert t.meta["skipped_events"] == {}
+    assert t.meta.skipped_events == {}
     k = t.kernels.set_index("name")
     assert k.loc["Memcpy HtoD (Host -> Device)", "bytes"] == 128.0
     assert k.loc["void kernel_a()", "stream"] == 7
@@ -52,11 +52,11 @@ def test_malformed_event_is_skipped_and_counted(tmp_path):
                      "ts": 1, "dur": 1, "args": {}})
     b.events.append(17)
     t = load_trace(b.write(tmp_path / "t.json.gz"))
-    assert t.meta["skipped_events"] == {"args.bytes not a number": 1, "name not a string": 1,
+    assert t.meta.skipped_events == {"args.bytes not a number": 1, "name not a string": 1,
                                         "event not an object": 1}
     # kernel_b skipped, the other two GPU activities kept
     assert sorted(t.kernels["name"].astype(str)) == ["Memcpy HtoD (Host -> Device)", "void kernel_a()"]
-    assert skipped_line(t.meta["skipped_events"]).startswith("skipped 3 malformed events: ")
+    assert skipped_line(t.meta.skipped_events).startswith("skipped 3 malformed events: ")
 
 
 def test_non_utf8_names_and_corrupt_times(tmp_path):
@@ -70,7 +70,7 @@ def test_non_utf8_names_and_corrupt_times(tmp_path):
     p.write_bytes(data)
     t = load_trace(p)
     assert t.kernels["name"].astype(str).tolist() == ["relu_\ufffd\ufffd_kernel"]
-    assert t.meta["skipped_events"] == {"ts not a time": 1}
+    assert t.meta.skipped_events == {"ts not a time": 1}
     assert t.ops["name"].astype(str).tolist() == ["aten::relu"]
 
 
@@ -103,8 +103,8 @@ def test_rocm_copy_bytes_and_device_ids(tmp_path):
                 e["args"]["device"] = 2
     t = load_trace(b.write(tmp_path / "t.json"))
     assert t.kernels["bytes"].tolist() == [2560.0]
-    assert t.device_name == "AMD Instinct MI300X"
-    assert t.device_memory == 85e9
+    assert t.meta.device.name == "AMD Instinct MI300X"
+    assert t.meta.device.memory_bytes == 85e9
 
 
 def test_helpers():

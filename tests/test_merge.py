@@ -68,12 +68,13 @@ def test_merge_errors(tmp_path, capsys):
     assert "rank0.json.gz is given twice" in capsys.readouterr().err
     (tmp_path / "notes.txt").write_text("hello")
     assert main(["merge", str(tmp_path / "notes.txt"), "-o", str(tmp_path / "o")]) == 2
-    assert "notes.txt: not valid JSON" in capsys.readouterr().err
+    assert "notes.txt: not a trace any reader knows" in capsys.readouterr().err
     # The same error raised in a worker process reaches the command line as one line too.
     (tmp_path / "more.txt").write_text("hello")
     assert main(["merge", str(tmp_path / "notes.txt"), str(tmp_path / "more.txt"), "--jobs", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and re.fullmatch(r"roofscope: error: .*(notes|more)\.txt: not valid JSON.*\n", err)
+    assert err.count("\n") == 1
+    assert re.fullmatch(r"roofscope: error: .*(notes|more)\.txt: not a trace any reader knows.*\n", err)
     assert not (tmp_path / "o").exists()
     # A truncated gzip trace among good ones.
     (tmp_path / "cut.json.gz").write_bytes(paths[1].read_bytes()[:200])

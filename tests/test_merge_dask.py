@@ -91,7 +91,7 @@ def test_cluster_errors_are_one_line(tmp_path, cluster, capsys, monkeypatch):
     assert main(["merge", str(paths[0]), str(tmp_path / "bad.json"), "--scheduler", cluster.scheduler_address,
                  "-q"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and re.fullmatch(r"roofscope: error: .*bad\.json: not valid JSON.*\n", err)
+    assert err.count("\n") == 1 and re.fullmatch(r"roofscope: error: .*bad\.json: not a trace any reader knows.*\n", err)
     # Nothing listens on port 9 (discard): the client gives up after its connect timeout.
     assert main(["merge", str(paths[0]), "--scheduler", "tcp://127.0.0.1:9", "-q"]) == 2
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err

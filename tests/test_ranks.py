@@ -162,11 +162,11 @@ def test_collectives_and_comm_args(tmp_path):
 
 def test_comm_args_ignore_other_events_arguments(tmp_path):
     from roofscope.views.collectives import comm_args
-    from roofscope.ingest.trace import load_trace
+    from roofscope.ingest import read as read_trace
 
     b = rank_trace(0, 2, [10_000] * 2, [10_000] * 2, comm_args=True)
     b.op("aten::foo", 10, 5, dtype=7, **{"Group size": "all"})   # another op's arguments of other types
-    args = comm_args(load_trace(b.write(tmp_path / "r0.json")))
+    args = comm_args(read_trace(b.write(tmp_path / "r0.json")))
     # Both record_param_comms calls: 1 Mi elements of Float in a group of 2; the odd op is no row.
     assert len(args) == 2 and args["in_nelems"].tolist() == [NELEMS] * 2
     assert args["dtype"].tolist() == ["Float"] * 2 and args["group_size"].tolist() == [2, 2]

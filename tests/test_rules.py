@@ -14,7 +14,7 @@ import roofscope
 from roofscope.diagnose import RULES, DiagnosisInput, OptimizerFacts, RunFacts, diagnose
 from roofscope.diagnose.fusion import UnfusedOptimizer
 from roofscope.hardware.devices import Ceilings
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import Trace
 from roofscope.place.roofline import RooflineParams
 from roofscope.views.timeline import Timeline
 

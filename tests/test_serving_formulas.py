@@ -124,9 +124,9 @@ def test_missing_notes_name_the_engine_op_and_its_missing_argument() -> None:
 def capture_costs() -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:
     from roofscope.cost.attribution import op_costs
     from roofscope.cost.costmodel import signature_costs
-    from roofscope.ingest.trace import load_trace
+    from roofscope.ingest import read as read_trace
 
-    t = load_trace(CAPTURE)
+    t = read_trace(CAPTURE)
     sig = signature_costs(t.signatures)
     names = t.ops["name"].astype(str)
     return names, op_costs(t, sig, STEP), op_costs(t, sig)

@@ -372,7 +372,7 @@ def test_counter_ranges_are_not_timed():
 def test_roofscopes_own_drain_is_not_a_workload_sync(tmp_path):
     # The profiler drains the GPU where recording ends: a cudaDeviceSynchronize inside the
     # "roofscope: drain GPU" annotation (70-90). The workload's own one at 40-45 still counts.
-    from roofscope.ingest.trace import DRAIN_LABEL
+    from roofscope.model.trace import DRAIN_LABEL
 
     b = TraceBuilder()
     b.annotation("ProfilerStep#1", 0, 100)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from roofscope.ingest.linking import ancestor_where, enclosing, interval_parents
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as read_trace
 from roofscope.errors import TraceError
 
 from .conftest import external
@@ -82,7 +82,7 @@ def _block(tmp_path: Path, *, float_ts: bool = False, gz: bool = False, old_styl
 @pytest.mark.parametrize("float_ts,gz,old_style", [(False, False, False), (True, True, False),
                                                    (False, True, True)])
 def test_load_links_kernels_to_launching_ops(tmp_path, float_ts, gz, old_style):
-    t = load_trace(_block(tmp_path, float_ts=float_ts, gz=gz, old_style=old_style))
+    t = read_trace(_block(tmp_path, float_ts=float_ts, gz=gz, old_style=old_style))
     ops, k = t.ops, t.kernels
     assert ops["name"].astype(str).tolist() == ["aten::linear", "aten::addmm", "aten::relu"]
     assert ops["parent"].tolist() == [-1, 0, -1]
@@ -94,8 +94,8 @@ def test_load_links_kernels_to_launching_ops(tmp_path, float_ts, gz, old_style):
     # 12.5 us and 3.25 us as integer nanoseconds
     assert k["dur_ns"].tolist() == [12500, 3250, 2000]
     assert k["bytes"].iloc[2] == float(1 << 20)
-    assert t.meta["distributedInfo"] == {"rank": 1, "world_size": 2}
-    assert t.device_name == "NVIDIA H100 80GB HBM3"
+    assert t.meta.distributed.recorded == {"rank": 1, "world_size": 2} and t.meta.distributed.rank == 1
+    assert t.meta.device.name == "NVIDIA H100 80GB HBM3"
 
 
 def test_signatures_are_deduplicated(tmp_path):
@@ -104,7 +104,7 @@ def test_signatures_are_deduplicated(tmp_path):
         b.op("aten::mul", 10 * i, 5, [[4, 4], [4, 4]], ["float", "float"])
     b.op("aten::mul", 100, 5, [[8, 4], [8, 4]], ["float", "float"])
     b.op("aten::add", 200, 5, [[8, 4], [8, 4]], ["float", "float"])
-    t = load_trace(b.write(tmp_path / "t.json"))
+    t = read_trace(b.write(tmp_path / "t.json"))
     assert t.ops["sig"].tolist() == [0, 0, 0, 0, 0, 1, 2]
     assert t.signatures.loc[1, "input_dims"] == [[8, 4], [8, 4]]
     assert t.signatures["name"].tolist() == ["aten::mul", "aten::mul", "aten::add"]
@@ -115,7 +115,7 @@ def test_kernel_without_launch_uses_modern_external_id(tmp_path):
     ext = b.op("aten::relu", 0, 20, [[4]], ["float"])
     c = b.launch_kernel("relu_kernel", 5, 50, 2, ext=ext)
     b.events = [e for e in b.events if e.get("cat") != "cuda_runtime"]  # launch event lost
-    t = load_trace(b.write(tmp_path / "t.json"))
+    t = read_trace(b.write(tmp_path / "t.json"))
     assert t.kernels["correlation"].tolist() == [c]
     assert t.kernels["op"].tolist() == [0]
 
@@ -124,8 +124,8 @@ def test_no_device_properties_and_no_shapes(tmp_path):
     b = TraceBuilder(device_name=None)
     b.op("aten::relu", 0, 20)
     b.launch_kernel("relu_kernel", 5, 50, 2)
-    t = load_trace(b.write(tmp_path / "t.json"))
-    assert t.device_name is None
+    t = read_trace(b.write(tmp_path / "t.json"))
+    assert t.meta.device.name is None
     assert t.signatures.loc[0, "input_dims"] is None
     assert t.kernels["op"].tolist() == [0]
 
@@ -142,7 +142,7 @@ def test_bad_inputs_raise_trace_error(tmp_path, content, message):
     p = tmp_path / "bad.json"
     p.write_bytes(content)
     with pytest.raises(TraceError, match=message):
-        load_trace(p)
+        read_trace(p)
 
 
 def test_truncated_gzip_and_missing_file(tmp_path):
@@ -154,29 +154,29 @@ def test_truncated_gzip_and_missing_file(tmp_path):
     data = gzip.compress(json.dumps(b.doc()).encode())
     p = tmp_path / "cut.json.gz"
     p.write_bytes(data[: len(data) // 2])
-    t = load_trace(p)
+    t = read_trace(p)
     assert 0 < len(t.ops) < 300
     assert t.ops["name"].astype(str).tolist() == [f"aten::relu_{i}" for i in range(len(t.ops))]
-    (reason,) = t.meta["skipped_events"]
+    (reason,) = t.meta.skipped_events
     assert reason.startswith("file cut short at byte ")
     p.write_bytes(data[:10] + b"\xff" * 64)
     with pytest.raises(TraceError, match="truncated or corrupt gzip"):
-        load_trace(p)
+        read_trace(p)
     with pytest.raises(TraceError, match="no such file"):
-        load_trace(tmp_path / "absent.json")
+        read_trace(tmp_path / "absent.json")
     with pytest.raises(TraceError, match="is a directory, neither a trace file nor a roofscope Run"):
-        load_trace(tmp_path)
+        read_trace(tmp_path)
 
 
 def test_hta_trace_ingestion_counts():
-    t = load_trace(HTA)
-    assert t.meta["events"] == 108_936
+    t = read_trace(HTA)
+    assert t.meta.events == 108_936
     assert len(t.ops) == 25_185
     assert (t.kernels["cat"] == "kernel").sum() == 6_080
     assert (t.kernels["cat"] == "gpu_memcpy").sum() == 1_390
     assert (t.kernels["cat"] == "gpu_memset").sum() == 277
-    assert t.device_name == "NVIDIA A100-SXM4-80GB"
-    assert t.meta["distributedInfo"]["world_size"] == 16
+    assert t.meta.device.name == "NVIDIA A100-SXM4-80GB"
+    assert t.meta.distributed.world_size == 16 and t.meta.distributed.backend == "nccl"
     assert sorted(set(t.kernels["step"])) == [550, 551, 552, 553, 554]
     # Old torch: kernel External id repeats the correlation id, so links come from launches.
     k = t.kernels
@@ -189,7 +189,7 @@ def test_hta_trace_ingestion_counts():
 
 def test_hta_links_match_brute_force():
     """The vectorized containment agrees with a direct search on a sample of real launches."""
-    t = load_trace(HTA)
+    t = read_trace(HTA)
     o, r = t.ops, t.runtime
     for i in np.random.default_rng(0).choice(len(r), 200, replace=False):
         x = r.iloc[i]

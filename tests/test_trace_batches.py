@@ -1,4 +1,4 @@
-"""Batched ingestion (trace.py decodes and tabulates BATCH_EVENTS events at a time) gives exactly the
+"""Batched ingestion (kineto_frames.py decodes and tabulates BATCH_EVENTS events at a time) gives exactly the
 tables of one batch, on the clean fast path and on the whole-file tolerant path alike."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import roofscope.ingest.trace as trace_mod
-from roofscope.ingest.trace import load_trace
+import roofscope.ingest.kineto_frames as trace_mod
+from roofscope.ingest.kineto_reader import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 TABLES = ("ops", "signatures", "kernels", "runtime", "annotations", "comm_args")
@@ -29,7 +29,7 @@ def test_small_batches_same_tables(fixture, monkeypatch):
     monkeypatch.setattr(trace_mod, "BATCH_EVENTS", 7)
     batched = load_trace(DATA / fixture)
     _same(whole, batched)
-    assert len(whole.ops) > 7 * 10 and whole.meta["events"] == batched.meta["events"]
+    assert len(whole.ops) > 7 * 10 and whole.meta.events == batched.meta.events
 
 
 def test_tolerant_path_batched_too(tmp_path, monkeypatch):
@@ -41,7 +41,7 @@ def test_tolerant_path_batched_too(tmp_path, monkeypatch):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     whole = load_trace(bad)
-    assert whole.meta["skipped_events"] == {"args.bytes not a number": 1}
+    assert whole.meta.skipped_events == {"args.bytes not a number": 1}
     monkeypatch.setattr(trace_mod, "BATCH_EVENTS", 5)
     _same(whole, load_trace(bad))
     del doc["traceEvents"][5]

@@ -15,7 +15,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable
 
-from roofscope.cost.graphs import CAPTURE_LABEL, REPLAY_LABEL
+from roofscope.model.trace import CAPTURE_LABEL, REPLAY_LABEL
 
 _ID_ATTR = "_roofscope_graph_id"
 

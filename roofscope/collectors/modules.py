@@ -15,7 +15,7 @@ import threading
 import weakref
 from typing import Any
 
-from roofscope.ingest.trace import MODULE_PREFIX
+from roofscope.model.trace import MODULE_PREFIX
 
 
 class ModuleLabels:

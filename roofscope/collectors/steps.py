@@ -20,8 +20,8 @@ import threading
 from typing import Any, Callable
 
 from roofscope.errors import RoofscopeError
+from roofscope.model.trace import FORWARD_LABEL
 
-FORWARD_LABEL = "roofscope: forward "
 MODES = ("forward", "generate")
 
 

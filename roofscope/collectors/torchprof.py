@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from roofscope.ingest.trace import DRAIN_LABEL
+from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
 

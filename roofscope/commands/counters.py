@@ -24,7 +24,7 @@ from roofscope.collectors.torchprof import Schedule
 from roofscope.commands.clickopts import parse_run_argv
 from roofscope.errors import OutputExistsError, RoofscopeError
 from roofscope.fileio import atomic_write, read_maybe_gzip
-from roofscope.ingest.trace import load_trace
+from roofscope.ingest import read as read_trace
 from roofscope.render.html import render_html
 from roofscope.run import REPORT_FILE, SUMMARY_FILE, Run, load, summary_text
 from roofscope.run.counters import COUNTERS_FILE, COUNTERS_REPORT, CountersError, save
@@ -139,7 +139,7 @@ def _read_text(path: str) -> str:
 def _store(r: "Run", table: "pd.DataFrame", meta: dict[str, Any], warnings: list[str], report: Path | None,
            force: bool, quiet: bool) -> int:
     kernel_name, nvtx = meta.get("kernel_name"), meta.get("nvtx")
-    joined, stats = join(table, load_trace(r.trace_path), skip=int(meta.get("skip") or 0), kernel_name=kernel_name,
+    joined, stats = join(table, read_trace(r.trace_path), skip=int(meta.get("skip") or 0), kernel_name=kernel_name,
                          nvtx=nvtx)
     if stats.trace_kernels == 0 and (kernel_name is not None or nvtx is not None):
         raise CountersError(f"no kernel of the Run's recorded steps matches {_filter_text(kernel_name, nvtx)}"

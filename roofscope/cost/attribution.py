@@ -32,7 +32,7 @@ from roofscope.cost.categories import kernel_categories
 from roofscope.cost.hidden_args import enrich
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import Trace
 
 UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
 # Inductor's pointwise, reduction and persistent-reduction kernels: no matmul inside.

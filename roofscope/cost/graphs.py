@@ -35,14 +35,13 @@ from roofscope.run.layout import CAPTURE_GLOB
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
 from roofscope.ingest.runtime_names import ASYNC_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES
-from roofscope.ingest.trace import Trace
+from roofscope.ingest import read as read_trace
+from roofscope.model.trace import CAPTURE_LABEL, REPLAY_LABEL, Trace
 
 _BEGIN = re.compile(r"^(cuda|cu|hip)StreamBeginCapture")
 _END = re.compile(r"^(cuda|cu|hip)StreamEndCapture")
 # Calls that become graph nodes: kernel launches and async copies / fills.
 _NODES = KERNEL_LAUNCHES | ASYNC_COPIES
-CAPTURE_LABEL = "roofscope: graph capture "
-REPLAY_LABEL = "roofscope: graph replay "
 REASON = "graph_replay"
 
 
@@ -89,9 +88,7 @@ def run_captures(run_dir: Any) -> list[str]:
 
 
 def load_captures(sources: list[Any]) -> list[Trace]:
-    from roofscope.ingest.trace import load_trace
-
-    return [s if isinstance(s, Trace) else load_trace(s) for s in sources]
+    return [s if isinstance(s, Trace) else read_trace(s) for s in sources]
 
 
 def _label_at(trace: Trace, prefix: str, rows: np.ndarray) -> np.ndarray:

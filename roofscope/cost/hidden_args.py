@@ -24,8 +24,8 @@ import pandas as pd
 
 from roofscope.cost import formulas as cf
 from roofscope.cost.costmodel import build_call, freeze, missing_argument
+from roofscope.ingest.frames import steps_at
 from roofscope.ingest.linking import ancestor_where
-from roofscope.ingest.trace import steps_at
 
 MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe")
 ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")

@@ -27,7 +27,7 @@ import pandas as pd
 from roofscope.cost.costmodel import signature_costs
 from roofscope.diagnose.base import Context
 from roofscope.ingest.linking import ancestor_where, take
-from roofscope.ingest.trace import steps_at
+from roofscope.ingest.frames import steps_at
 from roofscope.views.modules import module_column
 
 # Ops whose output size depends on the values of their inputs (they read a count back).

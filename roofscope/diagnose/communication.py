@@ -147,7 +147,7 @@ class ExposedCommunication(Rule):
         if not len(tl):
             return []
         comm = ctx.kernels[ctx.kernels["cls"] == "communication"]
-        world = (ctx.inp.trace.meta.get("distributedInfo") or {}).get("world_size")
+        world = d.world_size if (d := ctx.inp.trace.meta.distributed) else None
         kc = ctx.inp.collectives
         if kc is not None:   # a shallow copy: the kernel names go in its attrs, not in the input's
             kc = kc.copy(deep=False)

@@ -7,7 +7,7 @@ import numpy as np
 
 from roofscope.diagnose.base import Context, Rule, top_kernels
 from roofscope.hardware.devices import Ceilings
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import Trace
 from roofscope.model.findings import Finding
 
 # Kernels shorter than this are launch-dominated whatever their grid.
@@ -33,11 +33,11 @@ def is_amd(trace: Trace, ceilings: Ceilings) -> bool:
     rt = trace.runtime
     if len(rt) and rt["name"].astype(str).str.startswith("hip").any():
         return True
-    props = trace.device_props or {}
+    props = trace.meta.device.properties or {}
     if props.get("warpSize") == 64:
         return True
     spec = ceilings.datasheet
-    names = f"{trace.device_name or ''} {ceilings.device} {spec.name if spec is not None else ''}"
+    names = f"{trace.meta.device.name or ''} {ceilings.device} {spec.name if spec is not None else ''}"
     return bool(re.search(r"\bAMD\b|\bMI\d{3}", names, re.IGNORECASE))
 
 
@@ -89,7 +89,7 @@ class SmallGrid(Rule):
     binding = "occupancy"
 
     def match(self, ctx: Context) -> list[Finding]:
-        props = (ctx.inp.trace.meta.get("deviceProperties") or [{}])[0]
+        props = ctx.inp.trace.meta.device.properties or {}
         sms = props.get("numSms")
         k = ctx.kernels
         k = k[(k["cat"] == "kernel") & (k["dur_s"] >= _MIN_GRID_KERNEL_S) & ~k["cls"].isin(("communication", "latency"))]

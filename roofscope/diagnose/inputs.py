@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from roofscope.hardware.devices import Ceilings
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import Trace
 from roofscope.place.roofline import RooflineParams
 from roofscope.views.timeline import Timeline
 

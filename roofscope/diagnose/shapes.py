@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import Trace
 
 # GEMM ops and how their inputs give (M, N, K); linear's weight is stored (N, K).
 _GEMM_LAYOUT = {"aten::mm": "mm", "aten::addmm": "addmm", "aten::bmm": "mm", "aten::baddbmm": "addmm",

@@ -22,6 +22,7 @@ from typing import Any, Callable, Union
 import msgspec
 
 from roofscope.errors import TraceError
+from roofscope.model.trace import CUT_SHORT
 
 _NO_RAW = msgspec.Raw(b"")
 
@@ -214,8 +215,6 @@ def _valid_utf8(data: bytes) -> bytes:
 _CONTROL = bytes.maketrans(bytes(range(32)), b" " * 32)
 # A cut file is closed after one of its last complete events: tried from the end, this many.
 _CUT_TRIES = 32
-# How a cut file's skipped-events reason begins (merge refuses such a rank: job/ranks.py).
-CUT_SHORT = "file cut short"
 
 
 def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[bytes], Any],

@@ -1,11 +1,11 @@
 """The ranks of a distributed job: which inputs are which rank, and a compact analysis of each,
 computed in parallel processes.
 
-A source is a Run directory, a Kineto trace file, or a job directory (``rank-NNNN/`` Run
+A source is a Run directory, a trace file, or a job directory (``rank-NNNN/`` Run
 subdirectories, as ``roofscope run`` writes under torchrun, or a ``job.json`` that
 ``roofscope merge`` wrote) that expands to its parts. A part's rank is its Run's
-``distributed.rank``, else its trace's ``distributedInfo.rank``, else its position among
-the sources.
+``distributed.rank``, else the rank its trace's first bytes name (the reader's ``peek_rank``;
+Kineto: ``distributedInfo.rank``), else its position among the sources.
 
 Each worker runs the normal :func:`~.analysis.analyze` and returns a :class:`RankResult`:
 per-step figures, per-step time of the top kernels, collectives, findings and the roofline
@@ -13,9 +13,7 @@ aggregated by kernel name; kilobytes instead of the million-row kernel frame.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,12 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofscope import ingest
 from roofscope.analysis import AnalysisSettings, run
 from roofscope.errors import RoofscopeError, TraceError
-from roofscope.ingest.kineto import CUT_SHORT
+from roofscope.ingest.source import HEAD_BYTES, unzip_head
 from roofscope.job.cluster import analyze_on_dask
-from roofscope.model.result import Result
 from roofscope.job.urls import expand, fetched, is_trace_name, is_url, local_path, read_head
+from roofscope.model.result import Result
+from roofscope.model.trace import Distributed
 from roofscope.run import RunError, is_run_dir, read_meta
 from roofscope.run.layout import JOB_FILE, RANK_DIR, REPORT_FILE, TRACE_FILE
 from roofscope.run.schema import JOB_SCHEMA_VERSION, JobDoc, read_versioned
@@ -39,8 +39,6 @@ from roofscope.views.collectives import collective_table, host_comm_steps, kerne
 
 TOP_KERNELS = 40        # kernels per rank whose per-step time is kept (straggler evidence)
 ROOFLINE_ROWS = 300     # kernel aggregates per rank for the per-rank roofline
-_HEAD_BYTES = 1 << 16   # Kineto writes distributedInfo before the events: the head holds it
-_DIST_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
 STEP_COLUMNS = ("step_s", "busy_s", "comm_s", "comm_exposed_s", "self_s", "idle_host_s", "idle_queued_s",
                 "idle_other_s", "idle_edge_s", "mfu", "hfu")
 
@@ -91,35 +89,27 @@ class RankResult:
 # Sources -> parts
 
 
-def _peek_dist(path: Path | str) -> dict[str, Any] | None:
-    """The trace's distributedInfo, read from the file's first 64 KiB (gzip or not)."""
+def _peek_dist(path: Path | str) -> Distributed:
+    """The process group the trace's first 64 KiB name (by the reader of its format), or an
+    empty one."""
     try:
         if isinstance(path, str):  # a URL
-            raw = read_head(path, _HEAD_BYTES)
+            raw = read_head(path, HEAD_BYTES)
         elif not path.is_file():  # a FIFO would block open(); the analysis refuses it in one line
-            return None
+            return Distributed()
         else:
             with open(path, "rb") as f:
-                raw = f.read(_HEAD_BYTES)
-        if raw[:2] == b"\x1f\x8b":
-            raw = zlib.decompressobj(wbits=31).decompress(raw, _HEAD_BYTES)
+                raw = f.read(HEAD_BYTES)
+        head = unzip_head(raw)
     except (OSError, zlib.error):
-        return None
-    m = _DIST_INFO.search(raw)
-    try:
-        return json.loads(m.group(1)) if m else None
-    except ValueError:
-        return None
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return Distributed()
+    return ingest.peek_rank(head, path if isinstance(path, str) else path.name) or Distributed()
 
 
 def _part(path: Path | str) -> Part:
     if isinstance(path, str):  # a URL
-        info = _peek_dist(path) or {}
-        return Part(Path(path.split("://", 1)[1]), _int(info.get("rank")), _int(info.get("world_size")), url=path)
+        d = _peek_dist(path)
+        return Part(Path(path.split("://", 1)[1]), d.rank, d.world_size, url=path)
     if is_run_dir(path):
         try:
             meta = read_meta(path)[1]
@@ -129,12 +119,12 @@ def _part(path: Path | str) -> Part:
         node = (dist and dist.node) or meta.environment.hostname
         part = Part(path, dist and dist.rank, dist and dist.world_size, node, is_run=True)
         if part.rank is None:
-            info = _peek_dist(path / TRACE_FILE) or {}
-            part.rank, part.world_size = _int(info.get("rank")), part.world_size or _int(info.get("world_size"))
+            d = _peek_dist(path / TRACE_FILE)
+            part.rank, part.world_size = d.rank, part.world_size or d.world_size
         return part
     if path.is_file():
-        info = _peek_dist(path) or {}
-        return Part(path, _int(info.get("rank")), _int(info.get("world_size")))
+        d = _peek_dist(path)
+        return Part(path, d.rank, d.world_size)
     raise PartsError(f"{path}: not a Run directory, a trace file or a job directory (rank-NNNN/ Runs or {JOB_FILE})")
 
 
@@ -230,7 +220,7 @@ def resolve_parts(sources: list[str], allow_remote: bool = False) -> tuple[list[
         raise PartsError(f"{', '.join(sources)}: no parts to merge (an empty {JOB_FILE})")
     given: dict[Path | str, Path] = {}
     for p in parts:
-        # A trace without distributedInfo named twice would otherwise become two ranks by order.
+        # A trace naming no rank, given twice, would otherwise become two ranks by order.
         key: Path | str = p.url or p.path.resolve()
         if key in given:
             also = f" (also as {given[key]})" if given[key] != p.path else ""
@@ -308,15 +298,15 @@ def analyze_part(part: Part, settings: AnalysisSettings) -> RankResult:
 
 def _analyze_local(part: Part, path: Path, settings: AnalysisSettings) -> RankResult:
     a = run(path, settings)
-    cut = [r for r in a.trace.meta.get("skipped_events") or {} if r.startswith(CUT_SHORT)]
+    cut = a.trace.meta.cut_short
     if cut:
         # `analyze` reads what is complete; among ranks, the part that is missing would make this
         # rank look faster or slower than the others, so the job is not judged on it
-        raise TraceError(f"{part.source}: {cut[0]}; a merge compares whole rank traces: copy this rank's"
+        raise TraceError(f"{part.source}: {cut}; a merge compares whole rank traces: copy this rank's"
                          " trace again (or analyze it alone with roofscope analyze)")
     s = a.to_dict()
-    dist = s.get("distributed") or {}
-    world = part.world_size or _int(dist.get("world_size"))
+    dist = a.trace.meta.distributed
+    world = part.world_size or (dist.world_size if dist else None)
     steps = _step_frame(a)
     tl = s.get("timeline") or {}
     summary = {"metrics": s.get("metrics"), "kernel_time_s": s["kernel_time_s"],

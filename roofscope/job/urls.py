@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from roofscope import ingest
 from roofscope.errors import RoofscopeError
+from roofscope.ingest.source import MAX_TRACE_ENV, max_trace_bytes
 from roofscope.run.layout import NOT_TRACES
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]+://")
@@ -30,7 +32,8 @@ def is_url(source: str) -> bool:
 
 
 def is_trace_name(name: str) -> bool:
-    return name.endswith((".json", ".json.gz")) and name not in NOT_TRACES
+    """A rank's trace in a folder of them: a file some reader reads, and none of a Run's own files."""
+    return ingest.is_trace_name(name) and name not in NOT_TRACES
 
 
 def _fs(url: str):  # type: ignore[no-untyped-def]
@@ -61,7 +64,8 @@ def expand(url: str) -> list[str]:
     except OSError as e:
         raise UrlError(f"{url}: cannot list ({e})") from None
     if not found:
-        raise UrlError(f"{url}: no trace files (*.json, *.json.gz) below it")
+        kinds = ", ".join(f"*{s}" for r in ingest.READERS for s in r.suffixes)
+        raise UrlError(f"{url}: no trace files ({kinds}) below it")
     return [fs.unstrip_protocol(p) for p in found]
 
 
@@ -78,8 +82,6 @@ def read_head(url: str, size: int) -> bytes:
 @contextmanager
 def fetched(url: str) -> Iterator[Path]:
     """The file behind ``url`` as a local temporary file, removed afterwards."""
-    from roofscope.ingest.trace import MAX_TRACE_ENV, max_trace_bytes
-
     fs, path = _fs(url)
     try:
         size = fs.size(path)
@@ -87,8 +89,7 @@ def fetched(url: str) -> Iterator[Path]:
         size = None
     if size is not None and size > max_trace_bytes():  # refused before it fills the disk
         raise UrlError(f"{url}: {size:,} bytes, more than the limit for a trace; set {MAX_TRACE_ENV} to raise it")
-    suffix = ".json.gz" if url.endswith(".gz") else ".json"
-    fd, tmp = tempfile.mkstemp(prefix="roofscope-rank-", suffix=suffix)
+    fd, tmp = tempfile.mkstemp(prefix="roofscope-rank-", suffix=ingest.trace_suffix(url) or "")
     os.close(fd)
     try:
         try:

@@ -138,5 +138,5 @@ def render_perfetto(a: "Result") -> bytes:
     """The annotated trace as gzipped Chrome JSON (``trace.annotated.json.gz``)."""
     doc = {"traceEvents": trace_events(a), "displayTimeUnit": "ns",
            "otherData": {"producer": "roofscope", "device": str(a.ceilings.device or ""),
-                         "trace": str(a.trace.meta.get("path") or "")}}
+                         "trace": a.trace.path}}
     return gzip.compress(msgspec.json.encode(doc), compresslevel=6, mtime=0)

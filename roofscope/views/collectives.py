@@ -34,7 +34,7 @@ import pandas as pd
 from roofscope.cost.formulas.dtypes import parse_dtype
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import Trace
 from roofscope.views.timeline import _in_window, _split, _union, step_windows
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "other")

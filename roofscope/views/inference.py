@@ -30,9 +30,8 @@ import numpy as np
 import pandas as pd
 
 from roofscope.cost.formulas.attention import _ATEN
-from roofscope.ingest.trace import Trace
+from roofscope.model.trace import FORWARD_LABEL, Trace
 
-FORWARD_LABEL = "roofscope: forward "
 _BSHD = {n for n, spec in _ATEN.items() if spec[2] == "bshd"}
 _ATTN = set(_ATEN)
 _PHASE_REGIONS = {"prefill": "prefill", "decode": "decode"}

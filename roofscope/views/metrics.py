@@ -30,7 +30,8 @@ import pandas as pd
 
 from roofscope.cost.modelflops import ModelFlops
 from roofscope.hardware.devices import Ceilings
-from roofscope.ingest.trace import Trace, is_region, is_step
+from roofscope.ingest.frames import is_region, is_step
+from roofscope.model.trace import Trace
 from roofscope.model.summary import CAPPED
 
 _STEP = "ProfilerStep#"
@@ -80,11 +81,8 @@ def step_table(trace: Trace, kernels: pd.DataFrame | None = None) -> pd.DataFram
 
 def to_unix_ns(trace: Trace, t_ns: int) -> int | None:
     """A trace-clock time (ns from the first event) as Unix ns, or None when the trace lacks a base."""
-    base = trace.meta.get("baseTimeNanoseconds")
-    t0_us = trace.meta.get("t0_us")
-    if base is None or t0_us is None:
-        return None
-    return int(base) + int(round(float(t0_us) * 1000)) + int(t_ns)
+    base = trace.meta.clock_base_ns
+    return None if base is None else base + int(t_ns)
 
 
 def profiled_window(trace: Trace, steps: pd.DataFrame) -> tuple[int | None, int | None]:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from roofscope.ingest.linking import ancestor_where, enclosing, interval_parents, take
 from roofscope.ingest.names import per_name
-from roofscope.ingest.trace import MODULE_PREFIX, Trace
+from roofscope.model.trace import MODULE_PREFIX, Trace
 
 _BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 

@@ -31,7 +31,8 @@ import pandas as pd
 
 from roofscope.ingest.linking import ancestor_where, enclosing, interval_parents, take
 from roofscope.ingest.names import per_name
-from roofscope.ingest.trace import Trace, steps_at
+from roofscope.ingest.frames import steps_at
+from roofscope.model.trace import Trace
 
 PHASES = ("forward", "backward", "optimizer", "data", "communication", "other")
 

@@ -57,7 +57,7 @@ import pandas as pd
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
 from roofscope.ingest.runtime_names import HOST_SYNCS, LAUNCHES, copy_direction
-from roofscope.ingest.trace import DRAIN_LABEL, GPU_CATS, Trace
+from roofscope.model.trace import DRAIN_LABEL, GPU_CATS, Trace
 from roofscope.model.timeline import (DEVICE_COLUMNS, GAP_COLUMNS, GAP_KINDS, STEP_COLUMNS, SYNC_COLUMNS,
                                       SYNC_KINDS, Timeline)
 

@@ -3,7 +3,7 @@
 ``torch._C._profiler._ExperimentalConfig(profiler_metrics=..., profiler_measure_per_kernel=True)``
 is accepted by every recent torch, but builds for CUDA >= 12.6 compile Kineto's CUPTI range
 profiler out: the profile runs, the trace exports its kernels, and no counter event
-(Kineto's ``cuda_profiler_range`` category, which ingest/trace.py ingests) appears.
+(Kineto's ``cuda_profiler_range`` category, which ingest/kineto_frames.py ingests) appears.
 Nothing else in the trace says so (no metadata, no warning), so the only way to know is
 to profile one tiny matmul with the config and look for counter events.
 """
@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from roofscope.errors import RoofscopeError
-from roofscope.ingest.trace import read_bytes
+from roofscope.ingest.source import read_bytes
 
 METRIC = "kineto__cuda_core_flops"
 COUNTER_CATEGORY = "cuda_profiler_range"

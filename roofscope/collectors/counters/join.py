@@ -21,7 +21,7 @@ import pandas as pd
 from roofscope.run.counters import CountersError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.ingest.trace import Trace
+    from roofscope.model.trace import Trace
 
 # Anonymous namespaces are spelled "(anonymous namespace)" by Kineto and "<unnamed>" by ncu;
 # both would otherwise end the name at their bracket.

@@ -1,0 +1,159 @@
+"""A trace file's bytes, read within bounds whatever its format: its first bytes for the readers'
+sniffing, and the whole of it, gunzipped when needed.
+
+Refused in one line before anything large is read: what is missing, a directory, what is not a
+regular file (a FIFO would block, /dev/zero never ends), and what holds more than
+:func:`max_trace_bytes`; a gzip stream stops inflating at that bound or at a ratio a gzip bomb
+exceeds and real traces never do.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import zlib
+from pathlib import Path
+
+from roofscope.errors import RoofscopeError, TraceError
+
+# A trace (after gunzip) may hold this many bytes; ROOFSCOPE_MAX_TRACE_SIZE raises or lowers it
+# ("8G", "500M", bytes). Analysis needs about twice the trace's size in memory, so the bound is
+# what keeps a gzip bomb or a huge sparse file from taking the machine's memory.
+MAX_TRACE_ENV = "ROOFSCOPE_MAX_TRACE_SIZE"
+DEFAULT_MAX_TRACE = 4 << 30
+# Unless the bound is set, a gzip stream may also inflate only this many times its size (real
+# traces: up to 30x; a gzip bomb: ~1000x) beyond a floor, so that a 1 MB bomb stops at 256 MiB.
+GZIP_RATIO = 250
+_GZIP_FLOOR = 256 << 20
+# What the readers sniff: the first bytes (gunzipped), enough for Kineto's distributedInfo too.
+HEAD_BYTES = 1 << 16
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def max_trace_bytes() -> int:
+    """The size bound of a trace: ``$ROOFSCOPE_MAX_TRACE_SIZE``, else 4 GiB."""
+    raw = os.environ.get(MAX_TRACE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_TRACE
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", raw, re.I)
+    if not m:
+        raise RoofscopeError(f"{MAX_TRACE_ENV}={raw!r}: expected a size such as 8G, 500M or a number of bytes")
+    return int(float(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_"))
+
+
+def _too_big(path: Path, what: str, limit: int, why: str = "the limit for a trace") -> TraceError:
+    size = f"{limit / 2**30:.3g} GiB" if limit >= 2**30 else f"{limit / 2**20:.3g} MiB"
+    return TraceError(f"{path}: {what} more than {size} of JSON, {why}; set"
+                      f" {MAX_TRACE_ENV} (e.g. {MAX_TRACE_ENV}=16G) to analyze a larger one")
+
+
+def _checked(path: Path, limit: int) -> None:
+    """Refuse what is no regular file or is larger than ``limit`` (see the module docstring)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{path}: is a directory, neither a trace file nor a roofscope Run")
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError(f"{path}: not a regular file (a device, pipe or socket), so not a trace")
+    if st.st_size > limit:
+        raise _too_big(path, "holds", limit)
+
+
+def unzip_head(raw: bytes) -> bytes:
+    """The first bytes of a file as the readers see them: gunzipped when they are a gzip stream's
+    (up to :data:`HEAD_BYTES`). Raises ``zlib.error`` for a stream corrupt from its start."""
+    if raw[:2] != _GZIP_MAGIC:
+        return raw
+    d = zlib.decompressobj(wbits=31)
+    head = d.decompress(raw, HEAD_BYTES)
+    if not head and not d.eof:
+        raise zlib.error("the stream is cut short")
+    return head
+
+
+def read_head(path: str | os.PathLike) -> bytes:
+    """The file's first :data:`HEAD_BYTES` (gunzipped), after the checks of the module docstring."""
+    p = Path(path)
+    _checked(p, max_trace_bytes())
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(HEAD_BYTES)
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        return unzip_head(raw)
+    except zlib.error as e:
+        raise TraceError(f"{p}: truncated or corrupt gzip ({e})") from None
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes, gunzipped when needed, after the checks of the module docstring. A gzip
+    stream cut short (a process killed while writing ``.json.gz``) gives what it holds; the
+    reader then reads up to its last complete event and reports the cut."""
+    p = Path(path)
+    limit = max_trace_bytes()
+    _checked(p, limit)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read: {e.strerror}") from None
+    if data[:2] != _GZIP_MAGIC:
+        return data
+    bomb = max(_GZIP_FLOOR, GZIP_RATIO * len(data))
+    if bomb < limit and not os.environ.get(MAX_TRACE_ENV, "").strip():
+        return _gunzip(p, data, bomb, f"{GZIP_RATIO} times its compressed size (a gzip bomb?)")
+    return _gunzip(p, data, limit)
+
+
+def _gunzip(path: Path, data: bytes, limit: int, why: str = "the limit for a trace") -> bytes:
+    """The members of a gzip file, decompressed to at most ``limit`` bytes. Each member is
+    decompressed in one call (one output buffer, as gzip.decompress); a damaged or cut stream
+    gives what decompresses before the damage."""
+    members: list[bytes] = []
+    total = 0
+    rest = data
+    while rest:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(rest, limit - total + 1)
+        except zlib.error as e:
+            members.append(_gzip_prefix(rest, limit - total))
+            if total + len(members[-1]) > limit:
+                raise _too_big(path, "decompresses to", limit, why) from None
+            error = str(e)
+            break
+        total += len(out)
+        if total > limit:
+            raise _too_big(path, "decompresses to", limit, why)
+        members.append(out)
+        if not d.eof:
+            error = "the stream is cut short"
+            break
+        rest = d.unused_data
+    else:
+        return b"".join(members)
+    head = b"".join(members)
+    if not head.strip():
+        raise TraceError(f"{path}: truncated or corrupt gzip ({error})")
+    return head
+
+
+def _gzip_prefix(data: bytes, limit: int) -> bytes:
+    """What a damaged gzip member decompresses to before the damage (at most ``limit`` bytes and
+    one step: 64 KiB of input inflates to 64 MiB at most)."""
+    d = zlib.decompressobj(wbits=31)
+    out: list[bytes] = []
+    total = 0
+    for i in range(0, len(data), HEAD_BYTES):
+        try:
+            out.append(d.decompress(data[i:i + HEAD_BYTES]))
+        except zlib.error:
+            break
+        total += len(out[-1])
+        if total > limit:
+            break
+    return b"".join(out)
