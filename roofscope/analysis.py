@@ -51,7 +51,7 @@ from roofscope.views.collectives import kernel_collectives
 from roofscope.views.inference import inference_metrics, inference_note, step_phases
 from roofscope.views.metrics import (metrics, profiled_window, region_times, step_samples, step_table,
                                      utilization_roof)
-from roofscope.views.modules import module_column
+from roofscope.ingest.modules import module_column
 from roofscope.views.phases import kernel_phases, phase_summary, phase_table
 from roofscope.views.programtime import program_samples, step_time
 from roofscope.views.telemetry_summary import load as load_telemetry, summarize

@@ -325,7 +325,7 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
               f" {merge_timeout_s:g} s; once every rank-* directory is on one machine, run: {command}",
               file=sys.stderr)
         return problem
-    from roofscope.job.merge import merge   # the analysis and pandas: not loaded with the profiler
+    from roofscope.merge import merge   # the analysis and pandas: not loaded with the profiler
 
     try:
         merge([str(part.job_dir)], out=part.job_dir, force=True, quiet=quiet, ceilings=settings, thresholds=settings)

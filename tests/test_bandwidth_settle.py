@@ -14,7 +14,6 @@ from roofscope.cost.costmodel import signature_costs
 from roofscope.ingest import read as load_trace
 from roofscope.place.bandwidth import settle
 from tests.kineto import TraceBuilder
-from tests.test_import_graph import import_graph, violations
 from tests.test_optimizer_costs import _unlaunched
 
 
@@ -72,7 +71,3 @@ def test_a_stream_bound_the_roof_rules_out_is_dropped(tmp_path: Path) -> None:
     assert (adam["cost_source"], adam["dtype"], adam["unattributed"]) == ("none", "", "no_launch_op")
     assert (add["cost_source"], add["bytes"], add["dtype"]) == ("launch", 1_572_864, "bf16")
 
-
-def test_costing_reads_no_device_ceilings() -> None:
-    assert violations(import_graph(), "roofscope.cost", ("roofscope.hardware.ceilings",
-                                                         "roofscope.hardware.devices")) == []

@@ -481,7 +481,7 @@ def test_rank_0_merges_with_the_ceilings_the_ranks_were_analyzed_with(tmp_path: 
                                                                        capsys) -> None:
     """rank 0's merge analyzes the job with the run's --peak-* and thresholds, not the defaults
     (`--latency-floor-us 10` classified each rank with 10 us and the merged job with 3)."""
-    import roofscope.job.merge as merge
+    import roofscope.merge as merge
 
     seen = []
     real = merge.merge

@@ -3,8 +3,7 @@ hygiene issue 28 asks for: no cycle, even through type-only imports; few functio
 why; no crowded folder.
 
 Each check runs once on a made-up graph that breaks it (so a check that cannot fail shows), then on the
-package, one test per layer or folder, so that a pending fix marks its own test only. ``PENDING`` lists the
-tests that fail until the work named in their reason lands: strict, so a fix that lands flags its marker.
+package, one test per layer, part or contract, so that a failure names the floor that broke it.
 """
 from __future__ import annotations
 
@@ -25,51 +24,8 @@ LAYERS: Layers = CONTRACTS.of_type(Layers)[0]
 PARTS = [PACKAGE] + sorted(f"{PACKAGE}.{p.stem}" for p in (ROOT / PACKAGE).glob("*")
                            if p.suffix == ".py" and p.name != "__init__.py" or (p / "__init__.py").is_file())
 
-PENDING = {
-    # layers: the floor's modules import from a floor above
-    "layers:collectors": "collectors take the annotation labels from model/trace.py (helper ingest)",
-    "layers:cost": "cost.modelflops -> analysis (helper views); cost.graphs -> views.modules, views.inference",
-    "layers:diagnose": "rules read a DiagnosisInput, not the Analysis (helper diagnose)",
-    "layers:views": "views take the frames they read, not the Analysis (helper views)",
-    "layers:gate": "gate/ -> render.console's text helpers: text.py (helper job); GateResult.report() -> "
-                   "render.gate (the lead: the gate result's text is render's)",
-    "layers:pipeline": "the rank-0 merge from job/merge.py, not commands/ (helper job)",
-    "layers:render": "render.console -> pipeline.SessionResult (the renderers read Result: the lead)",
-    # cycles through a part
-    "cycles:roofscope.analysis": "views/, diagnose/ and cost.modelflops take narrow inputs (helpers views, diagnose)",
-    "cycles:roofscope.cost": "cost.graphs, cost.modelflops in the analysis ring (helper views; the lead)",
-    "cycles:roofscope.diagnose": "diagnose/ reads a DiagnosisInput; base <-> fixes (helper diagnose)",
-    "cycles:roofscope.views": "views take the frames they read (helper views)",
-    "cycles:roofscope.commands": "commands.merge <-> pipeline: job/merge.py (helper job)",
-    "cycles:roofscope.gate": "gate <-> render: text.py (helper job) and GateResult.report() (the lead)",
-    "cycles:roofscope.pipeline": "pipeline -> commands.merge: job/merge.py (helper job)",
-    "cycles:roofscope.render": "render <-> gate, commands.merge, pipeline (helper job; the lead)",
-    # forbidden contracts
-    "contract:render-reads-results": "the renderers read Result (the lead)",
-    "contract:collectors-beside-analysis": "render.console -> pipeline.SessionResult (the lead)",
-    "contract:kineto-in-ingest": "every reader goes through ingest.read and model.Trace (helper ingest)",
-    "contract:text-helpers": "text.py (helper job)",
-    # function-level imports with no reason, by part
-    "reasons:roofscope.analysis": "the eager orchestrator imports its stages at the top (the lead)",
-    "reasons:roofscope.commands": "commands/merge.py and microbench.py (helper job)",
-    "reasons:roofscope.cost": "cost/ (helpers notorch, views; cost/graphs.py: the lead)",
-    "reasons:roofscope.diagnose": "diagnose/ (helper diagnose)",
-    "reasons:roofscope.job": "job/urls.py -> ingest.trace goes through the readers (helper ingest)",
-    "reasons:roofscope.microbench": "microbench/ (helper notorch)",
-    "reasons:roofscope.pipeline": "the rank-0 merge call, to job/merge.py (helper job)",
-    "reasons:roofscope.render": "render/ (helper job; the lead)",
-    "reasons:roofscope.views": "views/ (helper views)",
-    "share": "analysis.py's 27 function-level imports (the lead), render/ and the stages' (helpers job, views, "
-             "diagnose, notorch)",
-}
-
-
-def pending(test_id: str) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.xfail(strict=True, reason=PENDING[test_id])] if test_id in PENDING else []
-
-
-def each(kind: str, names: list[str]) -> list:
-    return [pytest.param(n, id=n, marks=pending(f"{kind}:{n}")) for n in names]
+def each(names: list[str]) -> list:
+    return [pytest.param(n, id=n) for n in names]
 
 
 def part_of(module: str, part: str) -> bool:
@@ -142,7 +98,7 @@ def test_a_cycle_is_found() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("part", each("cycles", PARTS))
+@pytest.mark.parametrize("part", each(PARTS))
 def test_no_cycle_runs_through(graph: dict[str, set[str]], part: str) -> None:
     # Type-only imports count: a type-level circle is a design circle, and the one that import-linter sees.
     assert [c for c in cycles(graph) if any(part_of(m, part) for m in c)] == []
@@ -164,12 +120,11 @@ def test_function_level_imports_are_counted_and_need_a_reason() -> None:
     assert unexplained(made_up) == ["a:9 -> d"]
 
 
-@pytest.mark.parametrize("most", [pytest.param(0.10, id="10%", marks=pending("share"))])
-def test_few_imports_wait_for_a_function(imports: list[Import], most: float) -> None:
-    assert function_level_share(imports) <= most
+def test_few_imports_wait_for_a_function(imports: list[Import]) -> None:
+    assert function_level_share(imports) <= 0.10
 
 
-@pytest.mark.parametrize("part", each("reasons", PARTS))
+@pytest.mark.parametrize("part", each(PARTS))
 def test_function_level_imports_say_why(imports: list[Import], part: str) -> None:
     # The reason sits on the import's line or heads its block: an optional dependency, start-up time, a cycle.
     assert unexplained([e for e in imports if part_of(e.source, part)]) == []
@@ -250,12 +205,12 @@ def test_every_module_stands_on_a_layer(graph: dict[str, set[str]]) -> None:
     assert missing_layers(graph, LAYERS) == []
 
 
-@pytest.mark.parametrize("layer", each("layers", [m.rpartition(".")[2] for m in LAYERS.members()]))
+@pytest.mark.parametrize("layer", each([m.rpartition(".")[2] for m in LAYERS.members()]))
 def test_the_layer_imports_only_from_below(graph: dict[str, set[str]], layer: str) -> None:
     assert layer_violations(graph, LAYERS, f"{LAYERS.container}.{layer}") == []
 
 
-@pytest.mark.parametrize("key", each("contract", [c.key for c in CONTRACTS.of_type(Forbidden)]))
+@pytest.mark.parametrize("key", each([c.key for c in CONTRACTS.of_type(Forbidden)]))
 def test_forbidden_imports(graph: dict[str, set[str]], key: str) -> None:
     contract = next(c for c in CONTRACTS.of_type(Forbidden) if c.key == key)
     assert forbidden_violations(graph, contract) == [], contract.name

@@ -1,7 +1,7 @@
 """`roofscope merge RUN_OR_TRACE...`: one report for the ranks of a distributed job.
 
 Writes into DIR ``job.json`` (the parts), ``summary.json`` (the cross-rank summary) and
-``report.html``, and the summary to ``--json``: the workflow is job/merge.py's.
+``report.html``, and the summary to ``--json``: the workflow is merge.py's.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import MergeWorkers
-from roofscope.job.merge import merge
+from roofscope.merge import merge
 from roofscope.job.ranks import is_job_dir
 
 

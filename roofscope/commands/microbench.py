@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from roofscope.errors import RoofscopeError
 from roofscope.fileio import check_writable
+from roofscope.hardware.devices import save_ceilings_file
+from roofscope.microbench import cache, default_device, measure, parse_device
 from roofscope.render.registry import CEILINGS, RenderOptions, renderer
 
 
@@ -24,10 +27,6 @@ def _progress(name: str, i: int, total: int) -> None:
 
 
 def run(opts: MicrobenchOptions) -> int:
-    from roofscope.hardware.devices import save_ceilings_file
-    from roofscope.errors import RoofscopeError
-    from roofscope.microbench import cache, default_device, measure, parse_device
-
     device = default_device() if opts.device is None else opts.device
     parse_device(device)  # a typo fails before anything is measured
     if opts.out:

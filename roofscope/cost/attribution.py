@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.cost.categories import kernel_categories
+from roofscope.cost.formulas.dtypes import parse_dtype
 from roofscope.cost.hidden_args import enrich
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
@@ -307,8 +308,6 @@ def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cos
 def _operand_bytes(trace: Trace, op: int, op_bytes: float, outputs: bool = True) -> list[float]:
     """Sizes of one op's tensor operands: its inputs from their shapes and dtypes, and its
     outputs together (compulsory bytes less the inputs)."""
-    from roofscope.cost.formulas.dtypes import parse_dtype
-
     sig = trace.signatures.iloc[int(trace.ops["sig"].iat[op])]
     dims, types = sig["input_dims"] or [], sig["input_types"] or []
     sizes = []

@@ -31,12 +31,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.run.layout import CAPTURE_GLOB
+from roofscope.cost.attribution import op_costs
+from roofscope.cost.costmodel import signature_costs
+from roofscope.cost.formulas.attention import query_of
 from roofscope.ingest.linking import ancestor_where, take
+from roofscope.ingest.modules import module_column
 from roofscope.ingest.names import per_name
 from roofscope.ingest.runtime_names import ASYNC_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES
 from roofscope.ingest import read as read_trace
 from roofscope.model.trace import CAPTURE_LABEL, REPLAY_LABEL, Trace
+from roofscope.run.layout import CAPTURE_GLOB
 
 _BEGIN = re.compile(r"^(cuda|cu|hip)StreamBeginCapture")
 _END = re.compile(r"^(cuda|cu|hip)StreamEndCapture")
@@ -167,11 +171,6 @@ def _paired(cap: Capture, copies: np.ndarray) -> np.ndarray:
 
 def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | None = None) -> GraphMap:
     """Cost the replayed kernels of ``kernels`` (attribute()'s frame, module column present) in place."""
-    from roofscope.cost.attribution import op_costs
-    from roofscope.cost.costmodel import signature_costs
-    from roofscope.views.inference import query_of
-    from roofscope.views.modules import module_column
-
     n = len(kernels)
     kernels["graph"] = np.full(n, -1, dtype=np.int64)
     kernels["attn_q"] = np.full(n, None, dtype=object)  # (batch, query length) of replayed attention

@@ -20,6 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from roofscope.cost import formulas as cf
+
 SCHEMA_FILE = Path(__file__).with_name("op_schemas.json")
 # Param fields stored per argument, in this order (kinds and loose as joined strings).
 _FIELDS = ("name", "kwarg_only", "mutable", "write_only", "tensor_slot", "optional", "kinds", "loose",
@@ -109,8 +111,6 @@ def _encode(p: Param) -> list[Any]:
 def formula_ops() -> list[str]:
     """Every aten op a cost formula exists for: the registry and the dynamic ``_foreach_`` family."""
     import torch
-
-    from roofscope.cost import formulas as cf
 
     names = {n for n in cf.REGISTRY if n.startswith("aten::")}
     names |= {f"aten::{s.name.split('::', 1)[1]}" for s in torch._C._jit_get_all_schemas()

@@ -28,7 +28,7 @@ from roofscope.cost.costmodel import signature_costs
 from roofscope.diagnose.base import Context
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.frames import steps_at
-from roofscope.views.modules import module_column
+from roofscope.ingest.modules import module_column
 
 # Ops whose output size depends on the values of their inputs (they read a count back).
 DATA_DEPENDENT = frozenset(("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::is_nonzero",

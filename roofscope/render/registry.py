@@ -22,11 +22,11 @@ from roofscope.errors import RoofscopeError
 from roofscope.run.layout import CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.model.result import Result
-    from roofscope.compare.diff import Diff
-    from roofscope.gate.result import GateResult
-    from roofscope.hardware.ceilings import Ceilings
-    from roofscope.job.straggler import Job
+    from roofscope.model.result import Result  # start-up time
+    from roofscope.compare.diff import Diff  # start-up time
+    from roofscope.gate.result import GateResult  # start-up time
+    from roofscope.hardware.ceilings import Ceilings  # start-up time
+    from roofscope.job.straggler import Job  # start-up time
 
 Kind = type | str   # a rendered type, or its "module.QualName"
 
@@ -101,109 +101,109 @@ def check_formats(kind: Kind, formats: Iterable[str]) -> None:
 
 # Each function imports what it renders with when called: see the module's docstring.
 def _console(a: "Result", o: RenderOptions) -> str:
-    from roofscope.render.console import render_summary
+    from roofscope.render.console import render_summary  # start-up time
 
     return render_summary(a, top=o.top)
 
 
 def _html(a: "Result", o: RenderOptions) -> str:
-    from roofscope.render.html import render_html
+    from roofscope.render.html import render_html  # start-up time
 
     return render_html(a, cdn=o.cdn)
 
 
 def _markdown(a: "Result", o: RenderOptions) -> str:
-    from roofscope.render.markdown import render_markdown
+    from roofscope.render.markdown import render_markdown  # start-up time
 
     return render_markdown(a)
 
 
 def _json(a: "Result", o: RenderOptions) -> str:
-    from roofscope.render.export import to_json
+    from roofscope.render.export import to_json  # start-up time
 
     return to_json(a)
 
 
 def _csv(a: "Result", o: RenderOptions) -> str:
-    from roofscope.render.export import kernels_csv
+    from roofscope.render.export import kernels_csv  # start-up time
 
     return kernels_csv(a)
 
 
 def _junit(a: "Result", o: RenderOptions) -> str:
-    from roofscope.render.junit import diagnosis_xml
+    from roofscope.render.junit import diagnosis_xml  # start-up time
 
     return diagnosis_xml(a)
 
 
 def _perfetto(a: "Result", o: RenderOptions) -> bytes:
-    from roofscope.render.perfetto import render_perfetto
+    from roofscope.render.perfetto import render_perfetto  # start-up time
 
     return render_perfetto(a)
 
 
 def _diff_console(d: "Diff", o: RenderOptions) -> str:
-    from roofscope.render.diffview import render_terminal
+    from roofscope.render.diffview import render_terminal  # start-up time
 
     return render_terminal(d, top=o.top)
 
 
 def _diff_markdown(d: "Diff", o: RenderOptions) -> str:
-    from roofscope.render.diffview import render_markdown
+    from roofscope.render.diffview import render_markdown  # start-up time
 
     return render_markdown(d, top=o.top)
 
 
 def _gate_console(r: "GateResult", o: RenderOptions) -> str:
-    from roofscope.render.gate import text
+    from roofscope.render.gate import text  # start-up time
 
     return text(r)
 
 
 def _gate_markdown(r: "GateResult", o: RenderOptions) -> str:
-    from roofscope.render.gate import markdown
+    from roofscope.render.gate import markdown  # start-up time
 
     return markdown(r)
 
 
 def _gate_junit(r: "GateResult", o: RenderOptions) -> str:
-    from roofscope.render.junit import junit_xml
+    from roofscope.render.junit import junit_xml  # start-up time
 
     return junit_xml(r)
 
 
 def _gate_github(r: "GateResult", o: RenderOptions) -> str:
-    from roofscope.render.github import annotations
+    from roofscope.render.github import annotations  # start-up time
 
     return "".join(line + "\n" for line in annotations(r))
 
 
 def _job_console(job: "Job", o: RenderOptions) -> str:
-    from roofscope.render.multirank import render_terminal
+    from roofscope.render.multirank import render_terminal  # start-up time
 
     return render_terminal(job)
 
 
 def _job_html(job: "Job", o: RenderOptions) -> str:
-    from roofscope.render.multirank import render_multirank
+    from roofscope.render.multirank import render_multirank  # start-up time
 
     return render_multirank(job, dict(o.reports or {}))
 
 
 def _job_json(job: "Job", o: RenderOptions) -> str:
-    from roofscope.jsonsafe import json_safe
+    from roofscope.jsonsafe import json_safe  # start-up time
 
     return json.dumps(json_safe(job.to_dict()), indent=1)
 
 
 def _ceilings_console(c: "Ceilings", o: RenderOptions) -> str:
-    from roofscope.render.ceilings import render_table
+    from roofscope.render.ceilings import render_table  # start-up time
 
     return render_table(c)
 
 
 def _ceilings_json(c: "Ceilings", o: RenderOptions) -> str:
-    from roofscope.hardware.ceilings import ceilings_payload
+    from roofscope.hardware.ceilings import ceilings_payload  # start-up time
 
     return json.dumps(ceilings_payload(c), indent=2) + "\n"
 

@@ -29,28 +29,10 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from roofscope.cost.formulas.attention import _ATEN
+from roofscope.cost.formulas.attention import ATTENTION_OPS, query_of
 from roofscope.model.trace import FORWARD_LABEL, Trace
 
-_BSHD = {n for n, spec in _ATEN.items() if spec[2] == "bshd"}
-_ATTN = set(_ATEN)
 _PHASE_REGIONS = {"prefill": "prefill", "decode": "decode"}
-
-
-def _dims(raw: Any) -> list[int] | None:
-    if isinstance(raw, (list, tuple)) and raw and all(isinstance(d, (int, np.integer)) for d in raw):
-        return [int(d) for d in raw]
-    return None
-
-
-def query_of(name: str, dims: Any) -> tuple[int, int] | None:
-    """(batch, query length) of one attention op from its recorded input dims, or None."""
-    if name not in _ATTN or not isinstance(dims, (list, tuple)) or not dims:
-        return None
-    q = _dims(dims[1] if name.endswith("backward") and len(dims) > 1 else dims[0])
-    if q is None or len(q) != 4:
-        return None
-    return (q[0], q[1]) if name in _BSHD else (q[0], q[2])
 
 
 def attention_queries(trace: Trace) -> pd.DataFrame:
@@ -60,7 +42,7 @@ def attention_queries(trace: Trace) -> pd.DataFrame:
     if len(ops):
         names = ops["name"].astype(str)
         sig_dims = trace.signatures["input_dims"]
-        for i in np.flatnonzero(names.isin(_ATTN).to_numpy()):
+        for i in np.flatnonzero(names.isin(ATTENTION_OPS).to_numpy()):
             bq = query_of(names.iat[i], sig_dims.iloc[int(ops["sig"].iat[i])])
             if bq is not None:
                 rows.append((int(ops["ts_ns"].iat[i]), *bq))

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from roofscope.errors import RoofscopeError
-from roofscope.ingest.source import read_bytes
+from roofscope.fileio import read_maybe_gzip
 
 METRIC = "kineto__cuda_core_flops"
 COUNTER_CATEGORY = "cuda_profiler_range"
@@ -47,7 +47,7 @@ def counter_events(path: str | os.PathLike) -> int:
     """Number of CUPTI counter events in an exported trace."""
     import msgspec
 
-    events = msgspec.json.decode(read_bytes(path)).get("traceEvents") or []
+    events = msgspec.json.decode(read_maybe_gzip(path, RoofscopeError, "expected a trace")).get("traceEvents") or []
     return sum(1 for e in events if isinstance(e, dict) and e.get("cat") == COUNTER_CATEGORY)
 
 

@@ -20,6 +20,9 @@ torch.utils.flop_counter counts the same matmuls (tests/test_attention_formulas.
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
 
 from roofscope.cost.formulas.dtypes import FLOAT32
 from roofscope.cost.formulas.records import Cost, OpCall, TensorSpec
@@ -143,3 +146,24 @@ def _paged_attention(call: OpCall) -> Cost:
     # read: query, block tables, the attended pages of K and V; write: the output
     kv = 2.0 * seqs * hkv * math.ceil(tokens / block) * block * d * kv_item
     return Cost(flops, _bytes([q, bt]) + kv + _bytes([q.like()]))
+
+
+# The query's layout per attention op: (batch, heads, seq, dim) unless the op says bshd.
+_BSHD = {n for n, spec in _ATEN.items() if spec[2] == "bshd"}
+ATTENTION_OPS = frozenset(_ATEN)
+
+
+def _dims(raw: Any) -> list[int] | None:
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(d, (int, np.integer)) for d in raw):
+        return [int(d) for d in raw]
+    return None
+
+
+def query_of(name: str, dims: Any) -> tuple[int, int] | None:
+    """(batch, query length) of one attention op from its recorded input dims, or None."""
+    if name not in ATTENTION_OPS or not isinstance(dims, (list, tuple)) or not dims:
+        return None
+    q = _dims(dims[1] if name.endswith("backward") and len(dims) > 1 else dims[0])
+    if q is None or len(q) != 4:
+        return None
+    return (q[0], q[1]) if name in _BSHD else (q[0], q[2])

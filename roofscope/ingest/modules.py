@@ -56,12 +56,3 @@ def op_modules(trace: Trace) -> np.ndarray:
 def module_column(trace: Trace, op_index: np.ndarray) -> np.ndarray:
     """Module of each row whose op is ``op_index`` (-1: no op -> ``""``)."""
     return take(op_modules(trace), np.asarray(op_index, dtype=np.int64), "")
-
-
-def at_depth(modules: pd.Series, depth: int | None) -> pd.Series:
-    """Truncate qualified names to their first ``depth`` components (``GPT.blocks.3.mlp`` at 3 -> ``GPT.blocks.3``)."""
-    if depth is None:
-        return modules
-    if depth < 1:
-        raise ValueError("depth must be at least 1")
-    return modules.str.split(".").str[:depth].str.join(".")
