@@ -219,7 +219,7 @@ def test_csv_download_has_every_row_at_full_precision(browser, h200, h200_report
 
 def test_hostile_names_stay_text_in_the_browser(browser, tmp_path):
     path = tmp_path / "evil.html"
-    path.write_text(render_html(_evil_analysis(tmp_path).result))
+    path.write_text(render_html(_evil_analysis(tmp_path)))
     page = Page(browser, path)
     p = page.page
     assert page.dialogs == [] and page.errors == []
