@@ -6,7 +6,7 @@ without pandas and the analysis (the `# start-up time` imports below).
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 import click
 
@@ -21,6 +21,16 @@ from roofscope.version import __version__
 @click.version_option(__version__, prog_name="roofscope")
 def cli() -> None:
     """Roofline profiling and diagnosis for PyTorch."""
+
+
+def analysis_inputs(f: Any) -> Any:
+    """What `analyze` and `report` read beside the trace: graph captures and custom formulas."""
+    f = click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
+                     help="Import cost formulas for custom ops (roofscope.register_formula; repeatable).")(f)
+    return click.option("--graph-capture", "graph_capture", multiple=True,
+                        type=click.Path(dir_okay=False, path_type=str), metavar="CAPTURE_TRACE",
+                        help="A profiler trace of CUDA-graph captures: costs the replayed kernels "
+                             "(repeatable; docs/inference.md).")(f)
 
 
 @cli.command("analyze")
@@ -38,11 +48,7 @@ def cli() -> None:
                    "the terminal summary.")
 @config_options(Presentation, "top")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
-@click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(dir_okay=False, path_type=str),
-              metavar="CAPTURE_TRACE", help="A profiler trace of CUDA-graph captures: costs the replayed kernels "
-                                            "(repeatable; docs/inference.md).")
-@click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
-              help="Import cost formulas for custom ops (roofscope.register_formula; repeatable).")
+@analysis_inputs
 def analyze_cmd(**kwargs: object) -> int:
     """Place every kernel of RUN_OR_TRACE on the roofline: a Run directory (from `roofscope run`) or a
     Kineto trace (.json or .json.gz from torch.profiler)."""
@@ -63,6 +69,7 @@ def analyze_cmd(**kwargs: object) -> int:
               help="Load plotly.js from a CDN (pinned by hash) instead of inlining it: ~1.2 MB smaller, "
                    "but the charts need the network.")
 @ceiling_options
+@analysis_inputs
 def report_cmd(**kwargs: object) -> int:
     """Write a self-contained HTML report (roofline, classes, top kernels) for RUN_OR_TRACE: a Run
     directory or a Kineto trace (.json or .json.gz)."""

@@ -118,6 +118,16 @@ def test_cli_graph_capture(tmp_path: Path) -> None:
     assert np.isfinite(s["total_flops"])
 
 
+
+def test_report_takes_the_graph_capture_too(tmp_path: Path) -> None:
+    # `report` reads what `analyze` reads: the replayed kernels' costs reach the HTML's data.
+    from roofscope.cli import main
+
+    out = tmp_path / "r.html"
+    assert main(["report", str(REPLAY), "--graph-capture", str(CAPTURE), "-o", str(out)]) == 0
+    # Without the capture: "100.0% of non-communication time has no cost model: graph_replay 100.0% (15)".
+    assert "0.0% of non-communication time has no cost model." in out.read_text()
+
 @pytest.fixture
 def fake_graph(monkeypatch: pytest.MonkeyPatch) -> tuple[type, list[str]]:
     """A stand-in for torch.cuda.CUDAGraph (CPU) that logs its calls, installed as that class."""
