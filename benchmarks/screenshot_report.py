@@ -53,10 +53,9 @@ def _report(source: Path, tmp: Path, replicate: int) -> tuple[Path, float | None
     import roofscope
     from roofscope.render.html import render_html
 
-    a = roofscope.analyze(source)
+    a = roofscope.analyze(source).result
     if replicate > 1:
         a = _replicated(a, replicate)
-    a.summary()
     t0 = time.perf_counter()
     out = tmp / "report.html"
     out.write_text(render_html(a), encoding="utf-8")
