@@ -221,10 +221,11 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             continue
         gm.mapped += 1
         t = cap.trace
-        oc, has_formula, parent, modules = trace_costs(t, str(kernels["region"].iat[members[0]]))
+        region = str(kernels["region"].iat[members[0]])
+        oc, has_formula, parent, modules = trace_costs(t, region)
         op = take(t.runtime["op"].to_numpy(), _paired(cap, copies), -1)
         nearest = ancestor_where(parent, op, has_formula)
-        windowed_attention(t, oc, nearest, kernel_names[members], str(kernels["region"].iat[members[0]]))
+        windowed_attention(t, oc, nearest, kernel_names[members], region)
         ok = nearest >= 0
         ok[ok] = oc["reason"].to_numpy()[nearest[ok]] == ""
         cost = np.where(ok & ~copies, nearest, -1)
