@@ -339,6 +339,25 @@ def test_triton_kernels(name: str, dims: list, types: list, flops: float, nbytes
     check(cost(name, dims, types), flops, nbytes, "bf16" if types[0] == BF16 else "fp32", cat)
 
 
+@pytest.mark.parametrize("dims,types,flops,nbytes", [
+    # embedding lookup fused into a pointwise kernel: ids (8,) int64, table (1000, 64) fp32, out (8, 64):
+    # 8 rows read, not 1000: 8*8 + 2 * 8*64*4 = 4,160 bytes; FLOPs 512 (the rows read, the largest)
+    ([[8], [1000, 64], [8, 64]], ["long int", F32, F32], 512, 4_160),
+    # no 8-row result beside the table: read whole, 8*8 + 2 * 64,000*4 = 512,064 bytes
+    ([[8], [1000, 64], [1000, 64]], ["long int", F32, F32], 64_000, 512_064),
+    # vLLM GPT-OSS decode's triton_poi_fused_0 (MI300X capture): 32 token ids (int32) gathered from the
+    # (201088, 2880) bf16 embedding into (32, 2880), beside a (131072, 64) fp32 -> bf16 cos/sin cache cast.
+    # Bytes 128 + 184,320 + 33,554,432 + 184,320 + 16,777,216 = 50,700,416 (was 1,208,782,976: the whole
+    # table, 21.5x above the memory roof in its 10.6 us); FLOPs 131072*64 = 8,388,608 (was 579,133,440)
+    ([[32], [201088, 2880], [131072, 64], [32, 2880], [131072, 64]], ["int", BF16, F32, BF16, BF16],
+     8_388_608, 50_700_416),
+])
+def test_triton_kernel_reads_only_the_gathered_rows_of_a_table(dims: list, types: list, flops: float,
+                                                              nbytes: float) -> None:
+    check(cost("triton_poi_fused_0", dims, types), flops, nbytes, "bf16" if BF16 in types else "fp32",
+          "elementwise")
+
+
 # ---------------------------------------------------------------- unknowns and garbage
 
 

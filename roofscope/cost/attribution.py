@@ -30,7 +30,7 @@ import pandas as pd
 
 from roofscope.cost.categories import kernel_categories
 from roofscope.cost.formulas.dtypes import parse_dtype
-from roofscope.cost.hidden_args import enrich
+from roofscope.cost.hidden_args import enrich, windowed_attention
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
 from roofscope.model.trace import Trace
@@ -134,6 +134,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame,
 
     has_formula = (oc["reason"] != "no_formula").to_numpy()
     nearest = ancestor_where(parent, op, has_formula)
+    windowed_attention(trace, oc, nearest, k["name"].to_numpy())
     costed = nearest >= 0
     costed[costed] = (oc["reason"].to_numpy()[nearest[costed]] == "")
     costed &= ~is_comm & ~is_copy

@@ -34,6 +34,7 @@ import pandas as pd
 from roofscope.cost.attribution import op_costs
 from roofscope.cost.costmodel import signature_costs
 from roofscope.cost.formulas.attention import query_of
+from roofscope.cost.hidden_args import windowed_attention
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.modules import module_column
 from roofscope.ingest.names import per_name
@@ -207,6 +208,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             ("flops", "flops_analytic", "bytes", "dtype", "tensor_core", "category", "cost_source", "op_name",
              "cost_op_name", "unattributed", "missing", "module", "attn_q")}
     op_names_cache: dict[int, np.ndarray] = {}
+    kernel_names = kernels["name"].astype(str).to_numpy(dtype=object)
     unmapped = np.zeros(n, dtype=bool)
     is_copy = np.isin(cols["category"], ("memcpy", "memset"))
     for g, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
@@ -219,9 +221,11 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             continue
         gm.mapped += 1
         t = cap.trace
-        oc, has_formula, parent, modules = trace_costs(t, str(kernels["region"].iat[members[0]]))
+        region = str(kernels["region"].iat[members[0]])
+        oc, has_formula, parent, modules = trace_costs(t, region)
         op = take(t.runtime["op"].to_numpy(), _paired(cap, copies), -1)
         nearest = ancestor_where(parent, op, has_formula)
+        windowed_attention(t, oc, nearest, kernel_names[members], region)
         ok = nearest >= 0
         ok[ok] = oc["reason"].to_numpy()[nearest[ok]] == ""
         cost = np.where(ok & ~copies, nearest, -1)

@@ -8,6 +8,9 @@ expert kernels' wrappers view the stacked ``(E, a, b)`` weights (``aten::view`` 
 whose first dimension is the router's expert count); around the attention op, vLLM's step
 annotation ``execute_N_context_C(sqAskBsqsqCsqskD)_generation_G(...)`` records, per phase, the
 query tokens, cached keys, and the sums ``sum(q_i^2)`` and ``sum(q_i k_i)`` the FLOPs need.
+A layer's sliding window is state the trace does not record at all; the kernels a call runs
+can still show it has one (:func:`windowed_attention`), and such a call is reported uncosted
+rather than costed against the whole context.
 
 :func:`enrich` costs those ops again with what it found appended (``hint:*`` arguments the
 serving formulas read) and records, for every op still without shapes, which argument was
@@ -33,6 +36,11 @@ _ROUTERS = {"TopK": "concrete", "aten::topk": "concrete", "_moe_C::topk_softmax"
             "sgl_kernel::topk_softmax": "out0", "vllm::rocm_aiter_topk_softmax": "out0",
             "aiter::topk_softmax": "out0"}
 _PHASE = re.compile(r"_(?:context|generation)_\d+\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)")
+# AITER's unified attention (vLLM's ROCm backends) splits a decode call's keys into segments
+# (the 3d kernel, then reduce_segments) unless the layer has a sliding window, max_seqlen_k <= 512
+# or the single-pass grid already fills the device (``use_2d_kernel``).
+_SINGLE_PASS, _SPLIT_KV = "kernel_unified_attention_2d", "kernel_unified_attention_3d"
+WINDOW_NOT_RECORDED = "a sliding-window layer (its window is layer state the trace does not record)"
 
 
 def step_lengths(region: str) -> dict[str, int] | None:
@@ -168,6 +176,43 @@ def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, 
                 weights.setdefault(tuple(d[0]), t[0])
         out[row] = topk + [("hint:weight", list(w), t, "") for w, t in list(weights.items())[:2]]
     return out
+
+
+def windowed_attention(trace: Any, oc: pd.DataFrame, cost_ops: np.ndarray, kernel_names: np.ndarray,
+                       region: str | None = None) -> None:
+    """Uncost, in ``oc`` (op_costs' frame), the unified-attention calls that ran with a sliding window.
+
+    ``cost_ops``: the op row costing each kernel of ``kernel_names`` (-1: none); ``region``: a graph
+    replay's step annotation. In one vLLM step every call of one signature has the same
+    max_seqlen_k and grid, so when some run the split-KV kernel, one running the single-pass
+    kernel beside them was sent there by its layer's window (GPT-OSS alternates 128-token
+    windows with full layers). Such a call reads the K/V of at most the window's last keys per
+    sequence, not ``sk``: costed against the whole context, GPT-OSS's windowed layers moved
+    113 MB in 13.5 us, 1.6x the MI300X's memory roof. The window itself is not in the trace, so
+    the call is reported uncosted (``no_shapes``) and its coverage note says why."""
+    names = np.asarray(kernel_names, dtype=object)
+    split = names == _SPLIT_KV
+    pick = np.flatnonzero((split | (names == _SINGLE_PASS)) & (cost_ops >= 0))
+    if not pick.size:
+        return
+    rows = cost_ops[pick]
+    att = trace.ops["name"].astype(str).to_numpy(dtype=object)[rows]
+    keep = np.isin(att, ATTENTION_OPS)
+    pick, rows = pick[keep], rows[keep]
+    if not pick.size:
+        return
+    f = pd.DataFrame({"row": rows, "sig": trace.ops["sig"].to_numpy()[rows], "split": split[pick],
+                      "step": _step_annotations(trace, rows, region)})
+    f = f[f["step"] != ""]  # the same step, so the same context length: else the inference fails
+    mixed = f.groupby(["step", "sig"])["split"].transform("any").to_numpy(dtype=bool)
+    windowed = np.unique(f["row"].to_numpy()[mixed & ~f["split"].to_numpy(dtype=bool)])
+    if not windowed.size:
+        return
+    at = oc.index[windowed]
+    oc.loc[at, ["flops", "bytes"]] = np.nan
+    oc.loc[at, "reason"] = "no_shapes"
+    oc.loc[at, "missing"] = trace.ops["name"].astype(str).to_numpy(dtype=object)[windowed] + ": " + \
+        WINDOW_NOT_RECORDED
 
 
 def _step_annotations(trace: Any, rows: np.ndarray, region: str | None) -> list[str]:

@@ -22,7 +22,9 @@ once, outputs written once), FLOPs count per element of the op's main tensor:
 * unified attention: ``2 * Hq * sum(q_i * k_i) * (D + Dv)`` over the batch's sequences (decode:
   ``q_i = 1``); the KV cache pages of every attended token are read once. The per-sequence
   lengths are not op arguments: they come from vLLM's step annotation (``sqsk``, see
-  :func:`unified_attention_cost`), else the op is reported as missing them.
+  :func:`unified_attention_cost`), else the op is reported as missing them. A layer's sliding
+  window is not recorded at all: the calls the kernels show to have one are reported uncosted
+  (roofscope.cost.hidden_args.windowed_attention), not costed over the whole context.
 """
 from __future__ import annotations
 
