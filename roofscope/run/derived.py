@@ -19,7 +19,9 @@ from roofscope.run.layout import SUMMARY_FILE
 
 # 4: the program's own time (step_time, diagnosis.program_time), costing of serving, optimizer and library
 # ops, classes without a formula, blocked fixes (issues 25, 26, 29)
-ANALYSIS_VERSION = 4
+# 5: gathers read only their rows (an embedding fused with a cast); windowed attention beside full-context
+# attention is uncosted (its window is not recorded) instead of costed over the whole context (issue 26)
+ANALYSIS_VERSION = 5
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 
