@@ -50,19 +50,25 @@ def test_gemm_flops_go_to_the_gemm_kernel_and_its_reduce_epilogue_carries_bytes(
     assert k["cls"].tolist() == ["compute", "memory", "compute"]
 
 
-def test_conv_cost_walks_up_from_cudnn_op(tmp_path):
-    # aten::convolution has the formula; its kernels hang off a backend op without one below it.
-    # fp32 conv N=8, C=64->64, 56x56, 3x3, pad 1: out 8x64x56x56;
-    # FLOPs = 2 * (8*64*56*56) * (64*3*3) = 1,849,688,064
-    b = TraceBuilder()
+def cudnn_conv(b: TraceBuilder) -> None:
+    """aten::convolution (which has the formula) over a backend op without one, launching cuDNN's
+    layout transforms of 15, 1 and 15 us around the convolution kernel (200 us)."""
     b.op("aten::convolution", 0, 200, [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
          ["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList", "Scalar"],
          ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"])
     cudnn = b.op("mylib::conv_backend", 10, 150, [[8, 64, 56, 56], [64, 64, 3, 3]], ["float", "float"])
     b.launch_kernel("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float>(int)", 20, 300, 15, ext=cudnn)
     b.launch_kernel("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float>(int)", 25, 315, 1, ext=cudnn)
-    b.launch_kernel("implicit_convolve_sgemm", 30, 320, 200, ext=cudnn)  # 9.2 TFLOP/s of 10
+    b.launch_kernel("implicit_convolve_sgemm", 30, 320, 200, ext=cudnn)
     b.launch_kernel("nhwcToNchwKernel", 40, 520, 15, ext=cudnn)
+
+
+def test_conv_cost_walks_up_from_cudnn_op(tmp_path):
+    # aten::convolution has the formula; its kernels hang off a backend op without one below it.
+    # fp32 conv N=8, C=64->64, 56x56, 3x3, pad 1: out 8x64x56x56;
+    # FLOPs = 2 * (8*64*56*56) * (64*3*3) = 1,849,688,064, 9.2 TFLOP/s of 10 in 200 us
+    b = TraceBuilder()
+    cudnn_conv(b)
     a = _analyze(b, tmp_path)
     k = a.kernels
     # Every FLOP goes to the convolution kernel; cuDNN's layout transforms do none (a

@@ -14,6 +14,7 @@ from roofscope.cost.costmodel import signature_costs
 from roofscope.ingest import read as load_trace
 from roofscope.place.bandwidth import settle
 from tests.kineto import TraceBuilder
+from tests.test_analysis import cudnn_conv
 from tests.test_optimizer_costs import _unlaunched
 
 
@@ -26,14 +27,7 @@ def _conv(tmp_path: Path) -> Path:
     # test_analysis.test_conv_cost_walks_up_from_cudnn_op's convolution: operands 6,422,528 B
     # (input, output) and 147,456 B (weight); layout kernels of 15, 1 and 15 us.
     b = TraceBuilder()
-    b.op("aten::convolution", 0, 200, [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
-         ["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList", "Scalar"],
-         ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"])
-    cudnn = b.op("mylib::conv_backend", 10, 150, [[8, 64, 56, 56], [64, 64, 3, 3]], ["float", "float"])
-    b.launch_kernel("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float>(int)", 20, 300, 15, ext=cudnn)
-    b.launch_kernel("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float>(int)", 25, 315, 1, ext=cudnn)
-    b.launch_kernel("implicit_convolve_sgemm", 30, 320, 200, ext=cudnn)
-    b.launch_kernel("nhwcToNchwKernel", 40, 520, 15, ext=cudnn)
+    cudnn_conv(b)
     return b.write(tmp_path / "conv.json")
 
 
