@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import check_writable
 from roofscope.hardware.devices import save_ceilings_file
-from roofscope.microbench import cache, default_device, measure, parse_device
+from roofscope import microbench
+from roofscope.microbench import cache
 from roofscope.render.registry import CEILINGS, RenderOptions, renderer
 
 
@@ -27,11 +28,11 @@ def _progress(name: str, i: int, total: int) -> None:
 
 
 def run(opts: MicrobenchOptions) -> int:
-    device = default_device() if opts.device is None else opts.device
-    parse_device(device)  # a typo fails before anything is measured
+    device = microbench.default_device() if opts.device is None else opts.device
+    microbench.parse_device(device)  # a typo fails before anything is measured
     if opts.out:
         check_writable(opts.out, opts.force)  # refuse to clobber before minutes of benchmarks
-    c = measure(device, quick=opts.quick, progress=_progress)
+    c = microbench.measure(device, quick=opts.quick, progress=_progress)
     cached = None
     if not opts.no_cache and cache.enabled():
         try:

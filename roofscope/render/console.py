@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from roofscope.config import Presentation
 from roofscope.model.kernels import ABOVE_ROOF_TOLERANCE
-from roofscope.render.phrases import above_roof_text, finding_lines, memory_text, utilization_note
-from roofscope.render.programtime import savings_note, step_time_lines
+from roofscope.render.phrases import (above_roof_text, finding_lines, memory_text, savings_note, step_time_lines,
+                                      utilization_note)
 from roofscope.text import pct, shorten, step_range, table
 from roofscope.text_safety import clean
 from roofscope.units import ms, si

@@ -1,6 +1,8 @@
 """What several renderers say alike: the memory roofs and the kernels above their roof in words
 (terminal, markdown, HTML, the ceilings table), the recommendations as terminal lines (an
-analysis's summary and a job's), and which of MFU and HFU was adjusted."""
+analysis's summary and a job's), which of MFU and HFU was adjusted, and the program's own time
+(views/programtime.py): the step time with and without the profiler, the cold steps left out, and
+how savings were carried into the program's time."""
 from __future__ import annotations
 
 import math
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from roofscope.model.summary import CAPPED
 from roofscope.text import pct, plural, shorten
-from roofscope.units import si
+from roofscope.units import ms, si
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.hardware.ceilings import Ceilings
@@ -67,3 +69,42 @@ def utilization_note(m: Mapping[str, Any]) -> str | None:
     return (f"MFU capped at HFU: the model FLOPs estimate ({formula}), {si(model, 'FLOP')} per step, exceeds the"
             f" {si(counted, 'FLOP')} the kernels were counted doing (a first layer computes no input gradient),"
             " so MFU uses the count")
+
+
+def step_time_lines(block: dict[str, Any] | None, steps_meta: dict[str, Any] | None = None) -> list[str]:
+    """``own time`` lines: unprofiled vs profiled step time, inflation, cold steps; or why there is none."""
+    if not block:
+        return ["  own time  not measured (a bare trace or an older Run): step figures are the profiled ones,"
+                " which the profiler inflates on host-bound work"]
+    u, p = block.get("unprofiled_median_s"), block.get("profiled_median_s")
+    spread = (f" (p10-p90 {ms(block.get('unprofiled_p10_s'))}-{ms(block.get('unprofiled_p90_s'))},"
+              f" {block.get('unprofiled_steps', 0)} steps)")
+    line = f"  own time  {ms(u)} ms/step without the profiler{spread}"
+    if p is not None:
+        line += f"; {ms(p)} profiled"
+        if block.get("inflation"):
+            line += f" ({block['inflation']:.2f}x)"
+    out = [line + f" [{block.get('source', 'host')} clock]"]
+    if block.get("decode_median_s") is not None:
+        out.append(f"            decode {ms(block['decode_median_s'])} ms/token"
+                   + (f", prefill {ms(block['prefill_median_s'])} ms" if block.get("prefill_median_s") else "")
+                   + " without the profiler")
+    cold = block.get("cold_steps") or []
+    settle = (steps_meta or {}).get("settle") or {}
+    if cold:
+        out.append(f"            {len(cold)} cold step{'s' if len(cold) != 1 else ''} skipped before the profile"
+                   f" (median {ms(block.get('cold_median_s'))} ms)"
+                   + (": the step times never settled" if settle.get("outcome") == "never settled" else ""))
+    if (steps_meta or {}).get("rearmed"):
+        out.append(f"            {steps_meta['rearmed']}")   # type: ignore[index]
+    return out
+
+
+def savings_note(program_time: dict[str, Any] | None) -> list[str]:
+    """How the savings were carried into the program's time, or that they are the profiled step's."""
+    if not program_time:
+        return []
+    return [f"  In the program's own time: host-side terms scaled x{program_time['host_scale']:.2f} from the"
+            f" profiled step ({ms(program_time['profiled_step_s'])} ms) to the unprofiled one"
+            f" ({ms(program_time['unprofiled_step_s'])} ms); no host-side saving exceeds"
+            f" {ms(program_time['bound_s'])} ms (the step less {ms(program_time['busy_s'])} ms of kernels)"]

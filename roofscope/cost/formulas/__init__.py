@@ -40,10 +40,9 @@ from roofscope.cost.formulas.inductor import _triton_formula
 from roofscope.cost.formulas.matmul import conv_out_shape
 from roofscope.cost.formulas.memory import VIEW_OPS
 from roofscope.cost.formulas.optimizer import _FOREACH_SPECIAL, _foreach
-from roofscope.cost.formulas.records import (NONE, SCALAR, TENSOR, TENSORS, UNKNOWN, Arg, Cost, MissingShapes,
-                                                  OpCall, TensorSpec, first_float_precision)
+from roofscope.cost.formulas.records import (NONE, SCALAR, TENSOR, TENSORS, UNKNOWN, Arg, broadcast_shapes, Cost,
+                                             first_float_precision, MissingShapes, OpCall, TensorSpec)
 from roofscope.cost.formulas.registry import REGISTRY, Formula, register
-from roofscope.cost.formulas.rules import broadcast_shapes
 
 
 def lookup(name: Any) -> Formula | None:

@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 
 from roofscope.cost.formulas.dtypes import FLOAT32
-from roofscope.cost.formulas.records import Cost, OpCall, TensorSpec
+from roofscope.cost.formulas.records import _bytes, Cost, _cost, OpCall, TensorSpec
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _bytes, _cost
 
 TOP_LEFT, BOTTOM_RIGHT = "top_left", "bottom_right"
 

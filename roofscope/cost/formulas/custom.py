@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.cost.costmodel import clear_cache
-from roofscope.cost.formulas.records import NONE, SCALAR, TENSOR, TENSORS, Cost, OpCall
+from roofscope.cost.formulas.records import NONE, SCALAR, TENSOR, TENSORS, _bytes, Cost, OpCall
 from roofscope.cost.formulas.registry import REGISTRY, Formula, _TC_CATEGORIES
-from roofscope.cost.formulas.rules import _bytes
 from roofscope.errors import RoofscopeError
 
 CATEGORIES = ("gemm", "conv", "attention", "elementwise", "reduction", "normalization", "softmax",

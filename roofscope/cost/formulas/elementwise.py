@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from roofscope.cost.formulas.dtypes import BOOL, FLOAT32, result_type
-from roofscope.cost.formulas.records import SCALAR, TENSOR, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import (SCALAR, TENSOR, broadcast_shapes, Cost, _cost, MissingShapes, OpCall,
+                                             _outputs, TensorSpec)
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _cost, _outputs, broadcast_shapes
 
 # elementwise: FLOPs per output element (docs/cost-model.md has the same table)
 # flags: "b" bool output, "f" int inputs give a float output, "s" output dtype = first tensor,

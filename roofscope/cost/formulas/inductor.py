@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-from roofscope.cost.formulas.records import Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import _bytes, Cost, MissingShapes, OpCall, TensorSpec
 from roofscope.cost.formulas.registry import _TC_CATEGORIES, Formula
-from roofscope.cost.formulas.rules import _bytes
 
 
 def _triton_formula(name: str) -> Formula:

@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 
 from roofscope.cost.formulas.dtypes import INT64
-from roofscope.cost.formulas.records import TENSORS, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import (TENSORS, broadcast_shapes, _bytes, Cost, _cost, MissingShapes, OpCall,
+                                             _outputs, TensorSpec)
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _bytes, _cost, _outputs, broadcast_shapes
 
 
 def _log2(n: int) -> int:

@@ -7,9 +7,8 @@ from typing import Any, Callable
 
 from roofscope.cost.formulas.dtypes import DTYPE_BY_NAME, DType, dtype_from_code
 from roofscope.cost.formulas.flops import FLOP_FORMULAS
-from roofscope.cost.formulas.records import UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import UNKNOWN, _bytes, Cost, _cost, MissingShapes, OpCall, _outputs, TensorSpec
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _bytes, _cost, _outputs
 
 
 def _flop_fn(op: str) -> Callable[..., int]:

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 from roofscope.cost import shapes
 from roofscope.cost.formulas.dtypes import dtype_from_code, promote_types
-from roofscope.cost.formulas.records import TENSOR, TENSORS, UNKNOWN, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import (TENSOR, TENSORS, UNKNOWN, _bytes, Cost, _cost, MissingShapes, OpCall,
+                                             _outputs, TensorSpec)
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _bytes, _cost, _outputs
 from roofscope.cost.shapes import Shape
 
 

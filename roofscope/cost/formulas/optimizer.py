@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from roofscope.cost.formulas.elementwise import ELEMENTWISE
-from roofscope.cost.formulas.records import TENSORS, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import TENSORS, _bytes, Cost, _cost, MissingShapes, OpCall, TensorSpec
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _bytes, _cost
 
 _FOREACH_SPECIAL = {"norm", "max", "copy", "zero"}
 

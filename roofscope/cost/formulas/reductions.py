@@ -7,9 +7,8 @@ from typing import Any
 
 from roofscope.cost.formulas.dtypes import BOOL, FLOAT32, INT64, DType, dtype_from_code
 from roofscope.cost.formulas.elementwise import _ew_rule
-from roofscope.cost.formulas.records import TENSOR, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import TENSOR, _bytes, Cost, _cost, MissingShapes, OpCall, _outputs, TensorSpec
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _bytes, _cost, _outputs
 
 
 def _acc(dt: DType | None) -> DType | None:

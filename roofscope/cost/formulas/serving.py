@@ -31,9 +31,8 @@ from __future__ import annotations
 import math
 
 from roofscope.cost.formulas.dtypes import DTYPE_BY_NAME, FLOAT32
-from roofscope.cost.formulas.records import TENSOR, Cost, MissingShapes, OpCall, TensorSpec
+from roofscope.cost.formulas.records import TENSOR, _bytes, Cost, MissingShapes, OpCall, TensorSpec
 from roofscope.cost.formulas.registry import register
-from roofscope.cost.formulas.rules import _bytes
 
 INT32 = DTYPE_BY_NAME["int32"]
 
