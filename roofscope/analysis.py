@@ -167,7 +167,9 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
 
 def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool) -> tuple[pd.DataFrame, GraphMap | None]:
     """The cost stage: each op signature costed once, the costs handed to the kernels the ops
-    launched, graph replays costed from their captures, modules and phases named."""
+    launched, graph replays costed from their captures, modules and phases named. Between the
+    attribution and the graph mapping (which copies the settled costs to replays), place/'s
+    ``settle`` makes the two choices only the memory roof can make (place/bandwidth.py)."""
     sig_costs = signature_costs(trace.signatures)
     if cpu_only:
         kernels, graphs = _cpu_work(trace, sig_costs), None
