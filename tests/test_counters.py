@@ -421,6 +421,7 @@ def test_recorded_target():
     # The profile began where the steps settled: boundary 9 less 2 warm-up steps, not --wait 2.
     settled = dict(meta, steps={"requested": {"wait": 2, "warmup": 2, "active": 5}, "profiled_from": 9})
     assert recorded_target(settled).schedule == Schedule(7, 2, 5)
+    assert recorded_target(dict(meta, steps={**settled["steps"], "step_on": "generate"})).step_on == "generate"
     window = dict(meta, steps={"requested": {"duration_s": 5.0, "delay_s": 0.0}})
     with pytest.raises(RoofscopeError, match="time window"):
         recorded_target(window)
@@ -477,6 +478,37 @@ def test_counter_range_opens_on_the_recorded_steps(tmp_path, monkeypatch):
     assert events == [("start", 1), ("stop", 3)]
     assert session.step_listeners == []
     assert os.environ["TORCHINDUCTOR_BENCHMARK_KERNEL"]
+
+
+def test_counter_range_counts_an_inference_loops_forwards(tmp_path, monkeypatch):
+    # No optimizer, no roofscope.step(): each outermost forward without gradients is a step, as in the
+    # Kineto pass (collectors/steps.py), so ncu's range lands on the recorded forwards.
+    events: list[tuple[str, int]] = []
+    monkeypatch.setattr(ncu_target.CounterRange, "_start",
+                        lambda self: (events.append(("start", self.steps)), setattr(self, "recording", True)))
+    monkeypatch.setattr(ncu_target.CounterRange, "end",
+                        lambda self: self.recording and (events.append(("stop", self.steps)),
+                                                         setattr(self, "recording", False)))
+    script = tmp_path / "serve.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        outer = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())   # its Linear is no step of its own
+        with torch.no_grad():
+            for _ in range(8):
+                outer(torch.ones(1, 2))
+    """))
+    # wait 2 + warmup 1: the range opens at forward 3 and closes at forward 3 + 2 = 5.
+    assert ncu_target.main(["--wait", "2", "--warmup", "1", "--active", "2", str(script)]) == 0
+    assert events == [("start", 3), ("stop", 5)]
+    events.clear()
+    # --step-on MODULE.FUNC: a function's calls are the steps; the forwards inside them are not.
+    (tmp_path / "work.py").write_text("import torch\n\ndef once(m):\n    with torch.no_grad():\n"
+                                      "        m(torch.ones(1, 2)); m(torch.ones(1, 2))\n")
+    script.write_text("import sys, torch, work\nm = torch.nn.Linear(2, 2)\nfor _ in range(6):\n    work.once(m)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert ncu_target.main(["--wait", "1", "--warmup", "0", "--active", "2", "--step-on", "work.once",
+                            str(script)]) == 0
+    assert events == [("start", 1), ("stop", 3)]
 
 
 # -- roofscope run --counters ncu -----------------------------------------------------------------
@@ -575,6 +607,11 @@ def test_profile_command_with_kernel_filters():
     assert cmd[-3:] == ["train.py", "--lr", "1"]
     plain = ncu.profile_command("ncu", target, Path("/tmp/c"), python="py")
     assert "--kernel-name" not in plain and "--nvtx" not in plain
+    assert "--step-on" not in plain
+    # A Run stepped on generate() calls: the inner runner counts the same boundaries.
+    generate = ncu.profile_command("ncu", ncu.Target("serve.py", (), False, Schedule(1, 1, 2), "generate"),
+                                   Path("/tmp/c"), python="py")
+    assert generate[-3:] == ["--step-on", "generate", "serve.py"]
 
 
 def test_counters_pass_with_kernel_name_filter(run_dir, tmp_path, monkeypatch, capsys):

@@ -73,8 +73,10 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
     # steps run far slower and settle elsewhere, so the pass waits for that boundary itself.
     begun = steps.get("profiled_from") if isinstance(steps, dict) else None
     wait = begun - requested["warmup"] if isinstance(begun, int) else requested["wait"]
+    step_on = steps.get("step_on") if isinstance(steps, dict) else None
     return Target(target=params["target"], args=tuple(params.get("args") or ()), module=bool(params.get("module")),
-                  schedule=Schedule(wait, requested["warmup"], requested["active"]))
+                  schedule=Schedule(wait, requested["warmup"], requested["active"]),
+                  step_on=step_on if isinstance(step_on, str) else None)
 
 
 def run(opts: CountersOptions) -> int:

@@ -43,6 +43,7 @@ class Target:
     args: tuple[str, ...]
     module: bool
     schedule: Schedule
+    step_on: str | None = None   # the Run's --step-on: the counters pass counts the same boundaries
 
 
 @dataclass
@@ -101,6 +102,8 @@ def profile_command(ncu: str, target: Target, report_base: Path, sample: int | N
     cmd += ["-o", str(report_base), "--force-overwrite",
             python, "-m", "roofscope.collectors.counters.ncu_target",
             "--wait", str(s.wait), "--warmup", str(s.warmup), "--active", str(s.active)]
+    if target.step_on:
+        cmd += ["--step-on", target.step_on]
     if target.module:
         cmd.append("-m")
     return cmd + [target.target, *target.args]

@@ -1,13 +1,14 @@
 """The inner runner of the counters pass: the user's script with ncu's range on the recorded steps.
 
-    python -m roofscope.collectors.counters.ncu_target --wait W --warmup U --active A [-m] TARGET [ARGS...]
+    python -m roofscope.collectors.counters.ncu_target --wait W --warmup U --active A [--step-on S] [-m] TARGET [ARGS...]
 
 ncu runs this with ``--profile-from-start off``, so it profiles only the kernels between
 ``cudaProfilerStart`` and ``cudaProfilerStop``. Those are called at the step boundaries
 where the Kineto collector (torchprof.py) starts and ends recording, after the same
 ``torch.cuda.synchronize()``, so ncu sees the kernels of the same steps the trace holds.
-Steps come from ``roofscope.step()`` or the first optimizer's ``step()``, by the rules of
-session.py, and the script ends once the recorded steps are profiled (exit code 0). No torch.profiler here: Kineto and ncu both need CUPTI, and under ncu Kineto
+Steps come from ``roofscope.step()``, the first optimizer's ``step()`` or, in an inference
+loop, the outermost forwards (``--step-on``: generate() calls or MODULE.FUNC), by the rules of
+session.py and with its hooks (collectors/steps.py), and the script ends once the recorded steps are profiled (exit code 0). No torch.profiler here: Kineto and ncu both need CUPTI, and under ncu Kineto
 records no GPU activity at all.
 """
 from __future__ import annotations
@@ -19,17 +20,18 @@ from typing import Any
 from roofscope.collectors import session
 from roofscope.collectors.script import ScriptError, check_target, run_target
 from roofscope.collectors.session import ProfileComplete, StepRule
+from roofscope.collectors.steps import StepHooks
 from roofscope.collectors.torchprof import Schedule, enable_inductor_metadata
 
 
 class CounterRange:
     """Counts step boundaries and opens ncu's range over the active steps."""
 
-    def __init__(self, schedule: Schedule) -> None:
+    def __init__(self, schedule: Schedule, step_on: str | None = None) -> None:
         self.start_at = schedule.wait + schedule.warmup
         self.stop_at = schedule.steps
         self.steps = 0
-        self.rule = StepRule()
+        self.rule = StepRule(step_on)
         self.recording = False
 
     def begin(self) -> None:
@@ -47,6 +49,11 @@ class CounterRange:
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.rule.optimizer(optimizer):
+            self._advance()
+
+    def on_auto_step(self, source: str) -> None:
+        """A forward, generate() or function boundary (collectors/steps.py StepHooks)."""
+        if self.rule.automatic(source):
             self._advance()
 
     def _advance(self) -> None:
@@ -92,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait", type=int, required=True)
     ap.add_argument("--warmup", type=int, required=True)
     ap.add_argument("--active", type=int, required=True)
+    ap.add_argument("--step-on", dest="step_on", default=None, help="the Run's --step-on (forward, generate, MODULE.FUNC)")
     ap.add_argument("-m", dest="module", action="store_true", help="TARGET is a module (python -m)")
     ap.add_argument("target")
     ap.add_argument("args", nargs=argparse.REMAINDER)
@@ -101,15 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     except ScriptError as e:
         print(f"roofscope: error: {e}", file=sys.stderr)
         return e.exit_code
-    rng = CounterRange(Schedule(ns.wait, ns.warmup, ns.active))
+    rng = CounterRange(Schedule(ns.wait, ns.warmup, ns.active), ns.step_on)
     # Same Inductor config as the Kineto pass, so torch.compile emits the same kernels.
     enable_inductor_metadata()
     session.step_listeners.append(rng.step)
     hook = register_optimizer_step_post_hook(rng.on_optimizer_step)
+    forwards = StepHooks(ns.step_on, rng.on_auto_step)
+    forwards.label = False   # no profiler here to read the forward annotations
     try:
+        forwards.install()
         rng.begin()
         outcome = run_target(ns.target, ns.args, module=ns.module)
     finally:
+        forwards.remove()
         hook.remove()
         session.step_listeners.remove(rng.step)
         rng.end()
