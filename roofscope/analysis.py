@@ -17,13 +17,13 @@ the Result and compute nothing. :class:`Analysis` is the deprecated face of a Re
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from roofscope.config import CeilingOverrides, RooflineThresholds
+from roofscope.config import CeilingOverrides, RooflineThresholds, values
 from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
 from roofscope.cost.costmodel import signature_costs
 from roofscope.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
@@ -74,14 +74,9 @@ class AnalysisSettings:
            **more: Any) -> AnalysisSettings:
         """Settings from the options objects (a command's options are both: pass them twice). Only
         the declared fields are kept, so the settings pickle to the job's worker processes alone."""
-        overrides = CeilingOverrides(**{f: getattr(ceilings, f) for f in _fields(CeilingOverrides)}) \
-            if ceilings is not None else CeilingOverrides()
+        overrides = CeilingOverrides(**values(CeilingOverrides, ceilings)) if ceilings is not None else CeilingOverrides()
         params = RooflineParams.from_thresholds(thresholds) if thresholds is not None else RooflineParams()
         return cls(ceilings=overrides, params=params, **more)
-
-
-def _fields(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
 
 
 @dataclass(frozen=True, eq=False)
@@ -338,13 +333,14 @@ class Analysis:
         return self.result.summary.metrics.to_dict()
 
     def step_time(self) -> dict[str, Any] | None:
-        return self.result.to_dict().get("step_time")
+        return self.result.summary.extra.get("step_time")
 
     def inference(self) -> dict[str, Any] | None:
         return self.result.summary.inference
 
     def telemetry_summary(self) -> dict[str, Any] | None:
-        return self.result.to_dict().get("telemetry")
+        tel = self.result.summary.telemetry
+        return tel.to_dict() if tel is not None else None
 
     def unattributed(self) -> dict[str, Any]:
         return self.result.summary.unattributed.to_dict()

@@ -85,7 +85,7 @@ def fetched(url: str) -> Iterator[Path]:
     fs, path = _fs(url)
     try:
         size = fs.size(path)
-    except (OSError, NotImplementedError):   # some fsspec filesystems cannot tell a size: fetch, then check
+    except (OSError, NotImplementedError):   # some fsspec filesystems cannot tell a size: the bounded read refuses it
         size = None
     if size is not None and size > max_trace_bytes():  # refused before it fills the disk
         raise UrlError(f"{url}: {size:,} bytes, more than the limit for a trace; set {MAX_TRACE_ENV} to raise it")
