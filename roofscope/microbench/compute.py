@@ -143,11 +143,14 @@ def _fma_kernel():
     return fma
 
 
-def fma_bench(precision: str, iters: Sequence[int], target_s: float = TARGET_S
+def fma_bench(precision: str, iters: Sequence[int], target_s: float = TARGET_S, cool_s: float = COOL_S
               ) -> Callable[[], Measurement]:
-    """CUDA-core FMA rate (fp32 or fp64) of a Triton kernel that fills every SM."""
+    """CUDA-core FMA rate (fp32 or fp64) of a Triton kernel that fills every SM, each
+    configuration after ``cool_s`` of idle (the power cap, as for matmuls)."""
 
     def run() -> Measurement:
+        import time
+
         import torch
 
         dtype = {"fp32": torch.float32, "fp64": torch.float64}[precision]
@@ -163,6 +166,7 @@ def fma_bench(precision: str, iters: Sequence[int], target_s: float = TARGET_S
             def fn(it: int = it) -> None:
                 kernel[grid](x, out, it, BLOCK=_FMA_BLOCK, UNROLL=_FMA_UNROLL, num_warps=4)
 
+            time.sleep(cool_s)
             s = time_cuda(fn, target_s=target_s)
             flops = 2.0 * n * it * _FMA_UNROLL * _FMA_CHAINS
             found.append(rate(flops, s, f"triton, {n} elements x {it * _FMA_UNROLL * _FMA_CHAINS} fma"))

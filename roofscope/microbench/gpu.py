@@ -37,9 +37,10 @@ class Benchmark:
 def plan(quick: bool) -> list[Benchmark]:
     """Every benchmark, cheapest shapes first in quick mode; each keeps its best config."""
     t = QUICK_TARGET_S if quick else TARGET_S
-    # Tensor-core GEMMs at 8192^3 hit the H200's software power cap after ~0.1 s
-    # (clocks 1980 -> 1515 MHz, bf16 804 -> 689 TFLOP/s; docs/microbench.md), so
-    # matmuls are timed in short bursts: the ceiling is the unthrottled rate.
+    # GEMMs and FMA streams hit the H200's software power cap after ~0.1 s (clocks 1980 ->
+    # 1515 MHz: bf16 804 -> 689 TFLOP/s; fp32 on CUDA cores read 51 of 67, exactly 1515/1980,
+    # and a detector's short CUTLASS sgemm ran at 53.4; docs/microbench.md), so every compute
+    # ceiling is timed in short bursts after an idle gap: the ceiling is the unthrottled rate.
     mt = min(t, 0.05)
     # Square GEMMs are not the fastest: an HF Llama's LM-head backward GEMMs (N = 1024 wide,
     # K = 32000 or 8192 deep) ran at 850 TFLOP/s on an H100 where 8192^3 gave 790 at best
@@ -56,10 +57,10 @@ def plan(quick: bool) -> list[Benchmark]:
         # roof no kernel beats is the zero-operand rate (compute.py).
         *(B(matmul_name(p, data), "compute", p, mm(p, slow if p == "tf32" else big, mt, data=data))
           for p in TENSOR_CORE for data in DATA),
-        B("matmul fp32", "compute", "fp32", mm("fp32", slow, t)),
-        B("fma fp32", "compute", "fp32", fma("fp32", (512,) if quick else (256, 1024), t)),
-        B("matmul fp64", "compute", "fp64", mm("fp64", slow, t)),
-        B("fma fp64", "compute", "fp64_vector", fma("fp64", (256,) if quick else (128, 512), t)),
+        B("matmul fp32", "compute", "fp32", mm("fp32", slow, mt)),
+        B("fma fp32", "compute", "fp32", fma("fp32", (512,) if quick else (256, 1024), mt)),
+        B("matmul fp64", "compute", "fp64", mm("fp64", slow, mt)),
+        B("fma fp64", "compute", "fp64_vector", fma("fp64", (256,) if quick else (128, 512), mt)),
         B("hbm copy", "memory", "bandwidth", memory.copy_bench(gib, t, (4096,) if quick else (2048, 8192))),
         B("hbm read", "memory", "hbm_read", memory.read_bench(gib, t)),
         B("hbm write", "memory", "hbm_write", memory.write_bench(gib, t)),
