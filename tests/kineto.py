@@ -37,7 +37,7 @@ class TraceBuilder:
 
     def launch_kernel(self, name: str, launch_ts: float, ts: float, dur: float, ext: int | None = None,
                       tid: int = TID, stream: int = 7, cat: str = "kernel", nbytes: int | None = None,
-                      runtime: str = "cudaLaunchKernel") -> int:
+                      runtime: str = "cudaLaunchKernel", grid: list[int] | None = None) -> int:
         """A runtime launch at ``launch_ts`` on thread ``tid`` and its GPU activity at ``ts``."""
         self._corr += 1
         c = self._corr
@@ -46,6 +46,8 @@ class TraceBuilder:
         ka: dict[str, Any] = {"External id": ext or c, "correlation": c, "device": 0, "stream": stream}
         if nbytes is not None:
             ka["bytes"] = nbytes
+        if grid is not None:
+            ka["grid"] = grid
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream,
                             "ts": ts, "dur": dur, "args": ka})
         self.events.append({"ph": "s", "id": c, "pid": PID, "tid": tid, "ts": launch_ts, "cat": "ac2g",

@@ -64,6 +64,30 @@ def test_fused_adamw_without_shapes_is_sized_by_parameter_group(tmp_path: Path) 
     assert (k["unattributed"] == "").all() and set(k["category"]) == {"optimizer"}
 
 
+def test_a_foreach_op_whose_kernels_cannot_cover_the_parameters_is_not_sized_by_them(tmp_path: Path) -> None:
+    # HF Trainer's fused AdamW first runs _foreach_add_(state_steps, 1): no shapes either, but over
+    # 1-element step counters. Each multi_tensor_apply block takes one 65,536-element chunk, so 4
+    # blocks reach at most 262,144 elements, not the 10M parameters: not sized by them (BERT's had
+    # been costed at 875 MB in 1.4 us, 125x the memory roof), but streamed from its grid as a kernel
+    # no op costs. 200 blocks (13.1M) can hold them: sized from the group.
+    b = TraceBuilder()
+    b.annotation("ProfilerStep#1", 0, 1000)
+    for ts, blocks in ((100, 4), (300, 200)):
+        ext = b.op("aten::_foreach_add_", ts, 100, dims=[[], []], types=["TensorList", "Scalar"])
+        b.launch_kernel(TORCH_ADD, ts + 10, ts + 20, 50, ext=ext, grid=[blocks, 1, 1])
+    p = tmp_path / "steps.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump(b.doc(), f)
+    a = roofscope.analyze(str(p), run_meta={"optimizer": {"groups": [{"tensors": 4, "numel": 10_000_000,
+                                                                      "itemsize": 4}]}})
+    k = a.kernels.sort_values("ts_ns")
+    assert k["cost_source"].tolist() == ["launch", "run"]
+    # the grid's bound: 4 chunks of 65,536 bf16 elements (the functor's type), 2 lists read, 1 written
+    assert k["bytes"].iat[0] == 4 * 65_536 * 2 * 3
+    # two calls split the one group: 5M elements each, read and written once (2 * 20 MB), 1 FLOP each
+    assert k["bytes"].iat[1] == 40_000_000 and k["flops"].iat[1] == 5_000_000
+
+
 def test_without_run_facts_they_stay_uncosted_for_want_of_shapes(tmp_path: Path) -> None:
     a = roofscope.analyze(str(_optimizer_trace(tmp_path)))
     assert set(a.kernels["unattributed"]) == {"no_shapes"}

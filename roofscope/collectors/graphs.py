@@ -6,8 +6,7 @@ is wrapped in the annotation ``roofscope: graph capture N`` and every replay in 
 graph replay N`` (cost/graphs.py matches the two). A capture that happens while the
 session's profiler is not recording (graphs are usually captured during warm-up) is recorded
 by a short profiler of its own, from ``capture_begin`` to ``capture_end``, into
-``capture-NNNN.json`` (a warming-up session profiler steps aside for it and starts again after; a
-step-less window closes); the Run keeps those as ``graph-capture-NNNN.json.gz``. While the session records,
+``capture-NNNN.json`` (a warming-up session profiler steps aside for it and starts again after); the Run keeps those as ``graph-capture-NNNN.json.gz``. While the session records,
 the capture lands in the main trace itself. The first ``limit`` captures are recorded.
 """
 from __future__ import annotations
@@ -110,15 +109,10 @@ class GraphRecorder:
             return
         self.captures += 1
         own = None
-        # Asked first: a step-less window of the session's (collectors/torchprof.py) closes for the capture.
-        room = len(self.files) < self.limit and self.make_room()
-        if torch.autograd.profiler._is_profiler_enabled:
-            if room:    # another profiler records the capture: the session's had no need to step aside
-                self.give_back_room()
-        elif not room:
-            self.skipped += 1
-            return
-        else:
+        if not torch.autograd.profiler._is_profiler_enabled:
+            if len(self.files) >= self.limit or not self.make_room():
+                self.skipped += 1
+                return
             from torch.profiler import ProfilerActivity, profile
 
             try:

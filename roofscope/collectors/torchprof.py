@@ -12,14 +12,12 @@ the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs th
 thread; step boundaries that do arrive are still marked. On a CUDA machine the delay counts
 from the program's first GPU work.
 
-Every script gets a recording, also one that never marks a step (a user's own kernel in a plain
-loop: no optimizer, no module, no ``roofscope.step()``) and one that ends in less than a second.
-In step mode the collector records a step-less window from the program's first GPU work (its start
-on a CPU machine): the *opening window*, closed by the first step boundary, by
-:data:`STEPLESS_WINDOW_S`, by a CUDA-graph capture (which needs Kineto) or by the program's end.
-Its trace is written aside and becomes the Run's only when the step schedule records none (no boundary ever came, or too few). When no boundary has come ``stepless_after_s``
-seconds after the first GPU work, a second window of the same length is recorded from there and
-replaces the opening one: a long step-less program is profiled past its start-up.
+Every script gets a recording: in step mode, when no step boundary has arrived
+``stepless_after_s`` seconds after the program's first GPU work (its start on a CPU machine),
+the collector records a :data:`STEPLESS_WINDOW_S` time window from there instead (a user's own
+kernel in a plain loop: no optimizer, no module, no ``roofscope.step()``). A boundary that
+arrives later still starts the step schedule: the window's trace is kept unless the schedule
+records one of its own.
 """
 from __future__ import annotations
 
@@ -27,7 +25,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -38,11 +35,8 @@ from roofscope.errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 CUPTI_TEARDOWN_ENV = "TEARDOWN_CUPTI"
-# The longest step-less window (seconds).
+# The time window recorded when no step boundary arrives (seconds).
 STEPLESS_WINDOW_S = 5.0
-# The opening window starts this long after the first GPU work: the alarm's handler runs between
-# the main thread's bytecodes, never inside CUDA's lazy initialization.
-OPENING_DELAY_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -115,24 +109,16 @@ class TorchCollector:
         self.settle_words = ""         # how ``ready`` decides, for the shortfall's message
         self.needs_ready = False       # the first profile starts at --wait; a rearm may wait for ``ready``
         self.stepless_after_s = stepless_after_s or None
-        # The step-less windows: None (off, or a step boundary came), "armed" (waiting for the first GPU
-        # work), "recording", "held" (a window's profile is held; no boundary yet)
+        # The step-less fallback: None (off, or a boundary came in time), "armed", "recording", "recorded"
+        # (its trace is the one on disk), "resumed" (a later boundary started the step schedule; the
+        # window's trace stays until...), "superseded" (...the schedule recorded its own)
         self.fallback: str | None = None
-        # The latest step-less window's trace, written beside the step schedule's: a stopped profile
-        # is not held across later Kineto sessions (holding one corrupted memory now and then).
-        self._held: Path | None = None
-        self._held_span: tuple[float, float] = (0.0, 0.0)  # its start and end, seconds after the first GPU work
-        self._first_work: float | None = None  # time.monotonic() of the opening window's start
-        # What the trace on disk is, when it is a step-less window: "recorded" (no boundary ever came)
-        # or "kept" (boundaries came but the step schedule recorded nothing).
-        self.kept_window: str | None = None
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._prof: Any = None
         self._old_alarm: Any = None
         self.delay_from = "start"      # what --delay counted from
         self._paused = False           # dropped while warming up (make_room)
-        self._lent = False             # another profiler runs (make_room): no step-less window may start
 
     @property
     def windowed(self) -> bool:
@@ -140,53 +126,37 @@ class TorchCollector:
 
     @property
     def done(self) -> bool:
-        """Everything requested has been recorded: later steps need no profiling."""
-        return self.trace_ready
+        """Everything requested has been recorded: later steps need no profiling (a step-less
+        window's trace is not what was requested: steps that arrive after it are still profiled)."""
+        return self.trace_ready and self.fallback not in ("recorded", "resumed")
 
     def _export(self, prof: Any) -> None:
         prof.export_chrome_trace(str(self.trace_path))
         self.trace_ready = True
-        self._drop_held()          # the schedule's own trace: the step-less window is not needed
+        if self.fallback == "recording":
+            self.fallback = "recorded"
+        elif self.fallback == "resumed":
+            self.fallback = "superseded"
 
-    def _hold(self, prof: Any) -> None:
-        self._held = self.trace_path.with_name("stepless-window.json")
-        prof.export_chrome_trace(str(self._held))
-        self._held_span = (self._held_span[0], self._since_first_work())
-
-    def _drop_held(self) -> None:
-        if self._held is not None:
-            self._held.unlink(missing_ok=True)
-            self._held = None
-
-    def _since_first_work(self) -> float:
-        return time.monotonic() - self._first_work if self._first_work is not None else 0.0
-
-    def _new_profile(self, schedule: Any, on_ready: Callable[[Any], None] | None = None) -> Any:
+    def _new_profile(self, schedule: Any) -> Any:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         acts = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
-        return profile(activities=acts, schedule=schedule, record_shapes=True,
-                       on_trace_ready=on_ready or self._export, experimental_config=self.experimental_config)
+        return profile(activities=acts, schedule=schedule, record_shapes=True, on_trace_ready=self._export,
+                       experimental_config=self.experimental_config)
 
     def start(self) -> None:
         if not self.windowed:
+            self._maybe_begin()
             main = threading.current_thread() is threading.main_thread()
-            # The first boundary ends the window's Kineto session inside the boundary's own
-            # record_function (``Optimizer.step``, a module's forward). The step profiler must then
-            # only warm up in that step: a record_function entered under one session and left while
-            # another records writes into the first one's freed events (it corrupted memory in one
-            # run in four). So --wait 0 (a profiler from the start) and --warmup 0 (recording from the
-            # wait's last boundary) get no window: their schedule is kept as asked.
-            s = self.schedule
-            if not (self.stepless_after_s and main) or s.wait == 0 or s.warmup == 0:
-                self._maybe_begin()
-                return
-            self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
-            self.fallback = "armed"
-            self._from_first_gpu_work(OPENING_DELAY_S, lambda: self.fallback == "armed")
+            # A profiler already recording (no wait, no warm-up, no settling) records a step-less script anyway.
+            if self.stepless_after_s and self.phase != "recording" and main:
+                self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
+                self.fallback = "armed"
+                self._from_first_gpu_work(self.stepless_after_s, lambda: self.fallback == "armed")
             return
         if threading.current_thread() is not threading.main_thread():
             raise RoofscopeError("a time window (--duration) needs the main thread (it uses SIGALRM)")
@@ -262,12 +232,8 @@ class TorchCollector:
 
     def _on_alarm(self, *_: Any) -> None:
         # Runs in the main thread between bytecodes, so no op is half-recorded.
-        if self.fallback in ("armed", "held") and self._lent:
-            signal.setitimer(signal.ITIMER_REAL, 0.5)   # a capture's own profiler runs: Kineto is busy
-        elif self.fallback in ("armed", "held"):
+        if self.fallback == "armed":
             self._begin_stepless()
-        elif self.fallback == "recording":
-            self._hold_window()
         elif self.window == "waiting":
             self._sync()
             self._prof.start()
@@ -282,40 +248,30 @@ class TorchCollector:
         signal.signal(signal.SIGALRM, self._old_alarm if self._old_alarm is not None else signal.SIG_DFL)
 
     def _begin_stepless(self) -> None:
-        """No step boundary yet (so no step profiler either: :meth:`start`): record a time window from
-        now, the opening one at the first GPU work or the one ``stepless_after_s`` after it."""
+        """No step boundary yet: drop a warming-up profiler (it holds nothing) and record a time
+        window from now."""
         from torch.profiler import ProfilerAction
 
-        opening = self._first_work is None
-        if opening:
-            self._first_work = time.monotonic()
-        self._prof = self._new_profile(lambda _: ProfilerAction.RECORD, self._hold)
+        if self._prof is not None:
+            self._prof.stop()
+        self._prof = self._new_profile(lambda _: ProfilerAction.RECORD)
         self.fallback = "recording"
-        self._held_span = (0.0 if opening else self._since_first_work(), 0.0)
         self._sync()
         self._prof.start()
         self.window = "recording"
         signal.setitimer(signal.ITIMER_REAL, STEPLESS_WINDOW_S)
 
-    def _hold_window(self) -> None:
-        """Close the step-less window and hold its profile; without a boundary by ``stepless_after_s``
-        a later window replaces it."""
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        self._finish_window()
-        self._prof = None
-        self.window = None
-        self.fallback = "held"
-        late = self.stepless_after_s - self._since_first_work() if self.stepless_after_s else 0.0
-        if self._held_span[0] == 0.0 and late > 0:
-            signal.setitimer(signal.ITIMER_REAL, late)
-
-    def _end_stepless(self) -> None:
-        """A step boundary came: the step schedule takes over from here. A window still recording
-        is closed and held with the other: it is the trace only if the schedule records none."""
-        if self.fallback == "recording":
-            self._hold_window()
+    def _resume_steps(self) -> None:
+        """A step boundary after the step-less window opened: close the window (its trace is kept
+        until the schedule records one) and wait for the step schedule from this boundary."""
+        if self.window == "recording":
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._finish_window()
         self._disarm()
-        self.fallback = None
+        self.window = None
+        self.fallback = "resumed"
+        self._prof = None
+        self.schedule = Schedule(self.steps + self.schedule.wait, self.schedule.warmup, self.schedule.active)
 
     def _finish_window(self) -> None:
         self.window = "done"
@@ -328,22 +284,18 @@ class TorchCollector:
         started while this one warms up cancels it (the trace is lost), so a warming-up profiler
         is dropped, nothing of it being kept, and :meth:`give_back_room` starts it again.
         Inductor's cudagraph trees capture during the first steps, the ones warm-up covers."""
-        if self.fallback == "recording":
-            self._hold_window()   # the capture's kernels are the graph recorder's to record
         if self.phase in ("idle", "done"):
-            self._lent = True
             return True
         if self.phase != "warmup" or self.windowed or self.window is not None:
             return False
         prof, self._prof = self._prof, None
         prof.stop()          # WARMUP -> None starts and stops a trace: no export, nothing kept
-        self._paused = self._lent = True
+        self._paused = True
         return True
 
     def give_back_room(self) -> None:
         """Start the profiler dropped by :meth:`make_room` again, in the warm-up steps that remain,
         numbering its steps on from the ones seen."""
-        self._lent = False
         if not self._paused:
             return
         self._paused = False
@@ -353,7 +305,7 @@ class TorchCollector:
     @property
     def phase(self) -> str:
         """``idle`` (not started or waiting), ``warmup`` (Kineto prepared), ``recording`` or ``done``."""
-        if self.done or self.window == "done":
+        if self.done or self.window == "done" and self.fallback is None:
             return "done"
         if self.windowed or self.window is not None:
             return "recording" if self.window == "recording" else "idle"
@@ -371,8 +323,11 @@ class TorchCollector:
     def step(self) -> None:
         if self.windowed and self._prof is None:
             return
-        if self.fallback is not None:
-            self._end_stepless()
+        if self.fallback == "armed":
+            self.fallback = None   # a boundary arrived in time: no window needed
+            self._disarm()
+        elif self.fallback in ("recording", "recorded"):
+            self._resume_steps()
         self.steps += 1   # counted after the profile too: boundaries number the steps for a rearm
         if self.done:
             return
@@ -406,31 +361,28 @@ class TorchCollector:
                     pass
 
     def stop(self) -> bool:
-        """Stop recording (keeping a partly recorded active phase); True when a trace was written.
-        With none from the schedule, a held step-less window is written instead."""
-        if self.fallback == "recording":
-            self._hold_window()
+        """Stop recording (keeping a partly recorded active phase); True when a trace was written."""
         if self.windowed or self.fallback is not None:
             self._disarm()
-        if self._prof is not None:
-            if self.window == "recording":
-                self._finish_window()
-            elif not (self.windowed or self.window == "done" or self.trace_ready):
-                self._sync()
-                self._prof.stop()
-            self._prof = None
-        if not self.trace_ready and self._held is not None:
-            self.kept_window = "recorded" if self.steps == 0 else "kept"
-            self._held.replace(self.trace_path)
-            self.trace_ready = True
-        self._drop_held()
+        if self._prof is None:
+            return self.trace_ready
+        if self.window == "recording":
+            self._finish_window()
+        elif self.windowed or self.window == "done":
+            pass
+        elif not self.trace_ready or self.fallback == "resumed":
+            self._sync()
+            self._prof.stop()
+        self._prof = None
         return self.trace_ready
 
     def shortfall(self) -> str | None:
         """Why the requested steps or window were not all recorded, or None."""
-        window = self._window_words()
-        if self.kept_window == "recorded":
-            return f"recorded a time window instead of steps, {window}"
+        if self.fallback in ("recorded", "resumed"):
+            return (f"no step boundary arrived within {self.stepless_after_s:g} s of the program's"
+                    f" {self.delay_from}: recorded a {STEPLESS_WINDOW_S:g} s time window from there instead"
+                    + (f" (a step schedule started at a later boundary recorded nothing: {self.steps} boundaries"
+                       " arrived in all)" if self.fallback == "resumed" else ""))
         if self.windowed:
             if self.window == "waiting":
                 return (f"the program ended before the time window opened (--delay {self.delay_s:g} s, counted from "
@@ -441,21 +393,12 @@ class TorchCollector:
             return None
         got = (f"requested {s.wait} wait + {s.warmup} warmup + {s.active} active steps, but only "
                f"{self.steps} step boundar{'y' if self.steps == 1 else 'ies'} arrived")
-        nothing = (f"; the steps recorded nothing: kept the time window recorded before the first of them, {window}"
-                   if self.kept_window == "kept" else "; nothing was recorded")
         if self.begin is None:
             settling = (f" (after the wait, roofscope waited for the step times to settle: {self.settle_words})"
                         if self.needs_ready and self.steps >= s.wait and self.settle_words else "")
-            return got + settling + nothing
+            return got + settling + "; nothing was recorded"
         complete = self.steps - self.begin - s.warmup
         if complete < 0:
-            return got + nothing
+            return got + "; nothing was recorded"
         return got + (f"; recorded {complete} complete active step{'' if complete == 1 else 's'}"
                       " and the step that was running when profiling stopped")
-
-    def _window_words(self) -> str:
-        """Which stretch the kept step-less window covers, for the shortfall."""
-        start, end = self._held_span
-        if start == 0.0:
-            return f"the first {end:.1f} s from the program's {self.delay_from}"
-        return f"{start:.1f} to {end:.1f} s after the program's {self.delay_from} (--stepless-after {self.stepless_after_s:g})"

@@ -136,14 +136,36 @@ def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None
     frame = frame.sort_values("ts", kind="stable")
     frame["i"] = frame.groupby(["step", "name"]).cumcount()
     frame["n"] = frame.groupby(["step", "name"])["row"].transform("size")
+    reach = _chunk_reach(trace.kernels, rows)
     for r, name, i, n in frame[["row", "name", "i", "n"]].itertuples(index=False):
         per, reads, writes = shapes[name]  # type: ignore[misc]
         if n == len(groups):
             elems, size = numel[i], nbytes[i]
         else:
             elems, size = numel.sum() / n, nbytes.sum() / n
+        if elems > reach.get(r, np.inf):
+            continue   # its kernels cannot cover the parameters: a list of something smaller
         j = oc.index[r]
         oc.loc[j, ["flops", "bytes", "reason", "cost_source"]] = [per * elems, (reads + writes) * size, "", "run"]
+
+
+# torch's multi_tensor_apply gives each block one chunk of at most this many elements of one tensor.
+_CHUNK = 65536
+
+
+def _chunk_reach(kernels: pd.DataFrame, rows: np.ndarray) -> dict[int, float]:
+    """The most elements the ``multi_tensor_apply`` kernels launched by each op row can cover (blocks
+    x chunk). ``_foreach_add_(state_steps, 1)`` has no recorded shapes either, but it runs over the
+    optimizer's step counters: on an HF Trainer's BERT, one block per 1-element tensor (77 blocks,
+    1.4 us), where the parameters (110M elements) would take at least 1,680."""
+    if not len(kernels) or "grid" not in kernels:
+        return {}
+    k = kernels[kernels["op"].isin(rows).to_numpy() & kernels["name"].astype(str).str.contains(
+        "multi_tensor_apply", regex=False).to_numpy()]
+    if not len(k):
+        return {}
+    blocks = [float(np.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.inf for g in k["grid"]]
+    return (pd.Series(blocks, index=k["op"].to_numpy()).groupby(level=0).sum() * _CHUNK).to_dict()
 
 
 def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, list[tuple[str, Any, str, Any]]]:

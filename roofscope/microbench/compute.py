@@ -46,8 +46,9 @@ def tf32_mode(enabled: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = cudnn
 
 
-def _operands(precision: str, shape: tuple[int, int, int], b_col_major: bool = False, data: str = "random"):
-    """The matmul of ``a`` (m x k) by ``b`` (k x n) for ``precision`` on ``data`` operands."""
+def _operands(precision: str, shape: tuple[int, int, int], col_major: str = "", data: str = "random"):
+    """The matmul of ``a`` (m x k) by ``b`` (k x n) for ``precision`` on ``data`` operands; ``col_major``
+    names the operand ("a" or "b") laid out column-major (a transposed view), if any."""
     import torch
 
     if data not in DATA:
@@ -72,14 +73,22 @@ def _operands(precision: str, shape: tuple[int, int, int], b_col_major: bool = F
         return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     if precision == "int8":
         a = fill(m, k, torch.int8)
-        b = fill(n, k, torch.int8).t() if b_col_major else fill(k, n, torch.int8)
+        b = fill(n, k, torch.int8).t() if col_major == "b" else fill(k, n, torch.int8)
         return lambda: torch._int_mm(a, b)
     dtype = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32,
              "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-    a, b = fill(m, k, dtype), fill(k, n, dtype)
+    a = fill(k, m, dtype).t() if col_major == "a" else fill(m, k, dtype)
+    b = fill(k, n, dtype)
     out = torch.empty(m, n, device="cuda", dtype=dtype)
     return lambda: torch.mm(a, b, out=out)
 
+
+# Operand layouts timed besides row-major ones: int8's fastest path wants b column-major; cuBLAS's
+# fastest fp32 GEMM on CUDA cores is the CUTLASS SIMT kernel it picks for a transposed a (H200,
+# 2026-11-26: 53.4-53.6 TFLOP/s where row-major operands gave 50.8-51.7, on every shape tried;
+# benchmarks/real_clients/fp32_probe.py). A detector's weight-gradient GEMM (a = grad_out.t())
+# ran at 53.6 TFLOP/s, above a row-major ceiling.
+_LAYOUTS = {"int8": ("", "b"), "fp32": ("", "a")}
 
 # Idle time before each timed burst: the power cap that long GEMM streams hit (H200: 804 ->
 # 689 TFLOP/s within 0.5 s) relaxes, so each configuration starts at boost clock.
@@ -94,7 +103,7 @@ def matmul_bench(precision: str, sizes: Sequence[int | tuple[int, int, int]], ta
     def run() -> Measurement:
         import time
 
-        layouts = (False, True) if precision == "int8" else (False,)
+        layouts = _LAYOUTS.get(precision, ("",))
         found = []
         with tf32_mode(precision == "tf32"):
             for size in sizes:
@@ -104,7 +113,7 @@ def matmul_bench(precision: str, sizes: Sequence[int | tuple[int, int, int]], ta
                     time.sleep(cool_s)
                     s = time_cuda(fn, target_s=target_s)
                     del fn
-                    config = f"{m}x{n}x{k}" + (", b col-major" if col else "")
+                    config = f"{m}x{n}x{k}" + (f", {col} col-major" if col else "")
                     found.append(rate(2.0 * m * n * k, s, config))
         return best(found)
 

@@ -37,10 +37,9 @@ class Benchmark:
 def plan(quick: bool) -> list[Benchmark]:
     """Every benchmark, cheapest shapes first in quick mode; each keeps its best config."""
     t = QUICK_TARGET_S if quick else TARGET_S
-    # GEMMs and FMA streams hit the H200's software power cap after ~0.1 s (clocks 1980 ->
-    # 1515 MHz: bf16 804 -> 689 TFLOP/s; fp32 on CUDA cores read 51 of 67, exactly 1515/1980,
-    # and a detector's short CUTLASS sgemm ran at 53.4; docs/microbench.md), so every compute
-    # ceiling is timed in short bursts after an idle gap: the ceiling is the unthrottled rate.
+    # GEMMs hit the H200's software power cap after ~0.1 s (clocks 1980 -> 1515 MHz: bf16 804 ->
+    # 689 TFLOP/s; docs/microbench.md), so every compute ceiling is timed in short bursts after
+    # an idle gap: the ceiling is the unthrottled rate (fp64 DGEMM: 57.0 -> 60.4 TFLOP/s).
     mt = min(t, 0.05)
     # Square GEMMs are not the fastest: an HF Llama's LM-head backward GEMMs (N = 1024 wide,
     # K = 32000 or 8192 deep) ran at 850 TFLOP/s on an H100 where 8192^3 gave 790 at best
