@@ -30,7 +30,7 @@ import pandas as pd
 
 from roofscope.cost.categories import kernel_categories
 from roofscope.cost.formulas.dtypes import parse_dtype
-from roofscope.cost.hidden_args import enrich, windowed_attention
+from roofscope.cost.hidden_args import CHUNK, enrich, windowed_attention
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.names import per_name
 from roofscope.model.trace import Trace
@@ -353,7 +353,6 @@ def _fix_tensorlist_dtype(names: pd.Series, oc: pd.DataFrame, cost_op: np.ndarra
 # lists, chunks of 65,536 elements, one block per chunk; the functor names its element type first.
 _MULTI_TENSOR = re.compile(r"multi_tensor_apply_kernel<[^<>,]*TensorListMetadata<(\d)>\s*,\s*[^<>,]*?(\w+)<\s*"
                            r"(?:c10::)?(\w+)")
-_CHUNK = 65536
 _ITEM = {"float": (4, "fp32"), "double": (8, "fp64"), "Half": (2, "fp16"), "__half": (2, "fp16"),
          "BFloat16": (2, "bf16"), "__nv_bfloat16": (2, "bf16")}
 _STATEFUL = re.compile(r"Adam|Lamb|Adagrad|SGD|Novograd|Lion", re.I)
@@ -395,7 +394,7 @@ def _multi_tensor_streams(k: pd.DataFrame, uncosted: np.ndarray, flops: np.ndarr
         g = grids[i]
         if isinstance(g, (list, tuple)) and g:
             per, lists, item, prec = shape[c]
-            elems = float(g[0]) * _CHUNK
+            elems = float(g[0]) * CHUNK
             flops[i], nbytes[i], out[i] = per * elems, elems * lists * item, prec
     return out
 

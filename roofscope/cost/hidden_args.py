@@ -150,7 +150,7 @@ def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None
 
 
 # torch's multi_tensor_apply gives each block one chunk of at most this many elements of one tensor.
-_CHUNK = 65536
+CHUNK = 65536
 
 
 def _chunk_reach(kernels: pd.DataFrame, rows: np.ndarray) -> dict[int, float]:
@@ -165,7 +165,7 @@ def _chunk_reach(kernels: pd.DataFrame, rows: np.ndarray) -> dict[int, float]:
     if not len(k):
         return {}
     blocks = [float(np.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.inf for g in k["grid"]]
-    return (pd.Series(blocks, index=k["op"].to_numpy()).groupby(level=0).sum() * _CHUNK).to_dict()
+    return (pd.Series(blocks, index=k["op"].to_numpy()).groupby(level=0).sum() * CHUNK).to_dict()
 
 
 def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, list[tuple[str, Any, str, Any]]]:
