@@ -15,6 +15,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable
 
+from roofscope.collectors import cupti
 from roofscope.model.trace import CAPTURE_LABEL, REPLAY_LABEL
 
 _ID_ATTR = "_roofscope_graph_id"
@@ -117,6 +118,7 @@ class GraphRecorder:
 
             try:
                 own = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+                cupti.before_start()
                 own.start()
             except Exception:
                 self.give_back_room()   # the session's profiler must not stay aside
@@ -135,7 +137,8 @@ class GraphRecorder:
         ann.__exit__(None, None, None)
         if own is None:
             return
-        own.stop()
+        with cupti.stopping():
+            own.stop()
         if export:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / f"capture-{gid:04d}.json"

@@ -29,7 +29,8 @@ from roofscope.collectors.modules import ModuleLabels
 from roofscope.collectors.nvml import NvmlSampler
 from roofscope.collectors.steps import StepHooks
 from roofscope.collectors.steptimes import StepTimer
-from roofscope.collectors.torchprof import Schedule, TorchCollector, enable_inductor_metadata, quiet_cupti_after_profile
+from roofscope.collectors import cupti
+from roofscope.collectors.torchprof import Schedule, TorchCollector, enable_inductor_metadata
 from roofscope.config import Collection
 from roofscope.errors import OutputExistsError, RoofscopeError
 from roofscope.run import TELEMETRY_FILE
@@ -307,7 +308,7 @@ class Session:
         # Not a TemporaryDirectory: its finalizer would also run in a forked child at exit.
         self._tmp = Path(tempfile.mkdtemp(prefix="roofscope-"))
         self._tmp_cleanup = weakref.finalize(self, _remove_tmp, str(self._tmp), os.getpid())
-        quiet_cupti_after_profile()
+        cupti.claim()
         self.timer = StepTimer(cuda=torch.cuda.is_available())
         self._collector = TorchCollector(self._tmp / "trace.json", self.config.schedule,
                                          self.config.duration, self.config.delay,

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from roofscope.collectors import cupti
 from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
-CUPTI_TEARDOWN_ENV = "TEARDOWN_CUPTI"
 # The time window recorded when no step boundary arrives (seconds).
 STEPLESS_WINDOW_S = 5.0
 
@@ -67,20 +67,6 @@ def enable_inductor_metadata() -> str:
     cfg = sys.modules.get("torch._inductor.config")
     if cfg is not None:
         cfg.benchmark_kernel = True
-    return "enabled"
-
-
-def quiet_cupti_after_profile() -> str:
-    """Have Kineto detach CUPTI when a profile ends (``TEARDOWN_CUPTI=1``); says how.
-
-    Without it CUPTI stays attached to every later launch and the rest of the program runs
-    slower than it would unprofiled (GPT-2 generate() on an H200: 7.2 against 5.8 ms per token
-    after the profile, docs/overhead.md). torch.profiler sets ``TEARDOWN_CUPTI=0`` itself for
-    CUDA graphs on CUDA older than 12.6, where tearing down crashed; a user's own setting wins.
-    """
-    if os.environ.get(CUPTI_TEARDOWN_ENV) not in (None, ""):
-        return f"left as set ({CUPTI_TEARDOWN_ENV}={os.environ[CUPTI_TEARDOWN_ENV]})"
-    os.environ[CUPTI_TEARDOWN_ENV] = "1"
     return "enabled"
 
 
@@ -190,7 +176,7 @@ class TorchCollector:
         self.begin = offset - (s.warmup - warmup)
         if warmup == 0:
             self._sync()
-        self._prof.start()
+        self._start_prof()
 
     def rearm(self, when_ready: bool = True) -> bool:
         """Record the schedule again (a finished profile's trace is kept by the caller until the new
@@ -201,7 +187,8 @@ class TorchCollector:
             return False
         if self._prof is not None and not self.trace_ready:
             prof, self._prof = self._prof, None
-            prof.stop()
+            with cupti.stopping(then_start=not when_ready):
+                prof.stop()
         self._prof = None
         self._paused = False
         self.trace_ready = False
@@ -236,7 +223,7 @@ class TorchCollector:
             self._begin_stepless()
         elif self.window == "waiting":
             self._sync()
-            self._prof.start()
+            self._start_prof()
             self.window = "recording"
             signal.setitimer(signal.ITIMER_REAL, self.duration_s)
         elif self.window == "recording":
@@ -253,11 +240,12 @@ class TorchCollector:
         from torch.profiler import ProfilerAction
 
         if self._prof is not None:
-            self._prof.stop()
+            with cupti.stopping(then_start=True):
+                self._prof.stop()
         self._prof = self._new_profile(lambda _: ProfilerAction.RECORD)
         self.fallback = "recording"
         self._sync()
-        self._prof.start()
+        self._start_prof()
         self.window = "recording"
         signal.setitimer(signal.ITIMER_REAL, STEPLESS_WINDOW_S)
 
@@ -276,7 +264,8 @@ class TorchCollector:
     def _finish_window(self) -> None:
         self.window = "done"
         self._sync()
-        self._prof.stop()
+        with cupti.stopping():
+            self._prof.stop()
 
     def make_room(self) -> bool:
         """Let another profiler run now (a CUDA-graph capture's own, collectors/graphs.py): True
@@ -289,7 +278,8 @@ class TorchCollector:
         if self.phase != "warmup" or self.windowed or self.window is not None:
             return False
         prof, self._prof = self._prof, None
-        prof.stop()          # WARMUP -> None starts and stops a trace: no export, nothing kept
+        with cupti.stopping(then_start=True):   # the capture's own profiler starts next
+            prof.stop()      # WARMUP -> None starts and stops a trace: no export, nothing kept
         self._paused = True
         return True
 
@@ -346,7 +336,15 @@ class TorchCollector:
         # last one loses its tail.
         if self.steps - self.begin in (s.warmup, s.warmup + s.active):
             self._sync()
-        self._prof.step()
+        if self.steps - self.begin == s.warmup + s.active:
+            with cupti.stopping():   # this step ends the recording
+                self._prof.step()
+        else:
+            self._prof.step()
+
+    def _start_prof(self) -> None:
+        cupti.before_start()
+        self._prof.start()
 
     @staticmethod
     def _sync() -> None:
@@ -372,7 +370,8 @@ class TorchCollector:
             pass
         elif not self.trace_ready or self.fallback == "resumed":
             self._sync()
-            self._prof.stop()
+            with cupti.stopping():
+                self._prof.stop()
         self._prof = None
         return self.trace_ready
 
