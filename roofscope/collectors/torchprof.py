@@ -21,15 +21,18 @@ records one of its own.
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.collectors import cupti
+from roofscope.collectors.compiling import OnCompileStart, another_profiler, compiling
 from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
@@ -37,6 +40,26 @@ from roofscope.errors import RoofscopeError
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 # The time window recorded when no step boundary arrives (seconds).
 STEPLESS_WINDOW_S = 5.0
+# A time window that would open while a compilation or another profiler runs waits this long and
+# looks again; one that records looks this often whether a compilation began unseen (seconds).
+BUSY_RETRY_S = 0.5
+WINDOW_TICK_S = 0.25
+
+
+def _kineto_guarded(default: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A profiler transition that fails because another profiler took Kineto over (Inductor
+    benchmarking while it compiles, the program's own torch.profiler) must not raise into the
+    program: these run in its hooks and signal handlers. The collector gives up (:meth:`_lose`)."""
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def guarded(self: "TorchCollector", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except RuntimeError as e:
+                self._lose(e)
+                return default
+        return guarded
+    return wrap
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,10 @@ class TorchCollector:
         self.fallback: str | None = None
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
+        self._window_ends = 0.0        # time.monotonic() when the recording window closes
+        self._compile_watch = OnCompileStart(self._on_compile_start)
+        self.window_cut: str | None = None  # why a time window closed early (a compilation began)
+        self.lost: str | None = None   # the profiler error that ended collection (another profiler took Kineto)
         self._prof: Any = None
         self._old_alarm: Any = None
         self.delay_from = "start"      # what --delay counted from
@@ -114,7 +141,7 @@ class TorchCollector:
     def done(self) -> bool:
         """Everything requested has been recorded: later steps need no profiling (a step-less
         window's trace is not what was requested: steps that arrive after it are still profiled)."""
-        return self.trace_ready and self.fallback not in ("recorded", "resumed")
+        return self.lost is not None or self.trace_ready and self.fallback not in ("recorded", "resumed")
 
     def _export(self, prof: Any) -> None:
         prof.export_chrome_trace(str(self.trace_path))
@@ -134,6 +161,7 @@ class TorchCollector:
         return profile(activities=acts, schedule=schedule, record_shapes=True, on_trace_ready=self._export,
                        experimental_config=self.experimental_config)
 
+    @_kineto_guarded()
     def start(self) -> None:
         if not self.windowed:
             self._maybe_begin()
@@ -178,6 +206,7 @@ class TorchCollector:
             self._sync()
         self._start_prof()
 
+    @_kineto_guarded(default=False)
     def rearm(self, when_ready: bool = True) -> bool:
         """Record the schedule again (a finished profile's trace is kept by the caller until the new
         one is complete): from the next settled step (``when_ready``), else from this boundary on.
@@ -217,17 +246,55 @@ class TorchCollector:
             self.delay_from = "start"
             arm()
 
+    @_kineto_guarded()
     def _on_alarm(self, *_: Any) -> None:
         # Runs in the main thread between bytecodes, so no op is half-recorded.
-        if self.fallback == "armed":
+        opening = self.fallback == "armed" or self.window == "waiting"
+        if opening and (compiling() or another_profiler()):
+            signal.setitimer(signal.ITIMER_REAL, BUSY_RETRY_S)   # Kineto is not ours to take now
+        elif self.fallback == "armed":
             self._begin_stepless()
         elif self.window == "waiting":
             self._sync()
             self._start_prof()
-            self.window = "recording"
-            signal.setitimer(signal.ITIMER_REAL, self.duration_s)
+            self._open_window(self.duration_s)
         elif self.window == "recording":
-            self._finish_window()
+            self._compile_watch.poll()
+            if compiling():   # begun before the watch could see it: close now rather than under Inductor's profiler
+                self._cut_window()
+            elif time.monotonic() >= self._window_ends:
+                self._finish_window()
+            else:
+                signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, self._window_ends - time.monotonic()))
+
+    def _open_window(self, seconds: float) -> None:
+        self.window = "recording"
+        self._window_ends = time.monotonic() + seconds
+        self._compile_watch.install()
+        signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, seconds))
+
+    def _on_compile_start(self) -> None:
+        if self.window == "recording":
+            self._cut_window()
+
+    def _cut_window(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self.window_cut = "a torch.compile compilation began"
+        self._finish_window()
+
+    def _lose(self, error: BaseException) -> None:
+        """Give the collection up after a failed profiler transition: what was exported stays."""
+        self.lost = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        self._compile_watch.remove()
+        self._prof = None
+        self._paused = False
+        if self.window == "recording":
+            self.window = "done"
+        if self.windowed or self.fallback is not None:
+            try:
+                self._disarm()
+            except ValueError:   # not the main thread: no alarm of ours there
+                pass
 
     def _disarm(self) -> None:
         """Cancel the alarm and give SIGALRM back to whoever had it."""
@@ -246,8 +313,7 @@ class TorchCollector:
         self.fallback = "recording"
         self._sync()
         self._start_prof()
-        self.window = "recording"
-        signal.setitimer(signal.ITIMER_REAL, STEPLESS_WINDOW_S)
+        self._open_window(STEPLESS_WINDOW_S)
 
     def _resume_steps(self) -> None:
         """A step boundary after the step-less window opened: close the window (its trace is kept
@@ -263,10 +329,12 @@ class TorchCollector:
 
     def _finish_window(self) -> None:
         self.window = "done"
+        self._compile_watch.remove()
         self._sync()
         with cupti.stopping():
             self._prof.stop()
 
+    @_kineto_guarded(default=True)
     def make_room(self) -> bool:
         """Let another profiler run now (a CUDA-graph capture's own, collectors/graphs.py): True
         when none of this one's is active. Kineto runs one session at a time, and a second one
@@ -283,6 +351,7 @@ class TorchCollector:
         self._paused = True
         return True
 
+    @_kineto_guarded()
     def give_back_room(self) -> None:
         """Start the profiler dropped by :meth:`make_room` again, in the warm-up steps that remain,
         numbering its steps on from the ones seen."""
@@ -310,6 +379,7 @@ class TorchCollector:
             return self.window == "recording"
         return self.begin is not None and self.steps + 1 >= self.begin + self.schedule.warmup
 
+    @_kineto_guarded()
     def step(self) -> None:
         if self.windowed and self._prof is None:
             return
@@ -364,29 +434,43 @@ class TorchCollector:
             self._disarm()
         if self._prof is None:
             return self.trace_ready
-        if self.window == "recording":
-            self._finish_window()
-        elif self.windowed or self.window == "done":
-            pass
-        elif not self.trace_ready or self.fallback == "resumed":
-            self._sync()
-            with cupti.stopping():
-                self._prof.stop()
+        try:
+            if self.window == "recording":
+                self._finish_window()
+            elif self.windowed or self.window == "done":
+                pass
+            elif not self.trace_ready or self.fallback == "resumed":
+                self._sync()
+                with cupti.stopping():
+                    self._prof.stop()
+        except RuntimeError as e:
+            self._lose(e)
         self._prof = None
         return self.trace_ready
 
     def shortfall(self) -> str | None:
         """Why the requested steps or window were not all recorded, or None."""
+        said = self._schedule_shortfall()
+        if self.lost is None:
+            return said
+        # Boundaries counted after the loss say nothing of what was recorded: only a trace exported before it does.
+        return ((said + "; then " if said and self.trace_ready else "") +
+                f"the profiler was stopped from outside roofscope ({self.lost}): another torch.profiler took Kineto"
+                " over (Inductor benchmarking while it compiled, or the program's own); "
+                + ("what was recorded before is kept" if self.trace_ready else "nothing was recorded"))
+
+    def _schedule_shortfall(self) -> str | None:
+        cut = f" (cut short: {self.window_cut})" if self.window_cut else ""
         if self.fallback in ("recorded", "resumed"):
             return (f"no step boundary arrived within {self.stepless_after_s:g} s of the program's"
-                    f" {self.delay_from}: recorded a {STEPLESS_WINDOW_S:g} s time window from there instead"
+                    f" {self.delay_from}: recorded a {STEPLESS_WINDOW_S:g} s time window from there instead{cut}"
                     + (f" (a step schedule started at a later boundary recorded nothing: {self.steps} boundaries"
                        " arrived in all)" if self.fallback == "resumed" else ""))
         if self.windowed:
             if self.window == "waiting":
                 return (f"the program ended before the time window opened (--delay {self.delay_s:g} s, counted from "
                         f"its {self.delay_from})")
-            return None
+            return f"the time window closed early: {self.window_cut}" if self.window_cut else None
         s = self.schedule
         if self.begin is not None and self.steps >= self.begin + s.warmup + s.active:
             return None

@@ -1,0 +1,70 @@
+"""Whether torch.compile is compiling now, and a call when a compilation starts.
+
+While Inductor compiles it may run profiler sessions of its own (benchmarking candidate kernels),
+from other threads too. A Kineto session of roofscope's that is open then is stopped under it:
+measured on an H200 with a cold Inductor cache (docs/validation.md), a step-less window open
+during compilation ended in "Can't disable Kineto profiler when it's not running", raised into the
+user's compile, and in a segfault. So a step-less time window neither opens while a compilation
+runs nor stays open when one starts (collectors/torchprof.py).
+
+Both read Dynamo's compilation callbacks (``torch._dynamo.callback_handler``: its start and end
+callbacks bracket every Dynamo compilation, Inductor's included, and cudagraph trees' recording)
+and AOTAutograd's tracing context (a backward compiled lazily at the first backward). Nothing here
+imports Dynamo: a program that has not imported it is compiling nothing.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+_DYNAMO = "torch._dynamo"
+# CompilationCallbackHandler's count of compilations under way (name-mangled private attribute).
+_PENDING = "_CompilationCallbackHandler__pending_callbacks_counter"
+
+
+def compiling() -> bool:
+    """A Dynamo compilation, or a lazily compiled backward, is under way in this process."""
+    if _DYNAMO not in sys.modules:
+        return False
+    handler = getattr(sys.modules[_DYNAMO], "callback_handler", None)
+    if handler is not None and getattr(handler, _PENDING, 0) > 0:
+        return True
+    guards = sys.modules.get("torch._guards")
+    context = getattr(guards, "TracingContext", None)
+    return context is not None and context.try_get() is not None
+
+
+def another_profiler() -> bool:
+    """A torch.profiler session is enabled in this process (the program's own, or Inductor's)."""
+    profiler = sys.modules.get("torch.autograd.profiler")
+    return bool(getattr(profiler, "_is_profiler_enabled", False))
+
+
+class OnCompileStart:
+    """Calls ``fn`` when a Dynamo compilation starts, while installed. Installed before Dynamo is
+    imported, it registers with Dynamo at the first :meth:`poll` after the import."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn = fn
+        self._handler: Any = None
+
+    def _on_start(self, *_: Any) -> None:
+        self._fn()
+
+    def poll(self) -> None:
+        if self._handler is not None or _DYNAMO not in sys.modules:
+            return
+        handler = getattr(sys.modules[_DYNAMO], "callback_handler", None)
+        if handler is not None:
+            handler.register_start_callback(self._on_start)
+            self._handler = handler
+
+    install = poll
+
+    def remove(self) -> None:
+        if self._handler is not None:
+            try:
+                self._handler.remove_start_callback(self._on_start)
+            except ValueError:   # the program cleared Dynamo's callbacks itself
+                pass
+            self._handler = None

@@ -1,0 +1,115 @@
+"""A time window of roofscope's neither opens during a torch.compile compilation (nor under another
+profiler) nor stays open when one starts, and a profiler transition that fails because someone else
+took Kineto over never raises into the program (collectors/compiling.py, collectors/torchprof.py)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from roofscope.collectors import compiling
+from roofscope.collectors.torchprof import Schedule, TorchCollector
+
+dynamo = pytest.importorskip("torch._dynamo")
+from torch._dynamo.callback import CallbackTrigger  # noqa: E402
+
+
+def _compilation():
+    """What Dynamo wraps every compilation in (convert_frame, and cudagraph trees' recording)."""
+    return dynamo.callback_handler.install_callbacks(CallbackTrigger.DYNAMO, "0/0")
+
+
+def _spin(seconds: float, until=lambda: False) -> None:
+    """CPU work in the main thread for ``seconds`` (the alarm runs between its bytecodes)."""
+    x = torch.randn(32, 32)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not until():
+        x = torch.tanh(x @ x)
+
+
+def test_compiling_is_seen_only_inside_a_compilation():
+    assert not compiling.compiling()
+    with _compilation():
+        assert compiling.compiling()
+        with _compilation():      # nested: still one compilation under way
+            assert compiling.compiling()
+        assert compiling.compiling()
+    assert not compiling.compiling()
+
+
+def test_the_watch_calls_back_at_a_compilations_start_until_removed():
+    calls = []
+    watch = compiling.OnCompileStart(lambda: calls.append(1))
+    watch.install()
+    with _compilation():
+        with _compilation():      # Dynamo runs the start callbacks once for nested compilations
+            pass
+    assert calls == [1]
+    watch.remove()
+    with _compilation():
+        pass
+    assert calls == [1]
+
+
+def test_a_stepless_window_waits_for_a_compilation_to_end(tmp_path: Path):
+    c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.05)
+    try:
+        with _compilation():
+            c.start()
+            # 0.05 s to the alarm, then retried every 0.5 s while compiling: never opened in here.
+            _spin(0.3)
+            assert c.fallback == "armed" and c.window is None
+        _spin(2.0, until=lambda: c.window == "recording")
+        assert c.fallback == "recording"
+    finally:
+        c.stop()
+    assert c.trace_ready
+
+
+def test_a_stepless_window_closes_when_a_compilation_starts(tmp_path: Path):
+    c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.05)
+    c.start()
+    try:
+        _spin(2.0, until=lambda: c.window == "recording")
+        assert c.window == "recording"
+        with _compilation():
+            # Closed in Dynamo's start callback, before anything of the compilation ran.
+            assert c.window == "done" and c.fallback == "recorded"
+        assert c.window_cut == "a torch.compile compilation began"
+    finally:
+        c.stop()
+    assert c.trace_ready and (tmp_path / "trace.json").stat().st_size > 0
+    assert "recorded a 5 s time window from there instead (cut short: a torch.compile compilation began)" \
+        in c.shortfall()
+
+
+def test_a_window_does_not_open_under_another_profiler(tmp_path: Path):
+    c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.05)
+    try:
+        with torch.profiler.profile():
+            c.start()
+            _spin(0.3)
+            assert c.fallback == "armed"
+    finally:
+        c.stop()
+
+
+def test_a_failed_transition_gives_up_instead_of_raising(tmp_path: Path):
+    c = TorchCollector(tmp_path / "trace.json", Schedule(0, 1, 2), duration_s=None, stepless_after_s=None)
+    c.start()
+    assert c.phase == "warmup"
+
+    def taken_over() -> None:
+        raise RuntimeError("Can't disable Kineto profiler when it's not running")
+
+    c._prof.step = taken_over
+    c.step()                      # no raise into the program's hook
+    assert c.done and c.phase == "done" and not c.trace_ready
+    c.step()                      # later boundaries: nothing more is tried
+    assert c.stop() is False
+    assert c.shortfall() == (
+        "the profiler was stopped from outside roofscope (Can't disable Kineto profiler when it's not running):"
+        " another torch.profiler took Kineto over (Inductor benchmarking while it compiled, or the program's own);"
+        " nothing was recorded")
