@@ -83,7 +83,8 @@ class Collection(Bounded):
     exit_after_profile: bool = option(False, "End the script (exit code 0) as soon as the profiled steps are "
                                              "recorded.")
     stepless_after: float = option(10.0, "Without a step boundary this many seconds after the first GPU work, record "
-                                         "a 5 s time window from there instead (0: never).", metavar="SECONDS", min=0)
+                                         "a 5 s time window from there, replacing the one recorded from the first GPU "
+                                         "work (0: no step-less windows at all).", metavar="SECONDS", min=0)
     step_on: str | None = option(None, "What one step is when the script has no optimizer or roofscope.step(): one "
                                        "outermost nn.Module forward (the default then), one generate() call, or one "
                                        "call of MODULE.FUNC.", metavar="forward|generate|MODULE.FUNC")

@@ -77,3 +77,24 @@ def _hermetic_ceilings_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ROOFSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("roofscope-cache")))
     monkeypatch.delenv("ROOFSCOPE_NO_CACHE", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+
+@pytest.fixture
+def fake_graph(monkeypatch: pytest.MonkeyPatch) -> tuple[type, list[str]]:
+    """A stand-in for torch.cuda.CUDAGraph (CPU) that logs its calls, installed as that class."""
+    import torch
+
+    calls: list[str] = []
+
+    class FakeGraph:
+        def capture_begin(self, *a, **k):
+            calls.append("begin")
+
+        def capture_end(self):
+            calls.append("end")
+
+        def replay(self):
+            calls.append("replay")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    return FakeGraph, calls

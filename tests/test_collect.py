@@ -187,9 +187,12 @@ def test_no_steps_warns_and_duration_window_works(tmp_path: Path, capsys) -> Non
     s.write_text("import torch, time\nx = torch.randn(64, 64)\nt = time.time()\n"
                  "while time.time() - t < 2:\n    x = torch.tanh(x @ x)\n")
     out = tmp_path / "run"
-    assert main(["run", "-o", str(out), *PEAKS, str(s)]) == 2
+    # No boundary in 2 s: the Run holds the opening step-less window (tests/test_stepless.py), and
+    # the warning names the ways to mark steps or ask for a window.
+    assert main(["run", "-o", str(tmp_path / "stepless"), *PEAKS, str(s)]) == 0
     err = capsys.readouterr().err
-    assert "no step boundary arrived" in err and "--duration" in err and not out.exists()
+    assert "recorded a time window instead of steps" in err and "no step boundary arrived" in err
+    assert "--duration" in err and "--step-on" in err
     assert main(["run", "-o", str(out), *PEAKS, "--duration", "0.2", "--delay", "0.1", str(s)]) == 0
     meta = _meta(out)
     assert meta["steps"]["requested"] == {"duration_s": 0.2, "delay_s": 0.1}

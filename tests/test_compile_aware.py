@@ -75,14 +75,19 @@ def test_a_stepless_window_closes_when_a_compilation_starts(tmp_path: Path):
         _spin(2.0, until=lambda: c.window == "recording")
         assert c.window == "recording"
         with _compilation():
-            # Closed in Dynamo's start callback, before anything of the compilation ran.
-            assert c.window == "done" and c.fallback == "recorded"
+            # Closed and held in Dynamo's start callback, before anything of the compilation ran.
+            assert c.window is None and c.fallback == "held" and c.held.path is not None
+            _spin(0.7)          # the retry (0.5 s) finds the compilation still under way: no new window
+            assert c.fallback == "held"
         assert c.window_cut == "a torch.compile compilation began"
+        # Once it is over, another window records the compiled code.
+        _spin(2.0, until=lambda: c.fallback == "recording")
+        assert c.fallback == "recording"
     finally:
         c.stop()
-    assert c.trace_ready and (tmp_path / "trace.json").stat().st_size > 0
-    assert "recorded a 5 s time window from there instead (cut short: a torch.compile compilation began)" \
-        in c.shortfall()
+    assert c.trace_ready and c.kept_window == "recorded" and (tmp_path / "trace.json").stat().st_size > 0
+    assert c.shortfall().startswith("recorded a time window instead of steps, ")
+    assert c.shortfall().endswith("(cut short: a torch.compile compilation began)")
 
 
 def test_a_window_does_not_open_under_another_profiler(tmp_path: Path):

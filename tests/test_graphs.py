@@ -128,26 +128,6 @@ def test_report_takes_the_graph_capture_too(tmp_path: Path) -> None:
     # Without the capture: "100.0% of non-communication time has no cost model: graph_replay 100.0% (15)".
     assert "0.0% of non-communication time has no cost model." in out.read_text()
 
-@pytest.fixture
-def fake_graph(monkeypatch: pytest.MonkeyPatch) -> tuple[type, list[str]]:
-    """A stand-in for torch.cuda.CUDAGraph (CPU) that logs its calls, installed as that class."""
-    import torch
-
-    calls: list[str] = []
-
-    class FakeGraph:
-        def capture_begin(self, *a, **k):
-            calls.append("begin")
-
-        def capture_end(self):
-            calls.append("end")
-
-        def replay(self):
-            calls.append("replay")
-
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
-    return FakeGraph, calls
-
 
 def test_recorder_labels_captures_and_replays(tmp_path: Path, fake_graph) -> None:
     """GraphRecorder's patching on a stand-in CUDAGraph class (CPU): ids, a capture profiler of its own

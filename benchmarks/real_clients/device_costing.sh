@@ -6,12 +6,17 @@ set -u
 cd "$(dirname "$0")/../.."
 source benchmarks/real_clients/device_env.sh
 mkdir -p "$OUT" rc
-timeout 150 python3 -m roofscope microbench --quick > "$OUT/microbench.txt" 2>&1; tail -3 "$OUT/microbench.txt"
+timeout 150 python3 -m roofscope microbench ${MB_FLAGS:-} > "$OUT/microbench.txt" 2>&1; tail -3 "$OUT/microbench.txt"
 timeout 200 python3 -m roofscope run -o rc/detection --force --no-report benchmarks/real_clients/torchvision_detection.py \
   --steps 20 > rc/detection.txt 2>&1; echo "detection rc=$?"
-timeout 90 python3 -m roofscope run -o rc/triton --force --no-report --stepless-after 1 \
-  benchmarks/real_clients/triton_user_kernel.py --steps 30000 > rc/triton.txt 2>&1; echo "triton rc=$?"
-for r in rc/detection rc/triton ${RUNS_DIR:+$RUNS_DIR/*}; do
+# A user's Triton kernel with no step: a short script (its opening window) and a 12 s loop (the
+# window --stepless-after seconds after the first GPU work replaces the opening one).
+timeout 90 python3 -m roofscope run -o rc/triton --force --no-report \
+  benchmarks/real_clients/triton_user_kernel.py --steps 50 > rc/triton.txt 2>&1; echo "triton rc=$?"
+timeout 90 python3 -m roofscope run -o rc/triton_loop --force --no-report \
+  benchmarks/real_clients/triton_loop.py --seconds 12 > rc/triton_loop.txt 2>&1; echo "triton_loop rc=$?"
+grep -h "time window" rc/triton.txt rc/triton_loop.txt
+for r in rc/detection rc/triton rc/triton_loop ${RUNS_DIR:+$RUNS_DIR/*}; do
   [ -f "$r/run.json" ] || { echo "$r: no Run"; continue; }
   python3 - "$r" <<'PY'
 import sys, roofscope
@@ -25,4 +30,4 @@ for f in s["findings"][:4]:
 PY
 done
 grep -E "^(step|own)" rc/detection.txt | tail -3
-tar czf "$OUT/costing_runs.tgz" rc/detection rc/triton rc/*.txt 2>/dev/null
+tar czf "$OUT/costing_runs.tgz" rc/detection rc/triton rc/triton_loop rc/*.txt 2>/dev/null

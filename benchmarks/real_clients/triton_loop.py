@@ -1,8 +1,9 @@
 """A user's own Triton kernel in a plain loop: no nn.Module, no optimizer, no roofscope.step().
-No step boundary ever arrives, so `roofscope run` records a 5 s time window from --stepless-after
-seconds after the first GPU work (collectors/torchprof.py) and still writes a Run.
+No step boundary ever arrives, so `roofscope run` records a 5 s time window from the first GPU work,
+then, still without a boundary --stepless-after seconds (10) after it, a second one that replaces
+the first (collectors/torchprof.py), and writes a Run of that one.
 
-    roofscope run --stepless-after 2 benchmarks/real_clients/triton_loop.py --seconds 12
+    roofscope run benchmarks/real_clients/triton_loop.py --seconds 12
 """
 from __future__ import annotations
 

@@ -6,12 +6,16 @@ is wrapped in the annotation ``roofscope: graph capture N`` and every replay in 
 graph replay N`` (cost/graphs.py matches the two). A capture that happens while the
 session's profiler is not recording (graphs are usually captured during warm-up) is recorded
 by a short profiler of its own, from ``capture_begin`` to ``capture_end``, into
-``capture-NNNN.json`` (a warming-up session profiler steps aside for it and starts again after); the Run keeps those as ``graph-capture-NNNN.json.gz``. While the session records,
+``capture-NNNN.json`` (a warming-up session profiler steps aside for it and starts again after);
+the Run keeps those as ``graph-capture-NNNN.json.gz``. A capture inside a step-less window stays in
+the window's trace (starting a session there is a hazard, collectors/torchprof.py), which is kept
+as a capture file too (:meth:`GraphRecorder.adopt`) in case the steps' trace becomes the Run's. While the session records,
 the capture lands in the main trace itself. The first ``limit`` captures are recorded.
 """
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +37,7 @@ class GraphRecorder:
         self.files: list[Path] = []
         self.skipped = 0                  # captures not recorded (limit, or the session was warming up)
         self.captures = 0
+        self._in_trace = 0                # captures recorded in a running profile since the last window was filed
         self.errors: list[str] = []       # recording failures (the captures themselves went on)
         self._ids = itertools.count()
         self._saved: dict[str, Any] = {}
@@ -48,6 +53,17 @@ class GraphRecorder:
         self.files, self.errors = list(earlier.files), list(earlier.errors)
         self.skipped, self.captures = earlier.skipped, earlier.captures
         self._ids = itertools.count(next(earlier._ids))
+
+    def file_window(self, trace: Path) -> None:
+        """A step-less window's trace was held (collectors/stepless.py): when captures were recorded
+        in it, keep a copy as a capture file, for their replays in a later trace of the steps."""
+        if not self._in_trace:
+            return
+        self._in_trace = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"capture-window-{len(self.files):04d}.json"
+        shutil.copyfile(trace, path)
+        self.files.append(path)
 
     def install(self) -> None:
         import torch
@@ -110,7 +126,9 @@ class GraphRecorder:
             return
         self.captures += 1
         own = None
-        if not torch.autograd.profiler._is_profiler_enabled:
+        if torch.autograd.profiler._is_profiler_enabled:
+            self._in_trace += 1   # recorded in the running profile (the session's steps or step-less window)
+        else:
             if len(self.files) >= self.limit or not self.make_room():
                 self.skipped += 1
                 return

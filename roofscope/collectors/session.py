@@ -342,6 +342,7 @@ class Session:
             if earlier is not None:
                 self._graphs.adopt(earlier)
             self._graphs.install()
+            collector.held.on_hold = self._graphs.file_window
         self._aids_on = True
 
     # -- steps -------------------------------------------------------------------------------
@@ -381,7 +382,10 @@ class Session:
             c.step()  # after the profile: the boundary is counted and timed, and the steps watched
             self._watch_settling()
             return
+        window_open = c.fallback == "recording"
         c.step()
+        if window_open:
+            self.timer.restart()   # closing the step-less window is no step's time
         if self._sampler is not None and c.recording_next:
             self._sampler.energy_every_pass = True
         if c.done:
@@ -406,7 +410,7 @@ class Session:
         schedule runs again from here, on steady steps. Steps that never settle keep it."""
         c = self._collector
         if self._settle_rearmed or self.rearmed or self.config.settle <= 0 or self.part is not None \
-                or c is None or c.windowed or c.fallback is not None or self._settle.outcome is not None:
+                or c is None or c.windowed or self._settle.outcome is not None:
             return
         if self._settle.check(self.timer, self.config) and self._settle.outcome == "settled":
             self._settle_rearmed = self._rearm(
@@ -503,7 +507,7 @@ class Session:
         elif shortfall:
             self.warnings.append(shortfall + self._step_hint(exit_status))
         elif self.config.settle > 0 and not self.rearmed and self.part is None and not c.windowed \
-                and c.fallback is None and c.trace_ready:
+                and c.kept_window is None and c.trace_ready:
             self.warnings.append(
                 "the profile is of the steps right after --wait, and the step times did not settle after it"
                 + (f" ({self._settle.words(self.config)})" if self._settle.outcome == "never settled"
@@ -523,7 +527,7 @@ class Session:
                    **({"delay_from": c.delay_from} if c.windowed else
                       {"profiled_from": (c.begin + s.warmup) if c.begin is not None else None,
                        "settle": self._settle.to_dict(self.config), "rearmed": self.rearmed}),
-                   **({"stepless_window": c.fallback} if c.fallback not in (None, "armed") else {})},
+                   **({"stepless_window": c.kept_window} if c.kept_window else {})},
             step_times=step_times_columns(step_times, self.timer.dropped if self.timer is not None else 0),
             tokens_per_step=self.config.tokens_per_step, model_flops_per_step=self.config.model_flops_per_step,
             inductor_benchmark_kernel=self.inductor, optimizer=self.optimizer,

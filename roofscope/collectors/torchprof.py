@@ -12,12 +12,24 @@ the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs th
 thread; step boundaries that do arrive are still marked. On a CUDA machine the delay counts
 from the program's first GPU work.
 
-Every script gets a recording: in step mode, when no step boundary has arrived
-``stepless_after_s`` seconds after the program's first GPU work (its start on a CPU machine),
-the collector records a :data:`STEPLESS_WINDOW_S` time window from there instead (a user's own
-kernel in a plain loop: no optimizer, no module, no ``roofscope.step()``). A boundary that
-arrives later still starts the step schedule: the window's trace is kept unless the schedule
-records one of its own.
+Every script gets a recording, also one that never marks a step (a user's own kernel in a plain
+loop: no optimizer, no module, no ``roofscope.step()``) and one that ends in less than a second.
+In step mode the collector records a step-less window from the program's first GPU work (its start
+on a CPU machine): the *opening window*, closed by the first step boundary, by
+:data:`STEPLESS_WINDOW_S`, by a compilation's start (collectors/compiling.py) or by the program's
+end. Its trace is held aside (collectors/stepless.py) and becomes the Run's only when the step
+schedule records none (no boundary ever came, or too few). When no boundary has come
+``stepless_after_s`` seconds after the first GPU work, a second window of the same length is
+recorded from there and replaces the opening one: a long step-less program is profiled past its
+start-up. A CUDA graph captured inside a window is recorded in it (no session switch).
+
+Kineto sessions that follow one another are where the hazards are:
+- a ``record_function`` entered under one session and left while another one records writes into
+  the first one's freed events. The first boundary closes the opening window inside the boundary's
+  own ``record_function`` (``Optimizer.step``), so the step profiler only warms up in that step:
+  ``--wait 0`` (a profiler from the start) and ``--warmup 0`` get no opening window;
+- CUPTI's teardown between them (collectors/cupti.py);
+- Inductor's own profilers while it compiles (collectors/compiling.py).
 """
 from __future__ import annotations
 
@@ -33,13 +45,19 @@ from typing import Any, Callable
 
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import OnCompileStart, another_profiler, compiling
+from roofscope.collectors.stepless import HeldWindow
 from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
-# The time window recorded when no step boundary arrives (seconds).
+# The longest step-less window (seconds).
 STEPLESS_WINDOW_S = 5.0
+# The opening window starts this long after the first GPU work: the alarm's handler runs between
+# the main thread's bytecodes, never inside CUDA's lazy initialization.
+OPENING_DELAY_S = 0.001
+# Windows cut short by a compilation that are followed by another, at most.
+MAX_CUTS = 3
 # A time window that would open while a compilation or another profiler runs waits this long and
 # looks again; one that records looks this often whether a compilation began unseen (seconds).
 BUSY_RETRY_S = 0.5
@@ -118,10 +136,14 @@ class TorchCollector:
         self.settle_words = ""         # how ``ready`` decides, for the shortfall's message
         self.needs_ready = False       # the first profile starts at --wait; a rearm may wait for ``ready``
         self.stepless_after_s = stepless_after_s or None
-        # The step-less fallback: None (off, or a boundary came in time), "armed", "recording", "recorded"
-        # (its trace is the one on disk), "resumed" (a later boundary started the step schedule; the
-        # window's trace stays until...), "superseded" (...the schedule recorded its own)
+        # The step-less windows: None (off, or a step boundary came), "armed" (waiting for the first GPU
+        # work or for a compilation to end), "recording", "held" (a window's trace is held; no boundary yet)
         self.fallback: str | None = None
+        self.held = HeldWindow(trace_path.parent)
+        # What the trace on disk is, when it is a step-less window: "recorded" (no boundary ever came)
+        # or "kept" (boundaries came but the step schedule recorded nothing).
+        self.kept_window: str | None = None
+        self._cuts = 0
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._window_ends = 0.0        # time.monotonic() when the recording window closes
@@ -139,38 +161,41 @@ class TorchCollector:
 
     @property
     def done(self) -> bool:
-        """Everything requested has been recorded: later steps need no profiling (a step-less
-        window's trace is not what was requested: steps that arrive after it are still profiled)."""
-        return self.lost is not None or self.trace_ready and self.fallback not in ("recorded", "resumed")
+        """Everything requested has been recorded (or collection was given up): later steps need no
+        profiling."""
+        return self.lost is not None or self.trace_ready
 
     def _export(self, prof: Any) -> None:
         prof.export_chrome_trace(str(self.trace_path))
         self.trace_ready = True
-        if self.fallback == "recording":
-            self.fallback = "recorded"
-        elif self.fallback == "resumed":
-            self.fallback = "superseded"
+        self.held.drop()          # the schedule's own trace: the step-less window is not needed
 
-    def _new_profile(self, schedule: Any) -> Any:
+    def _new_profile(self, schedule: Any, on_ready: Callable[[Any], None] | None = None) -> Any:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         acts = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
-        return profile(activities=acts, schedule=schedule, record_shapes=True, on_trace_ready=self._export,
-                       experimental_config=self.experimental_config)
+        return profile(activities=acts, schedule=schedule, record_shapes=True,
+                       on_trace_ready=on_ready or self._export, experimental_config=self.experimental_config)
 
     @_kineto_guarded()
     def start(self) -> None:
         if not self.windowed:
-            self._maybe_begin()
             main = threading.current_thread() is threading.main_thread()
+            s = self.schedule
+            # No opening window where the step profiler would record in the boundary that closes it
+            # (module docstring), nor without the main thread's alarm.
+            opening = bool(self.stepless_after_s and main and s.wait > 0 and s.warmup > 0)
+            if not opening:
+                self._maybe_begin()
             # A profiler already recording (no wait, no warm-up, no settling) records a step-less script anyway.
             if self.stepless_after_s and self.phase != "recording" and main:
                 self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
                 self.fallback = "armed"
-                self._from_first_gpu_work(self.stepless_after_s, lambda: self.fallback == "armed")
+                self._from_first_gpu_work(OPENING_DELAY_S if opening else self.stepless_after_s,
+                                          lambda: self.fallback == "armed")
             return
         if threading.current_thread() is not threading.main_thread():
             raise RoofscopeError("a time window (--duration) needs the main thread (it uses SIGALRM)")
@@ -236,6 +261,7 @@ class TorchCollector:
         import torch
 
         def arm() -> None:
+            self.held.first_work = time.monotonic()
             if still():
                 signal.setitimer(signal.ITIMER_REAL, seconds)
 
@@ -249,10 +275,10 @@ class TorchCollector:
     @_kineto_guarded()
     def _on_alarm(self, *_: Any) -> None:
         # Runs in the main thread between bytecodes, so no op is half-recorded.
-        opening = self.fallback == "armed" or self.window == "waiting"
+        opening = self.fallback in ("armed", "held") or self.window == "waiting"
         if opening and (compiling() or another_profiler()):
             signal.setitimer(signal.ITIMER_REAL, BUSY_RETRY_S)   # Kineto is not ours to take now
-        elif self.fallback == "armed":
+        elif self.fallback in ("armed", "held"):
             self._begin_stepless()
         elif self.window == "waiting":
             self._sync()
@@ -263,7 +289,7 @@ class TorchCollector:
             if compiling():   # begun before the watch could see it: close now rather than under Inductor's profiler
                 self._cut_window()
             elif time.monotonic() >= self._window_ends:
-                self._finish_window()
+                self._close_window()
             else:
                 signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, self._window_ends - time.monotonic()))
 
@@ -278,9 +304,25 @@ class TorchCollector:
             self._cut_window()
 
     def _cut_window(self) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         self.window_cut = "a torch.compile compilation began"
-        self._finish_window()
+        self._close_window()
+        if self.fallback == "held" and self._cuts < MAX_CUTS:
+            # Another window once the compilation is over (the alarm waits for it): the compiled code's.
+            self._cuts += 1
+            signal.setitimer(signal.ITIMER_REAL, BUSY_RETRY_S)
+
+    def _close_window(self, then_start: bool = False) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if self.fallback != "recording":
+            self._finish_window()
+            return
+        self._finish_window(then_start)   # exported aside by HeldWindow.hold
+        self._prof = None
+        self.window = None
+        self.fallback = "held"
+        late = self.stepless_after_s - self.held.since_first_work() if self.stepless_after_s else 0.0
+        if late > 0:
+            signal.setitimer(signal.ITIMER_REAL, late)
 
     def _lose(self, error: BaseException) -> None:
         """Give the collection up after a failed profiler transition: what was exported stays."""
@@ -302,36 +344,31 @@ class TorchCollector:
         signal.signal(signal.SIGALRM, self._old_alarm if self._old_alarm is not None else signal.SIG_DFL)
 
     def _begin_stepless(self) -> None:
-        """No step boundary yet: drop a warming-up profiler (it holds nothing) and record a time
-        window from now."""
+        """No step boundary yet (so no step profiler either: :meth:`start`): record a time window from
+        now, the opening one at the first GPU work or a later one that replaces it."""
         from torch.profiler import ProfilerAction
 
-        if self._prof is not None:
-            with cupti.stopping(then_start=True):
-                self._prof.stop()
-        self._prof = self._new_profile(lambda _: ProfilerAction.RECORD)
+        self._prof = self._new_profile(lambda _: ProfilerAction.RECORD, self.held.hold)
         self.fallback = "recording"
+        self.held.opened()
         self._sync()
         self._start_prof()
         self._open_window(STEPLESS_WINDOW_S)
 
-    def _resume_steps(self) -> None:
-        """A step boundary after the step-less window opened: close the window (its trace is kept
-        until the schedule records one) and wait for the step schedule from this boundary."""
-        if self.window == "recording":
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            self._finish_window()
+    def _end_stepless(self) -> None:
+        """A step boundary came: the step schedule takes over from here. A window still recording is
+        closed and held: it is the trace only if the schedule records none. The step profiler may
+        start in this boundary: CUPTI stays attached for it."""
+        if self.fallback == "recording":
+            self._close_window(then_start=self.steps + 1 >= self.schedule.wait)
         self._disarm()
-        self.window = None
-        self.fallback = "resumed"
-        self._prof = None
-        self.schedule = Schedule(self.steps + self.schedule.wait, self.schedule.warmup, self.schedule.active)
+        self.fallback = None
 
-    def _finish_window(self) -> None:
+    def _finish_window(self, then_start: bool = False) -> None:
         self.window = "done"
         self._compile_watch.remove()
         self._sync()
-        with cupti.stopping():
+        with cupti.stopping(then_start):
             self._prof.stop()
 
     @_kineto_guarded(default=True)
@@ -383,11 +420,8 @@ class TorchCollector:
     def step(self) -> None:
         if self.windowed and self._prof is None:
             return
-        if self.fallback == "armed":
-            self.fallback = None   # a boundary arrived in time: no window needed
-            self._disarm()
-        elif self.fallback in ("recording", "recorded"):
-            self._resume_steps()
+        if self.fallback is not None:
+            self._end_stepless()
         self.steps += 1   # counted after the profile too: boundaries number the steps for a rearm
         if self.done:
             return
@@ -429,23 +463,27 @@ class TorchCollector:
                     pass
 
     def stop(self) -> bool:
-        """Stop recording (keeping a partly recorded active phase); True when a trace was written."""
-        if self.windowed or self.fallback is not None:
-            self._disarm()
-        if self._prof is None:
-            return self.trace_ready
+        """Stop recording (keeping a partly recorded active phase); True when a trace was written.
+        With none from the schedule, a held step-less window is written instead."""
         try:
-            if self.window == "recording":
-                self._finish_window()
-            elif self.windowed or self.window == "done":
-                pass
-            elif not self.trace_ready or self.fallback == "resumed":
-                self._sync()
-                with cupti.stopping():
-                    self._prof.stop()
+            if self.fallback == "recording":
+                self._close_window()
+            if self.windowed or self.fallback is not None:
+                self._disarm()
+            if self._prof is not None:
+                if self.window == "recording":
+                    self._finish_window()
+                elif not (self.windowed or self.window == "done" or self.trace_ready):
+                    self._sync()
+                    with cupti.stopping():
+                        self._prof.stop()
         except RuntimeError as e:
             self._lose(e)
         self._prof = None
+        if not self.trace_ready and self.held.keep_as(self.trace_path):
+            self.kept_window = "recorded" if self.steps == 0 else "kept"
+            self.trace_ready = True
+        self.held.drop()
         return self.trace_ready
 
     def shortfall(self) -> str | None:
@@ -460,12 +498,9 @@ class TorchCollector:
                 + ("what was recorded before is kept" if self.trace_ready else "nothing was recorded"))
 
     def _schedule_shortfall(self) -> str | None:
-        cut = f" (cut short: {self.window_cut})" if self.window_cut else ""
-        if self.fallback in ("recorded", "resumed"):
-            return (f"no step boundary arrived within {self.stepless_after_s:g} s of the program's"
-                    f" {self.delay_from}: recorded a {STEPLESS_WINDOW_S:g} s time window from there instead{cut}"
-                    + (f" (a step schedule started at a later boundary recorded nothing: {self.steps} boundaries"
-                       " arrived in all)" if self.fallback == "resumed" else ""))
+        window = self.held.words(self.delay_from, self.stepless_after_s) + (f" (cut short: {self.window_cut})" if self.window_cut else "")
+        if self.kept_window == "recorded":
+            return f"recorded a time window instead of steps, {window}"
         if self.windowed:
             if self.window == "waiting":
                 return (f"the program ended before the time window opened (--delay {self.delay_s:g} s, counted from "
@@ -476,12 +511,14 @@ class TorchCollector:
             return None
         got = (f"requested {s.wait} wait + {s.warmup} warmup + {s.active} active steps, but only "
                f"{self.steps} step boundar{'y' if self.steps == 1 else 'ies'} arrived")
+        nothing = (f"; the steps recorded nothing: kept the time window recorded before the first of them, {window}"
+                   if self.kept_window == "kept" else "; nothing was recorded")
         if self.begin is None:
             settling = (f" (after the wait, roofscope waited for the step times to settle: {self.settle_words})"
                         if self.needs_ready and self.steps >= s.wait and self.settle_words else "")
-            return got + settling + "; nothing was recorded"
+            return got + settling + nothing
         complete = self.steps - self.begin - s.warmup
         if complete < 0:
-            return got + "; nothing was recorded"
+            return got + nothing
         return got + (f"; recorded {complete} complete active step{'' if complete == 1 else 's'}"
                       " and the step that was running when profiling stopped")

@@ -59,9 +59,10 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
     if "duration_s" in requested:
         raise RoofscopeError("counters need step boundaries, and this Run profiled a time window (--duration);"
                              " record a Run over steps (roofscope.step() or an optimizer) instead")
-    if isinstance(steps, dict) and steps.get("stepless_window") in ("recorded", "resumed"):
-        raise RoofscopeError("counters need step boundaries, and none arrived in this Run: it recorded a time window"
-                             " instead (--stepless-after); mark steps with --step-on or roofscope.step()")
+    # "resumed": the name older Runs gave a kept window.
+    if isinstance(steps, dict) and steps.get("stepless_window") in ("recorded", "kept", "resumed"):
+        raise RoofscopeError("counters need profiled steps, and this Run's steps recorded none: its trace is a"
+                             " step-less time window; mark steps with --step-on or roofscope.step(), or run more steps")
     if not all(isinstance(requested.get(k), int) for k in ("wait", "warmup", "active")):
         raise RoofscopeError("the Run's run.json records no step schedule (steps.requested wait/warmup/active),"
                              " so the counters pass cannot find its steps again")
