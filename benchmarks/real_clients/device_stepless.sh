@@ -18,7 +18,7 @@ import sys, roofscope
 a = roofscope.analyze(sys.argv[1]); k = a.kernels[a.kernels["cat"] == "kernel"]
 names = k["name"].astype(str)
 print(f"kernels {len(k)}, of them the user's Triton kernel {names.str.contains('scale').sum()},"
-      f" GPU time {k['dur'].sum() / 1e3:.2f} ms")
+      f" GPU time {k['dur_s'].sum() * 1e3:.2f} ms")
 PY
 done
 MODES="default default" bash benchmarks/real_clients/compile_repro.sh

@@ -23,6 +23,7 @@ class HeldWindow:
     directory: Path
     first_work: float | None = None     # time.monotonic() of the program's first GPU work (its start on a CPU)
     span: tuple[float, float] = (0.0, 0.0)   # the window's start and end, seconds after first_work
+    windows: int = 0                    # windows opened; the first is the opening one
     path: Path | None = None
     # Called with each held trace (the graph recorder adopts one that holds captures).
     on_hold: Callable[[Path], None] | None = field(default=None, repr=False)
@@ -31,13 +32,14 @@ class HeldWindow:
         return time.monotonic() - self.first_work if self.first_work is not None else 0.0
 
     def opened(self) -> None:
+        self.windows += 1
         self.span = (self.since_first_work(), 0.0)
 
     def hold(self, prof: Any) -> None:
         """torch.profiler's ``on_trace_ready`` for a window: export it aside (replacing an earlier one)."""
+        self.span = (self.span[0], self.since_first_work())   # writing it out is no part of it
         self.path = self.directory / NAME
         prof.export_chrome_trace(str(self.path))
-        self.span = (self.span[0], self.since_first_work())
         if self.on_hold is not None:
             self.on_hold(self.path)
 
@@ -57,7 +59,7 @@ class HeldWindow:
     def words(self, counted_from: str, late_after: float | None) -> str:
         """Which stretch the window covers, for the shortfall (``late_after``: --stepless-after)."""
         start, end = self.span
-        if start < 0.05:
+        if self.windows == 1:   # the opening window: from the first GPU work (less the profiler's start)
             return f"the first {end:.1f} s from the program's {counted_from}"
         late = f" (--stepless-after {late_after:g})" if late_after and start >= late_after else ""
         return f"{start:.1f} to {end:.1f} s after the program's {counted_from}{late}"
