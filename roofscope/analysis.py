@@ -263,7 +263,12 @@ def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.Dat
         s["counters"] = counters
     s.update({"metrics": step_metrics, "step_time": own, "telemetry": tel, "timeline": tl.to_dict()})
     if meta:
-        s["run"] = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
+        run = {key: meta.get(key) for key in ("command", "started", "exit_status", "steps", "warnings")}
+        if isinstance(run["steps"], dict):
+            # run.json gains the recorded steps after its first analysis (pipeline.py): this analysis's own,
+            # so that analysis and every re-analysis say the same.
+            run["steps"] = {**run["steps"], "recorded": s["steps"]}
+        s["run"] = run
     s["findings"] = [f.to_dict() for f in diagnosis.findings]
     s["diagnosis"] = diagnosis.to_dict()
     return s

@@ -289,3 +289,15 @@ def test_explicit_steps_still_record_the_optimizer(tmp_path: Path) -> None:
     assert meta["steps"]["source"] == "explicit" and meta["steps"]["boundaries_seen"] == 6
     assert meta["optimizer"] == {"class": "SGD", "tensors": 2, "params": 272, "fused": None, "foreach": None,
                                  "groups": [{"tensors": 2, "numel": 272, "itemsize": 4}]}
+
+
+def test_the_first_summary_names_the_recorded_steps_as_a_reanalysis_does(script: Path, tmp_path: Path) -> None:
+    # run.json gains steps.recorded after the first analysis; the summary written then says the same
+    # (wait 1 + warmup 2: steps 3, 4, 5 recorded), so re-analyzing the Run changes nothing there.
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", str(script)]) == 0
+    first = json.loads((out / "summary.json").read_text())
+    assert first["steps"] == [3, 4, 5] and first["run"]["steps"]["recorded"] == [3, 4, 5]
+    assert _meta(out)["steps"]["recorded"] == [3, 4, 5]
+    again = roofscope.analyze(out).summary()
+    assert again["run"]["steps"] == first["run"]["steps"]
