@@ -118,3 +118,21 @@ def test_a_failed_transition_gives_up_instead_of_raising(tmp_path: Path):
         "the profiler was stopped from outside roofscope (Can't disable Kineto profiler when it's not running):"
         " another torch.profiler took Kineto over (Inductor benchmarking while it compiled, or the program's own);"
         " nothing was recorded")
+
+
+def test_a_window_lost_to_another_profiler_ends_cleanly(tmp_path: Path):
+    # lightning_cnn --compile on the H200: the window's profiler failed under Inductor's, and stop()
+    # then called stop() on the dropped profiler (AttributeError, roofscope's own traceback).
+    c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.05)
+    c.start()
+    _spin(2.0, until=lambda: c.window == "recording")
+
+    def taken_over() -> None:
+        raise RuntimeError("Can't disable Kineto profiler when it's not running")
+
+    real_stop, c._prof.stop = c._prof.stop, taken_over
+    c._on_compile_start()         # Dynamo's start callback: no raise into the compilation
+    assert c.lost and c.fallback is None and c.done
+    c.step()
+    assert c.stop() is False and "stopped from outside roofscope" in c.shortfall()
+    real_stop()                   # the Kineto session itself, for the next test

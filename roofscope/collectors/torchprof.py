@@ -299,6 +299,7 @@ class TorchCollector:
         self._compile_watch.install()
         signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, seconds))
 
+    @_kineto_guarded()
     def _on_compile_start(self) -> None:
         if self.window == "recording":
             self._cut_window()
@@ -337,6 +338,7 @@ class TorchCollector:
                 self._disarm()
             except ValueError:   # not the main thread: no alarm of ours there
                 pass
+        self.fallback = None     # no window opens any more; one held before stays (stop() keeps it)
 
     def _disarm(self) -> None:
         """Cancel the alarm and give SIGALRM back to whoever had it."""
@@ -367,6 +369,8 @@ class TorchCollector:
     def _finish_window(self, then_start: bool = False) -> None:
         self.window = "done"
         self._compile_watch.remove()
+        if self._prof is None:   # given up already (_lose)
+            return
         self._sync()
         with cupti.stopping(then_start):
             self._prof.stop()
