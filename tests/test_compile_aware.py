@@ -136,3 +136,35 @@ def test_a_window_lost_to_another_profiler_ends_cleanly(tmp_path: Path):
     c.step()
     assert c.stop() is False and "stopped from outside roofscope" in c.shortfall()
     real_stop()                   # the Kineto session itself, for the next test
+
+
+def test_a_program_that_imported_dynamo_gets_no_opening_window(tmp_path: Path, monkeypatch):
+    # Cold lightning --compile on the H200: a compilation under the opening window left the step
+    # profiler unable to start (2 of 2 runs). Such a program gets only the --stepless-after window.
+    c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.6)
+    try:
+        c.start()
+        _spin(0.3)
+        assert c.fallback == "armed" and c.held.windows == 0     # Dynamo is imported in this process
+        _spin(2.0, until=lambda: c.window == "recording")
+        assert c.held.windows == 1 and c.held.span[0] >= 0.6       # the --stepless-after one
+    finally:
+        c.stop()
+
+
+def test_an_opening_window_closes_when_dynamo_is_imported_under_it(tmp_path: Path, monkeypatch):
+    from roofscope.collectors import torchprof
+
+    imported = [False]
+    monkeypatch.setattr(torchprof, "dynamo_imported", lambda: imported[0])
+    c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=30)
+    try:
+        c.start()
+        _spin(2.0, until=lambda: c.window == "recording")
+        assert c.held.windows == 1
+        imported[0] = True          # the program imports torch.compile's Dynamo: the next tick closes
+        _spin(1.0, until=lambda: c.window is None)
+        assert c.fallback == "held" and c.window_cut == "torch.compile was imported"
+    finally:
+        c.stop()
+    assert c.kept_window == "recorded"

@@ -22,6 +22,11 @@ _DYNAMO = "torch._dynamo"
 _PENDING = "_CompilationCallbackHandler__pending_callbacks_counter"
 
 
+def dynamo_imported() -> bool:
+    """The program has imported Dynamo (``torch.compile`` does): it compiles, probably soon."""
+    return _DYNAMO in sys.modules
+
+
 def compiling() -> bool:
     """A Dynamo compilation, or a lazily compiled backward, is under way in this process."""
     if _DYNAMO not in sys.modules:

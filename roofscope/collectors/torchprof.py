@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.collectors import cupti
-from roofscope.collectors.compiling import OnCompileStart, another_profiler, compiling
+from roofscope.collectors.compiling import OnCompileStart, another_profiler, compiling, dynamo_imported
 from roofscope.collectors.stepless import HeldWindow
 from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
@@ -147,6 +147,7 @@ class TorchCollector:
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._window_ends = 0.0        # time.monotonic() when the recording window closes
+        self._dynamo_at_open = False   # Dynamo was imported when the recording window opened
         self._compile_watch = OnCompileStart(self._on_compile_start)
         self.window_cut: str | None = None  # why a time window closed early (a compilation began)
         self.lost: str | None = None   # the profiler error that ended collection (another profiler took Kineto)
@@ -278,6 +279,12 @@ class TorchCollector:
         opening = self.fallback in ("armed", "held") or self.window == "waiting"
         if opening and (compiling() or another_profiler()):
             signal.setitimer(signal.ITIMER_REAL, BUSY_RETRY_S)   # Kineto is not ours to take now
+        elif self.fallback == "armed" and self.held.windows == 0 and dynamo_imported() and self._late() > 0:
+            # No opening window in a program that compiles: a compilation that starts under it leaves
+            # the step profiler unable to start ("Profiler is already enabled on this thread": 2 of 2
+            # cold lightning --compile runs on the H200). Only the --stepless-after one, which waits
+            # for compilations to end.
+            signal.setitimer(signal.ITIMER_REAL, self._late())
         elif self.fallback in ("armed", "held"):
             self._begin_stepless()
         elif self.window == "waiting":
@@ -288,12 +295,15 @@ class TorchCollector:
             self._compile_watch.poll()
             if compiling():   # begun before the watch could see it: close now rather than under Inductor's profiler
                 self._cut_window()
+            elif self.held.windows == 1 and not self._dynamo_at_open and dynamo_imported():
+                self._cut_window("torch.compile was imported")   # before it compiles (above)
             elif time.monotonic() >= self._window_ends:
                 self._close_window()
             else:
                 signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, self._window_ends - time.monotonic()))
 
     def _open_window(self, seconds: float) -> None:
+        self._dynamo_at_open = dynamo_imported()
         self.window = "recording"
         self._window_ends = time.monotonic() + seconds
         self._compile_watch.install()
@@ -304,8 +314,8 @@ class TorchCollector:
         if self.window == "recording":
             self._cut_window()
 
-    def _cut_window(self) -> None:
-        self.window_cut = "a torch.compile compilation began"
+    def _cut_window(self, why: str = "a torch.compile compilation began") -> None:
+        self.window_cut = why
         self._close_window()
         if self.fallback == "held" and self._cuts < MAX_CUTS:
             # Another window once the compilation is over (the alarm waits for it): the compiled code's.
@@ -321,9 +331,12 @@ class TorchCollector:
         self._prof = None
         self.window = None
         self.fallback = "held"
-        late = self.stepless_after_s - self.held.since_first_work() if self.stepless_after_s else 0.0
-        if late > 0:
-            signal.setitimer(signal.ITIMER_REAL, late)
+        if self._late() > 0:
+            signal.setitimer(signal.ITIMER_REAL, self._late())
+
+    def _late(self) -> float:
+        """Seconds until the --stepless-after window is due (<= 0: due, or none)."""
+        return self.stepless_after_s - self.held.since_first_work() if self.stepless_after_s else 0.0
 
     def _lose(self, error: BaseException) -> None:
         """Give the collection up after a failed profiler transition: what was exported stays."""
