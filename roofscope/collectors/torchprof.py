@@ -56,8 +56,6 @@ STEPLESS_WINDOW_S = 5.0
 # The opening window starts this long after the first GPU work: the alarm's handler runs between
 # the main thread's bytecodes, never inside CUDA's lazy initialization.
 OPENING_DELAY_S = 0.001
-# Windows cut short by a compilation that are followed by another, at most.
-MAX_CUTS = 3
 # A time window that would open while a compilation or another profiler runs waits this long and
 # looks again; one that records looks this often whether a compilation began unseen (seconds).
 BUSY_RETRY_S = 0.5
@@ -143,7 +141,8 @@ class TorchCollector:
         # What the trace on disk is, when it is a step-less window: "recorded" (no boundary ever came)
         # or "kept" (boundaries came but the step schedule recorded nothing).
         self.kept_window: str | None = None
-        self._cuts = 0
+        # Why no step-less window opens any more (a program that compiles), for the shortfall.
+        self.no_window: str | None = None
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._window_ends = 0.0        # time.monotonic() when the recording window closes
@@ -279,12 +278,12 @@ class TorchCollector:
         opening = self.fallback in ("armed", "held") or self.window == "waiting"
         if opening and (compiling() or another_profiler()):
             signal.setitimer(signal.ITIMER_REAL, BUSY_RETRY_S)   # Kineto is not ours to take now
-        elif self.fallback == "armed" and self.held.windows == 0 and dynamo_imported() and self._late() > 0:
-            # No opening window in a program that compiles: a compilation that starts under it leaves
-            # the step profiler unable to start ("Profiler is already enabled on this thread": 2 of 2
-            # cold lightning --compile runs on the H200). Only the --stepless-after one, which waits
-            # for compilations to end.
-            signal.setitimer(signal.ITIMER_REAL, self._late())
+        elif self.fallback in ("armed", "held") and dynamo_imported():
+            # No step-less window in a program that compiles: a window closed when a compilation
+            # began left the step profiler unable to start ("Profiler is already enabled on this
+            # thread": 4 of 4 cold lightning --compile runs on the H200; the compilation keeps and
+            # restores the thread's profiler state). A window held from before stays.
+            self.no_window = "the program imported torch.compile's Dynamo"
         elif self.fallback in ("armed", "held"):
             self._begin_stepless()
         elif self.window == "waiting":
@@ -295,7 +294,7 @@ class TorchCollector:
             self._compile_watch.poll()
             if compiling():   # begun before the watch could see it: close now rather than under Inductor's profiler
                 self._cut_window()
-            elif self.held.windows == 1 and not self._dynamo_at_open and dynamo_imported():
+            elif not self._dynamo_at_open and dynamo_imported():
                 self._cut_window("torch.compile was imported")   # before it compiles (above)
             elif time.monotonic() >= self._window_ends:
                 self._close_window()
@@ -317,10 +316,6 @@ class TorchCollector:
     def _cut_window(self, why: str = "a torch.compile compilation began") -> None:
         self.window_cut = why
         self._close_window()
-        if self.fallback == "held" and self._cuts < MAX_CUTS:
-            # Another window once the compilation is over (the alarm waits for it): the compiled code's.
-            self._cuts += 1
-            signal.setitimer(signal.ITIMER_REAL, BUSY_RETRY_S)
 
     def _close_window(self, then_start: bool = False) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -529,7 +524,8 @@ class TorchCollector:
         got = (f"requested {s.wait} wait + {s.warmup} warmup + {s.active} active steps, but only "
                f"{self.steps} step boundar{'y' if self.steps == 1 else 'ies'} arrived")
         nothing = (f"; the steps recorded nothing: kept the time window recorded before the first of them, {window}"
-                   if self.kept_window == "kept" else "; nothing was recorded")
+                   if self.kept_window == "kept" else "; nothing was recorded"
+                   + (f" (no step-less time window: {self.no_window})" if self.no_window else ""))
         if self.begin is None:
             settling = (f" (after the wait, roofscope waited for the step times to settle: {self.settle_words})"
                         if self.needs_ready and self.steps >= s.wait and self.settle_words else "")
