@@ -16,16 +16,6 @@ dynamo = pytest.importorskip("torch._dynamo")
 from torch._dynamo.callback import CallbackTrigger  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _dynamo_not_imported_by_the_program(monkeypatch):
-    """This test process imported Dynamo (to drive its callbacks), which would keep every step-less
-    window shut (test_a_program_that_imported_dynamo_gets_no_window): the programs simulated here
-    compile only under the callbacks' context."""
-    from roofscope.collectors import torchprof
-
-    monkeypatch.setattr(torchprof, "dynamo_imported", lambda: False)
-
-
 def _compilation():
     """What Dynamo wraps every compilation in (convert_frame, and cudagraph trees' recording)."""
     return dynamo.callback_handler.install_callbacks(CallbackTrigger.DYNAMO, "0/0")

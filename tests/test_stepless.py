@@ -46,13 +46,6 @@ def _said(run: Path) -> str:
     return " ".join(_meta(run)["warnings"])
 
 
-@pytest.fixture(autouse=True)
-def _no_dynamo_in_the_program(monkeypatch) -> None:
-    """In-process runs share pytest's interpreter, where other tests imported Dynamo (which skips the
-    opening window: tests/test_compile_aware.py): these scripts compile nothing."""
-    monkeypatch.setattr(torchprof, "dynamo_imported", lambda: False)
-
-
 def test_a_short_stepless_loop_gets_its_opening_window(tmp_path: Path) -> None:
     # 0.3 s of work and no step: the script ends long before --stepless-after's 10 s, and its Run
     # holds the opening window, from the start (a CPU machine) to the script's end.
