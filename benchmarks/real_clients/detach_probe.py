@@ -18,19 +18,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _launch_us(torch) -> float:
-    x = torch.zeros(1, device="cuda")
-    rounds = []
-    for _ in range(7):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(2000):
-            x.add_(1)
-        torch.cuda.synchronize()
-        rounds.append((time.perf_counter() - t) / 2000 * 1e6)
-    return sorted(rounds)[3]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from session_switch_probe import _launch_us  # noqa: E402  (the same measure in both probes)
 
 
 def child(mode: str, out: str) -> None:
