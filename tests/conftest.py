@@ -103,6 +103,6 @@ def fake_graph(monkeypatch: pytest.MonkeyPatch) -> tuple[type, list[str]]:
 @pytest.fixture(autouse=True)
 def _programs_compile_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process `roofscope run`s share pytest's interpreter, where some tests import Dynamo, which
-    shuts every step-less window (collectors/torchprof.py): the scripts run here compile nothing.
+    shuts every step-less window (collectors/windows.py): the scripts run here compile nothing.
     tests/test_compile_aware.py sets it back where a test is about that."""
-    monkeypatch.setattr("roofscope.collectors.torchprof.dynamo_imported", lambda: False)
+    monkeypatch.setattr("roofscope.collectors.windows.dynamo_imported", lambda: False)

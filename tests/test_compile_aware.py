@@ -1,6 +1,6 @@
 """A time window of roofscope's neither opens during a torch.compile compilation (nor under another
 profiler) nor stays open when one starts, and a profiler transition that fails because someone else
-took Kineto over never raises into the program (collectors/compiling.py, collectors/torchprof.py)."""
+took Kineto over never raises into the program (collectors/compiling.py, collectors/windows.py)."""
 from __future__ import annotations
 
 import time
@@ -136,9 +136,9 @@ def test_a_window_lost_to_another_profiler_ends_cleanly(tmp_path: Path):
 def test_a_program_that_imported_dynamo_gets_no_window(tmp_path: Path, monkeypatch):
     # Cold lightning --compile on the H200: after a window closed when a compilation began, the step
     # profiler could not start (4 of 4 runs). A program that imported Dynamo gets no step-less window.
-    from roofscope.collectors import torchprof
+    from roofscope.collectors import windows
 
-    monkeypatch.setattr(torchprof, "dynamo_imported", lambda: True)
+    monkeypatch.setattr(windows, "dynamo_imported", lambda: True)
     c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.1)
     try:
         c.start()
@@ -152,10 +152,10 @@ def test_a_program_that_imported_dynamo_gets_no_window(tmp_path: Path, monkeypat
 
 
 def test_an_opening_window_closes_when_dynamo_is_imported_under_it(tmp_path: Path, monkeypatch):
-    from roofscope.collectors import torchprof
+    from roofscope.collectors import windows
 
     imported = [False]
-    monkeypatch.setattr(torchprof, "dynamo_imported", lambda: imported[0])
+    monkeypatch.setattr(windows, "dynamo_imported", lambda: imported[0])
     c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=30)
     try:
         c.start()

@@ -1,6 +1,6 @@
 """Every script gets a Run: `roofscope run` records a step-less window from the first GPU work (the
 start, on a CPU) and keeps it when the step schedule records nothing: no boundary, or too few
-(collectors/torchprof.py). CPU, subprocess and in-process."""
+(collectors/windows.py). CPU, subprocess and in-process."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,8 @@ import pytest
 import roofscope
 from roofscope.cli import main
 from roofscope.collectors import torchprof
-from roofscope.collectors.torchprof import STEPLESS_WINDOW_S
+from roofscope.collectors import windows
+from roofscope.collectors.windows import STEPLESS_WINDOW_S
 
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0"]  # exact step counts
 
@@ -72,7 +73,7 @@ def test_a_long_stepless_loop_is_recorded_again_after_stepless_after(tmp_path: P
     # Windows of 0.4 s: the opening one covers 0.4 s after the profiler's first start (up to 2 s on
     # a busy machine); with no boundary by 3 s a second one records 3-3.4 s and replaces it (the
     # loop runs 4 s of its own time).
-    monkeypatch.setattr(torchprof, "STEPLESS_WINDOW_S", 0.4)
+    monkeypatch.setattr(windows, "STEPLESS_WINDOW_S", 0.4)
     script = tmp_path / "loop.py"
     script.write_text(LOOP)
     out = tmp_path / "run"
@@ -91,7 +92,7 @@ def test_a_long_stepless_loop_is_recorded_again_after_stepless_after(tmp_path: P
 
 def test_steps_after_the_opening_window_get_the_schedule(tmp_path: Path, monkeypatch) -> None:
     # 0.6 s without steps (the opening window closes at 0.3 s), then 8 steps: wait 1 + warmup 2 + active 3.
-    monkeypatch.setattr(torchprof, "STEPLESS_WINDOW_S", 0.3)
+    monkeypatch.setattr(windows, "STEPLESS_WINDOW_S", 0.3)
     script = tmp_path / "late.py"
     script.write_text(LOOP)
     out = tmp_path / "run"

@@ -5,7 +5,7 @@ from other threads too. A Kineto session of roofscope's that is open then is sto
 measured on an H200 with a cold Inductor cache (docs/validation.md), a step-less window open
 during compilation ended in "Can't disable Kineto profiler when it's not running", raised into the
 user's compile, and in a segfault. So a step-less time window neither opens while a compilation
-runs nor stays open when one starts (collectors/torchprof.py).
+runs nor stays open when one starts (collectors/windows.py).
 
 Both read Dynamo's compilation callbacks (``torch._dynamo.callback_handler``: its start and end
 callbacks bracket every Dynamo compilation, Inductor's included, and cudagraph trees' recording)

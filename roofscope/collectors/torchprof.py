@@ -12,70 +12,28 @@ the profiler after ``delay_s`` and stops it ``duration_s`` later, so it needs th
 thread; step boundaries that do arrive are still marked. On a CUDA machine the delay counts
 from the program's first GPU work.
 
-Every script gets a recording, also one that never marks a step (a user's own kernel in a plain
-loop: no optimizer, no module, no ``roofscope.step()``) and one that ends in less than a second.
-In step mode the collector records a step-less window from the program's first GPU work (its start
-on a CPU machine): the *opening window*, closed by the first step boundary, by
-:data:`STEPLESS_WINDOW_S`, by a compilation's start (collectors/compiling.py) or by the program's
-end. Its trace is held aside (collectors/stepless.py) and becomes the Run's only when the step
-schedule records none (no boundary ever came, or too few). When no boundary has come
-``stepless_after_s`` seconds after the first GPU work, a second window of the same length is
-recorded from there and replaces the opening one: a long step-less program is profiled past its
-start-up. A CUDA graph captured inside a window is recorded in it (no session switch).
-
-Kineto sessions that follow one another are where the hazards are:
-- a ``record_function`` entered under one session and left while another one records writes into
-  the first one's freed events. The first boundary closes the opening window inside the boundary's
-  own ``record_function`` (``Optimizer.step``), so the step profiler only warms up in that step:
-  ``--wait 0`` (a profiler from the start) and ``--warmup 0`` get no opening window;
-- CUPTI's teardown between them (collectors/cupti.py);
-- Inductor's own profilers while it compiles (collectors/compiling.py).
+Every script gets a recording: when no step boundary comes, step-less time windows
+(collectors/windows.py, which also drives the ``--duration`` window).
 """
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.collectors import cupti
-from roofscope.collectors.compiling import OnCompileStart, another_profiler, compiling, dynamo_imported
+from roofscope.collectors.compiling import OnCompileStart
 from roofscope.collectors.stepless import HeldWindow
+from roofscope.collectors.windows import OPENING_DELAY_S, TimeWindows, kineto_guarded
 from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
-# The longest step-less window (seconds).
-STEPLESS_WINDOW_S = 5.0
-# The opening window starts this long after the first GPU work: the alarm's handler runs between
-# the main thread's bytecodes, never inside CUDA's lazy initialization.
-OPENING_DELAY_S = 0.001
-# A time window that would open while a compilation or another profiler runs waits this long and
-# looks again; one that records looks this often whether a compilation began unseen (seconds).
-BUSY_RETRY_S = 0.5
-WINDOW_TICK_S = 0.25
-
-
-def _kineto_guarded(default: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A profiler transition that fails because another profiler took Kineto over (Inductor
-    benchmarking while it compiles, the program's own torch.profiler) must not raise into the
-    program: these run in its hooks and signal handlers. The collector gives up (:meth:`_lose`)."""
-    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def guarded(self: "TorchCollector", *args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(self, *args, **kwargs)
-            except RuntimeError as e:
-                self._lose(e)
-                return default
-        return guarded
-    return wrap
 
 
 @dataclass(frozen=True)
@@ -109,7 +67,7 @@ def enable_inductor_metadata() -> str:
     return "enabled"
 
 
-class TorchCollector:
+class TorchCollector(TimeWindows):
     """Owns one ``torch.profiler.profile``; the trace lands in ``trace_path`` when recording ends."""
 
     def __init__(self, trace_path: Path, schedule: Schedule | None = None,
@@ -180,7 +138,7 @@ class TorchCollector:
         return profile(activities=acts, schedule=schedule, record_shapes=True,
                        on_trace_ready=on_ready or self._export, experimental_config=self.experimental_config)
 
-    @_kineto_guarded()
+    @kineto_guarded()
     def start(self) -> None:
         if not self.windowed:
             main = threading.current_thread() is threading.main_thread()
@@ -231,7 +189,7 @@ class TorchCollector:
             self._sync()
         self._start_prof()
 
-    @_kineto_guarded(default=False)
+    @kineto_guarded(default=False)
     def rearm(self, when_ready: bool = True) -> bool:
         """Record the schedule again (a finished profile's trace is kept by the caller until the new
         one is complete): from the next settled step (``when_ready``), else from this boundary on.
@@ -253,86 +211,6 @@ class TorchCollector:
             self._begin(self.schedule.warmup)
         return True
 
-    def _from_first_gpu_work(self, seconds: float, still: Any) -> None:
-        """Set the alarm ``seconds`` after the program's first GPU work (CUDA's lazy
-        initialization, which its first kernel launch or allocation triggers), not from start-up:
-        imports and model construction on the CPU can take longer than any delay one would guess
-        (--delay; the step-less fallback). ``still()`` says whether the alarm is still wanted then."""
-        import torch
-
-        def arm() -> None:
-            self.held.first_work = time.monotonic()
-            if still():
-                signal.setitimer(signal.ITIMER_REAL, seconds)
-
-        if torch.cuda.is_available() and not torch.cuda.is_initialized():
-            self.delay_from = "first GPU work"
-            torch.cuda._lazy_call(arm)
-        else:
-            self.delay_from = "start"
-            arm()
-
-    @_kineto_guarded()
-    def _on_alarm(self, *_: Any) -> None:
-        # Runs in the main thread between bytecodes, so no op is half-recorded.
-        opening = self.fallback in ("armed", "held") or self.window == "waiting"
-        if opening and (compiling() or another_profiler()):
-            signal.setitimer(signal.ITIMER_REAL, BUSY_RETRY_S)   # Kineto is not ours to take now
-        elif self.fallback in ("armed", "held") and dynamo_imported():
-            # No step-less window in a program that compiles: a window closed when a compilation
-            # began left the step profiler unable to start ("Profiler is already enabled on this
-            # thread": 4 of 4 cold lightning --compile runs on the H200; the compilation keeps and
-            # restores the thread's profiler state). A window held from before stays.
-            self.no_window = "the program imported torch.compile's Dynamo"
-        elif self.fallback in ("armed", "held"):
-            self._begin_stepless()
-        elif self.window == "waiting":
-            self._sync()
-            self._start_prof()
-            self._open_window(self.duration_s)
-        elif self.window == "recording":
-            self._compile_watch.poll()
-            if compiling():   # begun before the watch could see it: close now rather than under Inductor's profiler
-                self._cut_window()
-            elif not self._dynamo_at_open and dynamo_imported():
-                self._cut_window("torch.compile was imported")   # before it compiles (above)
-            elif time.monotonic() >= self._window_ends:
-                self._close_window()
-            else:
-                signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, self._window_ends - time.monotonic()))
-
-    def _open_window(self, seconds: float) -> None:
-        self._dynamo_at_open = dynamo_imported()
-        self.window = "recording"
-        self._window_ends = time.monotonic() + seconds
-        self._compile_watch.install()
-        signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, seconds))
-
-    @_kineto_guarded()
-    def _on_compile_start(self) -> None:
-        if self.window == "recording":
-            self._cut_window()
-
-    def _cut_window(self, why: str = "a torch.compile compilation began") -> None:
-        self.window_cut = why
-        self._close_window()
-
-    def _close_window(self, then_start: bool = False) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if self.fallback != "recording":
-            self._finish_window()
-            return
-        self._finish_window(then_start)   # exported aside by HeldWindow.hold
-        self._prof = None
-        self.window = None
-        self.fallback = "held"
-        if self._late() > 0:
-            signal.setitimer(signal.ITIMER_REAL, self._late())
-
-    def _late(self) -> float:
-        """Seconds until the --stepless-after window is due (<= 0: due, or none)."""
-        return self.stepless_after_s - self.held.since_first_work() if self.stepless_after_s else 0.0
-
     def _lose(self, error: BaseException) -> None:
         """Give the collection up after a failed profiler transition: what was exported stays."""
         self.lost = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -348,42 +226,7 @@ class TorchCollector:
                 pass
         self.fallback = None     # no window opens any more; one held before stays (stop() keeps it)
 
-    def _disarm(self) -> None:
-        """Cancel the alarm and give SIGALRM back to whoever had it."""
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, self._old_alarm if self._old_alarm is not None else signal.SIG_DFL)
-
-    def _begin_stepless(self) -> None:
-        """No step boundary yet (so no step profiler either: :meth:`start`): record a time window from
-        now, the opening one at the first GPU work or a later one that replaces it."""
-        from torch.profiler import ProfilerAction
-
-        self._prof = self._new_profile(lambda _: ProfilerAction.RECORD, self.held.hold)
-        self.fallback = "recording"
-        self.held.opened()
-        self._sync()
-        self._start_prof()
-        self._open_window(STEPLESS_WINDOW_S)
-
-    def _end_stepless(self) -> None:
-        """A step boundary came: the step schedule takes over from here. A window still recording is
-        closed and held: it is the trace only if the schedule records none. The step profiler may
-        start in this boundary: CUPTI stays attached for it."""
-        if self.fallback == "recording":
-            self._close_window(then_start=self.steps + 1 >= self.schedule.wait)
-        self._disarm()
-        self.fallback = None
-
-    def _finish_window(self, then_start: bool = False) -> None:
-        self.window = "done"
-        self._compile_watch.remove()
-        if self._prof is None:   # given up already (_lose)
-            return
-        self._sync()
-        with cupti.stopping(then_start):
-            self._prof.stop()
-
-    @_kineto_guarded(default=True)
+    @kineto_guarded(default=True)
     def make_room(self) -> bool:
         """Let another profiler run now (a CUDA-graph capture's own, collectors/graphs.py): True
         when none of this one's is active. Kineto runs one session at a time, and a second one
@@ -400,7 +243,7 @@ class TorchCollector:
         self._paused = True
         return True
 
-    @_kineto_guarded()
+    @kineto_guarded()
     def give_back_room(self) -> None:
         """Start the profiler dropped by :meth:`make_room` again, in the warm-up steps that remain,
         numbering its steps on from the ones seen."""
@@ -428,7 +271,7 @@ class TorchCollector:
             return self.window == "recording"
         return self.begin is not None and self.steps + 1 >= self.begin + self.schedule.warmup
 
-    @_kineto_guarded()
+    @kineto_guarded()
     def step(self) -> None:
         if self.windowed and self._prof is None:
             return
