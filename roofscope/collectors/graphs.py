@@ -55,7 +55,7 @@ class GraphRecorder:
         self._ids = itertools.count(next(earlier._ids))
 
     def file_window(self, trace: Path) -> None:
-        """A step-less window's trace was held (collectors/stepless.py): when captures were recorded
+        """A step-less window's trace was held (collectors/windows.py HeldWindow): when captures were recorded
         in it, keep a copy as a capture file, for their replays in a later trace of the steps."""
         if not self._in_trace:
             return

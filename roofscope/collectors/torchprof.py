@@ -27,8 +27,7 @@ from typing import Any, Callable
 
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import OnCompileStart
-from roofscope.collectors.stepless import HeldWindow
-from roofscope.collectors.windows import OPENING_DELAY_S, TimeWindows, kineto_guarded
+from roofscope.collectors.windows import OPENING_DELAY_S, HeldWindow, TimeWindows, kineto_guarded
 from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError

@@ -6,7 +6,7 @@ loop: no optimizer, no module, no ``roofscope.step()``) and one that ends in les
 In step mode the collector records a step-less window from the program's first GPU work (its start
 on a CPU machine): the *opening window*, closed by the first step boundary, by
 :data:`STEPLESS_WINDOW_S`, by a compilation's start or by the program's end. Its trace is held
-aside (collectors/stepless.py) and becomes the Run's only when the step schedule records none (no
+aside (:class:`HeldWindow`) and becomes the Run's only when the step schedule records none (no
 boundary ever came, or too few). When no boundary has come ``stepless_after_s`` seconds after the
 first GPU work, a second window of the same length is recorded from there and replaces the opening
 one: a long step-less program is profiled past its start-up. A CUDA graph captured inside a window
@@ -31,10 +31,67 @@ from __future__ import annotations
 import functools
 import signal
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import another_profiler, compiling, dynamo_imported
+
+# The step-less windows' trace is held beside the step schedule's: the latest window is exported
+# aside and becomes the Run's trace only when the step schedule records none of its own. A stopped
+# torch.profiler object is not kept instead: holding one across later Kineto sessions corrupted memory
+# now and then (CPU, 2026-11-26).
+HELD_NAME = "stepless-window.json"
+
+
+@dataclass
+class HeldWindow:
+    """The latest step-less window's exported trace, and when it ran."""
+    directory: Path
+    first_work: float | None = None     # time.monotonic() of the program's first GPU work (its start on a CPU)
+    span: tuple[float, float] = (0.0, 0.0)   # the window's start and end, seconds after first_work
+    windows: int = 0                    # windows opened; the first is the opening one
+    path: Path | None = None
+    # Called with each held trace (the graph recorder adopts one that holds captures).
+    on_hold: Callable[[Path], None] | None = field(default=None, repr=False)
+
+    def since_first_work(self) -> float:
+        return time.monotonic() - self.first_work if self.first_work is not None else 0.0
+
+    def opened(self) -> None:
+        self.windows += 1
+        self.span = (self.since_first_work(), 0.0)
+
+    def hold(self, prof: Any) -> None:
+        """torch.profiler's ``on_trace_ready`` for a window: export it aside (replacing an earlier one)."""
+        self.span = (self.span[0], self.since_first_work())   # writing it out is no part of it
+        self.path = self.directory / HELD_NAME
+        prof.export_chrome_trace(str(self.path))
+        if self.on_hold is not None:
+            self.on_hold(self.path)
+
+    def drop(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
+
+    def keep_as(self, trace: Path) -> bool:
+        """Make the held window the Run's trace; False when none is held."""
+        if self.path is None:
+            return False
+        self.path.replace(trace)
+        self.path = None
+        return True
+
+    def words(self, counted_from: str, late_after: float | None) -> str:
+        """Which stretch the window covers, for the shortfall (``late_after``: --stepless-after)."""
+        start, end = self.span
+        if self.windows == 1:   # the opening window: from the first GPU work (less the profiler's start)
+            return f"the first {end:.1f} s from the program's {counted_from}"
+        late = f" (--stepless-after {late_after:g})" if late_after and start >= late_after else ""
+        return f"{start:.1f} to {end:.1f} s after the program's {counted_from}{late}"
+
 
 # The longest step-less window (seconds).
 STEPLESS_WINDOW_S = 5.0
