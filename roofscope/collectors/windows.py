@@ -165,8 +165,8 @@ class TimeWindows:
             self._compile_watch.poll()
             if compiling():   # begun before the watch could see it: close now rather than under Inductor's profiler
                 self._cut_window()
-            elif not self._dynamo_at_open and dynamo_imported():
-                self._cut_window("torch.compile was imported")   # before it compiles (above)
+            elif self.fallback == "recording" and not self._dynamo_at_open and dynamo_imported():
+                self._cut_window("torch.compile was imported")   # a step-less one, before it compiles (above)
             elif time.monotonic() >= self._window_ends:
                 self._close_window()
             else:
