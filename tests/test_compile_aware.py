@@ -167,3 +167,23 @@ def test_an_opening_window_closes_when_dynamo_is_imported_under_it(tmp_path: Pat
     finally:
         c.stop()
     assert c.kept_window == "recorded"
+
+
+def test_a_duration_window_is_not_cut_by_dynamos_import(tmp_path: Path, monkeypatch):
+    # --duration is the user's own window: only a compilation's start closes it, not an import.
+    from roofscope.collectors import windows
+
+    imported = [False]
+    monkeypatch.setattr(windows, "dynamo_imported", lambda: imported[0])
+    c = TorchCollector(tmp_path / "trace.json", duration_s=0.8, delay_s=0.0)
+    try:
+        c.start()
+        assert c.window == "recording"
+        imported[0] = True
+        _spin(0.5)              # two ticks after the import
+        assert c.window == "recording" and c.window_cut is None
+        _spin(2.0, until=lambda: c.window == "done")
+        assert c.window == "done"
+    finally:
+        c.stop()
+    assert c.trace_ready and c.shortfall() is None
