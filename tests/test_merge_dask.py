@@ -97,3 +97,28 @@ def test_cluster_errors_are_one_line(tmp_path, cluster, capsys, monkeypatch):
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err
     assert main(["merge", "memory://no-such-job", "-q"]) == 2
     assert "memory://no-such-job: no such file or folder" in capsys.readouterr().err
+
+
+def test_a_url_of_unknown_size_is_copied_within_the_trace_bound(monkeypatch, tmp_path):
+    # Some fsspec filesystems cannot tell a size: the copy stops at ROOFSCOPE_MAX_TRACE_SIZE.
+    import io
+
+    from roofscope.job import urls
+
+    class NoSize:
+        def size(self, path):
+            raise NotImplementedError
+
+        def open(self, path, mode):
+            return io.BytesIO(b"x" * 3000)
+
+    monkeypatch.setattr(urls, "_fs", lambda url: (NoSize(), "/t.json"))
+    monkeypatch.setattr(urls, "_CHUNK", 1000)
+    monkeypatch.setenv("ROOFSCOPE_MAX_TRACE_SIZE", "2500")
+    with pytest.raises(urls.UrlError, match=r"nosize://t.json: over 2,500 bytes, more than the limit for a trace"):
+        with urls.fetched("nosize://t.json"):
+            pass
+    monkeypatch.setenv("ROOFSCOPE_MAX_TRACE_SIZE", "3000")
+    with urls.fetched("nosize://t.json") as p:
+        assert p.read_bytes() == b"x" * 3000      # exactly the bound: kept
+    assert not p.exists()                          # the temporary copy goes afterwards

@@ -21,6 +21,7 @@ from roofscope.ingest.source import MAX_TRACE_ENV, max_trace_bytes
 from roofscope.run.layout import NOT_TRACES
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]+://")
+_CHUNK = 1 << 22   # the copy of a file whose size the filesystem cannot tell, 4 MiB at a time
 
 
 class UrlError(RoofscopeError):
@@ -83,19 +84,38 @@ def read_head(url: str, size: int) -> bytes:
 def fetched(url: str) -> Iterator[Path]:
     """The file behind ``url`` as a local temporary file, removed afterwards."""
     fs, path = _fs(url)
+    limit = max_trace_bytes()
     try:
         size = fs.size(path)
-    except (OSError, NotImplementedError):   # some fsspec filesystems cannot tell a size: the bounded read refuses it
+    except (OSError, NotImplementedError):   # some fsspec filesystems cannot tell a size: copied within the bound
         size = None
-    if size is not None and size > max_trace_bytes():  # refused before it fills the disk
-        raise UrlError(f"{url}: {size:,} bytes, more than the limit for a trace; set {MAX_TRACE_ENV} to raise it")
+    if size is not None and size > limit:  # refused before it fills the disk
+        raise _too_big(url, f"{size:,} bytes")
     fd, tmp = tempfile.mkstemp(prefix="roofscope-rank-", suffix=ingest.trace_suffix(url) or "")
     os.close(fd)
     try:
         try:
-            fs.get_file(path, tmp)
+            if size is None:
+                _copy_within(fs, path, tmp, limit, url)
+            else:
+                fs.get_file(path, tmp)
         except OSError as e:
             raise UrlError(f"{url}: cannot read ({e})") from None
         yield Path(tmp)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _too_big(url: str, what: str) -> UrlError:
+    return UrlError(f"{url}: {what}, more than the limit for a trace; set {MAX_TRACE_ENV} to raise it")
+
+
+def _copy_within(fs, path: str, dest: str, limit: int, url: str) -> None:  # type: ignore[no-untyped-def]
+    """Copy a file of unknown size, refusing it once more than ``limit`` bytes have come."""
+    copied = 0
+    with fs.open(path, "rb") as src, open(dest, "wb") as out:
+        while chunk := src.read(_CHUNK):
+            copied += len(chunk)
+            if copied > limit:
+                raise _too_big(url, f"over {limit:,} bytes")
+            out.write(chunk)
