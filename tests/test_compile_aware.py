@@ -42,7 +42,7 @@ def test_compiling_is_seen_only_inside_a_compilation():
 def test_the_watch_calls_back_at_a_compilations_start_until_removed():
     calls = []
     watch = compiling.OnCompileStart(lambda: calls.append(1))
-    watch.install()
+    watch.poll()
     with _compilation():
         with _compilation():      # Dynamo runs the start callbacks once for nested compilations
             pass

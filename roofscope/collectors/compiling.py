@@ -46,8 +46,8 @@ def another_profiler() -> bool:
 
 
 class OnCompileStart:
-    """Calls ``fn`` when a Dynamo compilation starts, while installed. Installed before Dynamo is
-    imported, it registers with Dynamo at the first :meth:`poll` after the import."""
+    """Calls ``fn`` when a Dynamo compilation starts, from the first :meth:`poll` that finds Dynamo
+    imported (it registers then) until :meth:`remove`."""
 
     def __init__(self, fn: Callable[[], None]) -> None:
         self._fn = fn
@@ -64,7 +64,6 @@ class OnCompileStart:
             handler.register_start_callback(self._on_start)
             self._handler = handler
 
-    install = poll
 
     def remove(self) -> None:
         if self._handler is not None:

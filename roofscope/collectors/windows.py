@@ -152,8 +152,9 @@ class TimeWindows:
         elif self.fallback in ("armed", "held") and dynamo_imported():
             # No step-less window in a program that compiles: a window closed when a compilation
             # began left the step profiler unable to start ("Profiler is already enabled on this
-            # thread": 4 of 4 cold lightning --compile runs on the H200; the compilation keeps and
-            # restores the thread's profiler state). A window held from before stays.
+            # thread": 5 of 5 cold lightning --compile runs on the H200; most likely the compilation
+            # saves and restores the thread's state, the profiler's included: not verified). A window
+            # held from before stays.
             self.no_window = "the program imported torch.compile's Dynamo"
         elif self.fallback in ("armed", "held"):
             self._begin_stepless()
@@ -176,7 +177,7 @@ class TimeWindows:
         self._dynamo_at_open = dynamo_imported()
         self.window = "recording"
         self._window_ends = time.monotonic() + seconds
-        self._compile_watch.install()
+        self._compile_watch.poll()
         signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, seconds))
 
     @kineto_guarded()
