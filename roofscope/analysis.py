@@ -27,7 +27,7 @@ from roofscope.config import CeilingOverrides, RooflineThresholds, values
 from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
 from roofscope.cost.costmodel import signature_costs
 from roofscope.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
-from roofscope.cost.hidden_args import missing_notes
+from roofscope.cost.hidden_args import missing_notes, window_notes
 from roofscope.cost.modelflops import model_flops
 from roofscope.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.hardware.ceilings import Ceilings
@@ -68,6 +68,7 @@ class AnalysisSettings:
     params: RooflineParams = field(default_factory=RooflineParams)
     use_cache: bool = True              # ceilings cached by `roofscope microbench` for the trace's device
     graph_capture: tuple[Any, ...] = ()  # capture traces (paths or Traces) that cost graph replays
+    attention_window: int | None = None  # sliding-window layers' window (no trace records it)
 
     @classmethod
     def of(cls, ceilings: CeilingOverrides | None = None, thresholds: RooflineThresholds | None = None,
@@ -124,7 +125,7 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
         ceilings = resolve_ceilings("cpu" if cpu_only else device.name, settings.ceilings,
                                     memory_bytes=device.memory_bytes, props=None if cpu_only else device.properties,
                                     run_ceilings=src.run_ceilings, use_cache=settings.use_cache)
-    kernels, graphs = _cost(trace, src, ceilings, cpu_only)
+    kernels, graphs = _cost(trace, src, ceilings, cpu_only, settings.attention_window)
     kernels = _place(kernels, trace, ceilings, params, src.counters, cpu_only)
 
     steps = step_table(trace, None if cpu_only else kernels)
@@ -160,7 +161,8 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
                   telemetry=src.telemetry)
 
 
-def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool) -> tuple[pd.DataFrame, GraphMap | None]:
+def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool,
+          window: int | None = None) -> tuple[pd.DataFrame, GraphMap | None]:
     """The cost stage: each op signature costed once, the costs handed to the kernels the ops
     launched, graph replays costed from their captures, modules and phases named. Between the
     attribution and the graph mapping (which copies the settled costs to replays), place/'s
@@ -169,11 +171,11 @@ def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool) -> tupl
     if cpu_only:
         kernels, graphs = _cpu_work(trace, sig_costs), None
     else:
-        kernels, choices = attribute(trace, sig_costs, (src.run_meta or {}).get("optimizer"))
+        kernels, choices = attribute(trace, sig_costs, (src.run_meta or {}).get("optimizer"), window)
         settle(kernels, choices, ceilings.bandwidth)  # before the graph mapping reads the cost columns
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     if not cpu_only:
-        graphs = map_graph_kernels(trace, kernels, load_captures(list(src.captures)))
+        graphs = map_graph_kernels(trace, kernels, load_captures(list(src.captures)), window)
     kernels["phase"] = kernel_phases(trace, kernels)
     if not cpu_only:  # what an uncosted kernel's op reads: a class from its bytes (roofline.class_sources)
         sig = take(trace.ops["sig"].to_numpy(), kernels["op"].to_numpy(dtype=np.int64), -1)
@@ -217,7 +219,7 @@ def _unattributed(kernels: pd.DataFrame, graphs: GraphMap | None) -> dict[str, A
                           "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
                           "kernels": int((nc["unattributed"] == r).sum())}
                       for r in UNATTRIBUTED_REASONS},
-        "notes": (list(graphs.notes) if graphs is not None else []) + missing_notes(nc),
+        "notes": (list(graphs.notes) if graphs is not None else []) + missing_notes(nc) + window_notes(nc),
     }
 
 
@@ -383,10 +385,11 @@ def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
             ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
             params: RooflineParams | None = None, telemetry: Telemetry | None = None,
             run_meta: dict[str, Any] | None = None, use_cache: bool = True,
-            graph_capture: list[str | os.PathLike | Trace] | None = None) -> Analysis:
+            graph_capture: list[str | os.PathLike | Trace] | None = None,
+            attention_window: int | None = None) -> Analysis:
     """Deprecated keyword form of :func:`run`, returning the :class:`Analysis` face of its Result."""
     overrides = CeilingOverrides(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
                                  ceilings=None if ceilings_file is None else str(ceilings_file))
     settings = AnalysisSettings(ceilings=overrides, params=params or RooflineParams(), use_cache=use_cache,
-                                graph_capture=tuple(graph_capture or ()))
+                                graph_capture=tuple(graph_capture or ()), attention_window=attention_window)
     return Analysis(run(source, settings, ceilings=ceilings, telemetry=telemetry, run_meta=run_meta))

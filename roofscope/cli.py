@@ -24,7 +24,12 @@ def cli() -> None:
 
 
 def analysis_inputs(f: Any) -> Any:
-    """What `analyze` and `report` read beside the trace: graph captures and custom formulas."""
+    """What `analyze` and `report` read beside the trace: graph captures, custom formulas, and the
+    sliding window of attention layers that have one (no trace records it)."""
+    f = click.option("--attention-window", "attention_window", type=click.IntRange(min=1), metavar="TOKENS",
+                     help="The sliding window of the attention layers that have one (e.g. 128 for GPT-OSS): "
+                          "the calls whose kernels show a window are costed over it instead of left "
+                          "uncosted (docs/inference.md).")(f)
     f = click.option("--formulas", multiple=True, metavar="FILE.py|MODULE",
                      help="Import cost formulas for custom ops (roofscope.register_formula; repeatable).")(f)
     return click.option("--graph-capture", "graph_capture", multiple=True,

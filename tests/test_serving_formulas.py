@@ -110,6 +110,18 @@ def test_vllm_step_annotation_lengths() -> None:
     assert step_lengths("ProfilerStep#3") is None
 
 
+def test_step_lengths_under_a_sliding_window_are_bounded_by_it() -> None:
+    # decode of 32 sequences, 55,086 keys (1,721 each on average), window 128: at most 128 keys a query,
+    # so 32 * 128 = 4,096 scores and K/V reads of sq + n (W - 1) = 32 + 32 * 127 = 4,096 keys
+    assert step_lengths(STEP, 128) == {"sq": 32, "sk": 4096, "sqsk": 4096}
+    # a window longer than every sequence changes nothing
+    assert step_lengths(STEP, 100_000) == step_lengths(STEP)
+    # prefill of 4 and 6 tokens, window 3: scores at most 10 * 3 = 30 (exactly 1+2+3+3 + 1+2+3+3+3+3 = 24;
+    # the annotation keeps only sums), keys at most min(10, 10 + 2 * 2) = 10
+    assert step_lengths("execute_10_context_2(sq10sk10sqsq52sqsk52)_generation_0(sq0sk0sqsq0sqsk0)", 3) == \
+        {"sq": 10, "sk": 10, "sqsk": 30}
+
+
 def test_missing_notes_name_the_engine_op_and_its_missing_argument() -> None:
     k = pd.DataFrame({"missing": ["vllm::moe_forward: no Input Dims for the expert weights"] * 2
                       + ["aten::addmm: no Input Dims recorded", ""],
@@ -188,12 +200,42 @@ def test_vllm_decode_with_its_capture_is_costed() -> None:
 
 
 @needs_vllm
+def test_vllm_decode_with_the_window_given_is_costed_whole() -> None:
+    import roofscope
+
+    a = roofscope.analyze(str(VLLM / "graph_execution.json.gz"), graph_capture=[str(CAPTURE)], attention_window=128)
+    u = a.unattributed()
+    assert u["share"] == pytest.approx(2.959 / 10_717.708)  # aten::index alone
+    assert [n for n in u["notes"] if "window given" in n] == [
+        "vllm::unified_attention_with_output: 0.162 ms in 12 sliding-window kernels costed over the window given "
+        "(--attention-window): at most that many keys per query, an upper bound where a sequence holds fewer"]
+    k = a.kernels[a.kernels["name"] == "kernel_unified_attention_2d"]
+    # 32 sequences x 128 keys = 4,096: FLOPs 2 * 64 heads * 4,096 * (64 + 64) = 67,108,864; bytes bf16:
+    # Q 32*64*64*2 = 262,144 + K/V 4,096 x 8 heads x 128 x 2 = 8,388,608 + out 262,144 = 8,912,896
+    assert set(k["flops"]) == {67_108_864} and set(k["bytes"]) == {8_912_896}
+    assert set(k["cost_source"]) == {"window"} and a.summary()["above_roof"]["kernels"] == 0
+
+
+@needs_vllm
 def test_cli_subprocess_reports_the_coverage(tmp_path: Path) -> None:
     out = tmp_path / "a.json"
     r = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(VLLM / "graph_execution.json.gz"),
                         "--graph-capture", str(CAPTURE), "--json", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["summary"]["unattributed"]["share"] < 0.02  # 1.5%: windowed attention
+
+    r = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(VLLM / "graph_execution.json.gz"),
+                        "--graph-capture", str(CAPTURE), "--attention-window", "128", "--json", str(out), "--force",
+                        "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["summary"]["unattributed"]["share"] < 0.001  # aten::index's 3 us
+    # a window where no call shows one: said, not silently ignored; and a window of 0 is refused
+    r = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(VLLM / "graph_execution.json.gz"),
+                        "--attention-window", "128", "-q"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--attention-window 128: no attention call here shows a sliding window" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "roofscope", "analyze", str(VLLM / "graph_execution.json.gz"),
+                        "--attention-window", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--attention-window" in r.stderr
 
 
 def test_eager_vllm_step_costs_attention_and_moe_from_the_trace_around_them(tmp_path: Path) -> None:
@@ -262,6 +304,17 @@ def test_a_single_pass_call_beside_split_kv_calls_is_a_windowed_layer_and_has_no
     assert split["bytes"] == 212_992 and split["unattributed"] == reduce["unattributed"] == ""
     # step 2, 800 keys: both costed against the whole context, 2 * 8 * 800 * 128 = 1,638,400 FLOPs each
     assert [r["flops"] for r in step2] == [1_638_400, 1_638_400]
+
+    # The window given (--attention-window 100): the windowed call reads at most 4 * 100 = 400 keys (all
+    # of step 1's) and computes 2 * 8 * 400 * 128 = 819,200 FLOPs; nothing else changes.
+    w = roofscope.analyze(str(p), attention_window=100).kernels.sort_values("ts_ns").to_dict("records")
+    assert (w[0]["flops"], w[0]["bytes"], w[0]["cost_source"], w[0]["unattributed"], w[0]["missing"]) == \
+        (819_200, 212_992, "window", "", "")
+    assert [r["flops"] for r in w[1:]] == [split["flops"], reduce["flops"]] + [r["flops"] for r in step2]
+    # window 10: 4 * 10 = 40 keys: 2 * 8 * 40 * 128 = 81,920 FLOPs; Q 4,096 + K/V 40 x 2 x 128 x 2 = 20,480
+    # + out 4,096 = 28,672 bytes
+    w = roofscope.analyze(str(p), attention_window=10).kernels.sort_values("ts_ns").iloc[0]
+    assert (w["flops"], w["bytes"]) == (81_920, 28_672)
 
 
 def test_fused_experts_with_fp8_weights_as_arguments() -> None:

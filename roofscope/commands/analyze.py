@@ -11,6 +11,7 @@ from roofscope.commands.merge import MergeOptions, run as merge
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
 from roofscope.cost.formulas.custom import load_all
+from roofscope.cost.hidden_args import windowed_calls
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
 from roofscope.job.ranks import is_job_dir
@@ -30,6 +31,7 @@ class AnalyzeOptions(CeilingOptions, Presentation):
     quiet: bool = False
     graph_capture: tuple[str, ...] = ()
     formulas: tuple[str, ...] = ()
+    attention_window: int | None = None
 
 
 def run(opts: AnalyzeOptions) -> int:
@@ -47,7 +49,12 @@ def run(opts: AnalyzeOptions) -> int:
     for capture in opts.graph_capture:
         if not Path(capture).is_file():
             raise RoofscopeError(f"--graph-capture {capture}: no such file")
-    a = analyze(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture)))
+    a = analyze(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture),
+                                                attention_window=opts.attention_window))
+    if opts.attention_window is not None and not windowed_calls(a.kernels):
+        print(f"roofscope: --attention-window {opts.attention_window}: no attention call here shows a sliding "
+              "window (only vLLM's unified attention on AITER's kernels does): nothing was costed with it",
+              file=sys.stderr)
     options = RenderOptions(top=opts.top, cdn=opts.cdn)
     if to_stdout or not opts.quiet:
         sys.stdout.write(renderer(RESULT, "markdown" if to_stdout else "console").render(a, options))

@@ -116,11 +116,12 @@ class RoofChoices:
     unstreamed: pd.DataFrame
 
 
-def attribute(trace: Trace, sig_costs: pd.DataFrame,
-              optimizer: dict | None = None) -> tuple[pd.DataFrame, RoofChoices]:
+def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: dict | None = None,
+              window: int | None = None) -> tuple[pd.DataFrame, RoofChoices]:
     """The trace's GPU activity with per-kernel cost columns added (a new frame), and the
     choices only the memory roof can make (:class:`RoofChoices`). ``optimizer``: run.json's
-    optimizer facts (parameter groups), for optimizer ops recorded without shapes."""
+    optimizer facts (parameter groups), for optimizer ops recorded without shapes; ``window``:
+    the user's sliding-window length for windowed attention (hidden_args.windowed_attention)."""
     k = trace.kernels.copy()
     ops = trace.ops
     oc = op_costs(trace, sig_costs, optimizer=optimizer)
@@ -134,7 +135,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame,
 
     has_formula = (oc["reason"] != "no_formula").to_numpy()
     nearest = ancestor_where(parent, op, has_formula)
-    windowed_attention(trace, oc, nearest, k["name"].to_numpy())
+    windowed_attention(trace, oc, nearest, k["name"].to_numpy(), window=window)
     costed = nearest >= 0
     costed[costed] = (oc["reason"].to_numpy()[nearest[costed]] == "")
     costed &= ~is_comm & ~is_copy

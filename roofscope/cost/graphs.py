@@ -34,7 +34,7 @@ import pandas as pd
 from roofscope.cost.attribution import op_costs
 from roofscope.cost.costmodel import signature_costs
 from roofscope.cost.formulas.attention import query_of
-from roofscope.cost.hidden_args import windowed_attention
+from roofscope.cost.hidden_args import WINDOW_SOURCE, windowed_attention
 from roofscope.ingest.linking import ancestor_where, take
 from roofscope.ingest.modules import module_column
 from roofscope.ingest.names import per_name
@@ -170,8 +170,10 @@ def _paired(cap: Capture, copies: np.ndarray) -> np.ndarray:
     return out
 
 
-def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | None = None) -> GraphMap:
-    """Cost the replayed kernels of ``kernels`` (attribute()'s frame, module column present) in place."""
+def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | None = None,
+                      window: int | None = None) -> GraphMap:
+    """Cost the replayed kernels of ``kernels`` (attribute()'s frame, module column present) in place.
+    ``window``: the user's sliding-window length for windowed attention (hidden_args.windowed_attention)."""
     n = len(kernels)
     kernels["graph"] = np.full(n, -1, dtype=np.int64)
     kernels["attn_q"] = np.full(n, None, dtype=object)  # (batch, query length) of replayed attention
@@ -225,7 +227,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
         oc, has_formula, parent, modules = trace_costs(t, region)
         op = take(t.runtime["op"].to_numpy(), _paired(cap, copies), -1)
         nearest = ancestor_where(parent, op, has_formula)
-        windowed_attention(t, oc, nearest, kernel_names[members], region)
+        windowed_attention(t, oc, nearest, kernel_names[members], region, window)
         ok = nearest >= 0
         ok[ok] = oc["reason"].to_numpy()[nearest[ok]] == ""
         cost = np.where(ok & ~copies, nearest, -1)
@@ -248,7 +250,8 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             cols["tensor_core"][m] = oc["tensor_core"].to_numpy()[c]
             cat = oc["category"].to_numpy()[c]
             cols["category"][m] = np.where((cat != "other") & (cat != ""), cat, cols["category"][m])
-            cols["cost_source"][m] = "capture"
+            cols["cost_source"][m] = np.where(oc["cost_source"].to_numpy()[c] == WINDOW_SOURCE, WINDOW_SOURCE,
+                                              "capture")
             cols["cost_op_name"][m] = names[c]
             cols["unattributed"][m] = ""
             dims = t.signatures["input_dims"].to_numpy()[t.ops["sig"].to_numpy()[c]] if len(t.signatures) else []

@@ -10,7 +10,8 @@ annotation ``execute_N_context_C(sqAskBsqsqCsqskD)_generation_G(...)`` records, 
 query tokens, cached keys, and the sums ``sum(q_i^2)`` and ``sum(q_i k_i)`` the FLOPs need.
 A layer's sliding window is state the trace does not record at all; the kernels a call runs
 can still show it has one (:func:`windowed_attention`), and such a call is reported uncosted
-rather than costed against the whole context.
+rather than costed against the whole context, unless the user gives the window
+(``--attention-window``): then it is costed over at most that many keys per query.
 
 :func:`enrich` costs those ops again with what it found appended (``hint:*`` arguments the
 serving formulas read) and records, for every op still without shapes, which argument was
@@ -35,27 +36,41 @@ ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output
 _ROUTERS = {"TopK": "concrete", "aten::topk": "concrete", "_moe_C::topk_softmax": "out0",
             "sgl_kernel::topk_softmax": "out0", "vllm::rocm_aiter_topk_softmax": "out0",
             "aiter::topk_softmax": "out0"}
-_PHASE = re.compile(r"_(?:context|generation)_\d+\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)")
+_PHASE = re.compile(r"_(?:context|generation)_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)")
 # AITER's unified attention (vLLM's ROCm backends) splits a decode call's keys into segments
 # (the 3d kernel, then reduce_segments) unless the layer has a sliding window, max_seqlen_k <= 512
 # or the single-pass grid already fills the device (``use_2d_kernel``).
 _SINGLE_PASS, _SPLIT_KV = "kernel_unified_attention_2d", "kernel_unified_attention_3d"
-WINDOW_NOT_RECORDED = "a sliding-window layer (its window is layer state the trace does not record)"
+WINDOW_NOT_RECORDED = ("a sliding-window layer (its window is layer state the trace does not record: "
+                       "give it with --attention-window N)")
+WINDOW_SOURCE = "window"   # oc's cost_source of a windowed call costed with the user's window
 
 
-def step_lengths(region: str) -> dict[str, int] | None:
+def step_lengths(region: str, window: int | None = None) -> dict[str, int] | None:
     """``sq``, ``sk`` and the bottom-right causal score area ``sqsk`` of a vLLM step annotation.
 
     Each sequence's ``q`` new tokens attend to its ``k`` keys, the last row to all of them, so
     it computes ``q k - q (q - 1) / 2`` scores: summed, ``sqsk - (sqsq - sq) / 2`` (decode,
-    ``q = 1``: ``sum(k_i)``)."""
+    ``q = 1``: ``sum(k_i)``).
+
+    With a sliding ``window`` ``W``, a query attends to at most its last ``W`` keys, so a phase of
+    ``n`` sequences computes at most ``sq * W`` scores and reads the K/V of at most
+    ``sq + n (W - 1)`` keys (each sequence's last ``q_i + W - 1``). The annotation keeps only
+    per-phase sums, so these are upper bounds, exact when every sequence holds at least ``W`` keys
+    before its new tokens (a decode of 32 sequences of 1,721 keys on average and ``W = 128``:
+    ``sk = 32 * 128 = 4,096`` instead of 55,086)."""
     phases = [tuple(map(int, m)) for m in _PHASE.findall(region or "")]
     if not phases:
         return None
-    sq, sk, sqsq, sqsk = (sum(p[i] for p in phases) for i in range(4))
+    sq = sk = sqsk = 0
+    for n, q, k, qq, qk in phases:
+        scores = qk - (qq - q) // 2
+        if window is not None:
+            scores, k = min(scores, q * window), min(k, q + n * (window - 1))
+        sq, sk, sqsk = sq + q, sk + k, sqsk + scores
     if sq == 0:
         return None
-    return {"sq": sq, "sk": sk, "sqsk": int(sqsk - (sqsq - sq) // 2)}
+    return {"sq": sq, "sk": sk, "sqsk": int(sqsk)}
 
 
 def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: dict | None = None) -> None:
@@ -201,8 +216,9 @@ def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, 
 
 
 def windowed_attention(trace: Any, oc: pd.DataFrame, cost_ops: np.ndarray, kernel_names: np.ndarray,
-                       region: str | None = None) -> None:
-    """Uncost, in ``oc`` (op_costs' frame), the unified-attention calls that ran with a sliding window.
+                       region: str | None = None, window: int | None = None) -> None:
+    """Re-cost, in ``oc`` (op_costs' frame), the unified-attention calls that ran with a sliding
+    window: over the user's ``window`` (:func:`step_lengths`; ``cost_source`` "window"), else uncosted.
 
     ``cost_ops``: the op row costing each kernel of ``kernel_names`` (-1: none); ``region``: a graph
     replay's step annotation. In one vLLM step every call of one signature has the same
@@ -211,7 +227,8 @@ def windowed_attention(trace: Any, oc: pd.DataFrame, cost_ops: np.ndarray, kerne
     windows with full layers). Such a call reads the K/V of at most the window's last keys per
     sequence, not ``sk``: costed against the whole context, GPT-OSS's windowed layers moved
     113 MB in 13.5 us, 1.6x the MI300X's memory roof. The window itself is not in the trace, so
-    the call is reported uncosted (``no_shapes``) and its coverage note says why."""
+    the call is reported uncosted (``no_shapes``) and its coverage note says why, unless the
+    user gave it."""
     names = np.asarray(kernel_names, dtype=object)
     split = names == _SPLIT_KV
     pick = np.flatnonzero((split | (names == _SINGLE_PASS)) & (cost_ops >= 0))
@@ -227,7 +244,9 @@ def windowed_attention(trace: Any, oc: pd.DataFrame, cost_ops: np.ndarray, kerne
                       "step": _step_annotations(trace, rows, region)})
     f = f[f["step"] != ""]  # the same step, so the same context length: else the inference fails
     mixed = f.groupby(["step", "sig"])["split"].transform("any").to_numpy(dtype=bool)
-    windowed = np.unique(f["row"].to_numpy()[mixed & ~f["split"].to_numpy(dtype=bool)])
+    keep = mixed & ~f["split"].to_numpy(dtype=bool)
+    windowed, steps = f["row"].to_numpy()[keep], f["step"].to_numpy()[keep]
+    windowed, first = np.unique(windowed, return_index=True)
     if not windowed.size:
         return
     at = oc.index[windowed]
@@ -235,6 +254,15 @@ def windowed_attention(trace: Any, oc: pd.DataFrame, cost_ops: np.ndarray, kerne
     oc.loc[at, "reason"] = "no_shapes"
     oc.loc[at, "missing"] = trace.ops["name"].astype(str).to_numpy(dtype=object)[windowed] + ": " + \
         WINDOW_NOT_RECORDED
+    if window is None:
+        return
+    done: dict[tuple, Any] = {}
+    for row, step in zip(windowed.tolist(), steps[first].tolist()):
+        lens = step_lengths(step, window)
+        if lens:
+            _apply(trace, oc, row, [(f"hint:{k}", [], "Scalar", str(v)) for k, v in lens.items()], done)
+    costed = at[oc.loc[at, "reason"].to_numpy() == ""]
+    oc.loc[costed, ["cost_source", "missing"]] = [WINDOW_SOURCE, ""]
 
 
 def _step_annotations(trace: Any, rows: np.ndarray, region: str | None) -> list[str]:
@@ -299,3 +327,18 @@ def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
         name, _, why = what.partition(": ")
         notes.append(f"{name}: {ns / 1e6:.3f} ms uncosted: {why or 'shapes not recorded'}")
     return notes
+
+
+def windowed_calls(kernels: pd.DataFrame) -> int:
+    """How many kernels were costed with the user's window."""
+    return int((kernels["cost_source"].to_numpy() == WINDOW_SOURCE).sum()) if "cost_source" in kernels else 0
+
+
+def window_notes(kernels: pd.DataFrame) -> list[str]:
+    """Coverage notes of the windowed attention costed with the user's window (an upper bound)."""
+    if "cost_source" not in kernels:
+        return []
+    k = kernels[kernels["cost_source"].to_numpy() == WINDOW_SOURCE]
+    return [f"{name}: {g['dur_ns'].sum() / 1e6:.3f} ms in {len(g):,} sliding-window kernels costed over the "
+            "window given (--attention-window): at most that many keys per query, an upper bound where a "
+            "sequence holds fewer" for name, g in k.groupby(k["cost_op_name"].astype(str))]
