@@ -87,7 +87,8 @@ class Collection(Bounded):
                                          "work (0: no step-less windows at all).", metavar="SECONDS", min=0)
     step_on: str | None = option(None, "What one step is when the script has no optimizer or roofscope.step(): one "
                                        "outermost nn.Module forward (the default then), one generate() call, or one "
-                                       "call of MODULE.FUNC.", metavar="forward|generate|MODULE.FUNC")
+                                       "call of MODULE.FUNC (__main__.FUNC: a function of the script itself).",
+                                 metavar="forward|generate|MODULE.FUNC")
 
 
 @dataclass(kw_only=True)

@@ -43,23 +43,28 @@ class Outcome:
         return asdict(self)
 
 
-def check_target(target: str, module: bool) -> None:
-    """Fail before profiling anything when the script or module does not exist."""
+def check_target(target: str, module: bool) -> Path | None:
+    """Fail before profiling anything when the script or module does not exist; else the file
+    that will run as ``__main__`` (None for a module without a source file)."""
     if module:
         # `python -m` puts the current directory first before it resolves the module; the
         # `roofscope` console script starts with its own bin directory there instead.
         saved_path = sys.path[:]
         sys.path.insert(0, os.getcwd())
         try:
-            found = importlib.util.find_spec(target) is not None
+            spec = importlib.util.find_spec(target)
         except (ImportError, ValueError) as e:
             raise ScriptError(f"cannot find module {target!r}: {e}") from None
         finally:
             sys.path[:] = saved_path
-        if not found:
+        if spec is None:
             raise ScriptError(f"no module named {target!r}")
-    elif not Path(target).is_file():
+        # A package runs its __main__, which finding would import the package for: not known here.
+        origin = spec.origin if spec.submodule_search_locations is None else None
+        return Path(origin).resolve() if origin and Path(origin).is_file() else None
+    if not Path(target).is_file():
         raise ScriptError(f"{target}: no such file" if not Path(target).exists() else f"{target}: not a file")
+    return Path(target).resolve()
 
 
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:

@@ -27,7 +27,7 @@ from roofscope.collectors.frameworks import loaded_frameworks
 from roofscope.collectors.graphs import GraphRecorder
 from roofscope.collectors.modules import ModuleLabels
 from roofscope.collectors.nvml import NvmlSampler
-from roofscope.collectors.steps import StepHooks
+from roofscope.collectors.steps import StepHooks, looped_functions
 from roofscope.collectors.steptimes import StepTimer
 from roofscope.collectors import cupti
 from roofscope.collectors.torchprof import Schedule, TorchCollector, enable_inductor_metadata
@@ -120,6 +120,7 @@ class SessionConfig(Collection):
     name: str = "profile"
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     experimental_config: Any = None          # torch.profiler's, for --counters cupti on builds where it works
+    script: Path | None = None               # the file `roofscope run` runs as __main__ (--step-on __main__.FUNC)
     schedule: Schedule = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -317,7 +318,8 @@ class Session:
         self._collector.settle_words = self._settle.words(self.config)
         self._start_aids()
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
-        self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step, on_round=self._on_round)
+        self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step, on_round=self._on_round,
+                                     script=self.config.script)
         self._step_hooks.install()
         self._collector.start()
 
@@ -564,8 +566,9 @@ class Session:
             return f"; the script ended early ({how[-1] if how else exit_status.get('reason')})"
         if self.step_source == "none":
             return ("; no step boundary arrived (no optimizer.step(), roofscope.step(), prof.step() or outermost"
-                    " forward without gradients): call roofscope.step() once per iteration, pass --step-on"
-                    " forward|generate|MODULE.FUNC, or profile a time window with --duration SECONDS")
+                    " forward without gradients): " + _looped_hint(self.config.script) + "call roofscope.step()"
+                    " once per iteration, pass --step-on forward|generate|MODULE.FUNC, or profile a time window"
+                    " with --duration SECONDS")
         return "; lower --wait/--warmup/--active or run more steps"
 
     def _telemetry_block(self) -> dict[str, Any]:
@@ -577,6 +580,17 @@ class Session:
         if self.config.nvml_hz == 0:
             return {"file": None, "notes": ["NVML telemetry turned off"]}
         return {"file": None, "notes": ["no CUDA device: no NVML telemetry"]}
+
+
+def _looped_hint(script: Path | None) -> str:
+    """The --step-on that makes a step of each call of the script's own function called in a loop."""
+    found = looped_functions(script)
+    if not found or script is None:
+        return ""
+    (name, line), rest = found[0], [n for n, _ in found[1:3]]
+    also = f"; also {', '.join(f'{n}()' for n in rest)}" if rest else ""
+    return (f"{script.name} calls {name}() in a loop (line {line}{also}): --step-on __main__.{name} makes each"
+            " of its calls a step; or ")
 
 
 def step_times_columns(steps: list[Any], dropped: int) -> dict[str, Any] | None:

@@ -6,6 +6,10 @@ call of any importable function. Every outermost forward is also wrapped in the 
 ``roofscope: forward [B, T]`` (the shape of its first tensor argument: batch and tokens), which
 tells prefill from decode in the analysis (views/inference.py).
 
+``--step-on __main__.FUNC`` names a function (or ``__main__.Class.method``) of the script itself,
+which does not exist until the script has run its ``def``: a watcher thread looks for it every
+20 ms and wraps it then (:class:`_ScriptFunction`); the calls made before that are not counted.
+
 Forward steps end where the next outermost forward begins, so a token's step holds the host
 work around its forward (sampling, stopping criteria) and a training script's forwards, whose
 gradients are on, never count. After the first outermost call the global module hooks are
@@ -14,15 +18,21 @@ launch-bound loops being measured); another root module later is not seen.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.errors import RoofscopeError
 from roofscope.model.trace import FORWARD_LABEL
 
 MODES = ("forward", "generate")
+SCRIPT = "__main__."           # --step-on __main__.FUNC: a function of the script being run
+_WATCH_S = 0.02
+_ROOFSCOPE_DIR = str(Path(__file__).resolve().parents[1])
 
 
 def resolve_function(spec: str) -> tuple[Any, str, Any]:
@@ -77,8 +87,9 @@ class StepHooks:
     nor an explicit ``roofscope.step()`` has been seen."""
 
     def __init__(self, mode: str | None, on_boundary: Callable[[str], None],
-                 on_round: Callable[[int], None] | None = None) -> None:
+                 on_round: Callable[[int], None] | None = None, script: Path | None = None) -> None:
         self.mode = mode
+        self.script = script     # the file `roofscope run` runs as __main__ (None: this process's own)
         self.on_boundary = on_boundary
         # Called with the count of the root model's generate() calls as each begins.
         self.on_round = on_round
@@ -92,6 +103,7 @@ class StepHooks:
         self._handles: list[Any] = []
         self._open: list[Any] = []
         self._patched: tuple[Any, str, Any] | None = None
+        self._script_fn: _ScriptFunction | None = None
         self._compiled_root: Any = None
         self._narrowed = False
         self._thread = threading.get_ident()
@@ -105,6 +117,9 @@ class StepHooks:
                          nn_module.register_module_forward_hook(self._post, always_call=True)]
 
     def _patch(self, mode: str) -> None:
+        if mode.startswith(SCRIPT):
+            self._script_fn = _ScriptFunction(mode, self._wrap, self.script)
+            return
         if mode == "generate":
             try:
                 from transformers.generation.utils import GenerationMixin
@@ -113,6 +128,10 @@ class StepHooks:
             owner, name, fn = GenerationMixin, "generate", GenerationMixin.generate
         else:
             owner, name, fn = resolve_function(mode)
+        self._wrap(owner, name, fn)
+
+    def _wrap(self, owner: Any, name: str, fn: Any) -> None:
+        """Make each call of ``owner.name`` (``fn``) end a step."""
         hooks = self
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -121,8 +140,7 @@ class StepHooks:
             finally:
                 hooks.on_boundary(hooks.source)
 
-        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-        wrapper.__name__ = getattr(fn, "__name__", name)
+        functools.update_wrapper(wrapper, fn)
         setattr(owner, name, wrapper)
         self._patched = (owner, name, fn)
 
@@ -131,6 +149,9 @@ class StepHooks:
         return "forward" if self.mode in (None, "forward") else "generate" if self.mode == "generate" else "function"
 
     def remove(self) -> None:
+        if self._script_fn is not None:
+            self._script_fn.stop()
+            self._script_fn = None
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -247,3 +268,112 @@ class StepHooks:
         self._handles = [self._root.register_forward_pre_hook(self._pre, with_kwargs=True),
                          self._root.register_forward_hook(self._post, always_call=True)]
         self._narrowed = True
+
+
+class _ScriptFunction(threading.Thread):
+    """Waits for the script to define ``__main__.FUNC`` (or ``__main__.Class.method``), then hands
+    it to ``wrap(owner, name, fn)`` once, from this thread: rebinding a module global or a class
+    attribute is one store, and the script's next call looks the name up again."""
+
+    def __init__(self, spec: str, wrap: Callable[[Any, str, Any], None], script: Path | None) -> None:
+        super().__init__(name="roofscope-step-on", daemon=True)
+        self.attrs = spec[len(SCRIPT):].split(".")
+        self.wrap = wrap
+        self.script = script
+        self._stop = threading.Event()
+        self.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            found = _script_attribute(self.attrs, self.script)
+            if found is not None:
+                self.wrap(*found)
+                return
+            self._stop.wait(_WATCH_S)
+
+
+def _script_attribute(attrs: list[str], script: Path | None) -> tuple[Any, str, Any] | None:
+    """(owner, name, function) of ``attrs`` in the running script's module, once it has them.
+    ``script``: the file `roofscope run` runs; until runpy makes it ``__main__``, that is
+    roofscope's entry point. None: the process's own ``__main__`` (``roofscope.profile()``)."""
+    main = sys.modules.get("__main__")
+    file = getattr(main, "__file__", None)
+    if not isinstance(file, str):
+        return None
+    here = Path(file).resolve()
+    if (script is not None and here != script) or str(here).startswith(_ROOFSCOPE_DIR):
+        return None
+    owner: Any = main
+    for a in attrs[:-1]:
+        owner = getattr(owner, a, None)
+        if owner is None:
+            return None
+    fn = getattr(owner, attrs[-1], None)
+    return (owner, attrs[-1], fn) if callable(fn) else None
+
+
+def _top_level(tree: ast.Module) -> dict[str, ast.AST]:
+    """The names the script binds at module level with ``def`` or ``class`` (also under a
+    module-level ``if``/``try``/``with``, as ``if __name__ == "__main__":`` blocks do)."""
+    found: dict[str, ast.AST] = {}
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.setdefault(node.name, node)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            todo.extend(node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", []) +
+                        [s for h in getattr(node, "handlers", []) for s in h.body])
+    return found
+
+
+def _parse(script: Path) -> ast.Module | None:
+    try:
+        return ast.parse(script.read_bytes(), filename=str(script))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def check_script_step_on(spec: str | None, script: Path | None) -> None:
+    """``--step-on __main__.FUNC`` names something the script defines at its top level: else a
+    one-line error before anything runs (a typo would otherwise profile nothing)."""
+    if not spec or not spec.startswith(SCRIPT) or script is None:
+        return
+    attrs = spec[len(SCRIPT):].split(".")
+    tree = _parse(script)
+    if tree is None or not all(attrs):
+        return
+    node = _top_level(tree).get(attrs[0])
+    if node is None:
+        raise RoofscopeError(f"--step-on {spec}: {script.name} defines no function or class {attrs[0]!r} at its top level")
+    if len(attrs) == 2 and isinstance(node, ast.ClassDef) and not any(
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == attrs[1] for n in node.body):
+        raise RoofscopeError(f"--step-on {spec}: class {attrs[0]} of {script.name} defines no method {attrs[1]!r}")
+
+
+def looped_functions(script: Path | None) -> list[tuple[str, int]]:
+    """The script's own top-level functions that it calls inside a ``for`` or ``while`` loop (at
+    module level or in its functions), with the line of the first such call, in line order: what
+    ``--step-on __main__.FUNC`` can make a step of when no step boundary arrived (one line's outer
+    call first: ``report(add(x))`` names report)."""
+    tree = None if script is None else _parse(script)
+    if tree is None:
+        return []
+    defs = {n for n, node in _top_level(tree).items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    first: dict[str, tuple[int, int]] = {}
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+            continue
+        todo: list[ast.AST] = list(loop.body)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue   # defined in the loop, not called by it
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs:
+                at = (node.lineno, node.col_offset)
+                first[node.func.id] = min(first.get(node.func.id, at), at)
+            todo.extend(ast.iter_child_nodes(node))
+    return [(name, at[0]) for name, at in sorted(first.items(), key=lambda kv: kv[1])]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from roofscope.collectors.counters import cupti_probe
 from roofscope.collectors.script import check_target, exit_forked_child, run_target
+from roofscope.collectors.steps import check_script_step_on
 from roofscope.collectors.session import Session, SessionConfig
 from roofscope.commands.counters import after_run, check_before_run
 from roofscope.commands.options import CeilingOptions
@@ -41,7 +42,8 @@ def _name(opts: RunOptions) -> str:
 
 
 def run(opts: RunOptions) -> int:
-    check_target(opts.target, opts.module)
+    script = check_target(opts.target, opts.module)
+    check_script_step_on(opts.step_on, script)
     options = PipelineOptions(report=not opts.no_report, formats=tuple(opts.formats), top=opts.top, quiet=opts.quiet,
                               **values(CeilingOverrides, opts), **values(RooflineThresholds, opts))
     load_all(opts.formulas)
@@ -52,7 +54,8 @@ def run(opts: RunOptions) -> int:
     if opts.counters == "cupti":
         experimental = cupti_probe.experimental_config()
     config = SessionConfig(out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
-                           command=opts.argv, experimental_config=experimental, **values(Collection, opts))
+                           command=opts.argv, experimental_config=experimental, script=script,
+                           **values(Collection, opts))
     session = Session(config).start()
     outcome = run_target(opts.target, list(opts.args), module=opts.module)
     sys.stdout.flush()

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
     try:
-        check_target(ns.target, ns.module)
+        script = check_target(ns.target, ns.module)
     except ScriptError as e:
         print(f"roofscope: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     enable_inductor_metadata()
     session.step_listeners.append(rng.step)
     hook = register_optimizer_step_post_hook(rng.on_optimizer_step)
-    forwards = StepHooks(ns.step_on, rng.on_auto_step)
+    forwards = StepHooks(ns.step_on, rng.on_auto_step, script=script)
     forwards.label = False   # no profiler here to read the forward annotations
     try:
         forwards.install()

@@ -1,0 +1,117 @@
+"""`--step-on __main__.FUNC`: a step per call of the script's own function, and the step-less hint
+that names the function the script calls in a loop (collectors/steps.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from roofscope.cli import main
+from roofscope.collectors.steps import check_script_step_on, looped_functions
+from roofscope.errors import RoofscopeError
+
+PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0"]
+
+LOOP = textwrap.dedent('''
+    import time
+
+    import torch
+
+
+    def add(x, y):
+        return (x + y).relu().sum()
+
+
+    def report(v):
+        return float(v)
+
+
+    class Runner:
+        def step(self, x):
+            return add(x, x)
+
+
+    def main():
+        x = torch.randn(64, 64)
+        for _ in range(12):
+            report(add(x, x))
+            time.sleep(0.03)
+
+
+    if __name__ == "__main__":
+        main()
+        r = Runner()
+        for _ in range(5):
+            r.step(torch.ones(4))
+''')
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    p = tmp_path / "loop.py"
+    p.write_text(LOOP)
+    return p
+
+
+def test_looped_functions_are_the_scripts_own_calls_inside_loops(script: Path, tmp_path: Path) -> None:
+    # line 23 `report(add(x, x))`: both in main()'s loop, the outer call first; main() itself is
+    # called once (not in a loop), Runner.step through an instance (not a name of the script)
+    assert looped_functions(script) == [("report", 23), ("add", 23)]
+    other = tmp_path / "other.py"
+    other.write_text("import math\nfor i in range(3):\n    def f():\n        pass\n    math.sqrt(i)\n"
+                     "while True:\n    g()\n    break\n\ndef g():\n    pass\n")
+    # f is defined in the loop, not called by it; math.sqrt is not the script's; g is called at line 7
+    assert looped_functions(other) == [("g", 7)]
+    bad = tmp_path / "bad.py"
+    bad.write_text("def (:\n")
+    assert looped_functions(bad) == [] and looped_functions(None) == []
+
+
+def test_a_script_target_is_checked_before_anything_runs(script: Path) -> None:
+    check_script_step_on("__main__.add", script)
+    check_script_step_on("__main__.Runner.step", script)
+    check_script_step_on("forward", script)       # not a script target: nothing to check
+    with pytest.raises(RoofscopeError, match=r"loop.py defines no function or class 'ad' at its top level"):
+        check_script_step_on("__main__.ad", script)
+    with pytest.raises(RoofscopeError, match=r"class Runner of loop.py defines no method 'stop'"):
+        check_script_step_on("__main__.Runner.stop", script)
+
+
+def test_step_on_a_function_of_the_script_counts_its_calls(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, "--step-on", "__main__.add", "-q", str(script)]) == 0
+    steps = json.loads((out / "run.json").read_text())["steps"]
+    # add() runs 12 times in main()'s loop and 5 times through Runner.step: 17 calls. The watcher
+    # looks for add every 20 ms, so a call within 20 ms of its def can go uncounted: here the
+    # first, when the script reaches main() at once (16 boundaries seen); never a later one.
+    assert steps["source"] == "function" and steps["boundaries_seen"] in (16, 17)
+    assert steps["recorded"] == [3, 4, 5]   # after 1 wait and 2 warm-up steps
+    # the script's function is the script's again afterwards: nothing of roofscope's is left in __main__
+    method = tmp_path / "method"
+    assert main(["run", "-o", str(method), *PEAKS, "--step-on", "__main__.Runner.step", "-q", str(script)]) == 0
+    assert json.loads((method / "run.json").read_text())["steps"]["boundaries_seen"] == 5
+
+
+def test_the_stepless_hint_names_the_looped_function(script: Path, tmp_path: Path, capsys) -> None:
+    assert main(["run", "-o", str(tmp_path / "run"), *PEAKS, "-q", str(script)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("no step boundary arrived (no optimizer.step(), roofscope.step(), prof.step() or outermost forward "
+            "without gradients): loop.py calls report() in a loop (line 23; also add()): --step-on "
+            "__main__.report makes each of its calls a step; or call roofscope.step()") in err
+
+
+def test_cli_subprocess_refuses_a_name_the_script_does_not_define(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, "--step-on",
+                        "__main__.nope", str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and not out.exists()
+    assert r.stderr.strip().splitlines() == [
+        "roofscope: error: --step-on __main__.nope: loop.py defines no function or class 'nope' at its top level"]
+    r = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, "--step-on",
+                        "__main__.add", "-q", str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "run.json").read_text())["steps"]["boundaries_seen"] in (16, 17)
