@@ -115,3 +115,26 @@ def test_cli_subprocess_refuses_a_name_the_script_does_not_define(script: Path, 
                         "__main__.add", "-q", str(script)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads((out / "run.json").read_text())["steps"]["boundaries_seen"] in (16, 17)
+
+
+@pytest.mark.gpu
+def test_step_on_a_script_function_records_its_kernels_on_the_gpu(tmp_path: Path) -> None:
+    # The script's loop calls step() 30 times, each launching a matmul and a tanh on the GPU; with
+    # --step-on __main__.step the profile is steps 3-5 (1 wait, 2 warm-up) of those calls
+    script = tmp_path / "cuda_loop.py"
+    script.write_text("import torch\n\ndef step(x):\n    return torch.tanh(x @ x)\n\n"
+                      "x = torch.randn(1024, 1024, device='cuda')\nfor _ in range(30):\n    x = step(x)\n"
+                      "torch.cuda.synchronize()\n")
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--no-report", "--settle", "0",
+                        "--step-on", "__main__.step", str(script)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    steps = json.loads((out / "run.json").read_text())["steps"]
+    assert steps["source"] == "function" and steps["boundaries_seen"] in (29, 30) and steps["recorded"] == [3, 4, 5]
+    import roofscope
+
+    k = roofscope.analyze(out).kernels
+    k = k[k["cat"] == "kernel"]
+    # one matmul and one tanh a step: 3 GEMMs of 2 * 1024^3 FLOPs
+    assert (k["op_name"] == "aten::tanh").sum() == 3
+    assert k.loc[k["op_name"] == "aten::mm", "flops"].sum() == pytest.approx(3 * 2 * 1024 ** 3)
