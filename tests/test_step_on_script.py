@@ -138,3 +138,64 @@ def test_step_on_a_script_function_records_its_kernels_on_the_gpu(tmp_path: Path
     # one matmul and one tanh a step: 3 GEMMs of 2 * 1024^3 FLOPs
     assert (k["op_name"] == "aten::tanh").sum() == 3
     assert k.loc[k["op_name"] == "aten::mm", "flops"].sum() == pytest.approx(3 * 2 * 1024 ** 3)
+
+
+def test_a_compiling_program_without_steps_steps_on_its_looped_function(script: Path, tmp_path: Path,
+                                                                        monkeypatch, capsys) -> None:
+    # A program that imported Dynamo gets no step-less window (collectors/windows.py): instead of no Run,
+    # each call of the function it calls in a loop (report(), line 23) becomes the step. 12 calls, the
+    # ones made before the alarm 1 ms after the start excepted
+    from roofscope.collectors import windows
+
+    monkeypatch.setattr(windows, "dynamo_imported", lambda: True)
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, "-q", str(script)]) == 0
+    steps = json.loads((out / "run.json").read_text())["steps"]
+    assert (steps["source"], steps["step_on"], steps["recorded"]) == ("function", "__main__.report", [3, 4, 5])
+    assert 10 <= steps["boundaries_seen"] <= 12
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("no step boundary arrived and the program compiles (no step-less time window): each call of loop.py's "
+            "report() (called in a loop, line 23) is a step, as --step-on __main__.report makes it") in err
+
+
+def test_the_first_automatic_step_source_is_the_only_one() -> None:
+    from roofscope.collectors.session import StepRule
+
+    # an adopted looped function that runs forwards: its forwards' boundaries must not count too
+    rule = StepRule()
+    assert rule.automatic("function") and not rule.automatic("forward") and rule.automatic("function")
+    rule = StepRule()
+    assert rule.automatic("forward") and not rule.automatic("function")
+    # --step-on forces its one kind, as before
+    rule = StepRule("__main__.f")
+    assert rule.automatic("function")
+
+
+def test_an_optimizer_still_ends_the_steps_of_a_compiling_program(tmp_path: Path, monkeypatch, capsys) -> None:
+    # The looped function is adopted at the start (no boundary yet), but the optimizer's steps end
+    # the steps as soon as one comes: the run is said to step on the optimizer, not on batch()
+    from roofscope.collectors import windows
+
+    monkeypatch.setattr(windows, "dynamo_imported", lambda: True)
+    s = tmp_path / "train.py"
+    s.write_text(textwrap.dedent('''
+        import time
+        import torch
+
+        def batch():
+            return torch.randn(8, 16)
+
+        model = torch.nn.Linear(16, 16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        time.sleep(0.05)
+        for i in range(10):
+            model(batch()).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    '''))
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, "-q", str(s)]) == 0
+    steps = json.loads((out / "run.json").read_text())["steps"]
+    # 10 optimizer steps, and the first batch() call's boundary before the first of them
+    assert (steps["source"], steps["step_on"], steps["boundaries_seen"]) == ("optimizer", None, 11)
+    assert "program compiles" not in capsys.readouterr().err

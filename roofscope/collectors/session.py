@@ -27,7 +27,7 @@ from roofscope.collectors.frameworks import loaded_frameworks
 from roofscope.collectors.graphs import GraphRecorder
 from roofscope.collectors.modules import ModuleLabels
 from roofscope.collectors.nvml import NvmlSampler
-from roofscope.collectors.steps import StepHooks, looped_functions
+from roofscope.collectors.steps import SCRIPT, StepHooks, looped_functions
 from roofscope.collectors.steptimes import StepTimer
 from roofscope.collectors import cupti
 from roofscope.collectors.torchprof import Schedule, TorchCollector, enable_inductor_metadata
@@ -194,8 +194,11 @@ class StepRule:
         return True
 
     def automatic(self, source: str) -> bool:
-        """Whether a forward / generate / function boundary counts."""
-        if not self.forced and (self.source in ("explicit", "optimizer") or self.first_optimizer is not None):
+        """Whether a forward / generate / function boundary counts. Unforced, the first of them
+        seen is the only one: a looped function adopted as the step (Session._adopt_looped) and
+        the forwards it makes would otherwise each end a step."""
+        if not self.forced and (self.source in ("explicit", "optimizer") or self.first_optimizer is not None
+                                or self.source not in ("none", source)):
             return False
         self.source = source
         return True
@@ -256,6 +259,7 @@ class Session:
         self._settle = SettleState()
         self._provisional: Path | None = None   # a first generate() call's profile, kept until a later one's is complete
         self.rearmed: str | None = None
+        self.adopted: tuple[str, str] | None = None  # the looped function made the step, and the warning (_adopt_looped)
         self._provisional_telemetry: Any = None
         self._settle_rearmed = False       # profiled again once the steps settled after the first profile
         self._round_rearmed = False        # profiled again in a second generate() call
@@ -321,6 +325,7 @@ class Session:
         self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step, on_round=self._on_round,
                                      script=self.config.script)
         self._step_hooks.install()
+        self._collector.on_no_window = self._adopt_looped
         self._collector.start()
 
     def _start_aids(self) -> None:
@@ -357,6 +362,25 @@ class Session:
         """An explicit step boundary (see :class:`StepRule`)."""
         if self.steps.explicit():
             self._advance()
+
+    def _adopt_looped(self) -> None:
+        """No step-less window for this program (it compiles) and no step boundary yet: each call of
+        the function the script calls in a loop becomes the step, the ``--step-on __main__.FUNC``
+        the step-less hint would name (collectors/steps.looped_functions)."""
+        found = looped_functions(self.config.script)
+        if self.config.step_on or self._step_hooks is None or self.steps.source != "none" or not found:
+            return
+        (name, line), script = found[0], self.config.script
+        self._step_hooks.adopt(name)
+        # Said only if its calls did end the steps: an optimizer's step or a forward may come first.
+        self.adopted = (SCRIPT + name, f"no step boundary arrived and the program compiles (no step-less time "
+                        f"window): each call of {script.name if script else 'the script'}'s {name}() (called in a "
+                        f"loop, line {line}) is a step, as --step-on {SCRIPT + name} makes it; pass --step-on to "
+                        "choose another")
+
+    def _adopted_step_on(self) -> str | None:
+        """The looped function that ended the steps, if one did."""
+        return self.adopted[0] if self.adopted is not None and self.steps.source == "function" else None
 
     def _on_auto_step(self, source: str) -> None:
         if self.steps.automatic(source):
@@ -498,6 +522,8 @@ class Session:
         wall_s = time.perf_counter() - self._t0
         c = self._collector
         assert c is not None
+        if self._adopted_step_on() is not None:
+            self.warnings.append(self.adopted[1])  # type: ignore[index]
         shortfall = c.shortfall()
         if shortfall and self._provisional is not None:
             # The profile made again did not complete: the earlier one stands, cold as it was.
@@ -525,7 +551,7 @@ class Session:
             started=self._started_at, wall_s=round(wall_s, 3), exit_status=exit_status, device=metadata.device_metadata(),
             steps={"requested": ({"duration_s": self.config.duration, "delay_s": self.config.delay}
                                  if c.windowed else {"wait": s.wait, "warmup": s.warmup, "active": s.active}),
-                   "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on,
+                   "boundaries_seen": c.steps, "source": self.step_source, "step_on": self.config.step_on or self._adopted_step_on(),
                    **({"delay_from": c.delay_from} if c.windowed else
                       {"profiled_from": (c.begin + s.warmup) if c.begin is not None else None,
                        "settle": self._settle.to_dict(self.config), "rearmed": self.rearmed}),

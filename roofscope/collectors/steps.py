@@ -130,15 +130,26 @@ class StepHooks:
             owner, name, fn = resolve_function(mode)
         self._wrap(owner, name, fn)
 
-    def _wrap(self, owner: Any, name: str, fn: Any) -> None:
+    def adopt(self, name: str) -> None:
+        """Make each call of the script's own function ``name`` a step from now on (the program
+        gets no step-less window and no boundary has come: session.py)."""
+        if self._script_fn is None and self._patched is None:
+            self._script_fn = _ScriptFunction(SCRIPT + name, lambda *f: self._wrap(*f, source="function"),
+                                              self.script)
+
+    def _wrap(self, owner: Any, name: str, fn: Any, source: str | None = None) -> None:
         """Make each call of ``owner.name`` (``fn``) end a step."""
-        hooks = self
+        import torch
+
+        hooks, source = self, source or self.source
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():   # traced into by a compiled caller: no step inside a graph
+                return fn(*args, **kwargs)
             try:
                 return fn(*args, **kwargs)
             finally:
-                hooks.on_boundary(hooks.source)
+                hooks.on_boundary(source)
 
         functools.update_wrapper(wrapper, fn)
         setattr(owner, name, wrapper)

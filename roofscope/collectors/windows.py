@@ -156,6 +156,8 @@ class TimeWindows:
             # saves and restores the thread's state, the profiler's included: not verified). A window
             # held from before stays.
             self.no_window = "the program imported torch.compile's Dynamo"
+            if self.on_no_window is not None:
+                self.on_no_window()
         elif self.fallback in ("armed", "held"):
             self._begin_stepless()
         elif self.window == "waiting":
