@@ -66,6 +66,13 @@ def test_looped_functions_are_the_scripts_own_calls_inside_loops(script: Path, t
                      "while True:\n    g()\n    break\n\ndef g():\n    pass\n")
     # f is defined in the loop, not called by it; math.sqrt is not the script's; g is called at line 7
     assert looped_functions(other) == [("g", 7)]
+    # a name bound to torch.compile of the script's function is a function too; a module bound to a
+    # name (model = Net()) is not: wrapping it would hide its attributes
+    compiled = tmp_path / "compiled.py"
+    compiled.write_text("import torch\ndef g(x):\n    return x\nfast = torch.compile(g)\nmodel = torch.nn.Linear(2, 2)\n"
+                        "for _ in range(3):\n    model(fast(torch.ones(2)))\n")
+    assert looped_functions(compiled) == [("fast", 7)]
+    check_script_step_on("__main__.fast", compiled)
     bad = tmp_path / "bad.py"
     bad.write_text("def (:\n")
     assert looped_functions(bad) == [] and looped_functions(None) == []

@@ -328,8 +328,12 @@ def _script_attribute(attrs: list[str], script: Path | None) -> tuple[Any, str, 
 
 def _top_level(tree: ast.Module) -> dict[str, ast.AST]:
     """The names the script binds at module level with ``def`` or ``class`` (also under a
-    module-level ``if``/``try``/``with``, as ``if __name__ == "__main__":`` blocks do)."""
+    module-level ``if``/``try``/``with``, as ``if __name__ == "__main__":`` blocks do), and those it
+    binds to ``torch.compile(f)`` of such a function (``fast = torch.compile(step)``): a function
+    too. Other assignments are left out: wrapping an ``nn.Module`` bound to a name would hide its
+    attributes."""
     found: dict[str, ast.AST] = {}
+    compiled: list[tuple[str, str]] = []
     todo: list[ast.stmt] = list(tree.body)
     while todo:
         node = todo.pop(0)
@@ -338,6 +342,13 @@ def _top_level(tree: ast.Module) -> dict[str, ast.AST]:
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
             todo.extend(node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", []) +
                         [s for h in getattr(node, "handlers", []) for s in h.body])
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Call) and node.value.args and isinstance(node.value.args[0], ast.Name) \
+                and ast.unparse(node.value.func) in ("torch.compile", "compile"):
+            compiled.append((node.targets[0].id, node.value.args[0].id))
+    for name, fn in compiled:
+        if isinstance(found.get(fn), (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.setdefault(name, found[fn])
     return found
 
 
