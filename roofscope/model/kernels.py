@@ -31,6 +31,9 @@ from roofscope.config import RooflineThresholds
 CLASSES = ("compute", "memory", "latency", "underutilized", "communication", "unknown")
 # Timer rounding of a microsecond-long CPU op alone can put it a hair over its roof.
 ABOVE_ROOF_TOLERANCE = 0.005
+# The level of a kernel above a memory roof without cache levels (datasheet ceilings): data it found
+# in L2 moved faster than memory allows (summary's above_roof.top[].level).
+NO_CACHE_ROOF = "memory, no cache roof"
 
 
 @dataclass(frozen=True)

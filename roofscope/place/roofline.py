@@ -52,7 +52,7 @@ from roofscope.hardware.datasheets import sm_count
 from roofscope.hardware.devices import Ceilings
 from roofscope.ingest.names import per_name
 from roofscope.ingest.runtime_names import copy_direction
-from roofscope.model.kernels import ABOVE_ROOF_TOLERANCE, RooflineParams
+from roofscope.model.kernels import ABOVE_ROOF_TOLERANCE, NO_CACHE_ROOF, RooflineParams
 
 # An fp32 GEMM running this much above the fp32 CUDA-core roof can only have used TF32.
 _TF32_EVIDENCE = 1.10
@@ -278,7 +278,7 @@ def above_roof(k: pd.DataFrame, top: int = 5) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = (np.nan_to_num(worst["flops"] / worst["roof"]) >= np.nan_to_num(worst["bytes"] / worst["roof_bw"]))
     level = np.where(compute & (worst["roof_precision"].astype(str) != ""), worst["roof_precision"].astype(str),
-                     worst["roof_level"].astype(str))
+                     np.where(worst["roof_level"].astype(str) != "", worst["roof_level"].astype(str), NO_CACHE_ROOF))
     return {"kernels": int(len(worst)), "calls": int(len(hot)), "time_s": float(hot["dur_s"].sum()),
             "top": [{"name": str(r.name), "efficiency": float(r.efficiency), "level": str(lv)}
                     for r, lv in zip(worst.head(top).itertuples(), level[:top])]}

@@ -10,6 +10,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any, Mapping
 
 from roofscope.model.summary import CAPPED
+from roofscope.model.kernels import NO_CACHE_ROOF
 from roofscope.text import pct, plural, shorten
 from roofscope.units import ms, si
 
@@ -31,8 +32,12 @@ def above_roof_text(above: "AboveRoof") -> str:
     worst = ", ".join(f"{shorten(t.name, 40)} {pct(t.efficiency)}" + (f" ({t.level})" if t.level else "")
                       for t in above.top[:3])
     n, calls = above.kernels, above.calls
+    why, fix = "ceilings stale or wrong level", "re-measure with `roofscope microbench`"
+    if any(t.level == NO_CACHE_ROOF for t in above.top):
+        why = "the ceilings have no cache roof, and data that stays in L2 moves faster than memory"
+        fix = "measure the ceilings, cache levels included, with `roofscope microbench`"
     return (f"{n} {'kernel' if n == 1 else 'kernels'} ({plural(calls, 'call')}) ran above {'its' if n == 1 else 'their'}"
-            f" roof (ceilings stale or wrong level): {worst}; re-measure with `roofscope microbench`")
+            f" roof ({why}): {worst}; {fix}")
 
 
 def finding_lines(findings: "list[Recommendation]", top: int = 5) -> list[str]:

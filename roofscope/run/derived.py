@@ -22,7 +22,8 @@ from roofscope.run.layout import SUMMARY_FILE
 # 5: gathers read only their rows (an embedding fused with a cast); windowed attention beside full-context
 # attention is uncosted (its window is not recorded) instead of costed over the whole context (issue 26)
 # 6: the run block names the recorded steps on a Run's first analysis too (it had them only on re-analysis)
-# 7: windowed attention costed over the window the user gives (--attention-window); the uncosted note says how
+# 7: windowed attention costed over the window the user gives (--attention-window); the uncosted note says how;
+# a kernel above a memory roof without cache levels names that level (above_roof.top[].level)
 ANALYSIS_VERSION = 7
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
