@@ -206,3 +206,20 @@ def test_an_optimizer_still_ends_the_steps_of_a_compiling_program(tmp_path: Path
     # 10 optimizer steps, and the first batch() call's boundary before the first of them
     assert (steps["source"], steps["step_on"], steps["boundaries_seen"]) == ("optimizer", None, 11)
     assert "program compiles" not in capsys.readouterr().err
+
+
+def test_the_file_run_as_main_is_known_for_modules_and_packages(tmp_path: Path, monkeypatch) -> None:
+    from roofscope.collectors.script import check_target
+
+    # `roofscope run -m pkg` runs pkg/__main__.py: found without importing pkg (its __init__ would run
+    # before the profile); --step-on __main__.FUNC is checked against that file
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("raise RuntimeError('imported too early')\n")
+    (tmp_path / "pkg" / "__main__.py").write_text("def work():\n    pass\n\nfor _ in range(3):\n    work()\n")
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    main_file = check_target("pkg", True)
+    assert main_file == (tmp_path / "pkg" / "__main__.py").resolve()
+    assert looped_functions(main_file) == [("work", 5)]
+    assert check_target("mod", True) == (tmp_path / "mod.py").resolve()
+    assert check_target(str(tmp_path / "mod.py"), False) == (tmp_path / "mod.py").resolve()

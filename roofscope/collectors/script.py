@@ -59,8 +59,9 @@ def check_target(target: str, module: bool) -> Path | None:
             sys.path[:] = saved_path
         if spec is None:
             raise ScriptError(f"no module named {target!r}")
-        # A package runs its __main__, which finding would import the package for: not known here.
-        origin = spec.origin if spec.submodule_search_locations is None else None
+        # A package runs its __main__.py (found beside its __init__, not imported here).
+        locations = list(spec.submodule_search_locations or [])
+        origin = spec.origin if not locations else str(Path(locations[0]) / "__main__.py")
         return Path(origin).resolve() if origin and Path(origin).is_file() else None
     if not Path(target).is_file():
         raise ScriptError(f"{target}: no such file" if not Path(target).exists() else f"{target}: not a file")
