@@ -113,12 +113,17 @@ class StepHooks:
 
         if self.mode not in (None, "forward"):
             self._patch(self.mode)
+        elif self.script is not None:
+            # Started now, armed later by adopt(), which runs in a signal handler: starting a thread
+            # there could wait on a threading lock the interrupted main thread holds.
+            self._script_fn = _ScriptFunction(lambda *f: self._wrap(*f, source="function"), self.script)
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
                          nn_module.register_module_forward_hook(self._post, always_call=True)]
 
     def _patch(self, mode: str) -> None:
         if mode.startswith(SCRIPT):
-            self._script_fn = _ScriptFunction(mode, self._wrap, self.script)
+            self._script_fn = _ScriptFunction(self._wrap, self.script)
+            self._script_fn.arm(mode)
             return
         if mode == "generate":
             try:
@@ -132,10 +137,9 @@ class StepHooks:
 
     def adopt(self, name: str) -> None:
         """Make each call of the script's own function ``name`` a step from now on (the program
-        gets no step-less window and no boundary has come: session.py)."""
-        if self._script_fn is None and self._patched is None:
-            self._script_fn = _ScriptFunction(SCRIPT + name, lambda *f: self._wrap(*f, source="function"),
-                                              self.script)
+        gets no step-less window and no boundary has come: session.py). Safe in a signal handler."""
+        if self._script_fn is not None and self._patched is None:
+            self._script_fn.arm(SCRIPT + name)
 
     def _wrap(self, owner: Any, name: str, fn: Any, source: str | None = None) -> None:
         """Make each call of ``owner.name`` (``fn``) end a step."""
@@ -282,22 +286,29 @@ class StepHooks:
 
 
 class _ScriptFunction(threading.Thread):
-    """Waits for the script to define ``__main__.FUNC`` (or ``__main__.Class.method``), then hands
-    it to ``wrap(owner, name, fn)`` once, from this thread: rebinding a module global or a class
-    attribute is one store, and the script's next call looks the name up again."""
+    """Once armed with ``__main__.FUNC`` (or ``__main__.Class.method``), waits for the script to
+    define it, then hands it to ``wrap(owner, name, fn)`` once, from this thread: rebinding a module
+    global or a class attribute is one store, and the script's next call looks the name up again."""
 
-    def __init__(self, spec: str, wrap: Callable[[Any, str, Any], None], script: Path | None) -> None:
+    def __init__(self, wrap: Callable[[Any, str, Any], None], script: Path | None) -> None:
         super().__init__(name="roofscope-step-on", daemon=True)
-        self.attrs = spec[len(SCRIPT):].split(".")
+        self.attrs: list[str] = []
         self.wrap = wrap
         self.script = script
+        self._armed = threading.Event()
         self._stop = threading.Event()
         self.start()
 
+    def arm(self, spec: str) -> None:
+        self.attrs = spec[len(SCRIPT):].split(".")
+        self._armed.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._armed.set()
 
     def run(self) -> None:
+        self._armed.wait()
         while not self._stop.is_set():
             found = _script_attribute(self.attrs, self.script)
             if found is not None:
