@@ -296,7 +296,7 @@ class _ScriptFunction(threading.Thread):
         self.wrap = wrap
         self.script = script
         self._armed = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()   # not _stop: threading.Thread has a _stop() it calls after a fork
         self.start()
 
     def arm(self, spec: str) -> None:
@@ -304,17 +304,17 @@ class _ScriptFunction(threading.Thread):
         self._armed.set()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self._armed.set()
 
     def run(self) -> None:
         self._armed.wait()
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             found = _script_attribute(self.attrs, self.script)
             if found is not None:
                 self.wrap(*found)
                 return
-            self._stop.wait(_WATCH_S)
+            self._halt.wait(_WATCH_S)
 
 
 def _script_attribute(attrs: list[str], script: Path | None) -> tuple[Any, str, Any] | None:
