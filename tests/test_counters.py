@@ -509,6 +509,14 @@ def test_counter_range_counts_an_inference_loops_forwards(tmp_path, monkeypatch)
     assert ncu_target.main(["--wait", "1", "--warmup", "0", "--active", "2", "--step-on", "work.once",
                             str(script)]) == 0
     assert events == [("start", 1), ("stop", 3)]
+    events.clear()
+    # --step-on __main__.FUNC (given, or adopted by the Kineto pass and kept in run.json): the script's
+    # own function. The script sleeps before its loop so that the watcher (every 20 ms) has wrapped it.
+    script.write_text("import time, torch\n\ndef once(m):\n    with torch.no_grad():\n        m(torch.ones(1, 2))\n\n"
+                      "m = torch.nn.Linear(2, 2)\ntime.sleep(0.1)\nfor _ in range(6):\n    once(m)\n")
+    assert ncu_target.main(["--wait", "1", "--warmup", "0", "--active", "2", "--step-on", "__main__.once",
+                            str(script)]) == 0
+    assert events == [("start", 1), ("stop", 3)]
 
 
 # -- roofscope run --counters ncu -----------------------------------------------------------------
