@@ -3,6 +3,7 @@ profiler) nor stays open when one starts, and a profiler transition that fails b
 took Kineto over never raises into the program (collectors/compiling.py, collectors/windows.py)."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -70,6 +71,8 @@ def test_a_stepless_window_waits_for_a_compilation_to_end(tmp_path: Path):
 
 def test_a_stepless_window_closes_when_a_compilation_starts(tmp_path: Path):
     c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.05)
+    refused: list[int] = []
+    c.on_no_window = lambda: refused.append(1)   # the session then steps on the script's looped function
     c.start()
     try:
         _spin(2.0, until=lambda: c.window == "recording")
@@ -78,11 +81,33 @@ def test_a_stepless_window_closes_when_a_compilation_starts(tmp_path: Path):
             # Closed and held in Dynamo's start callback, before anything of the compilation ran.
             assert c.window is None and c.fallback == "held" and c.held.path is not None
         assert c.window_cut == "a torch.compile compilation began"
+        # a program that compiles gets no step-less window again, and the session is told once
+        assert refused == [1] and c.no_window == "the program imported torch.compile's Dynamo"
     finally:
         c.stop()
     assert c.trace_ready and c.kept_window == "recorded" and (tmp_path / "trace.json").stat().st_size > 0
     assert c.shortfall().startswith("recorded a time window instead of steps, ")
     assert c.shortfall().endswith("(cut short: a torch.compile compilation began)")
+
+
+def test_dynamo_imported_by_roofscopes_own_profiler_is_not_the_programs(monkeypatch):
+    # torch 2.13's profiler start imports Dynamo (1.1 s): that alone must not make every program one that
+    # compiles. Then the program counts once torch.compile registers a backend in Dynamo's registry.
+    from types import SimpleNamespace
+
+    registry = {1: "registered at import"}
+    monkeypatch.setattr(compiling, "_own_import", compiling._NOT_OURS)
+    monkeypatch.setitem(sys.modules, "torch._dynamo.eval_frame", SimpleNamespace(cached_backends=registry))
+    monkeypatch.delitem(sys.modules, "torch._dynamo")
+    assert not compiling.dynamo_imported()
+    compiling.profiler_start(lambda: sys.modules.__setitem__("torch._dynamo", dynamo))
+    assert compiling._own_import == 1 and not compiling.dynamo_imported()
+    registry[2] = "torch.compile's backend"
+    assert compiling.dynamo_imported()
+    # imported by the program before roofscope's profiler started: it compiles
+    monkeypatch.setattr(compiling, "_own_import", compiling._NOT_OURS)
+    compiling.profiler_start(lambda: None)
+    assert compiling._own_import == compiling._NOT_OURS and compiling.dynamo_imported()
 
 
 def test_a_window_does_not_open_under_another_profiler(tmp_path: Path):

@@ -22,9 +22,38 @@ _DYNAMO = "torch._dynamo"
 _PENDING = "_CompilationCallbackHandler__pending_callbacks_counter"
 
 
+# Dynamo's registry of compile backends: torch.compile adds its backend there before compiling anything.
+_BACKENDS = ("torch._dynamo.eval_frame", "cached_backends")
+_NOT_OURS = -2
+# How many backends were registered when roofscope's own profiler start imported Dynamo (some torch
+# builds' profilers import it: torch 2.13's start took 1.1 s doing so); _NOT_OURS when it did not.
+_own_import = _NOT_OURS
+
+
+def _backend_count() -> int:
+    """Dynamo's registered backends, -1 where this torch keeps no such registry."""
+    registry = getattr(sys.modules.get(_BACKENDS[0]), _BACKENDS[1], None)
+    return len(registry) if isinstance(registry, dict) else -1
+
+
+def profiler_start(start: Callable[[], Any]) -> None:
+    """Run roofscope's profiler ``start()``, noting whether it, not the program, imported Dynamo."""
+    global _own_import
+    before = _DYNAMO in sys.modules
+    start()
+    if not before and _DYNAMO in sys.modules and _own_import == _NOT_OURS:
+        _own_import = _backend_count()
+
+
 def dynamo_imported() -> bool:
-    """The program has imported Dynamo (``torch.compile`` does): it compiles, probably soon."""
-    return _DYNAMO in sys.modules
+    """The program has imported Dynamo (``torch.compile`` does): it compiles, probably soon. Where
+    roofscope's own profiler imported it, the program counts once torch.compile has registered a
+    backend (or always, on a torch that keeps no registry)."""
+    if _DYNAMO not in sys.modules:
+        return False
+    if _own_import == _NOT_OURS or _own_import < 0:
+        return True
+    return _backend_count() > _own_import
 
 
 def compiling() -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.collectors import cupti
+from roofscope.collectors.compiling import profiler_start
 from roofscope.model.trace import CAPTURE_LABEL, REPLAY_LABEL
 
 _ID_ATTR = "_roofscope_graph_id"
@@ -137,7 +138,7 @@ class GraphRecorder:
             try:
                 own = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
                 cupti.before_start()
-                own.start()
+                profiler_start(own.start)
             except Exception:
                 self.give_back_room()   # the session's profiler must not stay aside
                 raise

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.collectors import cupti
-from roofscope.collectors.compiling import OnCompileStart
+from roofscope.collectors.compiling import OnCompileStart, profiler_start
 from roofscope.collectors.windows import OPENING_DELAY_S, HeldWindow, TimeWindows, kineto_guarded
 from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
@@ -305,7 +305,7 @@ class TorchCollector(TimeWindows):
 
     def _start_prof(self) -> None:
         cupti.before_start()
-        self._prof.start()
+        profiler_start(self._prof.start)
 
     @staticmethod
     def _sync() -> None:

@@ -155,9 +155,7 @@ class TimeWindows:
             # thread": 5 of 5 cold lightning --compile runs on the H200; most likely the compilation
             # saves and restores the thread's state, the profiler's included: not verified). A window
             # held from before stays.
-            self.no_window = "the program imported torch.compile's Dynamo"
-            if self.on_no_window is not None:
-                self.on_no_window()
+            self._refuse_windows()
         elif self.fallback in ("armed", "held"):
             self._begin_stepless()
         elif self.window == "waiting":
@@ -175,6 +173,15 @@ class TimeWindows:
             else:
                 signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, self._window_ends - time.monotonic()))
 
+    def _refuse_windows(self) -> None:
+        """No more step-less windows in this program (it imported Dynamo): say why, once, and let the
+        session step on the script's looped function instead (``on_no_window``)."""
+        if self.no_window is not None:
+            return
+        self.no_window = "the program imported torch.compile's Dynamo"
+        if self.on_no_window is not None:
+            self.on_no_window()
+
     def _open_window(self, seconds: float) -> None:
         self._dynamo_at_open = dynamo_imported()
         self.window = "recording"
@@ -188,8 +195,12 @@ class TimeWindows:
             self._cut_window()
 
     def _cut_window(self, why: str = "a torch.compile compilation began") -> None:
+        """Close a window for a compilation: the program compiles, so it gets no step-less one again."""
         self.window_cut = why
+        stepless = self.fallback == "recording"
         self._close_window()
+        if stepless:
+            self._refuse_windows()
 
     def _close_window(self, then_start: bool = False) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
