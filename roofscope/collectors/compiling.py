@@ -51,7 +51,7 @@ def dynamo_imported() -> bool:
     backend (or always, on a torch that keeps no registry)."""
     if _DYNAMO not in sys.modules:
         return False
-    if _own_import == _NOT_OURS or _own_import < 0:
+    if _own_import < 0:   # imported by the program, or no registry to tell its torch.compile by
         return True
     return _backend_count() > _own_import
 

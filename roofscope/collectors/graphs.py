@@ -9,8 +9,8 @@ by a short profiler of its own, from ``capture_begin`` to ``capture_end``, into
 ``capture-NNNN.json`` (a warming-up session profiler steps aside for it and starts again after);
 the Run keeps those as ``graph-capture-NNNN.json.gz``. A capture inside a step-less window stays in
 the window's trace (starting a session there is a hazard, collectors/windows.py), which is kept
-as a capture file too (:meth:`GraphRecorder.adopt`) in case the steps' trace becomes the Run's. While the session records,
-the capture lands in the main trace itself. The first ``limit`` captures are recorded.
+as a capture file too (:meth:`GraphRecorder.file_window`) in case the steps' trace becomes the
+Run's. While the session records, the capture lands in the main trace itself. The first ``limit`` captures are recorded.
 """
 from __future__ import annotations
 

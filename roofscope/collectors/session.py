@@ -259,6 +259,7 @@ class Session:
         self._settle = SettleState()
         self._provisional: Path | None = None   # a first generate() call's profile, kept until a later one's is complete
         self.rearmed: str | None = None
+        self._looped: list[tuple[str, int]] = []   # the script's functions called in a loop (steps.looped_functions)
         self.adopted: tuple[str, str] | None = None  # the looped function made the step, and the warning (_adopt_looped)
         self._provisional_telemetry: Any = None
         self._settle_rearmed = False       # profiled again once the steps settled after the first profile
@@ -325,6 +326,8 @@ class Session:
         self._step_hooks = StepHooks(self.config.step_on, self._on_auto_step, on_round=self._on_round,
                                      script=self.config.script)
         self._step_hooks.install()
+        # Read now, not in the alarm's signal handler that adopts one (_adopt_looped), nor again at the end.
+        self._looped = looped_functions(self.config.script)
         self._collector.on_no_window = self._adopt_looped
         self._collector.start()
 
@@ -367,7 +370,7 @@ class Session:
         """No step-less window for this program (it compiles) and no step boundary yet: each call of
         the function the script calls in a loop becomes the step, the ``--step-on __main__.FUNC``
         the step-less hint would name (collectors/steps.looped_functions)."""
-        found = looped_functions(self.config.script)
+        found = self._looped
         if self.config.step_on or self._step_hooks is None or self.steps.source != "none" or not found:
             return
         (name, line), script = found[0], self.config.script
@@ -592,7 +595,7 @@ class Session:
             return f"; the script ended early ({how[-1] if how else exit_status.get('reason')})"
         if self.step_source == "none":
             return ("; no step boundary arrived (no optimizer.step(), roofscope.step(), prof.step() or outermost"
-                    " forward without gradients): " + _looped_hint(self.config.script) + "call roofscope.step()"
+                    " forward without gradients): " + _looped_hint(self._looped, self.config.script) + "call roofscope.step()"
                     " once per iteration, pass --step-on forward|generate|MODULE.FUNC, or profile a time window"
                     " with --duration SECONDS")
         return "; lower --wait/--warmup/--active or run more steps"
@@ -608,9 +611,8 @@ class Session:
         return {"file": None, "notes": ["no CUDA device: no NVML telemetry"]}
 
 
-def _looped_hint(script: Path | None) -> str:
+def _looped_hint(found: list[tuple[str, int]], script: Path | None) -> str:
     """The --step-on that makes a step of each call of the script's own function called in a loop."""
-    found = looped_functions(script)
     if not found or script is None:
         return ""
     (name, line), rest = found[0], [n for n, _ in found[1:3]]

@@ -50,15 +50,24 @@ def resolve_function(spec: str) -> tuple[Any, str, Any]:
         break
     if module is None or not attrs:
         raise RoofscopeError(f"--step-on {spec}: expected forward, generate or MODULE.FUNC with an importable MODULE")
-    owner: Any = module
-    for a in attrs[:-1]:
-        owner = getattr(owner, a, None)
-        if owner is None:
-            raise RoofscopeError(f"--step-on {spec}: {a!r} not found")
+    owner, missing = _owner(module, attrs)
+    if missing is not None:
+        raise RoofscopeError(f"--step-on {spec}: {missing!r} not found")
     fn = getattr(owner, attrs[-1], None)
     if not callable(fn):
         raise RoofscopeError(f"--step-on {spec}: {attrs[-1]!r} is not a function of {getattr(owner, '__name__', owner)}")
     return owner, attrs[-1], fn
+
+
+def _owner(root: Any, attrs: list[str]) -> tuple[Any, str | None]:
+    """The object holding ``attrs[-1]`` under ``root`` (``mod.Class`` for ``Class.method``), or the
+    first attribute on the way that is not there."""
+    owner = root
+    for a in attrs[:-1]:
+        owner = getattr(owner, a, None)
+        if owner is None:
+            return None, a
+    return owner, None
 
 
 def _inside_generate(model: Any) -> bool:
@@ -328,12 +337,8 @@ def _script_attribute(attrs: list[str], script: Path | None) -> tuple[Any, str, 
     here = Path(file).resolve()
     if (script is not None and here != script) or str(here).startswith(_ROOFSCOPE_DIR):
         return None
-    owner: Any = main
-    for a in attrs[:-1]:
-        owner = getattr(owner, a, None)
-        if owner is None:
-            return None
-    fn = getattr(owner, attrs[-1], None)
+    owner, missing = _owner(main, attrs)
+    fn = None if missing is not None else getattr(owner, attrs[-1], None)
     return (owner, attrs[-1], fn) if callable(fn) else None
 
 

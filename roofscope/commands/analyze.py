@@ -11,7 +11,7 @@ from roofscope.commands.merge import MergeOptions, run as merge
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
 from roofscope.cost.formulas.custom import load_all
-from roofscope.cost.hidden_args import windowed_calls
+from roofscope.cost.hidden_args import window_notes
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
 from roofscope.job.ranks import is_job_dir
@@ -51,7 +51,7 @@ def run(opts: AnalyzeOptions) -> int:
             raise RoofscopeError(f"--graph-capture {capture}: no such file")
     a = analyze(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture),
                                                 attention_window=opts.attention_window))
-    if opts.attention_window is not None and not windowed_calls(a.kernels):
+    if opts.attention_window is not None and not window_notes(a.kernels):
         print(f"roofscope: --attention-window {opts.attention_window}: no attention call here shows a sliding "
               "window (only vLLM's unified attention on AITER's kernels does): nothing was costed with it",
               file=sys.stderr)

@@ -329,11 +329,6 @@ def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
     return notes
 
 
-def windowed_calls(kernels: pd.DataFrame) -> int:
-    """How many kernels were costed with the user's window."""
-    return int((kernels["cost_source"].to_numpy() == WINDOW_SOURCE).sum()) if "cost_source" in kernels else 0
-
-
 def window_notes(kernels: pd.DataFrame) -> list[str]:
     """Coverage notes of the windowed attention costed with the user's window (an upper bound)."""
     if "cost_source" not in kernels:
