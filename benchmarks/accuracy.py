@@ -21,10 +21,9 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analysis import Analysis
-from roofscope.place.measured import MATMUL_CATEGORIES
+from roofscope.analyzers.place.measured import MATMUL_CATEGORIES
 from roofscope.errors import RoofscopeError
-from roofscope.text import md_code, md_table, md_text, pct, shorten, table
-from roofscope.units import si
+from roofscope.text import md_code, md_table, md_text, pct, shorten, si, table
 
 FLOPS_WITHIN = 0.02      # GEMM/conv/attention FLOPs within 2% of the counters
 BYTES_WITHIN = 0.25      # DRAM bytes within 25% where the working set exceeds L2

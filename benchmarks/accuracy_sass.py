@@ -5,7 +5,7 @@
 TRACE defaults to ../shared/traces/external/hta_a100_alexnet_cupti_counters.json.gz: two
 forward passes of torchvision's AlexNet on an A100, recorded with CUPTI per-kernel counters
 (77 ``cuda_profiler_range`` events; FLOPs = fadd + fmul + 2*ffma, fp16 and fp64 alike, summed
-by ingest/kineto_frames.py). The trace was recorded without shapes, so the analytic side applies
+by analyzers/ingest/kineto_frames.py). The trace was recorded without shapes, so the analytic side applies
 roofscope's own cost formulas (costmodel.cost_signature) to AlexNet's layer shapes; the batch,
 128, is the one the fc1 GEMM's SASS count implies (9.667e9 / (2 * 9216 * 4096) = 128.05).
 One row per op of the first forward pass (the second one's counts are identical): analytic
@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from roofscope.cost.costmodel import cost_signature
-from roofscope.text import md_code, md_table, shorten, table
-from roofscope.units import si
+from roofscope.analyzers.cost.costmodel import cost_signature
+from roofscope.text import md_code, md_table, shorten, si, table
 
 TRACE = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "external"
          / "hta_a100_alexnet_cupti_counters.json.gz")

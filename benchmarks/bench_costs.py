@@ -22,9 +22,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from roofscope.cost.costmodel import clear_cache, signature_costs
-from roofscope.ingest import read as load_trace
-from roofscope.collectors.counters import join as counters_join
+from roofscope.analyzers.cost.costmodel import clear_cache, signature_costs
+from roofscope.analyzers.ingest import read as load_trace
+from roofscope.analyzers.ingest import ncujoin as counters_join
 from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"

@@ -31,11 +31,11 @@ _CASES = {
     "decode json": "import json,gzip\nT0()\njson.loads(gzip.decompress(open(P,'rb').read()))",
     "decode orjson": "import orjson,gzip\nT0()\norjson.loads(gzip.decompress(open(P,'rb').read()))",
     "decode msgspec (typed, whole file)": (
-        "from roofscope.ingest.source import read_bytes\nfrom roofscope.ingest.kineto import decode\n"
+        "from roofscope.analyzers.ingest.source import read_bytes\nfrom roofscope.analyzers.ingest.kineto import decode\n"
         "T0()\ndecode(P, read_bytes(P))"),
-    "roofscope ingest (batched)": "from roofscope.ingest import read\nT0()\nread(P)",
+    "roofscope ingest (batched)": "from roofscope.analyzers.ingest import read\nT0()\nread(P)",
     "roofscope full analysis": (
-        "from roofscope.analysis import analyze\nfrom roofscope.render.export import to_json\n"
+        "from roofscope.analysis import analyze\nfrom roofscope.reports.export import to_json\n"
         "T0()\na=analyze(P)\nto_json(a.result)"),
     "roofscope analyze --json, whole process": "T0()\nfrom roofscope.cli import main\nmain(['analyze', P, "
                                                "'--json', '/dev/null', '-q', '-f'])",

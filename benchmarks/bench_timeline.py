@@ -1,4 +1,4 @@
-"""Speed of the timeline analysis (views/timeline.py) on a real trace and a synthetic one.
+"""Speed of the timeline analysis (analyzers/views/timeline.py) on a real trace and a synthetic one.
 
 * the HTA A100 trace (6,080 GPU activities, 5 steps; analysis done beforehand, not timed),
 * a synthetic 1M-activity frame: 100 steps, 4 streams, 1 in 20 a copy, 1 in 50 an NCCL kernel,
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from roofscope.views.timeline import timeline
-from roofscope.model.trace import Trace
+from roofscope.analyzers.views.timeline import timeline
+from roofscope.analyzers.model.trace import Trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "external" / "hta_a100_rank0.json.gz"
 

@@ -51,7 +51,7 @@ def _report(source: Path, tmp: Path, replicate: int) -> tuple[Path, float | None
     if source.suffix == ".html":
         return source, None
     import roofscope
-    from roofscope.render.html import render_html
+    from roofscope.reports.html import render_html
 
     a = roofscope.analyze(source).result
     if replicate > 1:

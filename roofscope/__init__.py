@@ -53,8 +53,8 @@ def profile(steps: int = Collection.active, **kwargs: Any) -> "Profile":
 
 def register_formula(name: str, fn: Any = None, *, category: str = "other", replace: bool = False) -> Any:
     """Give the custom op ``name`` a cost formula, a function of its arguments' shapes (usable as a
-    decorator); see :func:`roofscope.cost.formulas.custom.register_formula` and docs/cost-model.md."""
-    from roofscope.cost.formulas.custom import register_formula as _register  # start-up time
+    decorator); see :func:`roofscope.analyzers.cost.formulas.custom.register_formula` and docs/cost-model.md."""
+    from roofscope.analyzers.cost.formulas.custom import register_formula as _register  # start-up time
 
     return _register(name, fn, category=category, replace=replace)
 

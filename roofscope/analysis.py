@@ -8,7 +8,7 @@
     place    ── settle, place, apply_counters ──▶ kernels on the roofline, classed (place/)
     views    ── steps, timeline, samples, metrics, inference, phases (views/): each once
     diagnose ── diagnose(DiagnosisInput) ──▶ Diagnosis (diagnose/)
-    result   ── Result (model/result.py): summary.json's figures, typed, and the frames
+    result   ── Result (analyzers/model/result.py): summary.json's figures, typed, and the frames
 
 Everything runs eagerly, once, in this order; every renderer, ``diff``, the gate and the job read
 the Result and compute nothing. :class:`Analysis` is the deprecated face of a Result that
@@ -23,39 +23,41 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofscope.analyzers.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
+from roofscope.analyzers.cost.costmodel import signature_costs
+from roofscope.analyzers.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
+from roofscope.analyzers.cost.hidden_args import missing_notes, window_notes
+from roofscope.analyzers.cost.modelflops import model_flops
+from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
+from roofscope.analyzers.ingest import read as read_trace
+from roofscope.analyzers.ingest.frames import regions_at, steps_at
+from roofscope.analyzers.ingest.linking import take
+from roofscope.analyzers.ingest.modules import module_column
+from roofscope.analyzers.model.findings import Diagnosis
+from roofscope.analyzers.model.kernels import CLASSES, RooflineParams
+from roofscope.analyzers.model.result import Result
+from roofscope.analyzers.model.summary import Summary
+from roofscope.analyzers.model.timeline import Timeline
+from roofscope.analyzers.model.trace import Trace
+from roofscope.analyzers.place.bandwidth import settle
+from roofscope.analyzers.place.measured import apply_counters, counters_summary
+from roofscope.analyzers.place.roofline import above_roof, device_sms, input_bytes, place
+from roofscope.analyzers.views.collectives import kernel_collectives
+from roofscope.analyzers.views.inference import inference_metrics, inference_note, step_phases
+from roofscope.analyzers.views.metrics import (metrics, profiled_window, region_times, step_samples, step_table,
+                                               utilization_roof)
+from roofscope.analyzers.views.phases import kernel_phases, phase_summary, phase_table
+from roofscope.analyzers.views.programtime import program_samples, step_time
+from roofscope.analyzers.views.telemetry_summary import load as load_telemetry
+from roofscope.analyzers.views.telemetry_summary import summarize
+from roofscope.analyzers.views.timeline import timeline
 from roofscope.config import CeilingOverrides, RooflineThresholds, values
-from roofscope.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
-from roofscope.cost.costmodel import signature_costs
-from roofscope.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
-from roofscope.cost.hidden_args import missing_notes, window_notes
-from roofscope.cost.modelflops import model_flops
-from roofscope.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.hardware.devices import resolve_ceilings
-from roofscope.ingest.linking import take
-from roofscope.ingest import read as read_trace
-from roofscope.ingest.frames import regions_at, steps_at
-from roofscope.model.findings import Diagnosis
-from roofscope.model.kernels import CLASSES, RooflineParams
-from roofscope.model.result import Result
-from roofscope.model.summary import Summary
-from roofscope.model.timeline import Timeline
-from roofscope.model.trace import Trace
-from roofscope.place.bandwidth import settle
-from roofscope.place.measured import apply_counters, counters_summary
-from roofscope.place.roofline import above_roof, device_sms, input_bytes, place
 from roofscope.run import is_run_dir, load
-from roofscope.run.counters import Counters, load as load_counters
+from roofscope.run.counters import Counters
+from roofscope.run.counters import load as load_counters
 from roofscope.run.telemetry import Telemetry
-from roofscope.views.collectives import kernel_collectives
-from roofscope.views.inference import inference_metrics, inference_note, step_phases
-from roofscope.views.metrics import (metrics, profiled_window, region_times, step_samples, step_table,
-                                     utilization_roof)
-from roofscope.ingest.modules import module_column
-from roofscope.views.phases import kernel_phases, phase_summary, phase_table
-from roofscope.views.programtime import program_samples, step_time
-from roofscope.views.telemetry_summary import load as load_telemetry, summarize
-from roofscope.views.timeline import timeline
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool,
     """The cost stage: each op signature costed once, the costs handed to the kernels the ops
     launched, graph replays costed from their captures, modules and phases named. Between the
     attribution and the graph mapping (which copies the settled costs to replays), place/'s
-    ``settle`` makes the two choices only the memory roof can make (place/bandwidth.py)."""
+    ``settle`` makes the two choices only the memory roof can make (analyzers/place/bandwidth.py)."""
     sig_costs = signature_costs(trace.signatures)
     if cpu_only:
         kernels, graphs = _cpu_work(trace, sig_costs), None
@@ -228,7 +230,7 @@ def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.Dat
              inference_text: str | None, phases: dict[str, Any], counters: dict[str, Any] | None,
              step_metrics: dict[str, Any], own: dict[str, Any] | None, tel: dict[str, Any] | None,
              tl: Timeline, meta: dict[str, Any] | None, diagnosis: Diagnosis) -> dict[str, Any]:
-    """summary.json's figures, in their written order (model/summary.py types them)."""
+    """summary.json's figures, in their written order (analyzers/model/summary.py types them)."""
     total = float(k["dur_s"].sum())
     by_class = k.groupby("cls")["dur_s"].sum()
     comm = k["category"] == "communication"

@@ -102,7 +102,7 @@ class RankMerge(Bounded):
 
 @dataclass(kw_only=True)
 class MergeWorkers(Bounded):
-    """Where `roofscope merge` analyzes the ranks (analyzers/ranks.analyze_parts)."""
+    """Where `roofscope merge` analyzes the ranks (merge.analyze_parts)."""
 
     jobs: int | None = option(None, "Worker processes [default: one per CPU].", min=1)
     scheduler: str | None = option(None, "Analyze the ranks on a Dask distributed cluster: its scheduler address "
@@ -134,7 +134,7 @@ class CeilingOverrides(Bounded):
 
 @dataclass(kw_only=True)
 class RooflineThresholds(Bounded):
-    """Where a kernel's bound class changes (place/roofline.py, docs/roofline.md)."""
+    """Where a kernel's bound class changes (analyzers/place/roofline.py, docs/roofline.md)."""
 
     latency_floor_us: float = option(3.0, "Roofline floor time below which a kernel is latency-bound.", min=0)
     underutilized_below: float = option(0.25, "Efficiency below which a kernel is under-utilized.", min=0, max=1)

@@ -22,7 +22,7 @@ from roofscope.collectors.session import Session, SessionConfig
 from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.pipeline import PipelineOptions, SessionResult, announce, finish
-from roofscope.render.registry import RESULT, RenderOptions, renderer
+from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analysis import Analysis
@@ -73,8 +73,8 @@ class Profile:
     @property
     def analysis(self) -> "Analysis | None":
         """The analysis of the profile, in the face of the former Analysis (``.result`` of it is the
-        :class:`~roofscope.model.result.Result`); None when there was nothing to analyze."""
-        from roofscope.analysis import Analysis   # the analysis stages load only when this face is asked for
+        :class:`~roofscope.analyzers.model.result.Result`); None when there was nothing to analyze."""
+        from roofscope.analysis import Analysis  # the analysis stages load only when this face is asked for
 
         result = self._done().analysis
         return Analysis(result) if result is not None else None
@@ -131,7 +131,7 @@ def profile(steps: int = Collection.active, *, wait: int = Collection.wait, warm
     ``out/rank-NNNN`` and rank 0 merges them after waiting up to ``merge_timeout`` seconds
     for the others (0: it prints the ``roofscope merge`` command instead). ``formats`` names
     further outputs written into the Run (``console``, ``markdown``, ``json``, ``csv``, ``junit``,
-    ``html``: render/registry.py), each under its default file name. The ceiling and threshold
+    ``html``: reports/registry.py), each under its default file name. The ceiling and threshold
     options are the command line's (``--datasheet``, ``--peak-tflops``, ``--peak-bandwidth``,
     ``--ceilings``, ``--latency-floor-us``, ``--underutilized-below``; roofscope/config.py).
     """

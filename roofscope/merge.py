@@ -1,10 +1,10 @@
 """A distributed job's merge: its ranks' parts found, analyzed and combined into one
-:class:`~roofscope.job.straggler.Job`, its summary printed, and ``job.json`` (the parts),
+:class:`~roofscope.analyzers.job.straggler.Job`, its summary printed, and ``job.json`` (the parts),
 ``summary.json`` (the cross-rank summary) and ``report.html`` written into the output directory.
 
 `roofscope merge` (commands/merge.py) and rank 0 at the end of a profile under torchrun
 (pipeline.conclude) both run it. Like the pipeline it is a workflow: it analyzes and renders
-(through render/registry.py), so it sits above both; nothing below imports it.
+(through reports/registry.py), so it sits above both; nothing below imports it.
 
 The output directory may already hold the ``rank-NNNN/`` Runs (the torchrun layout), but the
 three files are replaced only with ``force``, and no output may replace an input or land
@@ -15,17 +15,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from roofscope.analysis import AnalysisSettings, run
+from roofscope.analyzers.job.cluster import analyze_on_dask
+from roofscope.analyzers.job.ranks import Part, RankResult, rank_result, resolve_parts
+from roofscope.analyzers.job.straggler import Job, combine
+from roofscope.analyzers.job.urls import fetched
 from roofscope.config import CeilingOverrides, MergeWorkers, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.job.ranks import Part, analyze_parts, resolve_parts
-from roofscope.job.straggler import Job, combine
-from roofscope.render.registry import JOB, RenderOptions, renderer
+from roofscope.reports.registry import JOB, RenderOptions, renderer
 from roofscope.run import is_run_dir
 from roofscope.run.layout import COMBINED_FILES, JOB_FILE, REPORT_FILE, SUMMARY_FILE
 from roofscope.run.schema import JOB_SCHEMA_VERSION
@@ -111,3 +115,44 @@ def job_doc(parts: list[Part], world: int, out: Path | None) -> dict[str, Any]:
             "parts": [{"rank": p.rank, "path": p.url or rel(p.path), "node": p.node,
                        "kind": "run" if p.is_run else "trace"}
                       for p in parts]}
+
+
+def analyze_part(part: Part, settings: AnalysisSettings) -> RankResult:
+    """Analyze one part (in a worker process, a Dask worker or in-process); ``settings``
+    are every rank's (one job, one set of ceilings). A URL part is read to a temporary file by the worker."""
+    if part.url:
+        with fetched(part.url) as local:
+            return rank_result(part, run(local, settings))
+    return rank_result(part, run(part.path, settings))
+
+
+def analyze_parts(parts: list[Part], settings: AnalysisSettings, jobs: int | None = None,
+                  scheduler: str | None = None) -> list[RankResult]:
+    """Analyze ``parts`` in ``jobs`` processes (default: one per CPU; 1 runs in this process),
+    or on the Dask cluster at ``scheduler`` (see :mod:`.cluster`).
+
+    Workers come from a ``forkserver`` context preloaded with the analysis modules (no torch:
+    analysis does not import it):
+    each worker is a fork of a server that imported them once, so it starts in milliseconds
+    (``spawn`` pays the ~2 s of imports per worker), and unlike plain ``fork`` it is safe when
+    the caller holds CUDA or threads (rank 0 merging right after its own profile).
+    """
+    if scheduler:
+        return analyze_on_dask(analyze_part, parts, settings, scheduler, jobs)
+    jobs = min(jobs or os.cpu_count() or 1, len(parts))
+    if jobs <= 1:
+        return [analyze_part(p, settings) for p in parts]
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["roofscope.merge", "roofscope.analysis", "roofscope.analyzers.cost.costmodel",
+                                "roofscope.analyzers.cost.formulas"])
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    try:
+        return list(pool.map(analyze_part, parts, [settings] * len(parts)))
+    except BrokenProcessPool:
+        raise RoofscopeError(f"a worker process analyzing the ranks died (out of memory?); retry with fewer"
+                             f" --jobs than {jobs}") from None
+    finally:
+        # On the first bad part, drop the parts not yet started instead of analyzing them all first.
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -4,7 +4,7 @@
 :class:`~.collectors.session.Session`, let the program run, then call :func:`finish`: the
 session stops and hands over what it recorded, this module writes the Run from it
 (roofscope/run.py), analyzes it (compare/), renders report.html and any ``--format``
-outputs into it (render/registry.py), and :func:`announce` ends the profile on the terminal:
+outputs into it (reports/registry.py), and :func:`announce` ends the profile on the terminal:
 the summary, or for one rank of a distributed job its note and, on rank 0, the job's merge.
 Collectors import none of this: they only record.
 """
@@ -20,19 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roofscope.analysis import AnalysisSettings, run
+from roofscope.analyzers.ingest import read as load_trace
 from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
 from roofscope.hardware.ceilings import Ceilings, save_ceilings_file
-from roofscope.ingest import read as load_trace
 from roofscope.microbench.cpu import ceilings_for_run
-from roofscope.render.registry import RESULT, RenderOptions, check_formats, renderer
+from roofscope.reports.registry import RESULT, RenderOptions, check_formats, renderer
 from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, Run, new_meta, summary_text,
                            update_meta, write_run)
 from roofscope.run.layout import CAPTURE_FILES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.model.result import Result
+    from roofscope.analyzers.model.result import Result
     from roofscope.collectors.distributed import JobPart
     from roofscope.collectors.session import Collected, Session
 
@@ -43,7 +43,7 @@ class PipelineOptions(CeilingOverrides, RooflineThresholds):
     (the command line's, config.py) and the outputs rendered into its Run."""
 
     report: bool = True                      # report.html
-    formats: tuple[str, ...] = ()            # renderer names (render/registry.py), each written into the Run
+    formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), each written into the Run
     top: int = Presentation.top              # rows of the console summary and its `console` output
     quiet: bool = False                      # no progress lines (a CPU's ceilings measured once)
 
@@ -325,7 +325,7 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
               f" {merge_timeout_s:g} s; once every rank-* directory is on one machine, run: {command}",
               file=sys.stderr)
         return problem
-    from roofscope.merge import merge   # the analysis and pandas: not loaded with the profiler
+    from roofscope.merge import merge  # the analysis and pandas: not loaded with the profiler
 
     try:
         merge([str(part.job_dir)], out=part.job_dir, force=True, quiet=quiet, ceilings=settings, thresholds=settings)

@@ -1,9 +1,9 @@
 """Text for people, shared by every output: counts and shares in words, kernel names cut to fit,
 fixed-width tables for the terminal, and inert markdown.
 
-It sits at the bottom of the package (no roofscope import but ``units`` and ``text_safety``), so
-the gate, the commands and every renderer can use it without importing a renderer. SI-prefixed
-figures (``si``) and milliseconds (``ms``) are in units.py.
+It sits at the bottom of the package (no roofscope import but ``text_safety``), so the gate, the
+commands, the microbenchmarks and every renderer can use it without importing a renderer: SI-prefixed
+figures (3.35e12 B/s -> "3.35 TB/s", ``si``), milliseconds (``ms``), words, names and tables.
 """
 from __future__ import annotations
 
@@ -15,7 +15,28 @@ import sys
 from typing import Any, Sequence
 
 from roofscope.text_safety import clean
-from roofscope.units import si
+
+
+def si_scale(value: float) -> tuple[float, str]:
+    """The SI factor and prefix for ``value``: 3.35e12 -> (1e12, "T")."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return factor, prefix
+    return 1.0, ""
+
+
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """3.35e12, "B/s" -> "3.35 TB/s"; NaN -> "-"."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    factor, prefix = si_scale(value)
+    return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as milliseconds with three decimals ("1,234.567"); "-" when unknown."""
+    return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:,.3f}"
+
 
 _NAME_WIDTH = 64
 _FILE_WIDTH = 160   # a table's width where no terminal says how wide it is

@@ -61,7 +61,7 @@ def analyze_json(path: Path) -> dict[str, Any] | str:
     from roofscope.analysis import AnalysisSettings, run
     from roofscope.config import CeilingOverrides
     from roofscope.errors import RoofscopeError
-    from roofscope.render.export import to_json_dict
+    from roofscope.reports.export import to_json_dict
 
     try:
         return json.loads(json.dumps(to_json_dict(run(path, AnalysisSettings(CeilingOverrides(device=DEVICE), use_cache=False)))))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import roofscope
-from roofscope.model.kernels import RooflineParams
+from roofscope.analyzers.model.kernels import RooflineParams
 from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder

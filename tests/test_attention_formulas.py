@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from roofscope.cost.formulas.attention import BOTTOM_RIGHT, TOP_LEFT, attention_flops, score_area
+from roofscope.analyzers.cost.formulas.attention import BOTTOM_RIGHT, TOP_LEFT, attention_flops, score_area
 from tests.test_costmodel import BF16, F32, check, cost
 
 # _cudnn_attention_forward(query, key, value, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k,

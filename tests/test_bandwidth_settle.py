@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofscope.cost.attribution import attribute
-from roofscope.cost.costmodel import signature_costs
-from roofscope.ingest import read as load_trace
-from roofscope.place.bandwidth import settle
+from roofscope.analyzers.cost.attribution import attribute
+from roofscope.analyzers.cost.costmodel import signature_costs
+from roofscope.analyzers.ingest import read as load_trace
+from roofscope.analyzers.place.bandwidth import settle
 from tests.kineto import TraceBuilder
 from tests.test_analysis import cudnn_conv
 from tests.test_optimizer_costs import _unlaunched

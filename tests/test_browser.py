@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import roofscope
-from roofscope.model.kernels import aggregate
+from roofscope.analyzers.model.kernels import aggregate
 from roofscope.text import shorten
-from roofscope.render.html import render_html
+from roofscope.reports.html import render_html
 
 from .test_counters_analysis import probe_run  # noqa: F401  (fixture)
 from .test_html import EVIL, H200_RUN, HTA, _evil_analysis
@@ -259,7 +259,7 @@ def test_hta_report(browser, tmp_path):
     page.close()
 
 def test_report_in_a_browser_shows_l2_points_and_tensor_cores(probe_run, browser, tmp_path):
-    from roofscope.render.html import render_html
+    from roofscope.reports.html import render_html
 
     path = tmp_path / "report.html"
     path.write_text(render_html(roofscope.analyze(probe_run).result))

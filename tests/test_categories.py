@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from roofscope.cost.categories import category_of
+from roofscope.analyzers.cost.categories import category_of
 
 REAL = [
     # the lambda that was an optimizer: "lamb" inside "{lambda()#1}"

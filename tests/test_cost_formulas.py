@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from roofscope.cost import formulas as cf
-from roofscope.cost.formulas import (DTYPE_BY_NAME, DTYPES, SCALAR_TYPE_CODES, Arg, OpCall, TensorSpec,
+from roofscope.analyzers.cost import formulas as cf
+from roofscope.analyzers.cost.formulas import (DTYPE_BY_NAME, DTYPES, SCALAR_TYPE_CODES, Arg, OpCall, TensorSpec,
                                           broadcast_shapes, conv_out_shape, lookup, parse_dtype, promote_types,
                                           result_type)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofscope.cost.costmodel import COLUMNS, clear_cache, signature_costs
+from roofscope.analyzers.cost.costmodel import COLUMNS, clear_cache, signature_costs
 
 from .conftest import external
 

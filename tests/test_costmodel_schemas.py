@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from roofscope.cost import schemas
-from roofscope.cost.formulas import flops
+from roofscope.analyzers.cost import schemas
+from roofscope.analyzers.cost.formulas import flops
 
 
 def test_table_binds_like_torch() -> None:
@@ -17,7 +17,7 @@ def test_table_binds_like_torch() -> None:
         pytest.skip(f"table written from torch {table['torch']}, torch {torch.__version__} installed")
     # Every op with a formula is in the table (else it would be costed unbound), with exactly
     # torch's overloads and argument facts.
-    assert schemas.generate() == table, "run `python -m roofscope.cost.schemas --write`"
+    assert schemas.generate() == table, "run `python -m roofscope.analyzers.cost.schemas --write`"
     for name in ("aten::addmm", "aten::convolution_backward", "aten::_foreach_add_", "aten::native_layer_norm"):
         assert schemas.overloads(name) == schemas.torch_overloads(name)
 

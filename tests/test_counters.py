@@ -16,10 +16,11 @@ import pandas as pd
 import pytest
 
 from roofscope.run import counters
-from roofscope.ingest import read as read_trace
+from roofscope.analyzers.ingest import read as read_trace
 from roofscope.cli import main
 from roofscope.collectors import session
-from roofscope.collectors.counters import join as counters_join, ncu, ncu_target
+from roofscope.analyzers.ingest import ncujoin as counters_join
+from roofscope.collectors.counters import ncu, ncu_target
 from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 from roofscope.collectors.torchprof import Schedule
 from roofscope.commands.counters import recorded_target

@@ -1,4 +1,4 @@
-"""Measured counters in the analysis (place/measured.py), and the accuracy table
+"""Measured counters in the analysis (analyzers/place/measured.py), and the accuracy table
 (benchmarks/accuracy.py), on the H200 probe: its Kineto trace and the Nsight Compute
 counters of the same two steps (tests/data/ncu), joined by launch order as the ncu
 collector joins them."""
@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.place.measured import apply_counters
-from roofscope.model.kernels import RooflineParams
-from roofscope.place.roofline import place
+from roofscope.analyzers.place.measured import apply_counters
+from roofscope.analyzers.model.kernels import RooflineParams
+from roofscope.analyzers.place.roofline import place
 from roofscope.hardware.devices import Ceilings
 
 from .conftest import external
@@ -32,8 +32,8 @@ def write_probe_run(run: Path) -> Path:
     """A Run of the probe's Kineto pass with its ncu counters stored the way `roofscope run
     --counters ncu` stores them (parse_ncu_csv, then the launch-order join)."""
     from roofscope.run import counters
-    from roofscope.ingest import read as load_trace
-    from roofscope.collectors.counters import join as counters_join
+    from roofscope.analyzers.ingest import read as load_trace
+    from roofscope.analyzers.ingest import ncujoin as counters_join
     from roofscope.collectors.counters.ncu_csv import parse_ncu_csv
 
     run.mkdir()
@@ -276,7 +276,7 @@ def test_sass_flops_against_the_formulas():
 # ---- reports ------------------------------------------------------------------------------------
 
 def test_console_counters_line(probe_run):
-    from roofscope.render.console import render_summary
+    from roofscope.reports.console import render_summary
 
     text = render_summary(roofscope.analyze(probe_run).result)
     # 58,368 + 58,847 ns of fp32 GEMMs without tensor-core FLOPs = 0.117 ms.
@@ -286,7 +286,7 @@ def test_console_counters_line(probe_run):
 
 
 def test_report_data_carries_l2_bytes_and_tensor_core_time(probe_run):
-    from roofscope.render.html import render_html, report_data
+    from roofscope.reports.html import render_html, report_data
 
     a = roofscope.analyze(probe_run)
     data = report_data(a.result)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from roofscope.analysis import analyze
-from roofscope.compare.diff import CHANGE_COLUMNS, diff, kernel_changes
+from roofscope.analyzers.compare.diff import CHANGE_COLUMNS, diff, kernel_changes
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
-from roofscope.render.diffview import render_markdown, render_terminal
+from roofscope.reports.diffview import render_markdown, render_terminal
 
 from .kineto import TraceBuilder
 from .test_trace import HTA

@@ -1,4 +1,4 @@
-"""Fixes that apply (diagnose/blockers.py and the rules that read it) and classes for kernels
+"""Fixes that apply (analyzers/diagnose/blockers.py and the rules that read it) and classes for kernels
 with no cost (roofline.class_sources), on synthetic traces with hand-checkable numbers and real ones.
 
 Ceilings are test_rules' TOY (1 TB/s); times in the builder are microseconds.
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.diagnose.communication import MOE_SNIPPET, comm_snippet, exposed_comm_finding
+from roofscope.analyzers.diagnose.communication import MOE_SNIPPET, comm_snippet, exposed_comm_finding
 
 from .kineto import PID, TID, TraceBuilder
 from .test_rules import F32, TOY
@@ -188,7 +188,7 @@ def test_without_ceilings_uncosted_kernels_stay_unknown(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not AMD.exists(), reason="shared HTA AMD trace not present")
 def test_amd_trace_gets_rocprof_compute_not_ncu() -> None:
-    from roofscope.diagnose.hardware import counters_command, is_amd
+    from roofscope.analyzers.diagnose.hardware import counters_command, is_amd
 
     a = roofscope.analyze(AMD)
     assert is_amd(a.trace, a.ceilings)
@@ -303,7 +303,7 @@ def test_collective_advice_on_real_traces() -> None:
 
 
 def test_measured_counters_are_the_class_source() -> None:
-    from roofscope.place.roofline import place
+    from roofscope.analyzers.place.roofline import place
 
     # The same 1 GB / 2 ms copy-like kernel, costed by a formula and by Nsight Compute's counters
     # (attribution's cost_source "ncu" after analyzers/counters.apply_counters): 1 ms floor at 1 TB/s.

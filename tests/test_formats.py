@@ -1,4 +1,4 @@
-"""Output formats by name (render/registry.py): one signature for every renderer, `roofscope run
+"""Output formats by name (reports/registry.py): one signature for every renderer, `roofscope run
 --format NAME` and `roofscope.profile(formats=[...])` writing them into the Run."""
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import torch
 import roofscope
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
-from roofscope.render import registry
-from roofscope.render.console import render_summary
-from roofscope.render.export import kernels_csv, to_json
-from roofscope.render.html import render_html
-from roofscope.render.markdown import render_markdown
-from roofscope.render.registry import RESULT, FunctionRenderer, RenderOptions, renderer
+from roofscope.reports import registry
+from roofscope.reports.console import render_summary
+from roofscope.reports.export import kernels_csv, to_json
+from roofscope.reports.html import render_html
+from roofscope.reports.markdown import render_markdown
+from roofscope.reports.registry import RESULT, FunctionRenderer, RenderOptions, renderer
 
 from .test_collect import PEAKS, TRAIN
 
@@ -53,11 +53,11 @@ def test_every_renderer_is_its_module_behind_one_signature(eager) -> None:
 
 
 def test_each_output_is_keyed_by_the_type_it_renders() -> None:
-    from roofscope.model.result import Result
-    from roofscope.compare.diff import Diff
+    from roofscope.analyzers.model.result import Result
+    from roofscope.analyzers.compare.diff import Diff
     from roofscope.gate.result import GateResult
     from roofscope.hardware.ceilings import Ceilings
-    from roofscope.job.straggler import Job
+    from roofscope.analyzers.job.straggler import Job
 
     # The built-in kinds are named as text (no import at CLI start): each must name its class.
     for kind, cls in ((registry.RESULT, Result), (registry.DIFF, Diff), (registry.GATE, GateResult),

@@ -13,13 +13,13 @@ from roofscope.cli import main
 from roofscope.errors import RoofscopeError
 from roofscope.gate import check, load_baseline
 from roofscope.gate.evaluate import check_regression, warnings_for
-from roofscope.render.gate import markdown, text
-from roofscope.model.summary import Metrics
+from roofscope.reports.gate import markdown, text
+from roofscope.analyzers.model.summary import Metrics
 from roofscope.gate.snapshot import VERSION, GateInputError, Snapshot
 from roofscope.gate.stats import steps_to_decide
 from roofscope.gate.thresholds import metric, parse_limit
-from roofscope.render.github import annotations, append_step_summary, escape_data, escape_property, in_actions
-from roofscope.render.junit import junit_xml
+from roofscope.reports.github import annotations, append_step_summary, escape_data, escape_property, in_actions
+from roofscope.reports.junit import junit_xml
 
 MS = 1e-3
 ENV = {"roofscope": "0.1.0", "torch": "2.11.0+cu130", "cuda": "13.0", "python": "3.12.3"}

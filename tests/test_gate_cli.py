@@ -17,7 +17,7 @@ import roofscope
 from roofscope.cli import main
 from roofscope.hardware.devices import Ceilings
 from roofscope.errors import RoofscopeError
-from roofscope.render.gate import text
+from roofscope.reports.gate import text
 from roofscope.gate import check, load_baseline, write_baseline
 from roofscope.gate.evaluate import warnings_for
 from roofscope.gate.snapshot import Snapshot, snapshot_of

@@ -14,9 +14,10 @@ import pytest
 from roofscope.analysis import AnalysisSettings
 from roofscope.config import CeilingOverrides
 from roofscope.analysis import analyze
-from roofscope.views.collectives import canonical, host_comm_steps, kernel_collectives
-from roofscope.job.ranks import analyze_parts, resolve_parts
-from roofscope.job.straggler import combine
+from roofscope.analyzers.views.collectives import canonical, host_comm_steps, kernel_collectives
+from roofscope.analyzers.job.ranks import resolve_parts
+from roofscope.merge import analyze_parts
+from roofscope.analyzers.job.straggler import combine
 from roofscope.cli import main
 
 DATA = Path(__file__).parent / "data" / "cpu_gloo_straggler"
@@ -63,7 +64,7 @@ def test_host_comm_steps_arithmetic() -> None:
     # One step [0, 100] ns-units scaled to ms: work 0-10 and 60-70 on the main thread, a gloo
     # interval 10-65 on a worker thread: comm 55, exposed = union(all) 70 - union(work) 20 = 50,
     # host idle 100 - 70 = 30.
-    from roofscope.model.trace import Trace
+    from roofscope.analyzers.model.trace import Trace
 
     ms = 1_000_000
     ann = pd.DataFrame({"name": ["gloo:all_reduce"], "pid": [1], "tid": [9], "ts_ns": [10 * ms],

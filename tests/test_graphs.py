@@ -1,4 +1,4 @@
-"""CUDA-graph replays costed from their captures (cost/graphs.py) on real H100 traces
+"""CUDA-graph replays costed from their captures (analyzers/cost/graphs.py) on real H100 traces
 (tests/data/h100_graph_*.json.gz, torch 2.11: one decode-like step of 5 kernels: mm, GQA cuDNN
 attention, mm, relu (clamp_min), sum; recorded eagerly, captured, and replayed 3 times)."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import roofscope
-from roofscope.cost.graphs import find_captures
-from roofscope.ingest import read as read_trace
+from roofscope.analyzers.cost.graphs import find_captures
+from roofscope.analyzers.ingest import read as read_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 CAPTURE, REPLAY, EAGER = (DATA / f"h100_graph_{n}.json.gz" for n in ("capture", "replay", "eager"))
@@ -175,7 +175,7 @@ def test_warming_up_profiler_steps_aside_for_a_capture_and_records_its_steps(tmp
     numbered on from the steps seen (wait 1 + warmup 2: steps 3 and 4)."""
     import torch
 
-    from roofscope.ingest import read as read_trace
+    from roofscope.analyzers.ingest import read as read_trace
     from roofscope.collectors.torchprof import Schedule, TorchCollector
 
     c = TorchCollector(tmp_path / "trace.json", Schedule(wait=1, warmup=2, active=2))

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from roofscope.ingest import read as read_trace
+from roofscope.analyzers.ingest import read as read_trace
 from roofscope.cli import main
-from roofscope.render.github import command
+from roofscope.reports.github import command
 from roofscope.text_safety import clean, csv_cell
 from tests.kineto import TraceBuilder
 from tests.test_merge import torchrun_layout

@@ -15,9 +15,9 @@ import pytest
 import roofscope
 from roofscope.cli import main
 from roofscope.hardware.devices import Ceilings
-from roofscope.model.summary import Summary
-from roofscope.render import charts, html
-from roofscope.render.html import redact, render_html, report_data, script_json
+from roofscope.analyzers.model.summary import Summary
+from roofscope.reports import charts, html
+from roofscope.reports.html import redact, render_html, report_data, script_json
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -327,7 +327,7 @@ def test_cpu_only_trace_renders_threads():
 
 
 def test_trace_without_work_items_still_renders(tmp_path):
-    from roofscope.render.markdown import render_markdown
+    from roofscope.reports.markdown import render_markdown
 
     b = TraceBuilder(device_name=None)
     b.annotation("ProfilerStep#1", 0, 100)

@@ -130,7 +130,7 @@ def _custom_trace(tmp_path: Path) -> Path:
 
 
 def test_register_formula_costs_a_custom_op(tmp_path: Path) -> None:
-    from roofscope.cost.formulas import REGISTRY
+    from roofscope.analyzers.cost.formulas import REGISTRY
 
     seen = []
 
@@ -156,7 +156,7 @@ def test_register_formula_costs_a_custom_op(tmp_path: Path) -> None:
 
 
 def test_formulas_option_of_analyze(tmp_path: Path, capsys) -> None:
-    from roofscope.cost.formulas import REGISTRY
+    from roofscope.analyzers.cost.formulas import REGISTRY
 
     f = tmp_path / "my_formulas.py"
     f.write_text("import roofscope\n\n@roofscope.register_formula('mylib::fused_rmsnorm', category='normalization')\n"
@@ -299,10 +299,10 @@ def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
     # no finding claims the recording step's 40 ms of idle: each saving is under a fifth of the step
     assert all(f["saving_s"] < 0.2 * d["step_s"] for f in s["findings"])
     assert {"rule": "launch_bound_decode", "reason": "decode already replays CUDA graphs"} in d["skipped"]
-    from roofscope.render.console import render_summary
+    from roofscope.reports.console import render_summary
 
     assert "  Step 3 captured a CUDA graph (warm-up): left out of these estimates" in render_summary(a.result).splitlines()
-    from roofscope.render.html import render_html
+    from roofscope.reports.html import render_html
 
     assert "Step 3 captured a CUDA graph (warm-up): left out of these estimates." in render_html(a.result)
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from roofscope.ingest.kineto import as_dims, as_int, skip_reason
-from roofscope.ingest.kineto_reader import load_trace
-from roofscope.render.console import skipped_line
+from roofscope.analyzers.ingest.kineto import as_dims, as_int, skip_reason
+from roofscope.analyzers.ingest.kineto_reader import load_trace
+from roofscope.reports.console import skipped_line
 from roofscope.errors import TraceError
 
 from .kineto import PID, TID, TraceBuilder

@@ -9,8 +9,8 @@ import pytest
 
 import roofscope
 from roofscope.cli import main
-from roofscope.render.console import render_summary
-from roofscope.render.markdown import render_markdown
+from roofscope.reports.console import render_summary
+from roofscope.reports.markdown import render_markdown
 from roofscope.text import md_code, md_table, md_text
 
 from .test_html import EVIL, H200_RUN, _evil_analysis, _finding, _with_summary

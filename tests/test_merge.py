@@ -129,9 +129,10 @@ def test_merge_baseline_scaling_tax(tmp_path, capsys):
 
 
 def test_html_escapes_kernel_names(tmp_path):
-    from roofscope.job.ranks import analyze_parts, resolve_parts
-    from roofscope.job.straggler import combine
-    from roofscope.render.multirank import render_multirank
+    from roofscope.analyzers.job.ranks import resolve_parts
+    from roofscope.merge import analyze_parts
+    from roofscope.analyzers.job.straggler import combine
+    from roofscope.reports.multirank import render_multirank
 
     evil = "evil</script><b>x"
     paths = []
@@ -168,7 +169,7 @@ def test_merge_subprocess(tmp_path):
 
 
 def test_stale_part_of_an_earlier_larger_job_is_left_out(tmp_path):
-    from roofscope.job.ranks import resolve_parts
+    from roofscope.analyzers.job.ranks import resolve_parts
 
     job = tmp_path / "job"
     traces = straggler_job(tmp_path)

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from roofscope.analysis import AnalysisSettings
-from roofscope.job.ranks import analyze_parts, resolve_parts
-from roofscope.job.straggler import combine
+from roofscope.analyzers.job.ranks import resolve_parts
+from roofscope.merge import analyze_parts
+from roofscope.analyzers.job.straggler import combine
 from roofscope.cli import main
 from tests.test_ranks import straggler_job
 
@@ -82,7 +83,7 @@ def test_memory_url_parts_read_by_the_worker(tmp_path):
 
 
 def test_cluster_errors_are_one_line(tmp_path, cluster, capsys, monkeypatch):
-    import roofscope.job.cluster as cluster_mod
+    import roofscope.analyzers.job.cluster as cluster_mod
 
     monkeypatch.setattr(cluster_mod, "CONNECT_TIMEOUT_S", 2)
     paths = straggler_job(tmp_path)
@@ -103,7 +104,7 @@ def test_a_url_of_unknown_size_is_copied_within_the_trace_bound(monkeypatch, tmp
     # Some fsspec filesystems cannot tell a size: the copy stops at ROOFSCOPE_MAX_TRACE_SIZE.
     import io
 
-    from roofscope.job import urls
+    from roofscope.analyzers.job import urls
 
     class NoSize:
         def size(self, path):

@@ -6,9 +6,9 @@ import pytest
 
 import roofscope
 from roofscope.analysis import analyze
-from roofscope.cost.modelflops import ModelFlops
+from roofscope.analyzers.cost.modelflops import ModelFlops
 from roofscope.hardware.devices import Ceilings
-from roofscope.views.metrics import CAPPED, Roof, metrics, step_samples
+from roofscope.analyzers.views.metrics import CAPPED, Roof, metrics, step_samples
 
 from .kineto import TraceBuilder
 

@@ -1,4 +1,4 @@
-"""MFU that holds (cost/modelflops.py): model FLOPs from the trace's forward phase,
+"""MFU that holds (analyzers/cost/modelflops.py): model FLOPs from the trace's forward phase,
 never embedding lookups, and HFU >= MFU, on an embedding-heavy language model step."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.cost.modelflops import ModelFlops, model_flops
+from roofscope.analyzers.cost.modelflops import ModelFlops, model_flops
 from roofscope.hardware.devices import Ceilings
 
 from .kineto import TraceBuilder
@@ -106,7 +106,7 @@ def _no_input_gradient_step() -> TraceBuilder:
 
 
 def _console(a) -> str:
-    from roofscope.render.registry import RESULT, RenderOptions, renderer
+    from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
     return renderer(RESULT, "console").render(a.result, RenderOptions(top=3))
 
@@ -138,7 +138,7 @@ def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
 
 
 def renderer_text(a, name: str) -> str:
-    from roofscope.render.registry import RESULT, RenderOptions, renderer
+    from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
     out = renderer(RESULT, name).render(a.result, RenderOptions(top=3))
     return out.decode() if isinstance(out, bytes) else out

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import roofscope
-from roofscope.model.kernels import at_depth
+from roofscope.analyzers.model.kernels import at_depth
 from roofscope.collectors.modules import ModuleLabels
 from roofscope.hardware.devices import Ceilings
 

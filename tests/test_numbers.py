@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from roofscope.analysis import analyze
-from roofscope.model.summary import Summary
+from roofscope.analyzers.model.summary import Summary
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -37,7 +37,7 @@ def test_kernel_rates_use_costed_launches_only(tmp_path):
 
 
 def test_console_shows_coverage_beside_partial_rates(tmp_path):
-    from roofscope.render.console import render_summary
+    from roofscope.reports.console import render_summary
 
     text = render_summary(analyze(_gemm_trace(tmp_path), use_cache=False).result)
     header = next(line for line in text.splitlines() if "achieved" in line and "kernel" in line)
@@ -72,7 +72,7 @@ def _cpu_run(tmp_path: Path, name: str, steps: int = 3, adds: int = 0, partial: 
 
 def test_partial_last_step_is_left_out_of_step_figures(tmp_path):
     from roofscope.gate import Snapshot
-    from roofscope.render.console import render_summary
+    from roofscope.reports.console import render_summary
 
     a = _cpu_run(tmp_path, "a")
     assert a.partial_steps() == [6] and a.complete_steps() == [3, 4, 5]
@@ -107,9 +107,9 @@ def test_gate_bound_on_op_counted_mfu_says_so(tmp_path):
 
 
 def test_diff_and_gate_share_one_mfu_and_wasted_work_is_not_better(tmp_path):
-    from roofscope.compare.diff import diff
+    from roofscope.analyzers.compare.diff import diff
     from roofscope.gate import Snapshot
-    from roofscope.render.diffview import render_terminal
+    from roofscope.reports.diffview import render_terminal
 
     a, b = _cpu_run(tmp_path, "a", steps=4), _cpu_run(tmp_path, "b", steps=4, adds=4)
     d = diff(a.result, b.result)
@@ -159,7 +159,7 @@ def test_summary_and_report_name_the_runs_trace_not_a_temporary_one(tmp_path, ca
 
 def test_html_evidence_figures_read_as_numbers_not_exponents(tmp_path):
     from roofscope.text import number
-    from roofscope.render.html import render_html
+    from roofscope.reports.html import render_html
 
     assert (number(2.665e10), number(1234.5), number(0.012345), number(12)) == ("26.65 G", "1,234", "0.01235", "12")
     a = analyze(_gemm_trace(tmp_path), use_cache=False)
@@ -269,7 +269,7 @@ def _inplace_trace(tmp_path: Path) -> Path:
 
 
 def test_cache_resident_op_is_placed_under_its_level_roof_not_above_dram(tmp_path):
-    from roofscope.render.console import render_summary
+    from roofscope.reports.console import render_summary
 
     one_roof = analyze(_inplace_trace(tmp_path), ceilings=_ceilings(levels=()))
     k = one_roof.kernels.iloc[0]
@@ -369,7 +369,7 @@ def test_idle_other_is_addressed_on_the_a100_trace(hta):
 
 
 def test_fix_snippets_hold_for_the_runs_own_facts(hta):
-    from roofscope.render.console import render_summary
+    from roofscope.reports.console import render_summary
 
     by = {f.rule: f for f in hta.diagnosis().findings}
     # 0.016 of 4.231 ms/step of H2D is pageable: no pin_memory advice.
@@ -385,7 +385,7 @@ def test_fix_snippets_hold_for_the_runs_own_facts(hta):
 def test_comm_snippet_from_the_collectives():
     import pandas as pd
 
-    from roofscope.diagnose.communication import comm_snippet
+    from roofscope.analyzers.diagnose.communication import comm_snippet
 
     def kc(n, mb):
         return pd.DataFrame({"collective": ["allreduce"] * n, "bytes": [mb * 2 ** 20] * n})
@@ -400,8 +400,8 @@ def test_comm_snippet_from_the_collectives():
 
 
 def test_cpu_main_job_says_every_rule_was_skipped(tmp_path):
-    from roofscope.render.console import render_summary
-    from roofscope.render.html import render_html
+    from roofscope.reports.console import render_summary
+    from roofscope.reports.html import render_html
 
     a = _cpu_run(tmp_path, "a")
     assert "No recommendations: 13 rules skipped: CPU-only trace: the rules read GPU kernels" in \
@@ -411,9 +411,9 @@ def test_cpu_main_job_says_every_rule_was_skipped(tmp_path):
 
 
 def test_one_step_reads_as_one_step_everywhere(tmp_path):
-    from roofscope.render.console import render_summary
-    from roofscope.render.html import render_html
-    from roofscope.render.markdown import render_markdown
+    from roofscope.reports.console import render_summary
+    from roofscope.reports.html import render_html
+    from roofscope.reports.markdown import render_markdown
 
     a = _cpu_run(tmp_path, "one", steps=1, partial=False)
     text = render_summary(a.result)
@@ -443,7 +443,7 @@ def test_gpu_kernel_roof_is_hbm_unless_it_beat_hbm():
     caches) follow the same rule."""
     import pandas as pd
 
-    from roofscope.place.roofline import place
+    from roofscope.analyzers.place.roofline import place
     from roofscope.hardware.devices import Ceilings
 
     c = Ceilings(device="gpu", source="measured", peaks={"bf16": 790e12}, bandwidth=3.28e12,

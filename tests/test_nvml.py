@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from roofscope.views.telemetry_summary import TelemetryError, load, summarize
+from roofscope.analyzers.views.telemetry_summary import TelemetryError, load, summarize
 from roofscope.collectors import nvml
 from roofscope.collectors.nvml import FIELDS, NvmlSampler, Telemetry, visible_nvml_indices
 from roofscope.run.telemetry import decode_reasons

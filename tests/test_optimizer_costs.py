@@ -1,5 +1,5 @@
 """Optimizer and training-library ops without TensorList shapes: sized from run.json's parameter
-groups (collectors/session.py param_group_facts, cost/hidden_args.py), and multi_tensor_apply
+groups (collectors/session.py param_group_facts, analyzers/cost/hidden_args.py), and multi_tensor_apply
 kernels no op costs, streamed from their launch grid (attribution.py)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The annotated trace for Perfetto (render/perfetto.py): Chrome JSON that Perfetto's trace processor
+"""The annotated trace for Perfetto (reports/perfetto.py): Chrome JSON that Perfetto's trace processor
 reads, with each kernel's roofline verdict as args and counter tracks; `--perfetto PATH`, `--format
 perfetto`; and `report --open` without a browser.
 
@@ -22,7 +22,7 @@ import pytest
 
 from roofscope.analysis import analyze
 from roofscope.cli import main
-from roofscope.render.perfetto import _counters, render_perfetto, trace_events
+from roofscope.reports.perfetto import _counters, render_perfetto, trace_events
 
 DATA = Path(__file__).parent / "data"
 EAGER = DATA / "h100_eager_block.json.gz"

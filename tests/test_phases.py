@@ -1,4 +1,4 @@
-"""Training phases from the trace's structure (views/phases.py), and the optimizer rule
+"""Training phases from the trace's structure (analyzers/views/phases.py), and the optimizer rule
 that reads them: a Lightning-style closure runs forward and backward inside
 ``optimizer.step(closure)``; only the optimizer's own kernels are the optimizer phase."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 import roofscope
 from roofscope.hardware.devices import Ceilings
-from roofscope.views.phases import phase_summary, phase_table
+from roofscope.analyzers.views.phases import phase_summary, phase_table
 
 from .kineto import TraceBuilder
 

@@ -9,7 +9,7 @@ import pytest
 
 import roofscope
 from roofscope.cli import main
-from roofscope.render.console import render_summary
+from roofscope.reports.console import render_summary
 
 DATA = Path(__file__).resolve().parent / "data" / "profiler_options"
 # One step of the MLP workload: 3 bf16 Linear(512, 512) on a batch of 64, forward and backward

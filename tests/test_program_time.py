@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import roofscope
-from roofscope.views.programtime import GRAPH_REPLAY_S, ProgramTime, step_time
-from roofscope.model.findings import Finding
+from roofscope.analyzers.views.programtime import GRAPH_REPLAY_S, ProgramTime, step_time
+from roofscope.analyzers.model.findings import Finding
 from roofscope.collectors import steptimes
 from roofscope.collectors.steptimes import StepTimer
 
@@ -153,7 +153,7 @@ def test_gpt2_headline_and_saving_are_the_programs(gpt2) -> None:
 
 
 def test_console_says_both_times(gpt2) -> None:
-    from roofscope.render.console import render_summary
+    from roofscope.reports.console import render_summary
 
     text = render_summary(gpt2.result)
     assert "ms/step without the profiler" in text and "profiled (1.8" in text
@@ -282,7 +282,7 @@ def test_gate_samples_are_the_programs_steps(gpt2) -> None:
 
 
 def test_diff_says_when_a_run_has_only_profiled_times(gpt2) -> None:
-    from roofscope.compare.diff import diff
+    from roofscope.analyzers.compare.diff import diff
 
     bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
     d = diff(bare.result, gpt2.result)
@@ -293,8 +293,8 @@ def test_diff_says_when_a_run_has_only_profiled_times(gpt2) -> None:
 
 
 def test_markdown_and_html_show_both_times(gpt2) -> None:
-    from roofscope.render.html import render_html
-    from roofscope.render.markdown import render_markdown
+    from roofscope.reports.html import render_html
+    from roofscope.reports.markdown import render_markdown
 
     md = render_markdown(gpt2.result)
     assert "| step time without the profiler, median of 233 | 6.544 ms" in md

@@ -18,10 +18,11 @@ import pandas as pd
 import pytest
 
 from roofscope.analysis import AnalysisSettings
-from roofscope.cost.categories import category_of
-from roofscope.views.collectives import bus_factor, collective_table, parse_kernel
-from roofscope.job.ranks import PartsError, analyze_parts, resolve_parts
-from roofscope.job.straggler import combine, detect, scaling_tax
+from roofscope.analyzers.cost.categories import category_of
+from roofscope.analyzers.views.collectives import bus_factor, collective_table, parse_kernel
+from roofscope.analyzers.job.ranks import PartsError, resolve_parts
+from roofscope.merge import analyze_parts
+from roofscope.analyzers.job.straggler import combine, detect, scaling_tax
 from tests.conftest import external
 from tests.kineto import TraceBuilder
 
@@ -161,8 +162,8 @@ def test_collectives_and_comm_args(tmp_path):
 
 
 def test_comm_args_ignore_other_events_arguments(tmp_path):
-    from roofscope.views.collectives import comm_args
-    from roofscope.ingest import read as read_trace
+    from roofscope.analyzers.views.collectives import comm_args
+    from roofscope.analyzers.ingest import read as read_trace
 
     b = rank_trace(0, 2, [10_000] * 2, [10_000] * 2, comm_args=True)
     b.op("aten::foo", 10, 5, dtype=7, **{"Group size": "all"})   # another op's arguments of other types
@@ -277,7 +278,7 @@ def test_jobs2_same_as_jobs1(tmp_path):
 def test_dead_worker_is_one_error_and_cancels_the_rest(tmp_path, monkeypatch):
     from concurrent.futures.process import BrokenProcessPool
 
-    import roofscope.job.ranks as ranks_mod
+    import roofscope.merge as ranks_mod
     from roofscope.errors import RoofscopeError
 
     class KilledPool:     # a worker killed by the OOM killer breaks the pool mid-map
@@ -340,7 +341,7 @@ def test_exposed_communication_rule_single_rank(tmp_path):
 def test_straggler_evidence_names_only_kernels_that_explain_the_excess():
     from types import SimpleNamespace
 
-    from roofscope.job.straggler import _evidence
+    from roofscope.analyzers.job.straggler import _evidence
 
     def rank(r, gemm_ms, add_ms, host_ms):
         # Two steps; per-step times are what _evidence compares (sum over steps / 2).

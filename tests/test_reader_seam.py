@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from roofscope import ingest
+from roofscope.analyzers import ingest
 from roofscope.analysis import analyze
 from roofscope.errors import TraceError
-from roofscope.ingest.frames import assemble
-from roofscope.model.trace import STEP_PREFIX, Device, Distributed, Trace, TraceMeta
+from roofscope.analyzers.ingest.frames import assemble
+from roofscope.analyzers.model.trace import STEP_PREFIX, Device, Distributed, Trace, TraceMeta
 
 from .kineto import TraceBuilder
 

@@ -11,7 +11,7 @@ import pytest
 
 import roofscope
 from roofscope.errors import TraceError
-from roofscope.render.console import render_summary
+from roofscope.reports.console import render_summary
 
 from .conftest import ROOT, available_traces, corpus_present, external
 

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 import roofscope
-from roofscope.diagnose import RULES, DiagnosisInput, OptimizerFacts, RunFacts, diagnose
-from roofscope.diagnose.fusion import UnfusedOptimizer
+from roofscope.analyzers.diagnose import RULES, DiagnosisInput, OptimizerFacts, RunFacts, diagnose
+from roofscope.analyzers.diagnose.fusion import UnfusedOptimizer
 from roofscope.hardware.devices import Ceilings
-from roofscope.model.trace import Trace
-from roofscope.place.roofline import RooflineParams
-from roofscope.views.timeline import Timeline
+from roofscope.analyzers.model.trace import Trace
+from roofscope.analyzers.place.roofline import RooflineParams
+from roofscope.analyzers.views.timeline import Timeline
 
 from .conftest import external
 from .kineto import TraceBuilder
@@ -291,7 +291,7 @@ def test_activation_bound_gemm_is_not_weight_bound(tmp_path) -> None:
 
 
 def test_ncu_filter_names_the_kernel_function() -> None:
-    from roofscope.diagnose.hardware import kernel_function
+    from roofscope.analyzers.diagnose.hardware import kernel_function
 
     name = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float)"
     assert kernel_function(name) == "vectorized_layer_norm_kernel"
@@ -304,7 +304,7 @@ def test_sum_by_name_matches_a_groupby_on_names():
     import numpy as np
     import pandas as pd
 
-    from roofscope.diagnose.idle import _sum_by_name
+    from roofscope.analyzers.diagnose.idle import _sum_by_name
 
     values = np.array([1.0, 2.0, 3.0])
     for names in (pd.Series(["b", "a", "b"], dtype=object),

@@ -74,7 +74,7 @@ def test_analyze_cli_on_the_run(tmp_path, capsys) -> None:
 
 
 def test_telemetry_clock_matches_trace_clock(analysis) -> None:
-    from roofscope.views.metrics import to_unix_ns
+    from roofscope.analyzers.views.metrics import to_unix_ns
 
     steps = analysis.steps()
     start = to_unix_ns(analysis.trace, int(steps["ts_ns"].min()))

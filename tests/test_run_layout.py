@@ -111,8 +111,8 @@ def test_newer_run_is_refused_in_one_line_by_the_command(run_dir: Path) -> None:
 def test_every_reader_refuses_a_newer_version_alike(tmp_path: Path) -> None:
     """Telemetry, counters, ceilings and job.json: the same one-line refusal as run.json's."""
     from roofscope.run import counters
-    from roofscope.job.ranks import resolve_parts
-    from roofscope.views.telemetry_summary import load as load_telemetry
+    from roofscope.analyzers.job.ranks import resolve_parts
+    from roofscope.analyzers.views.telemetry_summary import load as load_telemetry
     from roofscope.hardware.devices import load_ceilings_file
 
     (tmp_path / "tel.json").write_text(json.dumps({"schema_version": 2, "interval_s": 1.0}))

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from roofscope.cost.costmodel import missing_argument
-from roofscope.cost.formulas.serving import expected_experts, moe_cost
-from roofscope.cost.hidden_args import WINDOW_NOT_RECORDED, missing_notes, step_lengths
+from roofscope.analyzers.cost.costmodel import missing_argument
+from roofscope.analyzers.cost.formulas.serving import expected_experts, moe_cost
+from roofscope.analyzers.cost.hidden_args import WINDOW_NOT_RECORDED, missing_notes, step_lengths
 from tests.conftest import EXTERNAL, VENDORED
 from tests.test_costmodel import BF16, F32, check, cost
 
@@ -134,9 +134,9 @@ def test_missing_notes_name_the_engine_op_and_its_missing_argument() -> None:
 
 @pytest.fixture(scope="module")
 def capture_costs() -> tuple[pd.Series, pd.DataFrame, pd.DataFrame]:
-    from roofscope.cost.attribution import op_costs
-    from roofscope.cost.costmodel import signature_costs
-    from roofscope.ingest import read as read_trace
+    from roofscope.analyzers.cost.attribution import op_costs
+    from roofscope.analyzers.cost.costmodel import signature_costs
+    from roofscope.analyzers.ingest import read as read_trace
 
     t = read_trace(CAPTURE)
     sig = signature_costs(t.signatures)

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from roofscope.cost import shapes
+from roofscope.analyzers.cost import shapes
 
 torch = pytest.importorskip("torch")
 aten = torch.ops.aten

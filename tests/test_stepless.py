@@ -180,7 +180,7 @@ def test_a_capture_inside_a_stepless_window_stays_in_it_and_is_filed(tmp_path: P
     import torch
 
     from roofscope.collectors.graphs import GraphRecorder
-    from roofscope.ingest import read as read_trace
+    from roofscope.analyzers.ingest import read as read_trace
 
     FakeGraph, _ = fake_graph
     c = torchprof.TorchCollector(tmp_path / "trace.json", stepless_after_s=30.0)
@@ -205,7 +205,7 @@ def test_a_capture_inside_a_stepless_window_stays_in_it_and_is_filed(tmp_path: P
     window, filed = read_trace(tmp_path / "trace.json"), read_trace(rec.files[0])
     for t in (window, filed):
         assert {"aten::mm", "aten::add"} <= set(t.ops["name"])
-    # cost/graphs.py finds the capture by its annotation
+    # analyzers/cost/graphs.py finds the capture by its annotation
     assert "roofscope: graph capture 0" in rec.files[0].read_text()
 
 

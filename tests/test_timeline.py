@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import roofscope
-from roofscope.views.metrics import step_table
-from roofscope.model.timeline import Timeline
-from roofscope.views.timeline import BUCKET_LABELS, timeline
+from roofscope.analyzers.views.metrics import step_table
+from roofscope.analyzers.model.timeline import Timeline
+from roofscope.analyzers.views.timeline import BUCKET_LABELS, timeline
 from roofscope.hardware.devices import Ceilings
 
 from .conftest import external
@@ -372,7 +372,7 @@ def test_counter_ranges_are_not_timed():
 def test_roofscopes_own_drain_is_not_a_workload_sync(tmp_path):
     # The profiler drains the GPU where recording ends: a cudaDeviceSynchronize inside the
     # "roofscope: drain GPU" annotation (70-90). The workload's own one at 40-45 still counts.
-    from roofscope.model.trace import DRAIN_LABEL
+    from roofscope.analyzers.model.trace import DRAIN_LABEL
 
     b = TraceBuilder()
     b.annotation("ProfilerStep#1", 0, 100)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roofscope.ingest.linking import ancestor_where, enclosing, interval_parents
-from roofscope.ingest import read as read_trace
+from roofscope.analyzers.ingest.linking import ancestor_where, enclosing, interval_parents
+from roofscope.analyzers.ingest import read as read_trace
 from roofscope.errors import TraceError
 
 from .conftest import external
@@ -202,7 +202,7 @@ def test_hta_links_match_brute_force():
 def test_take_from_nothing_keeps_the_values_dtype():
     """A trace with no CPU ops gives empty id columns: what is taken from them still indexes arrays
     (the merge of a rank without ops once failed on an object array here)."""
-    from roofscope.ingest.linking import take
+    from roofscope.analyzers.ingest.linking import take
 
     got = take(np.array([], dtype=np.int64), np.array([-1, -1]), -1)
     assert got.dtype == np.int64 and got.tolist() == [-1, -1]

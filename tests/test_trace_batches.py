@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import roofscope.ingest.kineto_frames as trace_mod
-from roofscope.ingest.kineto_reader import load_trace
+import roofscope.analyzers.ingest.kineto_frames as trace_mod
+from roofscope.analyzers.ingest.kineto_reader import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 TABLES = ("ops", "signatures", "kernels", "runtime", "annotations", "comm_args")

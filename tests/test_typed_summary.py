@@ -1,4 +1,4 @@
-"""The typed Summary (model/summary.py) gives back the very summary dict it was built from,
+"""The typed Summary (analyzers/model/summary.py) gives back the very summary dict it was built from,
 on every real trace at hand (tests/conftest.py), and its readers see the same figures as the dict's."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from roofscope.model.summary import Metrics, Summary
+from roofscope.analyzers.model.summary import Metrics, Summary
 from roofscope.jsonsafe import json_safe
 from tests.conftest import external
 from tests.golden import DEVICE, GOLDEN, trace_files

@@ -15,7 +15,7 @@ import pytest
 
 from roofscope.analysis import analyze
 from roofscope.cli import main
-from roofscope.render.console import render_summary
+from roofscope.reports.console import render_summary
 from roofscope.text import middle_cut, table
 
 ROOT = Path(__file__).resolve().parents[1]

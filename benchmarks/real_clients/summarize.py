@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import roofscope
-from roofscope.compare.diff import diff
+from roofscope.analyzers.compare.diff import diff
 
 
 def ms(x: float | None) -> str:

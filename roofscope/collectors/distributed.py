@@ -30,7 +30,6 @@ from roofscope.run import META_FILE, is_run_dir
 from roofscope.run.layout import COMBINED_FILES, part_name
 
 
-
 class DistributedError(RoofscopeError):
     """The launcher's environment is malformed, or the job's output cannot be named."""
 

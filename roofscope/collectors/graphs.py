@@ -3,7 +3,7 @@
 ``torch.cuda.CUDAGraph`` (used by ``torch.cuda.graph``, ``make_graphed_callables`` and
 Inductor's cudagraph trees) is patched for the session: each graph gets an id; its capture
 is wrapped in the annotation ``roofscope: graph capture N`` and every replay in ``roofscope:
-graph replay N`` (cost/graphs.py matches the two). A capture that happens while the
+graph replay N`` (analyzers/cost/graphs.py matches the two). A capture that happens while the
 session's profiler is not recording (graphs are usually captured during warm-up) is recorded
 by a short profiler of its own, from ``capture_begin`` to ``capture_end``, into
 ``capture-NNNN.json`` (a warming-up session profiler steps aside for it and starts again after);
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import profiler_start
-from roofscope.model.trace import CAPTURE_LABEL, REPLAY_LABEL
+from roofscope.labels import CAPTURE_LABEL, REPLAY_LABEL
 
 _ID_ATTR = "_roofscope_graph_id"
 

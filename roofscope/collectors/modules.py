@@ -2,7 +2,7 @@
 
 Global forward pre/post hooks open a ``record_function("nn.Module: GPT.blocks.3.mlp")``
 span around each module call, so the analysis can say which module launched each
-kernel (backward kernels inherit their forward op's module; see ingest/modules.py).
+kernel (backward kernels inherit their forward op's module; see analyzers/ingest/modules.py).
 
 Names: the first module called that is not inside an already named tree is a root and
 is named after its class (``GPT``; ``GPT_1`` for a second root of that class); its
@@ -15,7 +15,7 @@ import threading
 import weakref
 from typing import Any
 
-from roofscope.model.trace import MODULE_PREFIX
+from roofscope.labels import MODULE_PREFIX
 
 
 class ModuleLabels:

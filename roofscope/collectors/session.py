@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from roofscope.collectors import metadata
+from roofscope.collectors import cupti, metadata
 from roofscope.collectors.distributed import job_part
 from roofscope.collectors.frameworks import loaded_frameworks
 from roofscope.collectors.graphs import GraphRecorder
@@ -29,15 +29,12 @@ from roofscope.collectors.modules import ModuleLabels
 from roofscope.collectors.nvml import NvmlSampler
 from roofscope.collectors.steps import SCRIPT, StepHooks, looped_functions
 from roofscope.collectors.steptimes import StepTimer
-from roofscope.collectors import cupti
 from roofscope.collectors.torchprof import Schedule, TorchCollector, enable_inductor_metadata
 from roofscope.config import Collection
 from roofscope.errors import OutputExistsError, RoofscopeError
-from roofscope.run import TELEMETRY_FILE
-from roofscope.run import directory
+from roofscope.run import TELEMETRY_FILE, directory
 from roofscope.run.directory import Claim
 from roofscope.run.telemetry import Telemetry
-
 
 _lock = threading.Lock()
 _active: "Session | None" = None
@@ -217,7 +214,7 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
 def param_group_facts(optimizer: Any) -> list[dict[str, int]]:
     """Per parameter group and element size: tensors, elements and bytes per element. The cost
     model sizes fused / foreach optimizer ops from them when the trace has no TensorList shapes
-    (cost/hidden_args.py); torch's optimizers call those ops once per group and dtype."""
+    (analyzers/cost/hidden_args.py); torch's optimizers call those ops once per group and dtype."""
     out = []
     for g in optimizer.param_groups:
         sizes: dict[int, list[int]] = {}

@@ -4,7 +4,7 @@ A step is then one call of the outermost ``nn.Module`` forward made with gradien
 decode token, or a prompt's prefill), or, with ``--step-on``, one ``generate()`` call or one
 call of any importable function. Every outermost forward is also wrapped in the annotation
 ``roofscope: forward [B, T]`` (the shape of its first tensor argument: batch and tokens), which
-tells prefill from decode in the analysis (views/inference.py).
+tells prefill from decode in the analysis (analyzers/views/inference.py).
 
 ``--step-on __main__.FUNC`` names a function (or ``__main__.Class.method``) of the script itself,
 which does not exist until the script has run its ``def``: a watcher thread looks for it every
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.errors import RoofscopeError
-from roofscope.model.trace import FORWARD_LABEL
+from roofscope.labels import FORWARD_LABEL
 
 MODES = ("forward", "generate")
 SCRIPT = "__main__."           # --step-on __main__.FUNC: a function of the script being run

@@ -28,9 +28,9 @@ from typing import Any, Callable
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import OnCompileStart, profiler_start
 from roofscope.collectors.windows import OPENING_DELAY_S, HeldWindow, TimeWindows, kineto_guarded
-from roofscope.model.trace import DRAIN_LABEL
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
+from roofscope.labels import DRAIN_LABEL
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 

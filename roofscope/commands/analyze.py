@@ -6,16 +6,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from roofscope.analysis import AnalysisSettings, run as analyze
-from roofscope.commands.merge import MergeOptions, run as merge
+from roofscope.analysis import AnalysisSettings
+from roofscope.analysis import run as analyze
+from roofscope.analyzers.cost.formulas.custom import load_all
+from roofscope.analyzers.cost.hidden_args import window_notes
+from roofscope.analyzers.job.ranks import is_job_dir
+from roofscope.commands.merge import MergeOptions
+from roofscope.commands.merge import run as merge
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
-from roofscope.cost.formulas.custom import load_all
-from roofscope.cost.hidden_args import window_notes
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.job.ranks import is_job_dir
-from roofscope.render.registry import RESULT, RenderOptions, renderer
+from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
 
 @dataclass
@@ -25,7 +27,7 @@ class AnalyzeOptions(CeilingOptions, Presentation):
     csv_out: str | None = None
     html_out: str | None = None
     markdown_out: str | None = None     # "-" prints the markdown instead of the terminal summary
-    perfetto_out: str | None = None     # the annotated trace (render/perfetto.py)
+    perfetto_out: str | None = None     # the annotated trace (reports/perfetto.py)
     cdn: bool = False
     open_browser: bool = False
     quiet: bool = False

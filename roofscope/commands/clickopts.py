@@ -10,7 +10,7 @@ from typing import Any, Callable, TypeVar, get_args, get_type_hints
 import click
 
 from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
-from roofscope.render.registry import RESULT, names, renderer
+from roofscope.reports.registry import RESULT, names, renderer
 
 F = TypeVar("F", bound=Callable[..., Any])
 # `roofscope run SCRIPT --its-own-flags`: everything after SCRIPT belongs to the script.

@@ -5,8 +5,7 @@ import sys
 
 from roofscope.hardware.datasheets import known_devices
 from roofscope.microbench import cache
-from roofscope.text import table
-from roofscope.units import si
+from roofscope.text import si, table
 
 
 def run() -> int:

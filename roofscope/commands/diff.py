@@ -5,12 +5,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from roofscope.analysis import AnalysisSettings, run as analyze
+from roofscope.analysis import AnalysisSettings
+from roofscope.analysis import run as analyze
+from roofscope.analyzers.compare.diff import diff
 from roofscope.commands.options import CeilingOptions
-from roofscope.compare.diff import diff
 from roofscope.config import Presentation
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.render.registry import DIFF, RenderOptions, renderer
+from roofscope.reports.registry import DIFF, RenderOptions, renderer
 
 
 @dataclass

@@ -10,8 +10,8 @@ from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
 from roofscope.gate import KERNELS_KEPT, check, write_baseline
 from roofscope.gate.stats import ALPHA
-from roofscope.render.github import append_step_summary, in_actions
-from roofscope.render.registry import GATE, RenderOptions, renderer
+from roofscope.reports.github import append_step_summary, in_actions
+from roofscope.reports.registry import GATE, RenderOptions, renderer
 
 
 class GateUsageError(RoofscopeError):

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from roofscope.analyzers.job.ranks import is_job_dir
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import MergeWorkers
 from roofscope.merge import merge
-from roofscope.job.ranks import is_job_dir
 
 
 @dataclass

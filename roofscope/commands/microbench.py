@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+
+from roofscope import microbench
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import check_writable
 from roofscope.hardware.devices import save_ceilings_file
-from roofscope import microbench
 from roofscope.microbench import cache
-from roofscope.render.registry import CEILINGS, RenderOptions, renderer
+from roofscope.reports.registry import CEILINGS, RenderOptions, renderer
 
 
 @dataclass

@@ -5,14 +5,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roofscope.analyzers.cost.formulas.custom import load_all
 from roofscope.collectors.counters import cupti_probe
 from roofscope.collectors.script import check_target, exit_forked_child, run_target
-from roofscope.collectors.steps import check_script_step_on
 from roofscope.collectors.session import Session, SessionConfig
-from roofscope.commands.counters import after_run, check_before_run
+from roofscope.collectors.steps import check_script_step_on
+from roofscope.commands.counters import recorded_target
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, values
-from roofscope.cost.formulas.custom import load_all
+from roofscope.counters import after_run, check_before_run
 from roofscope.errors import RoofscopeError
 from roofscope.pipeline import PipelineOptions, announce, finish
 
@@ -33,7 +34,7 @@ class RunOptions(CeilingOptions, Collection, RankMerge, Presentation):
     counters_nvtx: str | None = None
     quiet: bool = False
     formulas: tuple[str, ...] = ()
-    formats: tuple[str, ...] = ()            # renderer names (render/registry.py), written into the Run
+    formats: tuple[str, ...] = ()            # renderer names (reports/registry.py), written into the Run
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
@@ -70,7 +71,7 @@ def run(opts: RunOptions) -> int:
     problem = announce(session, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout, top=opts.top,
                        quiet=opts.quiet, options=options)
     if opts.counters == "ncu":
-        counters_code = after_run(result.run, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip,
+        counters_code = after_run(result.run, recorded_target, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip,
                                   **filters)
         if counters_code:
             return counters_code

@@ -3,7 +3,7 @@
 From pytest::
 
     from roofscope.gate import check
-    from roofscope.render.gate import text
+    from roofscope.reports.gate import text
 
     def test_no_efficiency_regression():
         result = check("runs/bench", "benchmarks/baseline.json", max_regression="mfu=5%,step_time=5%")

@@ -25,11 +25,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from roofscope.text import plural
-from roofscope.compare.diff import compare_kernels
+from roofscope.analyzers.compare.diff import compare_kernels
 from roofscope.gate.snapshot import Snapshot
 from roofscope.gate.stats import ALPHA, mann_whitney, min_steps, steps_to_decide
 from roofscope.gate.thresholds import REGION_PREFIX, Bound, Limit, Metric, limit_for, metric
+from roofscope.text import plural
 
 THROTTLE_WARN = 0.05     # share of telemetry samples with a throttle reason set
 MIN_REGION_SHARE = 0.01  # of the baseline's median step: shorter regions are not gated by default

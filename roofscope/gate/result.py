@@ -19,7 +19,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_UNDECIDED = 0, 1, 3   # 2: usage or input errors, rai
 @dataclass
 class GateResult:
     """What :func:`roofscope.gate.check` found. ``passed`` / ``exit_code`` give the verdict;
-    ``to_dict()`` the JSON; roofscope.render.gate renders its text (``text(result)``)."""
+    ``to_dict()`` the JSON; roofscope.reports.gate renders its text (``text(result)``)."""
 
     run: str
     baseline: str | None

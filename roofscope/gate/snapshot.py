@@ -25,17 +25,17 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analysis import Analysis, run
-from roofscope.compare.diff import per_step_kernels
-from roofscope.model.result import Result
-from roofscope.model.summary import Metrics
-from roofscope.run.telemetry import THROTTLE_REASONS
-from roofscope.version import __version__
+from roofscope.analyzers.compare.diff import per_step_kernels
+from roofscope.analyzers.model.result import Result
+from roofscope.analyzers.model.summary import Metrics
 from roofscope.errors import RoofscopeError
 from roofscope.gate.schema import validate
 from roofscope.gate.thresholds import metric, metrics_for
 from roofscope.jsonsafe import json_safe
 from roofscope.run import is_run_dir
 from roofscope.run.schema import check_version
+from roofscope.run.telemetry import THROTTLE_REASONS
+from roofscope.version import __version__
 
 FORMAT = "roofscope-gate-baseline"
 VERSION = 1

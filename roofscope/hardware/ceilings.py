@@ -22,7 +22,8 @@ from roofscope.fileio import atomic_write
 from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, lookup, spec_by_key
 from roofscope.run.schema import CEILINGS_VERSION as SCHEMA_VERSION
 from roofscope.run.schema import check_version
-from roofscope.units import si
+from roofscope.text import si
+
 # "none": no ceilings are known (no device name, an unknown device, a CPU never measured);
 # everything that needs no ceilings is still analyzed (see Ceilings.none).
 SOURCES: tuple[str, ...] = ("datasheet", "measured", "user", "none")

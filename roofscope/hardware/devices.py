@@ -12,12 +12,13 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from roofscope.errors import DeviceError
-from roofscope.hardware.ceilings import (SCHEMA_VERSION, Ceilings, positive_number, ceilings_payload, load_ceilings_file,
-                       normalize_dtype, save_ceilings_file)
-from roofscope.hardware.datasheets import (PRECISIONS, DeviceSpec, describe_props, giga, identify, known_devices, known_keys,
-                         lookup, match_device, tera)
 from roofscope.config import CeilingOverrides
+from roofscope.errors import DeviceError
+from roofscope.hardware.ceilings import (SCHEMA_VERSION, Ceilings, ceilings_payload, load_ceilings_file,
+                                         normalize_dtype, positive_number, save_ceilings_file)
+from roofscope.hardware.datasheets import (PRECISIONS, DeviceSpec, describe_props, giga, identify, known_devices,
+                                           known_keys, lookup, match_device, tera)
+
 # The cache reader and the CPU's name and theoretical peak: plain Python (the benchmarks that
 # import torch, triton or pynvml are never imported from here).
 from roofscope.microbench import cache

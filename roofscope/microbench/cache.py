@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from roofscope.hardware.ceilings import Ceilings, ceilings_payload, implausible, load_ceilings_file
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
+from roofscope.hardware.ceilings import Ceilings, ceilings_payload, implausible, load_ceilings_file
 from roofscope.microbench.names import DATA, TENSOR_CORE, matmul_name
 
 __all__ = ["CacheEntry", "cache_dir", "enabled", "cache_key", "save", "entries", "lookup", "random_operands_only",

@@ -33,11 +33,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from roofscope.hardware.ceilings import Ceilings, implausible, levels_payload, parse_levels
 from roofscope.errors import DeviceError, RoofscopeError
-from roofscope.units import si
+from roofscope.hardware.ceilings import Ceilings, implausible, levels_payload, parse_levels
 from roofscope.microbench import cache
 from roofscope.microbench.cpupeak import CACHE_BYTES_PER_CYCLE, CpuPeak, read_peak
+from roofscope.text import si
 
 Progress = Callable[[str, int, int], None]
 

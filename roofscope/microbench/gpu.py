@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
-from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, match_device
-from roofscope.hardware.ceilings import Ceilings
 from roofscope.errors import DeviceError
+from roofscope.hardware.ceilings import Ceilings
+from roofscope.hardware.datasheets import PRECISIONS, DeviceSpec, match_device
 from roofscope.microbench import compute, hostlink, launch, memory
 from roofscope.microbench.names import DATA, TENSOR_CORE, matmul_name
 from roofscope.microbench.timing import QUICK_TARGET_S, TARGET_S, Measurement, free_memory, warm_up_gpu

@@ -2,7 +2,7 @@
 
 ``counters.json.gz`` holds one row per kernel launch ncu profiled (columns of
 :data:`roofscope.collectors.counters.ncu_csv.COLUMNS` plus ``correlation``, the CUPTI correlation id
-of the trace kernel it matched, -1 when none: collectors/counters/join.py), columnar::
+of the trace kernel it matched, -1 when none: analyzers/ingest/ncujoin.py), columnar::
 
     {"version": 1, "tool": "ncu", "ncu_version": ..., "metrics": [...], "sample": N | null, "skip": K,
      "join": {JoinStats}, "columns": {column: [values]}, ...}
@@ -25,7 +25,8 @@ import pandas as pd
 
 from roofscope.errors import OutputExistsError, RoofscopeError
 from roofscope.fileio import atomic_write
-from roofscope.run.directory import load as load_run, update_meta
+from roofscope.run.directory import load as load_run
+from roofscope.run.directory import update_meta
 from roofscope.run.layout import COUNTERS_FILE, COUNTERS_REPORT
 from roofscope.run.schema import COUNTERS_VERSION, CountersEntry, CountersHeader, check_version
 

@@ -10,7 +10,7 @@ A Run (schema 1)::
     report.html              the HTML report rendered with that summary (optional)
     counters.json.gz         hardware counters joined to the trace's kernels (optional; roofscope/run/counters.py)
     counters.ncu-rep         Nsight Compute's own report of the counters pass (optional)
-    graph-capture-NNNN.json.gz  one trace per recorded CUDA-graph capture (optional; cost/graphs.py)
+    graph-capture-NNNN.json.gz  one trace per recorded CUDA-graph capture (optional; analyzers/cost/graphs.py)
 
 A job directory (torchrun: one Run per rank, collectors/distributed.py)::
 

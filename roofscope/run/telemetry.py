@@ -1,5 +1,5 @@
 """NVML telemetry as a Run keeps it (``telemetry.json.gz``): the :class:`Telemetry` record the
-sampler (collectors/nvml.py) fills and the analysis (views/telemetry_summary.py) reads back, and the
+sampler (collectors/nvml.py) fills and the analysis (analyzers/views/telemetry_summary.py) reads back, and the
 clock-event reason bits both name."""
 from __future__ import annotations
 

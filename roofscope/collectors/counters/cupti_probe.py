@@ -3,7 +3,7 @@
 ``torch._C._profiler._ExperimentalConfig(profiler_metrics=..., profiler_measure_per_kernel=True)``
 is accepted by every recent torch, but builds for CUDA >= 12.6 compile Kineto's CUPTI range
 profiler out: the profile runs, the trace exports its kernels, and no counter event
-(Kineto's ``cuda_profiler_range`` category, which ingest/kineto_frames.py ingests) appears.
+(Kineto's ``cuda_profiler_range`` category, which analyzers/ingest/kineto_frames.py ingests) appears.
 Nothing else in the trace says so (no metadata, no warning), so the only way to know is
 to profile one tiny matmul with the config and look for counter events.
 """

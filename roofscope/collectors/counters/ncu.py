@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from roofscope.errors import RoofscopeError
 from roofscope.collectors.counters.ncu_csv import DRAM_READ, DRAM_WRITE, METRICS, TIME, parse_ncu_csv
 from roofscope.collectors.torchprof import Schedule
+from roofscope.errors import RoofscopeError
 
 NCU_ENV = "ROOFSCOPE_NCU"
 DEFAULT_NCU = "/usr/local/cuda/bin/ncu"

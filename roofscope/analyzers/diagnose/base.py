@@ -1,0 +1,184 @@
+"""The rule engine: what binds the step, which rules apply, and their ranked findings.
+
+A step's time splits into *terms* (shares of the median step's wall time): GPU busy
+time divided among the roofline classes of the kernels running (``compute``,
+``memory``, ``latency``, ``underutilized``, ``unknown``, ``communication``), and GPU
+idle time by cause (``host``: the GPU waited for a launch; ``sync``: the bubble after a
+host synchronization; ``idle_other``). Each rule addresses one term (its
+``binding``) and runs only when that term holds at least ``min_share`` of the step,
+so a fix is never proposed for a term that does not bind: fusion needs memory-bound
+time, CUDA graphs need host-bound idle time, TF32 needs compute-bound time.
+
+Savings are per step. A rule that speeds up kernels saves GPU time; while the GPU
+waits on the host, faster kernels only lengthen the wait, so kernel savings count in
+proportion to the time the GPU is not starved by the host (``gpu_bound``). Savings of
+different findings overlap (fusing a chain also removes its launches) and are not
+additive.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from roofscope.analyzers.diagnose import fixes
+from roofscope.analyzers.diagnose.inputs import DiagnosisInput
+from roofscope.analyzers.model.findings import Diagnosis, Finding
+from roofscope.analyzers.model.kernels import CLASSES
+from roofscope.analyzers.views.programtime import ProgramTime
+from roofscope.analyzers.views.timeline import Timeline
+
+TERMS = CLASSES + ("host", "sync", "idle_other")
+# Terms whose fixes make kernels faster (their savings scale with gpu_bound).
+KERNEL_TERMS = frozenset(("compute", "memory", "latency", "underutilized", "clock", "occupancy"))
+# Rules bound to these terms compare kernels with the roofs: without ceilings they cannot run.
+NEEDS_CEILINGS = frozenset(("compute", "memory", "latency", "underutilized", "optimizer"))
+
+
+@dataclass
+class Context:
+    """What rules read: the declared input (inputs.py) and the engine's figures over its profiled steps."""
+
+    inp: DiagnosisInput
+    kernels: pd.DataFrame        # kernels of the profiled steps (all kernels without steps)
+    steps: int                   # number of steps the kernels span (>= 1)
+    step_s: float                # median step wall time
+    terms: dict[str, float]      # seconds per step by term
+    gpu_bound: float             # share of the step the GPU is not waiting on the host
+
+    def per_step(self, seconds: float) -> float:
+        return seconds / self.steps
+
+    def share(self, term: str) -> float:
+        return self.terms.get(term, 0.0) / self.step_s if self.step_s > 0 else 0.0
+
+
+class Rule(abc.ABC):
+    """A diagnosis rule. Subclasses set the class attributes and implement :meth:`match`;
+    :meth:`precondition` may add checks beyond the binding term's share."""
+
+    name: ClassVar[str]
+    binding: ClassVar[str]
+    min_share: ClassVar[float] = 0.05
+
+    def precondition(self, ctx: Context) -> str | None:
+        """None when the rule may apply, else why not (reported as skipped)."""
+        return None
+
+    @abc.abstractmethod
+    def match(self, ctx: Context) -> list[Finding]:
+        """The findings of this rule on ``ctx`` (empty when nothing matches)."""
+
+
+def top_kernels(k: pd.DataFrame, steps: int, n: int = 5) -> list[dict[str, Any]]:
+    """Evidence: the kernels holding most of ``k``'s time, per step."""
+    if not len(k):
+        return []
+    g = k.groupby(k["name"].astype(str), sort=False).agg(calls=("dur_s", "size"), time_s=("dur_s", "sum"),
+                                                          op=("op_name", "first"))
+    cls = k.groupby([k["name"].astype(str), "cls"], sort=False)["dur_s"].sum().reset_index()
+    g["cls"] = cls.sort_values("dur_s").drop_duplicates("name", keep="last").set_index("name")["cls"]
+    g = g.sort_values("time_s", ascending=False).head(n)
+    return [{"name": name, "op": str(r.op), "calls": r.calls / steps, "time_s": r.time_s / steps, "cls": r.cls}
+            for name, r in g.iterrows()]
+
+
+def step_terms(tl: Timeline, kernels: pd.DataFrame, steps: int,
+               skip: list[int] | None = None) -> tuple[dict[str, float], float]:
+    """Seconds per step by term, and the median step's wall time, over the timeline's steps less
+    ``skip`` (``steps`` counts those that remain)."""
+    s = tl.steps.drop(index=skip or [], errors="ignore")
+    if len(s):
+        wall = float(np.median(s["wall_s"]))
+        busy = float(s["busy_s"].mean())
+        host = float(s["idle_host_s"].mean() + s["idle_queued_s"].mean())
+        other = float(s["idle_other_s"].mean() + s["idle_edge_s"].mean())
+    else:
+        wall = busy = host = other = 0.0
+    gaps = tl.gaps[~tl.gaps["step"].isin(skip or [])] if skip else tl.gaps
+    sync = float(gaps.loc[gaps["after_sync"], "dur_s"].sum()) / steps if len(gaps) else 0.0
+    # A gap after a sync is the sync's bubble, whatever else it is.
+    after = gaps[gaps["after_sync"]] if len(gaps) else gaps
+    host_sync = float(after.loc[after["kind"].isin(("host", "queued")), "dur_s"].sum()) / steps if len(gaps) else 0.0
+    terms = dict.fromkeys(TERMS, 0.0)
+    by_cls = kernels.groupby("cls")["dur_s"].sum() / steps
+    total = float(by_cls.sum())
+    for c, t in by_cls.items():
+        # Streams overlap: split the busy union among classes by their kernel time.
+        terms[str(c)] = busy * float(t) / total if total > 0 else 0.0
+    terms["host"] = max(0.0, host - host_sync)
+    terms["sync"] = sync
+    terms["idle_other"] = max(0.0, other - (sync - host_sync))
+    return terms, wall
+
+
+def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
+    """Run every rule whose binding term holds enough of the step; rank findings by saving."""
+    if inp.cpu_only:
+        return Diagnosis([], {}, 0.0, [{"rule": r.name, "reason": "CPU-only trace: the rules read GPU kernels"}
+                                       for r in rules])
+    k = inp.kernels
+    in_steps = k["step"] >= 0
+    skip = inp.timeline.capture_steps if in_steps.any() else []
+    steps = max(1, len(inp.steps) - len(skip)) if in_steps.any() else 1
+    kernels = k[in_steps & ~k["step"].isin(skip)] if in_steps.any() else k
+    kernels = kernels[kernels["dur_s"].notna()]
+    terms, wall = step_terms(inp.timeline, kernels, steps, skip)
+    # Savings in the program's own time: host-side terms scaled to the unprofiled step (programtime.py).
+    pt = ProgramTime.of(_unprofiled_step(inp), terms, wall)
+    step, own_terms = (pt.unprofiled_step_s, pt.terms(terms)) if pt is not None else (wall, terms)
+    gpu_bound = max(0.0, 1.0 - own_terms["host"] / step) if step > 0 else 1.0
+    ctx = Context(inp, kernels, steps, wall, terms, gpu_bound)
+    findings: list[Finding] = []
+    skipped: list[dict[str, str]] = []
+    for rule in rules:
+        term = rule.binding
+        if term in NEEDS_CEILINGS and not inp.ceilings.known:
+            skipped.append({"rule": rule.name, "reason": "needs ceilings: pass --datasheet KEY, --peak-tflops and"
+                                                          " --peak-bandwidth, or --ceilings FILE"})
+            continue
+        # Binding is judged in the program's own time: the profiler's inflated host time binds nothing.
+        share = own_terms.get(term, 0.0) / step if step > 0 else 0.0
+        if term in ctx.terms and share < rule.min_share:
+            skipped.append({"rule": rule.name, "reason": f"not binding: {term} is {100 * share:.1f}% of"
+                                                          f" the step (needs {100 * rule.min_share:.0f}%)"})
+            continue
+        why = rule.precondition(ctx)
+        if why:
+            skipped.append({"rule": rule.name, "reason": why})
+            continue
+        found = [f for f in rule.match(ctx) if f.saving_s > 0 or f.status == "blocked"]
+        if not found:
+            skipped.append({"rule": rule.name, "reason": "no matching kernels with a saving"})
+        for f in found:
+            if f.binding in KERNEL_TERMS:
+                f.saving_s *= gpu_bound
+            if pt is not None:
+                pt.apply(f)
+            f.saving_s = min(f.saving_s, step) if step > 0 else f.saving_s
+            f.saving_pct = f.saving_s / step if step > 0 else 0.0
+        findings.extend(found)
+    frameworks = fixes.detect_frameworks(inp)
+    fixes.apply(findings, frameworks)
+    findings.sort(key=lambda f: -f.saving_s)
+    for i, f in enumerate(findings, 1):
+        f.rank = i
+    changes = fixes.group(findings, own_terms, step)
+    if pt is not None:
+        for c in changes:   # a change's combined saving is bounded like its findings'
+            c["saving_s"] = min(c["saving_s"], step)
+            c["saving_pct"] = c["saving_s"] / step if step > 0 else 0.0
+    return Diagnosis(findings, own_terms, step, skipped, changes, frameworks, skip,
+                     program_time=pt.to_dict() if pt is not None else None)
+
+
+def _unprofiled_step(inp: DiagnosisInput) -> float | None:
+    """The program's own step time comparable with the profiled steps: decode tokens' when the
+    profiled steps decode (inference), else every steady step's."""
+    run = inp.run
+    if inp.inference is not None and run.decode_step_s and not inp.inference["steps"].get("prefill"):
+        return float(run.decode_step_s)
+    return run.unprofiled_step_s

@@ -1,0 +1,145 @@
+"""Rules on how kernels use the hardware: clocks (throttling), grid size, efficiency."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
+from roofscope.analyzers.model.findings import Finding
+from roofscope.analyzers.model.trace import Trace
+from roofscope.hardware.devices import Ceilings
+
+# Kernels shorter than this are launch-dominated whatever their grid.
+_MIN_GRID_KERNEL_S = 20e-6
+# What a tuned kernel reaches of its roofline floor (the under-utilized rule's target).
+TARGET_EFFICIENCY = 0.5
+# Mean SM clock at or above this share of its maximum is not worth a finding.
+CLOCK_RATIO_OK = 0.95
+
+
+def kernel_function(name: str) -> str:
+    """The function's own name in a kernel's C++ signature (what ncu --kernel-name matches):
+    'void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>(...)' ->
+    'vectorized_layer_norm_kernel'."""
+    head = re.sub(r"^void\s+", "", name.replace("(anonymous namespace)::", ""))
+    head = head.split("(", 1)[0] if not head.startswith("(") else head
+    return head.split("<", 1)[0].rsplit("::", 1)[-1].strip() or name
+
+
+def is_amd(trace: Trace, ceilings: Ceilings) -> bool:
+    """An AMD GPU's trace: HIP runtime calls, a 64-wide wavefront in deviceProperties, or an AMD
+    (Instinct MI) device or datasheet. Its counter tool is rocprof-compute (formerly omniperf), not ncu."""
+    rt = trace.runtime
+    if len(rt) and rt["name"].astype(str).str.startswith("hip").any():
+        return True
+    props = trace.meta.device.properties or {}
+    if props.get("warpSize") == 64:
+        return True
+    spec = ceilings.datasheet
+    names = f"{trace.meta.device.name or ''} {ceilings.device} {spec.name if spec is not None else ''}"
+    return bool(re.search(r"\bAMD\b|\bMI\d{3}", names, re.IGNORECASE))
+
+
+def counters_command(trace: Trace, ceilings: Ceilings, kernel: str) -> tuple[str, str]:
+    """(tool, command) that measures ``kernel``'s hardware counters on this trace's GPU vendor."""
+    if is_amd(trace, ceilings):
+        return "rocprof-compute (omniperf)", f'rocprof-compute profile -n roofscope -k "{kernel}" -- python train.py'
+    return "Nsight Compute", (f'ncu --kernel-name regex:"{re.escape(kernel)}" --launch-count 3 --set full'
+                              " python train.py")
+
+
+class Throttling(Rule):
+    """NVML saw the SM clock held below its maximum (power cap, thermal, hardware slowdown)."""
+
+    name = "throttling"
+    binding = "clock"
+
+    def precondition(self, ctx: Context) -> str | None:
+        return None if ctx.inp.telemetry is not None else "no NVML telemetry in this run"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        devices = (ctx.inp.telemetry or {}).get("devices") or []
+        worst = min(devices, key=lambda d: d.get("sm_clock_ratio") or 1.0, default=None)
+        if worst is None:
+            return []
+        ratio = worst.get("sm_clock_ratio") or 1.0
+        shares = {r: v for r, v in (worst.get("throttle") or {}).items() if v and r not in ("gpu_idle", "throttled_share")}
+        throttled = (worst.get("throttle") or {}).get("throttled_share") or 0.0
+        # Hopper raises sw_power_cap even far below the limit; only a lower clock costs time.
+        if ratio >= CLOCK_RATIO_OK:
+            return []
+        # Compute-bound time stretches with the clock; memory-bound time mostly does not.
+        saving = ctx.terms["compute"] * (1 - ratio)
+        reasons = ", ".join(f"{r} {v:.0%}" for r, v in sorted(shares.items(), key=lambda kv: -kv[1])) or "none reported"
+        return [Finding(
+            rule=self.name, title="GPU clocks throttled during the run",
+            binding=self.binding, saving_s=saving, confidence="low",
+            summary=f"SM clock at {ratio:.0%} of max on average; throttled in {throttled:.0%} of samples ({reasons})",
+            fix="Check cooling, power limit and clock settings (nvidia-smi -q -d PERFORMANCE,POWER); compare"
+            " with the microbenchmark ceilings measured on the same machine.",
+            snippet="nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE",
+            kernels=[], figures={"sm_clock_ratio": ratio, "throttled_share": throttled, **shares})]
+
+
+class SmallGrid(Rule):
+    """Long kernels launching fewer blocks than the GPU has SMs leave SMs idle."""
+
+    name = "small_grid"
+    binding = "occupancy"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        props = ctx.inp.trace.meta.device.properties or {}
+        sms = props.get("numSms")
+        k = ctx.kernels
+        k = k[(k["cat"] == "kernel") & (k["dur_s"] >= _MIN_GRID_KERNEL_S) & ~k["cls"].isin(("communication", "latency"))]
+        if not sms or not len(k) or "grid" not in k:
+            return []
+        blocks = np.array([np.prod(g) if isinstance(g, list) and g else np.nan for g in k["grid"]], dtype=float)
+        frac = blocks / sms
+        small = k[frac < 0.5]
+        f = frac[frac < 0.5]
+        if not len(small) or small["dur_s"].sum() / ctx.steps < 0.05 * ctx.step_s:
+            return []
+        # Spread over all SMs the same work could run up to SMs/blocks times faster.
+        saving = float((small["dur_s"].to_numpy() * (1 - f)).sum()) / ctx.steps
+        tool, _ = counters_command(ctx.inp.trace, ctx.inp.ceilings, "")
+        return [Finding(
+            rule=self.name, title="Kernels with fewer blocks than SMs",
+            binding=self.binding, saving_s=saving, confidence="low",
+            summary=f"{len(small) / ctx.steps:.0f} kernels/step of >= 20 us use < half of the {sms} SMs"
+            f" (median {np.median(f * sms):.0f} blocks), {small['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
+            fix="Give these kernels more parallel work: a larger batch, split-K GEMMs, or torch.compile"
+            f" (max-autotune) to pick other tilings; confirm occupancy with {tool}.",
+            snippet='model = torch.compile(model, mode="max-autotune")',
+            kernels=top_kernels(small, ctx.steps), figures={"sms": sms, "median_blocks": float(np.median(f * sms))})]
+
+
+class Underutilized(Rule):
+    """Heavy kernels far below their roofline: the analytic model cannot say why; counters can."""
+
+    name = "underutilized"
+    binding = "underutilized"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        # Costed ones only: an uncosted kernel classed by its grid (roofline.class_sources) has no floor to reach.
+        k = ctx.kernels[(ctx.kernels["cls"] == "underutilized") & ctx.kernels["floor_s"].notna()]
+        if not len(k):
+            return []
+        per = k.groupby(k["name"].astype(str)).agg(time_s=("dur_s", "sum"), floor_s=("floor_s", "sum"))
+        heavy = per[per["time_s"] / ctx.steps >= 0.03 * ctx.step_s]
+        if not len(heavy):
+            return []
+        saving = float(np.maximum(0.0, heavy["time_s"] - heavy["floor_s"] / TARGET_EFFICIENCY).sum()) / ctx.steps
+        names = set(heavy.index)
+        sel = k[k["name"].astype(str).isin(names)]
+        tool, command = counters_command(ctx.inp.trace, ctx.inp.ceilings, kernel_function(heavy["time_s"].idxmax()))
+        return [Finding(
+            rule=self.name, title=f"Under-utilized heavy kernels: inspect with {tool.split(' (')[0]}",
+            binding=self.binding, saving_s=saving, confidence="low",
+            summary=f"{len(heavy)} kernels below {ctx.inp.params.underutilized_below:.0%} of their roofline floor,"
+            f" {heavy['time_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
+            fix="These kernels neither hit a roof nor are too small to; measure them with hardware counters"
+            f" ({tool}: occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",
+            snippet=command,
+            kernels=top_kernels(sel, ctx.steps), figures={"kernels": len(heavy)})]

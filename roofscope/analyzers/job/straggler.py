@@ -1,0 +1,237 @@
+"""The job across its ranks: per-rank medians, stragglers, communication, the scaling tax and
+the job's findings (docs/multi-gpu-analysis.md).
+
+A rank's *self time* in a step is the step time minus its exposed communication: the time it
+spent on its own work. In synchronous data-parallel training every rank's step ends at the
+same all-reduce, so step times are equal on all ranks; the rank the others wait for has the
+least communication wait and the most self time. Steps are matched across ranks by their
+number (``ProfilerStep#N``). For rank r and step s,
+``excess[r, s] = self[r, s] - median over the other ranks of self[., s]``; r is a straggler when its
+excess is positive in at least 80% of the steps and its median excess exceeds the noise,
+``max(2% of the median step time, 3 x the MAD of self time over steps of the other ranks)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofscope.analyzers.diagnose.base import Finding
+from roofscope.analyzers.diagnose.communication import exposed_comm_finding
+from roofscope.analyzers.job.ranks import RankResult
+from roofscope.jsonsafe import json_safe
+
+POSITIVE_SHARE = 0.8      # share of steps a straggler must be slower in
+EVIDENCE_SHARE = 0.05     # share of the excess a kernel must explain to be named as evidence
+NOISE_STEP_SHARE = 0.02   # noise floor: 2% of the median step time
+NOISE_MADS = 3.0          # ... or 3 median absolute deviations of the other ranks' self time
+EVIDENCE_KERNELS = 5
+RANK_COLUMNS = ("rank", "node", "device", "steps", "step_s", "mfu", "hfu", "busy_s", "comm_s", "comm_exposed_s",
+                "self_s", "idle_host_s", "idle_s")
+
+
+@dataclass
+class Straggler:
+    rank: int
+    excess_s: float                 # median excess self time per step
+    positive_share: float           # share of steps with positive excess
+    kernels: list[dict[str, Any]]   # kernels slower than the other ranks' median, ms per step
+    host_idle_excess_s: float       # host-bound idle beyond the other ranks' median, per step
+
+
+@dataclass
+class Job:
+    """The cross-rank result: :func:`combine`'s output, rendered by the merge command and reports."""
+
+    world_size: int
+    results: list[RankResult]
+    ranks: pd.DataFrame                  # one row per rank: RANK_COLUMNS (medians over steps)
+    self_time: pd.DataFrame              # index step, one column per rank
+    step_time: pd.DataFrame              # index step, one column per rank
+    noise_s: float
+    stragglers: list[Straggler]
+    collectives: pd.DataFrame            # per collective: medians over ranks, per step
+    findings: list[Finding]
+    scaling: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def step_s(self) -> float:
+        return _median_step(self.ranks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe({
+            "world_size": self.world_size, "ranks_given": len(self.results),
+            "devices": sorted({r.device for r in self.results}), "step_time_s": self.step_s,
+            "per_rank": self.ranks.to_dict("records"),
+            "steps": {"self_s": _columns(self.self_time), "step_s": _columns(self.step_time)},
+            "straggler_noise_s": self.noise_s,
+            "stragglers": [s.__dict__ for s in self.stragglers],
+            "collectives": self.collectives.to_dict("records"),
+            "findings": [f.to_dict() for f in self.findings],
+            "scaling": self.scaling, "warnings": self.warnings,
+            "rank_findings": {str(r.rank): [f["rule"] for f in r.findings] for r in self.results},
+        })
+
+
+def _median_step(ranks: pd.DataFrame) -> float:
+    """The job's step time: the median over ranks (ranks without steps left out; NaN without any)."""
+    return float(ranks["step_s"].median())
+
+
+def _exposed(ranks: pd.DataFrame) -> pd.Series:
+    """Exposed communication per step of the ranks that have steps (0 where the timeline has no
+    communication figures, as on CPU traces): a rank without steps is no rank that waits least."""
+    return ranks.loc[ranks["steps"] > 0, "comm_exposed_s"].fillna(0.0)
+
+
+def _columns(df: pd.DataFrame) -> dict[str, Any]:
+    return {"steps": [int(s) for s in df.index], **{str(c): df[c].tolist() for c in df.columns}}
+
+
+def _rank_row(r: RankResult) -> dict[str, Any]:
+    s = r.steps
+    med = s.median(numeric_only=True) if len(s) else pd.Series(dtype=float)
+    idle = (s[["idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"]].sum(axis=1).median()
+            if len(s) else np.nan)
+    return {"rank": r.rank, "node": r.node, "device": r.device, "steps": int(len(s)),
+            **{c: float(med.get(c, np.nan)) for c in RANK_COLUMNS if c not in ("rank", "node", "device", "steps",
+                                                                               "idle_s")},
+            "idle_s": float(idle)}
+
+
+def _pivot(results: list[RankResult], col: str) -> pd.DataFrame:
+    return pd.DataFrame({r.rank: r.steps[col] for r in results}).sort_index()
+
+
+def detect(self_time: pd.DataFrame, step_s: float) -> tuple[list[tuple[int, float, float]], float]:
+    """Stragglers as (rank, median excess, share of positive steps), and the largest noise
+    threshold used (see the module docstring). ``self_time``: index step, one column per rank."""
+    # Ranks with no step at all cannot be compared; the rest are compared on the steps all recorded.
+    st = self_time.dropna(axis=1, how="all").dropna(how="any")
+    if st.shape[1] < 2 or not len(st):
+        return [], float("nan")
+    dev = (st - st.median(axis=0)).abs()
+    found, noise_max = [], 0.0
+    for r in st.columns:
+        others = st.drop(columns=r)
+        # Against the other ranks only: a median that includes the rank itself halves the gap of a
+        # two-rank job, and the gap is what the others wait for.
+        excess = st[r] - others.median(axis=1)
+        mad = float(np.median(dev.drop(columns=r).to_numpy()))
+        noise = max(NOISE_STEP_SHARE * step_s, NOISE_MADS * mad)
+        noise_max = max(noise_max, noise)
+        pos = float((excess > 0).mean())
+        med = float(excess.median())
+        if pos >= POSITIVE_SHARE and med > noise:
+            found.append((int(r), med, pos))
+    return found, noise_max
+
+
+def _evidence(results: list[RankResult], rank: int, excess_s: float) -> tuple[list[dict[str, Any]], float]:
+    """Kernels slower on ``rank`` than the other ranks' median (ms per step), and its extra host idle.
+    A kernel counts only when it explains a visible part of the excess: on a rank slowed by its host,
+    every kernel differs from its peers by microseconds of jitter, which is no evidence."""
+    per = {r.rank: r.kernel_steps.groupby("name")["time_s"].sum() / max(1, len(r.steps)) for r in results}
+    mine = per[rank]
+    others = pd.DataFrame({r: v for r, v in per.items() if r != rank}).reindex(mine.index)
+    diff = (mine - others.fillna(0.0).median(axis=1)).sort_values(ascending=False)
+    diff = diff[diff > EVIDENCE_SHARE * excess_s].head(EVIDENCE_KERNELS)
+    kernels = [{"name": str(n), "excess_ms": float(d) * 1e3, "rank_ms": float(mine[n]) * 1e3,
+                "median_ms": float(mine[n] - d) * 1e3} for n, d in diff.items()]
+    host = {r.rank: float(r.steps["idle_host_s"].median()) for r in results if len(r.steps)}
+    others_host = [v for r, v in host.items() if r != rank]
+    extra = host.get(rank, 0.0) - float(np.median(others_host)) if others_host else 0.0
+    return kernels, extra
+
+
+def _collectives(results: list[RankResult]) -> pd.DataFrame:
+    """Per collective: medians over ranks of count and time per step, bytes per call, bandwidths."""
+    rows = []
+    for r in results:
+        n = max(1, len(r.steps))
+        t = r.collectives
+        if len(t):
+            rows.append(t.assign(rank=r.rank, count=t["count"] / n, time_s=t["time_s"] / n,
+                                 bytes=t["bytes"] / t["sized"].where(t["sized"] > 0)))
+    if not rows:
+        return pd.DataFrame({c: [] for c in ("collective", "ranks", "count", "time_s", "bytes", "algbw", "busbw",
+                                             "algorithms", "group")})
+    t = pd.concat(rows, ignore_index=True)
+    g = t.groupby("collective", sort=False)
+    out = pd.DataFrame({"ranks": g["rank"].nunique(), "count": g["count"].median(), "time_s": g["time_s"].median(),
+                        "bytes": g["bytes"].median(), "algbw": g["algbw"].median(), "busbw": g["busbw"].median(),
+                        "algorithms": g["algorithms"].agg(lambda s: ",".join(sorted(set(",".join(s).split(","))
+                                                                                    - {""}))),
+                        "group": g["group"].max()})
+    return out.reset_index().sort_values("time_s", ascending=False, ignore_index=True)
+
+
+def scaling_tax(baseline_step_s: float, ranks: pd.DataFrame) -> dict[str, Any]:
+    """The job's median step time against a single-GPU baseline's: the tax split into exposed
+    communication (on the rank that waits least: pure communication), straggler wait (the
+    exposed communication of the rank that waits most, beyond that: every rank's step ends at the
+    same collective, so the job loses what its earliest rank waits) and the rest (anything else
+    that differs: per-rank batch, compute, host)."""
+    step = _median_step(ranks)
+    exposed = _exposed(ranks)
+    comm = float(exposed.min())
+    wait = float(exposed.max()) - comm
+    tax = step - baseline_step_s
+    return {"baseline_step_s": baseline_step_s, "job_step_s": step, "tax_s": tax,
+            "tax_share": tax / step if step > 0 else None, "exposed_comm_s": comm, "straggler_wait_s": wait,
+            "other_s": tax - comm - wait, "efficiency": baseline_step_s / step if step > 0 else None}
+
+
+def _straggler_finding(s: Straggler, step_s: float) -> Finding:
+    what = ", ".join(f"{k['name'][:60]} +{k['excess_ms']:.2f} ms" for k in s.kernels[:3]) or "no kernel stands out"
+    host = f"; host-bound idle +{s.host_idle_excess_s * 1e3:.2f} ms/step" if s.host_idle_excess_s > 0 else ""
+    return Finding(
+        rule="straggler", title=f"Rank {s.rank} is a straggler: the other ranks wait for it",
+        binding="straggler", saving_s=s.excess_s, confidence="high" if s.positive_share >= 0.95 else "medium",
+        summary=f"rank {s.rank} spends {s.excess_s * 1e3:.2f} ms/step more on its own work than the other ranks"
+        f" (median), in {100 * s.positive_share:.0f}% of the steps; slower kernels: {what}{host}",
+        fix="Find what differs on that rank: its GPU (clocks, throttling, a noisy neighbour: nvidia-smi -q -d"
+        " PERFORMANCE), its data (uneven batch or sequence lengths: balance the sampler), its host (data loading,"
+        " logging or checkpointing only on that rank). The saving assumes the rank catches up with the others.",
+        kernels=[{"name": k["name"], "op": "", "calls": 0.0, "time_s": k["excess_ms"] / 1e3, "cls": ""}
+                 for k in s.kernels],
+        figures={"rank": s.rank, "excess_s": s.excess_s, "positive_share": s.positive_share,
+                 "host_idle_excess_s": s.host_idle_excess_s},
+        saving_pct=s.excess_s / step_s if step_s > 0 else 0.0)
+
+
+def combine(results: list[RankResult], world_size: int, baseline_step_s: float | None = None,
+            warnings: list[str] | None = None) -> Job:
+    """The cross-rank view of per-rank results (one per rank, any order)."""
+    results = sorted(results, key=lambda r: r.rank)
+    ranks = pd.DataFrame([_rank_row(r) for r in results], columns=list(RANK_COLUMNS))
+    self_time, step_time = _pivot(results, "self_s"), _pivot(results, "step_s")
+    step_s = _median_step(ranks)
+    warnings = list(warnings or [])
+    empty = [int(r) for r in self_time.columns if self_time[r].isna().all()]
+    if empty and len(results) > 1:
+        warnings.append(f"rank{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}: no profiled step;"
+                        " left out of the straggler test and the job's medians")
+    found, noise = detect(self_time, step_s)
+    stragglers = [Straggler(r, ex, pos, *_evidence(results, r, ex)) for r, ex, pos in found]
+    colls = _collectives(results)
+    findings = [_straggler_finding(s, step_s) for s in stragglers]
+    # The rank that waits least shows the pure communication cost; the others' extra exposed time
+    # is waiting for a straggler, which the straggler finding addresses. Its own NCCL time is the
+    # base of the overlap share: the median rank's includes that waiting.
+    exposed = _exposed(ranks)
+    if len(exposed):
+        least = exposed.idxmin()
+        f = exposed_comm_finding(float(exposed[least]), float(ranks.at[least, "comm_s"]), step_s, colls)
+        if f is not None:
+            findings.append(f)
+    findings.sort(key=lambda f: -f.saving_s)
+    for i, f in enumerate(findings, 1):
+        f.rank = i
+    scaling = scaling_tax(baseline_step_s, ranks) if baseline_step_s and step_s > 0 else None
+    return Job(world_size, results, ranks, self_time, step_time, noise, stragglers, colls, findings, scaling,
+               warnings)
+

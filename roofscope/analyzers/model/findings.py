@@ -1,0 +1,70 @@
+"""The diagnosis' records: one :class:`Finding` per recommendation, and the :class:`Diagnosis`
+that ranks them (diagnose/ makes them; renderers, ``diff`` and the job merge read them).
+
+Only records here, no logic beyond their JSON shape: a renderer imports this module, never the
+stage that makes them. ``to_dict()`` is what summary.json's ``findings`` and ``diagnosis`` hold.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CONFIDENCE = ("high", "medium", "low")
+
+
+@dataclass(kw_only=True)
+class Finding:
+    """One recommendation: what binds, the evidence, the estimated saving, the fix (keywords only:
+    fourteen fields, several of them strings, are easy to pass in the wrong order)."""
+
+    rule: str
+    title: str
+    binding: str
+    saving_s: float              # per step
+    confidence: str              # one of CONFIDENCE
+    summary: str                 # one line of evidence
+    fix: str
+    snippet: str = ""
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    saving_pct: float = 0.0      # of the median step; set by the engine
+    rank: int = 0
+    change: str = ""             # the change a user makes (analyzers/diagnose/fixes.py); set by the engine
+    framework: str = ""          # the framework the snippet is written for ("" = plain PyTorch)
+    # "blocked": a precondition of the fix fails on this trace (analyzers/diagnose/blockers.py); the finding names
+    # what blocks it, offers no saving (saving_s 0; the saving it would have is figures["unblocked_saving_s"])
+    status: str = "ok"
+    blockers: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {"rule": d["rule"], "title": d["title"], "binding": d["binding"], "saving_s": d["saving_s"],
+                "saving_pct": d["saving_pct"], "confidence": d["confidence"], "summary": d["summary"],
+                "evidence": {"kernels": d["kernels"], "figures": d["figures"]},
+                "fix": {"text": d["fix"], "snippet": d["snippet"], "framework": d["framework"]},
+                "change": d["change"], "rank": d["rank"], "status": d["status"], "blockers": d["blockers"]}
+
+
+@dataclass
+class Diagnosis:
+    """What binds the step (seconds per step by term), the ranked findings, the rules that did not run."""
+
+    findings: list[Finding]
+    terms: dict[str, float]
+    step_s: float
+    skipped: list[dict[str, str]]
+    changes: list[dict[str, Any]] = field(default_factory=list)  # findings grouped per change (analyzers/diagnose/fixes.py)
+    frameworks: list[str] = field(default_factory=list)
+    capture_steps: list[int] = field(default_factory=list)  # left out of the terms (Timeline.capture_steps)
+    program_time: dict[str, Any] | None = None  # ProgramTime.to_dict(): savings in the program's own time
+
+    def to_dict(self) -> dict[str, Any]:
+        share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
+        return {"step_s": self.step_s, "terms_s": self.terms, "binding": share, "skipped": self.skipped,
+                "changes": self.changes, "frameworks": self.frameworks, "capture_steps": self.capture_steps,
+                "program_time": self.program_time,
+                "note": "savings are estimates per step and overlap: they do not add up; each change's"
+                        " saving counts its findings' overlapping time once"}
+
+
+__all__ = ["CONFIDENCE", "Diagnosis", "Finding"]

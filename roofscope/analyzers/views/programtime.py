@@ -1,0 +1,194 @@
+"""The program's own time: step times measured without the profiler, and savings in that time.
+
+run.json's ``step_times`` (collectors/steptimes.py) holds every step's time, profiled or not:
+its GPU time (CUDA events at the boundaries) where known, else its host time. From it:
+
+* :func:`step_time` is summary.json's ``step_time`` block. Its steady samples are the steps run
+  without the profiler *after* the profiled window, and the settled steps just before it (the
+  ones the collector waited for); steps before those are the cold ones, listed and left out.
+  ``inflation`` is the profiled steps' median over the unprofiled one: what the profiler added.
+* :class:`ProgramTime` carries a diagnosis into the program's time. The kernels' busy time
+  ``B`` is what the profiler barely changes; the idle rest of a step is host time, and the
+  profiler inflates it. Host-side terms (``host``, ``sync``, ``idle_other``) measured on the
+  profiled step ``T_p`` are scaled to the unprofiled one ``T_u`` by
+  ``f = (T_u - B) / (T_p - B)`` (at most 1), and no saving exceeds
+  ``T_u - B - residual``: what a fix cannot remove (the kernels, and for a CUDA-graph fix the
+  graph's own launch). A saving is therefore never the whole step.
+
+Runs without step times (older Runs, ``analyze`` of a bare trace) have no block: every figure
+is then the profiled one, and the summary says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+# Idle terms: the host's time, which the profiler inflates (analyzers/diagnose/base.py TERMS).
+HOST_TERMS = frozenset(("host", "sync", "idle_other"))
+# A CUDA graph's replay still costs one launch (microbench/launch.py measures ~2.5 us a kernel on an
+# H100 when eager; a whole graph's launch about 10 us): the residual of a launch-bound fix.
+GRAPH_REPLAY_S = 10e-6
+GRAPH_RULES = frozenset(("cuda_graphs", "launch_bound_decode"))
+
+
+def step_frame(meta: dict[str, Any] | None) -> pd.DataFrame | None:
+    """run.json's step_times as a frame: index, phase, host_s, gpu_s, tokens, time_s (GPU where known)."""
+    st = (meta or {}).get("step_times")
+    if not isinstance(st, dict) or not st.get("index"):
+        return None
+    n = len(st["index"])
+    df = pd.DataFrame({"index": st["index"], "phase": st.get("phase") or ["unprofiled"] * n,
+                       "host_s": st.get("host_s") or [np.nan] * n,
+                       "gpu_s": pd.to_numeric(pd.Series(st.get("gpu_s") or [None] * n), errors="coerce"),
+                       "tokens": pd.to_numeric(pd.Series(st.get("tokens") or [None] * n), errors="coerce")})
+    df["time_s"] = df["gpu_s"].fillna(df["host_s"])
+    return df
+
+
+def _steady(df: pd.DataFrame, steps_meta: dict[str, Any]) -> tuple[pd.Series, pd.Series]:
+    """(steady unprofiled samples, cold unprofiled steps before them) as boolean masks. Steps of
+    a profile that was dropped and made again (phase ``dropped``) are neither."""
+    unprof = df["phase"] == "unprofiled"
+    profiled = df.loc[df["phase"].isin(("warmup", "active")), "index"]
+    if not len(profiled):
+        wait = int((steps_meta.get("requested") or {}).get("wait") or 0)
+        steady = unprof & (df["index"] > wait)
+        return steady, unprof & ~steady
+    first, last = int(profiled.min()), int(profiled.max())
+    after = unprof & (df["index"] > last)
+    before = unprof & (df["index"] < first)
+    settle = steps_meta.get("settle") or {}
+    k = int(settle.get("k") or 0) if settle.get("outcome") == "settled" else 0
+    # The settling steps are the k unprofiled ones just before the profile's warm-up.
+    settled = before & (df["index"] >= first - k) if k else before & False
+    steady = after | settled
+    if not steady.any():   # a program that ended with the profile: the waited steps are all there is
+        wait = int((steps_meta.get("requested") or {}).get("wait") or 0)
+        steady = before & (df["index"] > wait)
+    return steady, before & ~steady
+
+
+def step_time(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """summary.json's ``step_time``: the program's own step time without and with the profiler."""
+    df = step_frame(meta)
+    if df is None:
+        return None
+    steady, cold = _steady(df, (meta or {}).get("steps") or {})
+    t = df.loc[steady, "time_s"].dropna()
+    active = df.loc[(df["phase"] == "active"), "time_s"].dropna()
+    unprof = float(t.median()) if len(t) else None
+    prof = float(active.median()) if len(active) else None
+    out: dict[str, Any] = {
+        "source": "gpu" if df.loc[steady, "gpu_s"].notna().all() and steady.any() else "host",
+        "unprofiled_median_s": unprof,
+        "unprofiled_p10_s": float(t.quantile(0.1)) if len(t) else None,
+        "unprofiled_p90_s": float(t.quantile(0.9)) if len(t) else None,
+        "unprofiled_steps": int(len(t)),
+        "profiled_median_s": prof,
+        "profiled_steps": int(len(active)),
+        "inflation": prof / unprof if prof and unprof else None,
+        "cold_steps": [int(i) for i in df.loc[cold, "index"]],
+        "cold_median_s": float(df.loc[cold, "time_s"].median()) if cold.any() else None,
+    }
+    # Forward steps (inference): a step that began with a one-token forward is a decode token,
+    # a longer one a prefill (its time runs to the first token's forward: the time to first token).
+    tok = df.loc[steady, "tokens"]
+    if tok.notna().any():
+        dec, pre = t[tok.reindex(t.index) == 1], t[tok.reindex(t.index) > 1]
+        out["decode_median_s"] = float(dec.median()) if len(dec) else None
+        out["prefill_median_s"] = float(pre.median()) if len(pre) else None
+    return out
+
+
+# Per-step figures that are work over time: in the program's time, the step's work over its own time.
+_RATES = ("hfu", "mfu", "mbu")
+
+
+def program_samples(samples: pd.DataFrame, meta: dict[str, Any] | None) -> tuple[pd.DataFrame, str]:
+    """Per-step samples in the program's time, and which time they are in (``unprofiled`` or
+    ``profiled``). The steady unprofiled steps (:func:`step_time`) replace the profiled ones: one
+    sample per step run without the profiler, its utilizations the profiled steps' median work over
+    that step's own time. A Run without step times (an older Run, a bare trace) keeps its profiled
+    samples."""
+    df = step_frame(meta)
+    if df is None or not len(samples):
+        return samples, "profiled"
+    steady, _ = _steady(df, (meta or {}).get("steps") or {})
+    t = df.loc[steady, ["index", "time_s"]].dropna()
+    t = t[t["time_s"] > 0]
+    if not len(t):
+        return samples, "profiled"
+    out = pd.DataFrame({"step_time_s": t["time_s"].to_numpy()}, index=pd.Index(t["index"].to_numpy(), name="step"))
+    for col in _RATES:
+        if col in samples:
+            work = (samples[col] * samples["step_time_s"]).dropna()
+            out[col] = float(work.median()) / out["step_time_s"] if len(work) else np.nan
+    return out, "unprofiled"
+
+
+class Saving(Protocol):
+    """What :meth:`ProgramTime.apply` reads and changes of a finding (diagnose's ``Finding``): the
+    rules sit above the views, so the view names the shape, not the class."""
+
+    rule: str
+    binding: str
+    saving_s: float
+    figures: dict[str, Any]
+
+
+@dataclass
+class ProgramTime:
+    """A diagnosis' passage from the profiled step to the program's own (module docstring)."""
+
+    unprofiled_step_s: float
+    profiled_step_s: float
+    busy_s: float
+    scale: float
+
+    @classmethod
+    def of(cls, t_u: float | None, terms: dict[str, float], wall: float) -> "ProgramTime | None":
+        """From the unprofiled step ``t_u``, the profiled step's ``terms`` and its ``wall`` time."""
+        if not t_u or wall <= 0:
+            return None
+        busy = sum(v for k, v in terms.items() if k not in HOST_TERMS)
+        idle_p = wall - busy
+        scale = min(1.0, max(0.0, t_u - busy) / idle_p) if idle_p > 0 else 1.0
+        return cls(float(t_u), float(wall), float(busy), float(scale))
+
+    def terms(self, terms: dict[str, float]) -> dict[str, float]:
+        """The step's terms in the program's time: host-side ones scaled, kernels' kept."""
+        return {k: v * self.scale if k in HOST_TERMS else v for k, v in terms.items()}
+
+    def residual(self, rule: str) -> float:
+        return GRAPH_REPLAY_S if rule in GRAPH_RULES else 0.0
+
+    def bound(self, rule: str) -> float:
+        """The most a fix can save: the unprofiled step less the kernels' busy time and what it leaves."""
+        return max(0.0, self.unprofiled_step_s - min(self.busy_s, self.unprofiled_step_s) - self.residual(rule))
+
+    def apply(self, f: Saving) -> None:
+        """Scale a host-side finding's saving to the program's time, and bound it (saying so). A fix
+        of the host's time leaves the kernels: it saves at most the step less their busy time. A
+        fix of kernels shortens the busy time itself: it saves at most that time."""
+        if f.binding in HOST_TERMS:
+            f.figures["profiled_saving_s"] = f.saving_s
+            f.saving_s *= self.scale
+            bound = self.bound(f.rule)
+        else:
+            bound = min(self.busy_s, self.unprofiled_step_s)
+        if f.saving_s > bound:
+            f.figures["unbounded_saving_s"] = f.saving_s
+            f.saving_s = bound
+        f.figures["bound_s"] = bound
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"unprofiled_step_s": self.unprofiled_step_s, "profiled_step_s": self.profiled_step_s,
+                "busy_s": self.busy_s, "host_scale": self.scale,
+                "bound_s": max(0.0, self.unprofiled_step_s - min(self.busy_s, self.unprofiled_step_s)),
+                "note": "host-side terms (host, sync, idle_other) were measured on the profiled step and scaled to"
+                        " the program's own step time; kernel time is kept; no host-side saving exceeds the"
+                        " unprofiled step less the kernels' busy time and what the fix leaves (a CUDA graph's"
+                        " replay launch); no kernel saving exceeds the kernels' busy time"}
