@@ -14,11 +14,11 @@ import pytest
 import roofscope
 from roofscope.analyzers.diagnose.communication import MOE_SNIPPET, comm_snippet, exposed_comm_finding
 
+from .conftest import external
 from .kineto import PID, TID, TraceBuilder
 from .test_rules import F32, TOY
 
-EXTERNAL = Path(__file__).resolve().parents[2] / "shared/traces/external"
-AMD = EXTERNAL / "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+AMD = external("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
 
 
 def _sync(b: TraceBuilder, ts: float, dur: float, name: str = "cudaStreamSynchronize") -> None:
@@ -186,7 +186,6 @@ def test_without_ceilings_uncosted_kernels_stay_unknown(tmp_path: Path) -> None:
 
 # -- vendor-aware tools -------------------------------------------------------------------------
 
-@pytest.mark.skipif(not AMD.exists(), reason="shared HTA AMD trace not present")
 def test_amd_trace_gets_rocprof_compute_not_ncu() -> None:
     from roofscope.analyzers.diagnose.hardware import counters_command, is_amd
 
@@ -285,16 +284,15 @@ def test_analyze_prints_the_blocked_fix_and_its_blocker(tmp_path: Path, capsys) 
     assert "aten::nonzero 1x/step inside torchvision::nms" in out
 
 
-@pytest.mark.skipif(not (EXTERNAL / "hta_a100_rank0.json.gz").exists(), reason="shared HTA traces not present")
 def test_collective_advice_on_real_traces() -> None:
     # HTA's A100 rank: all-reduce 126.6 ms of the 190.3 ms of NCCL kernels; all-to-all 30.3 ms (16%)
     # and all-gather + reduce-scatter 8.6 ms (4.5%) are under the 20% that earns their own lines.
-    f = _finding(roofscope.analyze(EXTERNAL / "hta_a100_rank0.json.gz"), "exposed_communication")
+    f = _finding(roofscope.analyze(external("hta_a100_rank0.json.gz")), "exposed_communication")
     assert f["evidence"]["figures"]["dominant_collective"] == "allreduce"
     assert f["fix"]["snippet"].startswith("model = DDP(model") and "moe" not in f["fix"]["snippet"]
     assert "FSDP" not in f["fix"]["snippet"]
     # HTA's sampled rank 0: all-to-all 182.4 ms, all-reduce 107.7, all-gather 106.1: MoE first.
-    f = _finding(roofscope.analyze(EXTERNAL / "hta/timeline_analysis/sampled_rank-0.json.gz"), "exposed_communication")
+    f = _finding(roofscope.analyze(external("hta/timeline_analysis/sampled_rank-0.json.gz")), "exposed_communication")
     assert f["evidence"]["figures"]["dominant_collective"] == "alltoall"
     assert f["fix"]["text"].startswith("The all-to-alls are expert parallelism")
     lines = f["fix"]["snippet"].splitlines()

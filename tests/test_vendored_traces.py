@@ -16,9 +16,9 @@ README = ROOT / "tests" / "data" / "README.md"
 
 def test_every_vendored_trace_has_its_licence_and_readme_entry():
     traces = vendored_traces()
-    # 18 files: the A100 and AlexNet traces at the top, 14 of HTA's folders under hta/ (2.0 MB), and
+    # 19 files: the A100 and AlexNet traces at the top, 15 of HTA's folders under hta/ (2.1 MB), and
     # TraceLens' vLLM decode with its capture trace under tracelens/ (2.4 MB).
-    assert len(traces) == 18 and sum((VENDORED / rel).stat().st_size for rel in traces) < 4_600_000
+    assert len(traces) == 19 and sum((VENDORED / rel).stat().st_size for rel in traces) < 4_800_000
     assert "MIT License" in (VENDORED / "LICENSE-HTA").read_text()
     assert "MIT License" in (VENDORED / "tracelens" / "LICENSE-TraceLens").read_text()
     text = README.read_text()
@@ -44,7 +44,7 @@ def test_a_trace_is_found_vendored_first_then_in_the_corpus():
 def test_the_header_says_what_was_found(monkeypatch, tmp_path):
     monkeypatch.setattr(conftest, "EXTERNAL", tmp_path / "nowhere")
     assert conftest.pytest_report_header(None) == (
-        f"real traces: 18 vendored in {VENDORED}; no corpus at {tmp_path / 'nowhere'}: the corpus-wide sweeps"
+        f"real traces: 19 vendored in {VENDORED}; no corpus at {tmp_path / 'nowhere'}: the corpus-wide sweeps"
         " cover the vendored traces only (put the shared data beside the clone as ../shared, or set"
         " ROOFSCOPE_SHARED_DIR)")
     (tmp_path / "external" / "hta").mkdir(parents=True)
@@ -68,4 +68,4 @@ def test_shared_dir_comes_from_the_environment(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
                          timeout=600)
     assert res.returncode == 0, res.stderr
-    assert res.stdout == f"{tmp_path / 'none' / 'traces' / 'external'} False 18\n"
+    assert res.stdout == f"{tmp_path / 'none' / 'traces' / 'external'} False 19\n"
