@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 from typing import Any, Sequence
 
 from roofscope.text_safety import clean
@@ -88,6 +89,18 @@ def terminal_width() -> int:
     if env.isdigit() and int(env) > 0:
         return int(env)
     return shutil.get_terminal_size((_FILE_WIDTH, 24)).columns if sys.stdout.isatty() else _FILE_WIDTH
+
+
+def prose_width() -> int:
+    """Where a sentence wraps: the terminal's width, but at most 100 columns (longer lines are hard to read)."""
+    return max(40, min(terminal_width(), 100))
+
+
+def field_lines(label: str, text: str) -> list[str]:
+    """``  label     text`` wrapped to :func:`prose_width`, continuation lines under the text."""
+    lines = textwrap.wrap(text, prose_width(), initial_indent=f"  {label:<9} ", subsequent_indent=" " * 12,
+                          break_long_words=False, break_on_hyphens=False)
+    return lines or [f"  {label}"]
 
 
 def middle_cut(text: str, width: int) -> str:

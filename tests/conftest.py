@@ -106,3 +106,15 @@ def _programs_compile_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     shuts every step-less window (collectors/windows.py): the scripts run here compile nothing.
     tests/test_compile_aware.py sets it back where a test is about that."""
     monkeypatch.setattr("roofscope.collectors.windows.dynamo_imported", lambda: False)
+
+
+def console_field(text: str, label: str) -> str:
+    """A terminal summary's ``  label     ...`` field, its wrapped continuation lines joined with spaces."""
+    lines = text.splitlines()
+    i = next(n for n, ln in enumerate(lines) if ln.startswith(f"  {label} "))
+    parts = [lines[i][12:]]
+    for ln in lines[i + 1:]:
+        if not ln.startswith(" " * 12) or not ln.strip():
+            break
+        parts.append(ln.strip())
+    return " ".join(parts)

@@ -128,7 +128,7 @@ def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
     text = " ".join(_console(a).split())
     assert "MFU 8.6%, HFU 8.6%" in text
     # The rate printed is HFU's: 8.59 TFLOP/s of 100 TFLOP/s, the 8.6% printed.
-    assert "HFU is 8.59 TFLOP/s of the bf16 peak 100 TFLOP/s" in text
+    assert "HFU is 8.59 TFLOP/s of the given bf16 peak 100 TFLOP/s" in text
     assert ("MFU capped at HFU: the model FLOPs estimate (3 * forward matmul/conv/attention FLOPs (trace)),"
             " 6.44 GFLOP per step, exceeds the 4.29 GFLOP the kernels were counted doing") in text
     md = renderer_text(a, "markdown")

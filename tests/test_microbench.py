@@ -19,6 +19,7 @@ from roofscope.hardware.devices import Ceilings, load_ceilings_file, resolve_cei
 from roofscope.errors import DeviceError
 from roofscope.microbench import cache, measure, parse_device
 from roofscope.microbench.cpu import cpu_name
+from .conftest import console_field
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -99,7 +100,7 @@ def test_microbench_cpu_in_process_then_analyze_uses_the_cache(tmp_path, capsys,
     # The CPU trace has no datasheet: the cached measurement of this CPU makes it analyzable with no flags.
     report = tmp_path / "a.json"
     assert main(["analyze", str(CPU_TRACE), "--json", str(report)]) == 0
-    assert f"from {entry.path}" in capsys.readouterr().out
+    assert f"from {entry.path}" in console_field(capsys.readouterr().out, "ceilings")
     ceil = json.loads(report.read_text())["summary"]["ceilings"]
     assert ceil["source"] == "measured" and ceil["bandwidth"] == c.bandwidth
     assert ceil["peaks"]["fp32"] == c.peaks["fp32"]

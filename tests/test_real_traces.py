@@ -13,7 +13,7 @@ import roofscope
 from roofscope.errors import TraceError
 from roofscope.reports.console import render_summary
 
-from .conftest import ROOT, available_traces, corpus_present, external
+from .conftest import ROOT, available_traces, console_field, corpus_present, external
 
 # path -> (cpu_only, ceilings source, datasheet key, GPU activities; for CPU-only traces the number of
 # CPU work items, None where that is the cost model's choice rather than a fact of the trace)
@@ -84,7 +84,7 @@ def test_every_trace_is_analyzed(rel):
     assert s["skipped_events"] == {}
     if source == "none":
         # one line says what needs ceilings and how to give them; the rest is still computed
-        line = next(ln for ln in text.splitlines() if ln.startswith("  ceilings"))
+        line = console_field(text, "ceilings")
         assert "no ceilings" in line and "--datasheet" in line and "--peak-tflops" in line
         assert set(a.kernels["cls"]) <= {"unknown", "communication"}
         if not a.cpu_only:

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from roofscope.analyzers.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
-from roofscope.reports.phrases import (above_roof_text, finding_lines, memory_text, savings_note, step_time_lines,
-                                       utilization_note)
-from roofscope.text import ms, pct, shorten, si, step_range, table
+from roofscope.reports.phrases import (above_roof_text, ceilings_kind, ceilings_sentences, finding_lines, savings_note,
+                                       step_time_lines, utilization_note)
+from roofscope.text import field_lines, ms, pct, prose_width, shorten, si, step_range, table
 from roofscope.text_safety import clean
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -17,18 +17,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analyzers.model.summary import AboveRoof, CountersBlock, Summary
 
 
-def _ceilings_line(a: "Result") -> str:
-    c = a.ceilings
-    if not c.known:
-        return c.notes[0]
-    peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
-    # Cached measurements say where they came from: stale ones are otherwise invisible.
-    origin = next((n for n in c.notes if n.startswith("using ceilings measured on")
-                   or " identified from its properties " in n), None)
-    # Noisy roofs and, on a CPU, which roofs are theoretical and the rates measured beside them.
-    shown = [n for n in c.notes if n.startswith(("noisy:", "compute roofs:", "memory roofs:"))]
-    return (f"{c.source}: {peaks}; {memory_text(c)}" + (f" ({origin})" if origin else "")
-            + (f"; {'; '.join(shown)}" if shown else ""))
+# What the util line calls the peak it divides by (ceilings_kind's words; "user" reads as the flags' figure).
+_PEAK_WORD = {"theoretical": "theoretical", "measured": "measured", "datasheet": "datasheet", "user": "given"}
+
+
+def _wrapped(lines: list[str]) -> list[str]:
+    """The header's ``  label     text`` lines wrapped to the terminal, each continuation under its text."""
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= prose_width() or not line.startswith("  "):
+            out.append(line)
+            continue
+        label, text = line[2:12].strip(), line[12:] if line[2:12].strip() else line.strip()
+        out += field_lines(label, text)
+    return out
 
 
 def render_summary(a: "Result", top: int = Presentation.top) -> str:
@@ -39,7 +41,8 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out.append(f"roofscope analyze: {a.trace.path}")
     spec = a.ceilings.datasheet
     out.append(f"  device    {s.device}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
-    out.append(f"  ceilings  {_ceilings_line(a)}")
+    for i, sentence in enumerate(ceilings_sentences(a.ceilings)):
+        out += field_lines("ceilings" if i == 0 else "", sentence)
     steps = s.steps
     partial = s.partial_steps
     step_txt = (f", {step_range(steps)}" if steps else "") + (
@@ -54,8 +57,8 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out.append(f"  work      {si(s.total_flops, 'FLOP')}, {si(s.total_bytes, 'B')} attributed")
     if s.skipped_events:
         out.append(f"  note      {skipped_line(s.skipped_events)}")
-    out += _run_lines(s)
-    if not a.cpu_only or a.run_meta:
+    out += _run_lines(s, ceilings_kind(a.ceilings))
+    if (not a.cpu_only or a.run_meta) and s.kernels:
         out += step_time_lines(s.extra.get("step_time"), (a.run_meta or {}).get("steps"))
     if s.above_roof.kernels:
         out += above_roof_lines(s.above_roof)
@@ -65,7 +68,9 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
         out.append(f"  note      {s.untimed_kernels:,} GPU activities are CUPTI counter ranges recorded in "
                    f"counter-replay mode: {si(s.counter_flops, 'FLOP')} measured by hardware counters, "
                    "but no kernel timings, so they are not placed on the roofline")
-    out.append("")
+    out = _wrapped(out) + [""]
+    if not s.kernels:
+        return "\n".join(out + _nothing_lines(a) + [""])
 
     rows = [[c, ms(v.time_s), pct(v.share)] for c, v in s.time_by_class.items() if v.time_s > 0]
     out.append("Time by class")
@@ -146,8 +151,18 @@ def _counters_line(c: "CountersBlock") -> str:
             f" {ms(unused.time_s)} ms of matmul time ({unused.kernels:,} kernels)")
 
 
-def _run_lines(s: "Summary") -> list[str]:
-    """Step time, throughput and NVML telemetry lines, where the summary has them."""
+def _nothing_lines(a: "Result") -> list[str]:
+    """A trace without one op or kernel: no tables of nothing, one line on why (a script that ended first)."""
+    status = (a.run_meta or {}).get("exit_status") or {}
+    code = status.get("code") if isinstance(status, dict) else None
+    why = (f": the script ended ({status.get('reason', 'exit')}, code {code}) before doing any"
+           if isinstance(code, int) and code != 0 else "")
+    what = "CPU op" if a.cpu_only else "GPU kernel or CPU op"
+    return field_lines("nothing", f"to analyze: the trace holds no {what}{why}")
+
+
+def _run_lines(s: "Summary", kind: str) -> list[str]:
+    """Step time, throughput and NVML telemetry lines, where the summary has them; ``kind``: what the peak is."""
     out = []
     m = s.metrics
     if m.step_time_s:
@@ -162,14 +177,14 @@ def _run_lines(s: "Summary") -> list[str]:
             # HFU's own rate, so that the ratio printed is the HFU printed (raised or counted).
             rate = m.hfu * m.peak_flops if m.hfu is not None else m.achieved_flops_per_s
             out.append(f"  util      {mfu}, HFU {pct(m.hfu)}, MBU {pct(m.mbu)}; HFU is {si(rate, 'FLOP/s')}"
-                       f" of the {m.peak_roof} peak {si(m.peak_flops, 'FLOP/s')}")
+                       f" of the {_PEAK_WORD.get(kind, '')} {m.peak_roof} peak {si(m.peak_flops, 'FLOP/s')}")
             note = utilization_note(m.to_dict())
             if note:
                 out += textwrap.wrap(note, 78, initial_indent=" " * 12, subsequent_indent=" " * 12)
         elif m.achieved_flops_per_s is not None:
             out.append(f"  util      achieved {si(m.achieved_flops_per_s, 'FLOP/s')}"
                        + (f", {si(m.bytes_per_step / m.step_time_s, 'B/s')}" if m.bytes_per_step else "")
-                       + "; MFU, HFU and MBU need ceilings (--device, --ceilings)")
+                       + "; MFU, HFU and MBU need ceilings (--datasheet, --peak-tflops/--peak-bandwidth or --ceilings)")
     for d in s.telemetry.devices if s.telemetry is not None else []:
         if not d.samples:
             continue

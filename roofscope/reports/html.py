@@ -31,7 +31,7 @@ from roofscope.analyzers.model.kernels import CLASSES
 from roofscope.jsonsafe import json_safe
 from roofscope.reports.charts import (BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline,
                                       telemetry_series)
-from roofscope.reports.phrases import above_roof_text, memory_text, utilization_note
+from roofscope.reports.phrases import above_roof_text, ceilings_kind, memory_text, utilization_note
 from roofscope.text import number, pct, shorten, si
 from roofscope.version import __version__
 
@@ -349,7 +349,7 @@ def render_html(a: "Result", title: str | None = None, cdn: bool = False) -> str
         skipped=(s.get("diagnosis") or {}).get("skipped") or [], command=command,
         class_bar=_bar(by_class, CLASS_COLORS), category_bar=_bar(by_category, CATEGORY_COLORS),
         binding_bar=_bar([(t, None, v) for t, v in sorted(binding.items(), key=lambda kv: -kv[1])], BINDING_COLORS),
-        ceilings_notes=list(a.ceilings.notes), memory=memory_text(a.ceilings),
+        ceilings_notes=list(a.ceilings.notes), memory=memory_text(a.ceilings), ceilings_kind=ceilings_kind(a.ceilings),
         above_roof=above_roof_text(above) if above.kernels else None, d=data, data_json=script_json(data), csp=csp, cdn=cdn,
         css=_asset("report.css"),
         plotly_js=plotly_js, page_js=page_js, plotly_cdn=PLOTLY_CDN, plotly_sri=_sha(plotly_js, "sha384"),

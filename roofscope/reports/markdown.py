@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from roofscope.analyzers.model.summary import AboveRoof
 from roofscope.hardware.ceilings import Ceilings
-from roofscope.reports.phrases import above_roof_text, memory_text, utilization_note
+from roofscope.reports.phrases import above_roof_text, ceilings_kind, memory_text, utilization_note
 from roofscope.text import md_code, md_table, md_text, ms, pct, shorten, si
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,7 +65,7 @@ def _metric_rows(s: dict[str, Any]) -> list[list[str]]:
 def _ceilings(s: dict[str, Any]) -> str:
     c = s["ceilings"]
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c["peaks"].items(), key=lambda kv: -kv[1]))
-    line = f"{md_text(c['source'])} ceilings: {peaks}; {md_text(memory_text(Ceilings.from_dict(c)))}"
+    line = f"{md_text(ceilings_kind(Ceilings.from_dict(c)))} ceilings: {peaks}; {md_text(memory_text(Ceilings.from_dict(c)))}"
     above = AboveRoof.from_dict(s.get("above_roof") or {})
     return line + (f"\n\n> **warning:** {md_text(above_roof_text(above))}" if above.kernels else "")
 

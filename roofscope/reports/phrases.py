@@ -26,6 +26,31 @@ def memory_text(c: "Ceilings") -> str:
                                  for name, cap, bw in c.levels)
 
 
+def ceilings_kind(c: "Ceilings") -> str:
+    """What the roofs' numbers are: ``theoretical`` (a CPU's peak from its clock and vector units, the measured
+    rates shown beside as achievable), ``measured`` (roofscope microbench), ``datasheet`` or ``user`` (--peak-*)."""
+    return "theoretical" if c.source == "measured" and "theoretical" in c.env else c.source
+
+
+def ceilings_sentences(c: "Ceilings") -> list[str]:
+    """The ceilings in labelled sentences, one fact each, for a renderer to wrap: the roofs with what they
+    are, the datasheet's beside measured ones, how theoretical roofs were made and what was measured, and
+    where a cached measurement came from."""
+    if not c.known:
+        return [c.notes[0]]
+    kind = ceilings_kind(c)
+    peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
+    out = [f"{kind} roofs: {peaks}; {memory_text(c)}"]
+    spec = c.datasheet
+    if spec is not None and kind != "datasheet":
+        top = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(spec.peaks.items(), key=lambda kv: -kv[1])[:3])
+        out.append(f"datasheet ({spec.name}): {top}; memory {si(spec.bandwidth, 'B/s')}")
+    # On a CPU, how the theoretical roofs were made and the measured (achievable) rates; noisy benchmarks.
+    out += [n for n in c.notes if n.startswith(("noisy:", "compute roofs:", "memory roofs:"))]
+    out += [n for n in c.notes if n.startswith("using ceilings measured on") or " identified from its properties " in n]
+    return out
+
+
 def above_roof_text(above: "AboveRoof") -> str:
     """One sentence on the kernels that ran faster than their roof allows."""
     worst = ", ".join(f"{shorten(t.name, 40)} {pct(t.efficiency)}" + (f" ({t.level})" if t.level else "")
@@ -78,8 +103,12 @@ def utilization_note(m: Mapping[str, Any]) -> str | None:
 def step_time_lines(block: dict[str, Any] | None, steps_meta: dict[str, Any] | None = None) -> list[str]:
     """``own time`` lines: unprofiled vs profiled step time, inflation, cold steps; or why there is none."""
     if not block:
-        return ["  own time  not measured (a bare trace or an older Run): step figures are the profiled ones,"
-                " which the profiler inflates on host-bound work"]
+        window = isinstance(steps_meta, dict) and (steps_meta.get("stepless_window") or
+                                                   "duration_s" in (steps_meta.get("requested") or {}))
+        why = ("this Run profiled a time window, not steps (--step-on or roofscope.step() marks them)"
+               if window else "a bare trace or an older Run")
+        return [f"  own time  not measured: {why}; step figures are the profiled ones, which the profiler"
+                " inflates on host-bound work"]
     u, p = block.get("unprofiled_median_s"), block.get("profiled_median_s")
     spread = (f" (p10-p90 {ms(block.get('unprofiled_p10_s'))}-{ms(block.get('unprofiled_p90_s'))},"
               f" {block.get('unprofiled_steps', 0)} steps)")
