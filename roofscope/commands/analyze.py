@@ -15,7 +15,6 @@ from roofscope.commands.merge import MergeOptions
 from roofscope.commands.merge import run as merge
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
-from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
 from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
@@ -48,9 +47,6 @@ def run(opts: AnalyzeOptions) -> int:
     for path, _ in outputs:
         check_writable(path, opts.force)
     load_all(opts.formulas)
-    for capture in opts.graph_capture:
-        if not Path(capture).is_file():
-            raise RoofscopeError(f"--graph-capture {capture}: no such file")
     a = analyze(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture),
                                                 attention_window=opts.attention_window))
     if opts.attention_window is not None and not window_notes(a.kernels):

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.analysis import Analysis, run
+from roofscope.analysis import run
 from roofscope.analyzers.compare.diff import per_step_kernels
 from roofscope.analyzers.model.result import Result
 from roofscope.analyzers.model.summary import Metrics
@@ -184,15 +184,16 @@ def load_baseline(path: str | os.PathLike) -> Snapshot:
     return Snapshot.from_dict(_read_json(p), where=str(p))
 
 
-def snapshot_of(source: "str | os.PathLike | Snapshot | Result | Analysis", *, baseline: bool = False) -> Snapshot:
-    """A snapshot of ``source``: a Snapshot, a Result (or the deprecated Analysis), a Run directory or
-    a trace, or (with ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
+def snapshot_of(source: "str | os.PathLike | Snapshot | Result", *, baseline: bool = False) -> Snapshot:
+    """A snapshot of ``source``: a Snapshot, a Result, a Run directory or a trace, or (with
+    ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
     if isinstance(source, Snapshot):
         return source
-    if isinstance(source, Analysis):
-        source = source.result
     if isinstance(source, Result):
         return Snapshot.from_result(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise GateInputError(f"{type(source).__name__}: expected a Run directory, a trace, a baseline file, a Result"
+                             " or a Snapshot")
     p = Path(source)
     if baseline and not is_run_dir(p) and p.suffix != ".gz":
         d = _read_json(p)
