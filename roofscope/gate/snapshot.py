@@ -81,27 +81,27 @@ class Snapshot:
         return float(self.kernels["time_s"].min())
 
     @classmethod
-    def from_result(cls, a: "Result", source: str | os.PathLike | None = None) -> "Snapshot":
-        samples = a.step_samples
+    def from_result(cls, result: "Result", source: str | os.PathLike | None = None) -> "Snapshot":
+        samples = result.step_samples
         # Step time and utilizations in the program's own time where the Run measured it (a sample
         # per unprofiled step: many more than the profiled ones); the rest from the profiled steps.
-        own, time_source = (a.program_samples, a.time_source)
-        where = str(source if source is not None else a.trace.path)
+        own, time_source = (result.program_samples, result.time_source)
+        where = str(source if source is not None else result.trace.path)
         if not len(samples):
             raise GateInputError(f"{where}: no profiled steps (ProfilerStep#N spans); the gate compares per-step"
                                  " samples: profile with `roofscope run` or a torch.profiler schedule")
-        s = a.summary
+        s = result.summary
         m = s.metrics
-        env = (a.run_meta or {}).get("environment") or {}
+        env = (result.run_meta or {}).get("environment") or {}
         devices = s.telemetry.devices if s.telemetry is not None else []
         reasons = sorted({r for d in devices for r, share in (d.throttle or {}).items()
                           if r in THROTTLE_REASONS and share})
-        kernels = per_step_kernels(a).sort_values("time_s", ascending=False, kind="stable")
+        kernels = per_step_kernels(result).sort_values("time_s", ascending=False, kind="stable")
         return cls(source=where, device=s.device,
                    environment={k: env.get(k) for k in ENVIRONMENT_KEYS},
-                   ceilings={"source": a.ceilings.source, "device": a.ceilings.device,
+                   ceilings={"source": result.ceilings.source, "device": result.ceilings.device,
                              "peak_roof": m.peak_roof, "peak_flops": m.peak_flops, "bandwidth": m.bandwidth,
-                             "peaks": dict(a.ceilings.peaks)},
+                             "peaks": dict(result.ceilings.peaks)},
                    steps=[int(i) for i in samples.index],
                    samples={mt.name: (own if mt.column in own else samples)[mt.column].to_numpy(dtype=np.float64)
                             for mt in metrics_for(samples.columns)},

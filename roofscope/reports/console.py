@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analyzers.model.summary import AboveRoof, CountersBlock, Summary
 
 
-def _ceilings_line(a: "Result") -> str:
-    c = a.ceilings
+def _ceilings_line(result: "Result") -> str:
+    c = result.ceilings
     if not c.known:
         return c.notes[0]
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in sorted(c.peaks.items(), key=lambda kv: -kv[1]))
@@ -31,15 +31,15 @@ def _ceilings_line(a: "Result") -> str:
             + (f"; {'; '.join(shown)}" if shown else ""))
 
 
-def render_summary(a: "Result", top: int = Presentation.top) -> str:
-    s = a.summary
-    k = a.kernels
+def render_summary(result: "Result", top: int = Presentation.top) -> str:
+    s = result.summary
+    k = result.kernels
     out: list[str] = []
-    what = "CPU ops (CPU-only trace)" if a.cpu_only else "GPU activities"
-    out.append(f"roofscope analyze: {a.trace.path}")
-    spec = a.ceilings.datasheet
+    what = "CPU ops (CPU-only trace)" if result.cpu_only else "GPU activities"
+    out.append(f"roofscope analyze: {result.trace.path}")
+    spec = result.ceilings.datasheet
     out.append(f"  device    {s.device}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
-    out.append(f"  ceilings  {_ceilings_line(a)}")
+    out.append(f"  ceilings  {_ceilings_line(result)}")
     steps = s.steps
     partial = s.partial_steps
     step_txt = (f", {step_range(steps)}" if steps else "") + (
@@ -55,8 +55,8 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     if s.skipped_events:
         out.append(f"  note      {skipped_line(s.skipped_events)}")
     out += _run_lines(s)
-    if not a.cpu_only or a.run_meta:
-        out += step_time_lines(s.extra.get("step_time"), (a.run_meta or {}).get("steps"))
+    if not result.cpu_only or result.run_meta:
+        out += step_time_lines(s.extra.get("step_time"), (result.run_meta or {}).get("steps"))
     if s.above_roof.kernels:
         out += above_roof_lines(s.above_roof)
     if s.counters is not None:
@@ -72,7 +72,7 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out += ["  " + r for r in table(["class", "time ms", "share"], rows, "<>>")]
     out.append("")
 
-    regions = a.by_region()
+    regions = result.by_region()
     if len(regions) > 1 or (len(regions) == 1 and regions.index[0] != "(no region)"):
         rows = [[str(name)[:48], ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"])]
                 for name, r in regions.head(8).iterrows()]
@@ -81,7 +81,7 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
         out.append("")
 
     if s.modules:
-        mods = a.by_module().head(10)
+        mods = result.by_module().head(10)
         rows = [[str(name)[-56:], ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"])]
                 for name, r in mods.iterrows()]
         out.append("Time by module (innermost; backward kernels count toward their forward module)")
@@ -111,8 +111,8 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out += ["  " + n for n in u.notes]
     out.append("")
 
-    agg = a.by_kernel().head(top)
-    out.append(f"Top {len(agg)} kernels by time" if not a.cpu_only else f"Top {len(agg)} CPU ops by time")
+    agg = result.by_kernel().head(top)
+    out.append(f"Top {len(agg)} kernels by time" if not result.cpu_only else f"Top {len(agg)} CPU ops by time")
     first_op = k.drop_duplicates("name").set_index("name")["op_name"] if len(k) else {}
     # Rates cover the costed launches only: where a kernel also ran uncosted, say how much was costed.
     partly = bool(len(agg)) and bool((agg["coverage"] < 0.9995).any())
