@@ -147,8 +147,10 @@ class Optimizer(_Doc):
     cls: str | None = msgspec.field(default=None, name="class")   # its class name ("AdamW")
     tensors: int | None = None      # parameter tensors it updates
     params: int | None = None       # their elements
-    fused: bool | None = None       # its defaults' flags; None when the optimizer has none
-    foreach: bool | None = None
+    # Its defaults' flags as it holds them (None when it has none; a custom optimizer's may be any
+    # value, which must never keep its Run from being written): readers take them as true or false.
+    fused: Any = None
+    foreach: Any = None
     groups: list[ParamGroup] = []
 
 
