@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.analysis import Analysis
+from roofscope.analyzers.model.result import Result
 from roofscope.analyzers.place.measured import MATMUL_CATEGORIES
 from roofscope.errors import RoofscopeError
 from roofscope.text import md_code, md_table, md_text, pct, shorten, si, table
@@ -32,7 +32,7 @@ DEFAULT_L2_BYTES = 50e6  # H100/H200 when neither run.json nor the trace names t
 _SUMS = ("flops_analytic", "m_flops", "m_tensor_flops", "bytes_analytic", "m_dram_bytes")
 
 
-def l2_size(a: Analysis) -> tuple[float, str]:
+def l2_size(a: Result) -> tuple[float, str]:
     """The device's L2 size in bytes and where it came from."""
     device = (a.run_meta or {}).get("device") or {}
     if device.get("l2_cache_size"):
@@ -44,7 +44,7 @@ def l2_size(a: Analysis) -> tuple[float, str]:
     return DEFAULT_L2_BYTES, "assumed (H100/H200)"
 
 
-def _labels(a: Analysis, k: pd.DataFrame) -> pd.Series:
+def _labels(a: Result, k: pd.DataFrame) -> pd.Series:
     """``op (shapes) dtype`` of the op each kernel's cost came from."""
     ops, sigs = a.trace.ops, a.trace.signatures
     op = np.where(k["cost_op"].to_numpy() >= 0, k["cost_op"].to_numpy(), k["op"].to_numpy())
@@ -56,7 +56,7 @@ def _labels(a: Analysis, k: pd.DataFrame) -> pd.Series:
     return name + pd.Series([f" ({s})" if s else "" for s in shapes], index=k.index) + " " + k["dtype"].astype(str)
 
 
-def accuracy_table(a: Analysis, l2_bytes: float) -> pd.DataFrame:
+def accuracy_table(a: Result, l2_bytes: float) -> pd.DataFrame:
     """One row per step position of the op calls whose kernels have counters (see the module
     docstring). An op's kernels are summed: attribution splits a cuDNN convolution's FLOPs
     over its GEMM and layout kernels by duration, so only their sum compares with counters."""

@@ -36,7 +36,7 @@ _CASES = {
     "roofscope ingest (batched)": "from roofscope.analyzers.ingest import read\nT0()\nread(P)",
     "roofscope full analysis": (
         "from roofscope.analysis import analyze\nfrom roofscope.reports.export import to_json\n"
-        "T0()\na=analyze(P)\nto_json(a.result)"),
+        "T0()\na=analyze(P)\nto_json(a)"),
     "roofscope analyze --json, whole process": "T0()\nfrom roofscope.cli import main\nmain(['analyze', P, "
                                                "'--json', '/dev/null', '-q', '-f'])",
 }

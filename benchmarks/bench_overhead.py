@@ -82,7 +82,7 @@ def main() -> int:
                 t0 = time.perf_counter()
             finish = time.perf_counter() - t0  # stop, analyze, write the Run
             a = prof.analysis
-            unattributed = a.unattributed()["share"] if a is not None else float("nan")
+            unattributed = a.summary.unattributed.share if a is not None else float("nan")
             rows.append((label, statistics.median(times[wait + warmup:]),
                          f"{unattributed:.1%} of kernel time without cost; analysis + Run written in "
                          f"{finish:.1f} s"))

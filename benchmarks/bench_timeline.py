@@ -91,7 +91,7 @@ def main() -> None:
         from roofscope.analysis import analyze
 
         a = analyze(args.trace)
-        steps = a.steps()
+        steps = a.steps
         rows.append((args.trace.name, len(a.kernels), *best(lambda: timeline(a.trace, a.kernels, steps, None),
                                                              args.repeat)))
     trace, kernels, steps = synthetic(args.kernels)

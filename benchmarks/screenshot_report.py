@@ -53,7 +53,7 @@ def _report(source: Path, tmp: Path, replicate: int) -> tuple[Path, float | None
     import roofscope
     from roofscope.reports.html import render_html
 
-    a = roofscope.analyze(source).result
+    a = roofscope.analyze(source)
     if replicate > 1:
         a = _replicated(a, replicate)
     t0 = time.perf_counter()

@@ -62,7 +62,7 @@ def main() -> int:
         a_dir, wall_a = profile(opts.out, name + "_before", before, opts.runs)
         b_dir, wall_b = profile(opts.out, name + "_after", after, opts.runs)
         a, b = roofscope.analyze(a_dir), roofscope.analyze(b_dir)
-        sa, sb = a.summary(), b.summary()
+        sa, sb = a.to_dict(), b.to_dict()
         top = sa["findings"][0] if sa["findings"] else None
         pred = next((f for f in sa["findings"] if f["rule"] == expected), None)
         step_a, step_b = sa["metrics"]["step_time_s"], sb["metrics"]["step_time_s"]

@@ -16,18 +16,32 @@ from roofscope.jsonsafe import json_safe
 from roofscope.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.analyzers.model.result import Result
     from roofscope.context import Profile
     from roofscope.run import Run
 
-__all__ = ["__version__", "analyze", "load", "profile", "region", "register_formula", "step"]
+__all__ = ["Result", "__version__", "analyze", "load", "profile", "region", "register_formula", "step"]
 
 
-def analyze(path: Any, **kwargs: Any) -> "Analysis":
-    """Analyze a Kineto trace (``.json``/``.json.gz``); see :func:`roofscope.analysis.analyze`."""
+def analyze(path: Any, **kwargs: Any) -> "Result":
+    """Analyze a trace (Kineto ``.json``/``.json.gz``) or a Run directory: the :class:`Result`
+    (``.summary`` typed, ``.to_dict()`` summary.json, ``.kernels``, ``.by_kernel()``...; docs/api.md).
+    Keywords are the command line's options: ``device``, ``peak_tflops``, ``peak_bandwidth_gbs``,
+    ``ceilings`` (a file's path or a Ceilings), ``params``, ``graph_capture``, ``formulas``,
+    ``attention_window``, ``run_meta``, ``telemetry``, ``use_cache``; see
+    :func:`roofscope.analysis.analyze`. Bad input raises a :class:`~roofscope.errors.RoofscopeError`."""
     from roofscope.analysis import analyze as _analyze  # start-up time
 
     return _analyze(path, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    # roofscope.Result names the type analyze() returns without loading pandas at `import roofscope`.
+    if name == "Result":
+        from roofscope.analyzers.model.result import Result  # start-up time
+
+        return Result
+    raise AttributeError(f"module 'roofscope' has no attribute {name!r}")
 
 
 def load(path: Any) -> "Run":

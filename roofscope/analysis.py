@@ -2,7 +2,7 @@
 
 ::
 
-    source   ── open_source ──▶ Source: the Trace (ingest/), the Run's metadata, telemetry, counters
+    source   ── open_source ──▶ Source: the Trace (ingest/), run.json typed, telemetry, counters
     ceilings ── resolve_ceilings ──▶ Ceilings (hardware/): what the roofline is drawn with
     cost     ── signature_costs, attribute, graphs ──▶ kernels with FLOPs, bytes, module, phase (cost/)
     place    ── settle, place, apply_counters ──▶ kernels on the roofline, classed (place/)
@@ -11,20 +11,21 @@
     result   ── Result (analyzers/model/result.py): summary.json's figures, typed, and the frames
 
 Everything runs eagerly, once, in this order; every renderer, ``diff``, the gate and the job read
-the Result and compute nothing. :class:`Analysis` is the deprecated face of a Result that
-``roofscope.analyze`` still returns, so library code written against it keeps working.
+the Result and compute nothing. :func:`analyze` is :func:`run` with the command line's options as
+keywords: ``roofscope.analyze``, the public API.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
 from roofscope.analyzers.cost.costmodel import signature_costs
+from roofscope.analyzers.cost.formulas.custom import load_all
 from roofscope.analyzers.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
 from roofscope.analyzers.cost.hidden_args import missing_notes, window_notes
 from roofscope.analyzers.cost.modelflops import model_flops
@@ -52,11 +53,13 @@ from roofscope.analyzers.views.telemetry_summary import load as load_telemetry
 from roofscope.analyzers.views.telemetry_summary import summarize
 from roofscope.analyzers.views.timeline import timeline
 from roofscope.config import CeilingOverrides, RooflineThresholds, values
+from roofscope.errors import RoofscopeError
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.hardware.devices import resolve_ceilings
-from roofscope.run import is_run_dir, load
+from roofscope.run import is_run_dir, load, typed_meta
 from roofscope.run.counters import Counters
 from roofscope.run.counters import load as load_counters
+from roofscope.run.schema import RunMeta
 from roofscope.run.telemetry import Telemetry
 
 
@@ -71,6 +74,17 @@ class AnalysisSettings:
     use_cache: bool = True              # ceilings cached by `roofscope microbench` for the trace's device
     graph_capture: tuple[Any, ...] = ()  # capture traces (paths or Traces) that cost graph replays
     attention_window: int | None = None  # sliding-window layers' window (no trace records it)
+
+    def __post_init__(self) -> None:
+        # What the command line's types refuse, refused here for every caller (roofscope.analyze too).
+        w = self.attention_window
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+            raise RoofscopeError(f"attention_window {w!r}: expected a whole number of tokens, 1 or more")
+        for c in self.graph_capture:
+            if not isinstance(c, (str, os.PathLike, Trace)):
+                raise RoofscopeError(f"graph capture {c!r}: expected a trace's path or a Trace")
+            if not isinstance(c, Trace) and not os.path.isfile(c):
+                raise RoofscopeError(f"graph capture {os.fspath(c)}: no such file")
 
     @classmethod
     def of(cls, ceilings: CeilingOverrides | None = None, thresholds: RooflineThresholds | None = None,
@@ -87,7 +101,8 @@ class Source:
     """What the analysis reads: a trace, and what a Run directory keeps beside it."""
 
     trace: Trace
-    run_meta: dict[str, Any] | None = None
+    run_meta: dict[str, Any] | None = None   # run.json as written: the summary repeats its own words
+    info: RunMeta | None = None              # the same, typed: what the stages read
     telemetry: Telemetry | None = None
     counters: Counters | None = None
     captures: tuple[Any, ...] = ()
@@ -95,23 +110,26 @@ class Source:
 
 
 def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *,
-                telemetry: Telemetry | None = None, run_meta: dict[str, Any] | None = None) -> Source:
-    """A Trace, a trace file or a Run directory, opened; explicit ``telemetry``/``run_meta`` win."""
+                telemetry: Telemetry | None = None, run_meta: Mapping[str, Any] | None = None) -> Source:
+    """A Trace, a trace file or a Run directory, opened; explicit ``telemetry``/``run_meta`` (run.json's
+    fields, typed here as a Run's are: :class:`~roofscope.run.RunError` when malformed) win."""
     captures = tuple(settings.graph_capture)
+    info = typed_meta(run_meta) if run_meta is not None else None   # refuses a malformed one first
+    given = (dict(run_meta), info) if run_meta is not None else None
     if isinstance(source, Trace) or not is_run_dir(source):
         trace = source if isinstance(source, Trace) else read_trace(source)
-        return Source(trace, run_meta, telemetry, None, captures)
+        return Source(trace, *(given or (None, None)), telemetry, None, captures)
     run = load(source)
     if telemetry is None and run.telemetry_path is not None:
         telemetry = load_telemetry(run.telemetry_path)
-    return Source(read_trace(run.trace_path), run_meta if run_meta is not None else run.meta, telemetry,
+    return Source(read_trace(run.trace_path), *(given or (run.meta, run.info)), telemetry,
                   load_counters(run.path), captures + tuple(run_captures(run.path)),
                   str(run.ceilings_path) if run.ceilings_path is not None else None)
 
 
 def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = AnalysisSettings(), *,
         ceilings: Ceilings | None = None, telemetry: Telemetry | None = None,
-        run_meta: dict[str, Any] | None = None) -> Result:
+        run_meta: Mapping[str, Any] | None = None) -> Result:
     """Analyze a Kineto trace or a Run directory: every stage, once, in order (module docstring).
 
     Ceilings come from ``ceilings`` if given, else as hardware/devices.resolve_ceilings picks them
@@ -120,7 +138,7 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     unknown ``--datasheet`` or a lone peak flag.
     """
     src = open_source(source, settings, telemetry=telemetry, run_meta=run_meta)
-    trace, meta, params = src.trace, src.run_meta, settings.params
+    trace, info, params = src.trace, src.info, settings.params
     cpu_only = len(trace.kernels) == 0
     if ceilings is None:
         device = trace.meta.device
@@ -131,35 +149,35 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     kernels = _place(kernels, trace, ceilings, params, src.counters, cpu_only)
 
     steps = step_table(trace, None if cpu_only else kernels)
-    complete, partial = _complete_steps(steps, meta)
+    complete, partial = _complete_steps(steps, info)
     tl = timeline(trace, kernels, steps, ceilings.launch_latency_s)
-    own = step_time(meta)
+    own = step_time(info)
     phases_of_steps = step_phases(trace, steps, kernels)
     inference = inference_metrics(kernels, steps, phases_of_steps, tl.capture_steps, own, ceilings.bandwidth)
     phases = phase_table(kernels)
     window = profiled_window(trace, steps)
     tel = summarize(src.telemetry, *window, steps=len(steps) or None) if src.telemetry is not None else None
-    roof, model = utilization_roof(kernels, ceilings), model_flops(kernels, trace.signatures, meta)
+    roof, model = utilization_roof(kernels, ceilings), model_flops(kernels, trace.signatures, info)
     samples = step_samples(kernels, steps, roof, model, tl.steps,
                            region_times(trace, steps, None if cpu_only else kernels))
     samples = samples.drop(index=partial) if partial else samples
-    step_metrics = metrics(samples, roof, model, (meta or {}).get("tokens_per_step"), own, tel)
+    step_metrics = metrics(samples, roof, model, info.tokens_per_step if info is not None else None, own, tel)
     communicates = bool((kernels["category"] == "communication").any())
     diagnosis = diagnose(DiagnosisInput(
         trace=trace, kernels=kernels, steps=steps, timeline=tl, ceilings=ceilings, params=params,
-        run=RunFacts.of(meta, own), cpu_only=cpu_only, inference=inference, telemetry=tel,
+        run=RunFacts.of(info, own), cpu_only=cpu_only, inference=inference, telemetry=tel,
         # Listing the collectives reads every op's tensor sizes: only where a kernel communicates.
         collectives=kernel_collectives(trace, kernels, steps) if communicates else None))
 
     summary = _summary(trace, ceilings, params, kernels, cpu_only, partial, graphs, inference,
                        inference_note(kernels, phases_of_steps, inference), phase_summary(phases),
                        counters_summary(kernels, src.counters.meta) if "m_flops" in kernels else None,
-                       step_metrics, own, tel, tl, meta, diagnosis)
-    program, time_source = program_samples(samples, meta)
+                       step_metrics, own, tel, tl, src.run_meta, diagnosis)
+    program, time_source = program_samples(samples, info)
     return Result(summary=Summary.from_dict(summary), trace=trace, ceilings=ceilings, params=params,
                   kernels=kernels, cpu_only=cpu_only, steps=steps, complete_steps=tuple(complete),
                   step_samples=samples, program_samples=program, time_source=time_source, timeline=tl,
-                  diagnosis=diagnosis, phases=phases, window_unix_ns=window, run_meta=meta,
+                  diagnosis=diagnosis, phases=phases, window_unix_ns=window, run_meta=src.run_meta,
                   telemetry=src.telemetry)
 
 
@@ -173,7 +191,7 @@ def _cost(trace: Trace, src: Source, ceilings: Ceilings, cpu_only: bool,
     if cpu_only:
         kernels, graphs = _cpu_work(trace, sig_costs), None
     else:
-        kernels, choices = attribute(trace, sig_costs, (src.run_meta or {}).get("optimizer"), window)
+        kernels, choices = attribute(trace, sig_costs, src.info.optimizer if src.info is not None else None, window)
         settle(kernels, choices, ceilings.bandwidth)  # before the graph mapping reads the cost columns
     kernels["module"] = module_column(trace, kernels["op"].to_numpy())
     if not cpu_only:
@@ -195,15 +213,15 @@ def _place(kernels: pd.DataFrame, trace: Trace, ceilings: Ceilings, params: Roof
     return kernels
 
 
-def _complete_steps(steps: pd.DataFrame, meta: dict[str, Any] | None) -> tuple[list[int], list[int]]:
+def _complete_steps(steps: pd.DataFrame, info: RunMeta | None) -> tuple[list[int], list[int]]:
     """(complete, partial) profiled steps. A partial step is one no step boundary ended: the step
     running when the script ended before its requested steps (``--active 10`` against a 12-step
     script records a 1-7 ms tail as step 12). Known from the Run's step counts; a bare trace has none."""
-    st = (meta or {}).get("steps") or {}
-    seen = st.get("boundaries_seen")
+    st = info.steps if info is not None else None
     ids = [int(n) for n in steps["step"]]
-    if not isinstance(seen, int) or "active" not in (st.get("requested") or {}):
+    if st is None or st.boundaries_seen is None or "active" not in st.requested:
         return ids, []
+    seen = st.boundaries_seen
     # Step N ends at boundary N + 1 (steps count from 0), so N is complete when N < boundaries seen.
     return [n for n in ids if n < seen], [n for n in ids if n >= seen]
 
@@ -298,100 +316,46 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     return k.reset_index(drop=True)
 
 
-class Analysis:
-    """Deprecated: what ``roofscope.analyze`` returned before the :class:`Result`, kept as a thin
-    face over one so library code written against it keeps working. ``.result`` is the Result;
-    every member reads it, none computes."""
+def analyze(source: str | os.PathLike | Trace, *, device: str | None = None, peak_tflops: float | None = None,
+            peak_bandwidth_gbs: float | None = None, ceilings: Ceilings | str | os.PathLike | None = None,
+            ceilings_file: str | os.PathLike | None = None, params: RooflineParams | None = None,
+            telemetry: Telemetry | None = None, run_meta: Mapping[str, Any] | None = None, use_cache: bool = True,
+            graph_capture: Sequence[str | os.PathLike | Trace] | str | os.PathLike | Trace = (),
+            attention_window: int | None = None, formulas: Sequence[str] | str = ()) -> Result:
+    """``roofscope.analyze``: :func:`run` with the command line's options as keywords.
 
-    def __init__(self, result: Result) -> None:
-        self.result = result
-
-    trace = property(lambda self: self.result.trace)
-    ceilings = property(lambda self: self.result.ceilings)
-    kernels = property(lambda self: self.result.kernels)
-    params = property(lambda self: self.result.params)
-    cpu_only = property(lambda self: self.result.cpu_only)
-    run_meta = property(lambda self: self.result.run_meta)
-    telemetry = property(lambda self: self.result.telemetry)
-
-    def summary(self) -> dict[str, Any]:
-        return self.result.to_dict()
-
-    def typed_summary(self) -> Summary:
-        return self.result.summary
-
-    def steps(self) -> pd.DataFrame:
-        return self.result.steps
-
-    def timeline(self) -> Timeline:
-        return self.result.timeline
-
-    def complete_steps(self) -> list[int]:
-        return list(self.result.complete_steps)
-
-    def partial_steps(self) -> list[int]:
-        return list(self.result.summary.partial_steps)
-
-    def step_samples(self) -> pd.DataFrame:
-        return self.result.step_samples
-
-    def program_samples(self) -> tuple[pd.DataFrame, str]:
-        return self.result.program_samples, self.result.time_source
-
-    def metrics(self) -> dict[str, Any]:
-        return self.result.summary.metrics.to_dict()
-
-    def step_time(self) -> dict[str, Any] | None:
-        return self.result.summary.extra.get("step_time")
-
-    def inference(self) -> dict[str, Any] | None:
-        return self.result.summary.inference
-
-    def telemetry_summary(self) -> dict[str, Any] | None:
-        tel = self.result.summary.telemetry
-        return tel.to_dict() if tel is not None else None
-
-    def unattributed(self) -> dict[str, Any]:
-        return self.result.summary.unattributed.to_dict()
-
-    def diagnosis(self) -> Diagnosis:
-        return self.result.diagnosis
-
-    def by_phase(self) -> pd.DataFrame:
-        return self.result.phases
-
-    def by_kernel(self) -> pd.DataFrame:
-        return self.result.by_kernel()
-
-    def by_op(self) -> pd.DataFrame:
-        return self.result.by_op()
-
-    def by_class(self) -> pd.DataFrame:
-        return self.result.by_class()
-
-    def by_category(self) -> pd.DataFrame:
-        return self.result.by_category()
-
-    def by_step(self) -> pd.DataFrame:
-        return self.result.by_step()
-
-    def by_region(self) -> pd.DataFrame:
-        return self.result.by_region()
-
-    def by_module(self, depth: int | None = None) -> pd.DataFrame:
-        return self.result.by_module(depth)
-
-
-def analyze(source: str | os.PathLike | Trace, *, device: str | None = None,
-            peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
-            ceilings_file: str | os.PathLike | None = None, ceilings: Ceilings | None = None,
-            params: RooflineParams | None = None, telemetry: Telemetry | None = None,
-            run_meta: dict[str, Any] | None = None, use_cache: bool = True,
-            graph_capture: list[str | os.PathLike | Trace] | None = None,
-            attention_window: int | None = None) -> Analysis:
-    """Deprecated keyword form of :func:`run`, returning the :class:`Analysis` face of its Result."""
+    ``device`` is ``--datasheet``; ``peak_tflops``/``peak_bandwidth_gbs`` are ``--peak-*``;
+    ``ceilings`` a ceilings file's path (``--ceilings``; ``ceilings_file`` says the same) or the
+    :class:`Ceilings` themselves, drawn as given; ``params`` the roofline thresholds;
+    ``graph_capture`` capture traces (``--graph-capture``); ``formulas`` files or modules of
+    custom cost formulas (``--formulas``), imported first with the installed packages' ones;
+    ``run_meta`` run.json's fields for a bare trace (``tokens_per_step``, ``optimizer``, ...).
+    What cannot be used is refused with a :class:`~roofscope.errors.RoofscopeError` (one line),
+    before the trace is read.
+    """
+    if isinstance(ceilings, (str, os.PathLike)):
+        if ceilings_file is not None:
+            raise RoofscopeError(f"ceilings {os.fspath(ceilings)} and ceilings_file {os.fspath(ceilings_file)}:"
+                                 " give one ceilings file")
+        ceilings, ceilings_file = None, ceilings
+    elif ceilings is not None:
+        if not isinstance(ceilings, Ceilings):
+            raise RoofscopeError(f"ceilings: expected a ceilings file's path or a Ceilings, got {type(ceilings).__name__}")
+        given = [k for k, v in (("device", device), ("peak_tflops", peak_tflops),
+                                ("peak_bandwidth_gbs", peak_bandwidth_gbs), ("ceilings_file", ceilings_file)) if v]
+        if given:
+            raise RoofscopeError(f"ceilings=Ceilings(...) is drawn as given: {', '.join(given)} would be ignored;"
+                                 " give one or the other")
+    if params is not None and not isinstance(params, RooflineParams):
+        raise RoofscopeError(f"params: expected a RooflineParams, got {type(params).__name__}")
+    load_all(_several(formulas))
     overrides = CeilingOverrides(device=device, peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth_gbs,
-                                 ceilings=None if ceilings_file is None else str(ceilings_file))
+                                 ceilings=None if ceilings_file is None else os.fspath(ceilings_file))
     settings = AnalysisSettings(ceilings=overrides, params=params or RooflineParams(), use_cache=use_cache,
-                                graph_capture=tuple(graph_capture or ()), attention_window=attention_window)
-    return Analysis(run(source, settings, ceilings=ceilings, telemetry=telemetry, run_meta=run_meta))
+                                graph_capture=_several(graph_capture), attention_window=attention_window)
+    return run(source, settings, ceilings=ceilings, telemetry=telemetry, run_meta=run_meta)
+
+
+def _several(items: Any) -> tuple[Any, ...]:
+    """One path (or Trace) or several: ``formulas="mine.py"`` is one file, not seven letters."""
+    return (items,) if isinstance(items, (str, os.PathLike, Trace)) else tuple(items or ())

@@ -5,7 +5,7 @@
             train_step(batch)
             prof.step()            # or rely on optimizer.step(), or roofscope.step()
     print(prof.summary())
-    prof.analysis.by_kernel()
+    prof.analysis.summary.metrics.mfu, prof.analysis.by_kernel()
 
 The output directory is claimed when the block starts (an unwritable or taken one fails there,
 before the program runs); the Run is written when the block ends (roofscope/pipeline.py), also
@@ -25,7 +25,7 @@ from roofscope.pipeline import PipelineOptions, SessionResult, announce, finish
 from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.analyzers.model.result import Result
 
 
 class Profile:
@@ -71,13 +71,10 @@ class Profile:
         return self.result
 
     @property
-    def analysis(self) -> "Analysis | None":
-        """The analysis of the profile, in the face of the former Analysis (``.result`` of it is the
-        :class:`~roofscope.analyzers.model.result.Result`); None when there was nothing to analyze."""
-        from roofscope.analysis import Analysis  # the analysis stages load only when this face is asked for
-
-        result = self._done().analysis
-        return Analysis(result) if result is not None else None
+    def analysis(self) -> "Result | None":
+        """The profile's analysis, the :class:`~roofscope.analyzers.model.result.Result` that
+        ``roofscope.analyze`` of its Run returns; None when there was nothing to analyze."""
+        return self._done().analysis
 
     @property
     def run_dir(self) -> Path | None:

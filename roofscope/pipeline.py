@@ -3,7 +3,7 @@
 ``roofscope run`` (commands/run.py) and ``roofscope.profile()`` (roofscope/context.py) start a
 :class:`~.collectors.session.Session`, let the program run, then call :func:`finish`: the
 session stops and hands over what it recorded, this module writes the Run from it
-(roofscope/run.py), analyzes it (compare/), renders report.html and any ``--format``
+(roofscope/run/), analyzes it (roofscope/analysis.py), renders report.html and any ``--format``
 outputs into it (reports/registry.py), and :func:`announce` ends the profile on the terminal:
 the summary, or for one rank of a distributed job its note and, on rank 0, the job's merge.
 Collectors import none of this: they only record.

@@ -84,7 +84,7 @@ def test_conv_cost_walks_up_from_cudnn_op(tmp_path):
     assert set(k["cost_op_name"]) == {"aten::convolution"}
     assert set(k["op_name"]) == {"mylib::conv_backend"}
     assert k["category"].tolist() == ["layout", "layout", "conv", "layout"]
-    assert a.unattributed()["share"] == 0.0
+    assert a.summary.unattributed.share == 0.0
 
 
 def test_classes_and_thresholds(tmp_path):
@@ -108,7 +108,7 @@ def test_classes_and_thresholds(tmp_path):
     assert k["efficiency"].iloc[0] == pytest.approx(536_870_912 / 1e12 / 600e-6)
     assert k["unattributed"].tolist() == ["", "", "", "", "no_formula"]
     # unattributed share excludes communication: 10 us of (600 + 4 + 2700 + 10) us
-    assert a.unattributed()["share"] == pytest.approx(10 / 3314)
+    assert a.summary.unattributed.share == pytest.approx(10 / 3314)
     # with a 1 ns latency floor relu (8 ns floor over 4 us) becomes underutilized, and a 1%
     # threshold makes the sum (10% efficient) memory-bound
     a2 = _analyze(b, tmp_path, params=RooflineParams(latency_floor_s=1e-9, underutilized_below=0.01))
@@ -162,7 +162,7 @@ def test_h100_eager_block_matches_flop_counter():
     exp = _expected("h100_eager_block")["flops_by_op"]
     k = a.kernels
     assert a.ceilings.datasheet.key == "h100-sxm"
-    assert a.unattributed()["share"] == 0.0
+    assert a.summary.unattributed.share == 0.0
     by_cat = k.groupby("category")["flops"].sum()
     # GEMM FLOPs are exactly FlopCounterMode's: 51,539,607,552 + 103,079,215,104
     assert by_cat["gemm"] == exp["aten.addmm"] + exp["aten.mm"]
@@ -191,7 +191,7 @@ def test_h100_compiled_block_uses_inductor_metadata():
     assert (triton["cost_source"] == "inductor").all()
     # Inductor's kernel_num_gb totals about 0.224 GB over the 20 kernels
     assert triton["bytes"].sum() == pytest.approx(0.224e9, rel=0.02)
-    assert a.unattributed()["share"] == 0.0
+    assert a.summary.unattributed.share == 0.0
 
 
 def test_h100_conv_block():
@@ -200,7 +200,7 @@ def test_h100_conv_block():
     k = a.kernels
     conv = k[k["category"] == "conv"]["flops"].sum()
     assert conv == pytest.approx(exp["aten.convolution"] + exp["aten.convolution_backward"], rel=1e-9)
-    assert a.unattributed()["share"] == 0.0
+    assert a.summary.unattributed.share == 0.0
     assert (k.loc[k["category"] == "conv", "roof_precision"] == "fp16").all()
 
 
@@ -226,7 +226,7 @@ def test_cpu_only_trace_uses_innermost_costed_ops():
 
 def test_hta_a100_report():
     a = roofscope.analyze(HTA)
-    s = a.summary()
+    s = a.to_dict()
     assert s["device"] == "NVIDIA A100-SXM4-80GB"
     assert a.ceilings.datasheet.key == "a100-sxm4-80gb"
     assert s["kernels"] == 7_747
@@ -241,7 +241,7 @@ def test_hta_a100_report():
     assert u["by_reason"]["compiled_no_metadata"]["kernels"] == 0
     assert u["by_reason"]["graph_replay"]["kernels"] == 135
     assert u["by_reason"]["graph_replay"]["time_s"] == pytest.approx(0.105115)
-    assert a.summary()["graphs"]["unmapped"] == {"no_capture": 70}
+    assert a.to_dict()["graphs"]["unmapped"] == {"no_capture": 70}
     assert "--graph-capture" in u["notes"][1]
     assert 0.50 < u["share"] < 0.60  # 69.3% before the Adam kernels were costed
     costed = a.kernels[a.kernels["unattributed"] == ""]
@@ -250,7 +250,7 @@ def test_hta_a100_report():
 
 def test_alexnet_counter_ranges():
     a = roofscope.analyze(ALEXNET)
-    s = a.summary()
+    s = a.to_dict()
     assert s["device"] == "NVIDIA A100-PG509-200"
     assert a.ceilings.datasheet.key == "a100-sxm4-40gb"
     assert s["untimed_kernels"] == 77

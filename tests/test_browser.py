@@ -119,7 +119,7 @@ def h200():
 @pytest.fixture(scope="module")
 def h200_report(h200, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("report") / "h200.html"
-    path.write_text(render_html(h200.result))
+    path.write_text(render_html(h200))
     return path
 
 
@@ -236,7 +236,7 @@ def test_hostile_names_stay_text_in_the_browser(browser, tmp_path):
 
 def test_cdn_report_without_network_still_fills_its_tables(browser, h200, tmp_path):
     path = tmp_path / "cdn.html"
-    path.write_text(render_html(h200.result, cdn=True))
+    path.write_text(render_html(h200, cdn=True))
     page = Page(browser, path, block_network=True)
     assert page.page.inner_text("#kernels-count") == "40 rows"
     assert "plotly.js did not load" in page.page.inner_text("#roofline-plot")
@@ -247,7 +247,7 @@ def test_cdn_report_without_network_still_fills_its_tables(browser, h200, tmp_pa
 def test_hta_report(browser, tmp_path):
     a = roofscope.analyze(HTA)
     path = tmp_path / "hta.html"
-    path.write_text(render_html(a.result))
+    path.write_text(render_html(a))
     page = Page(browser, path)
     print(f"\nHTA A100 report: {path.stat().st_size / 1e6:.2f} MB, rendered in {page.render_ms:.0f} ms")
     assert page.errors == [] and all(u.startswith("file://") for u in page.requests)
@@ -262,7 +262,7 @@ def test_report_in_a_browser_shows_l2_points_and_tensor_cores(probe_run, browser
     from roofscope.reports.html import render_html
 
     path = tmp_path / "report.html"
-    path.write_text(render_html(roofscope.analyze(probe_run).result))
+    path.write_text(render_html(roofscope.analyze(probe_run)))
     page = Page(browser, path, block_network=True)
     assert page.errors == [] and page.requests == [path.as_uri()]
     # 7 kernel groups with FLOPs and bytes: 7 filled (DRAM) markers and 7 hollow (L2) ones.

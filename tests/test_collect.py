@@ -160,7 +160,7 @@ def test_run_in_process_script_view_and_restored_state(script: Path, tmp_path: P
     assert meta["steps"]["source"] == "optimizer" and meta["exit_status"]["reason"] == "ok"
     assert meta["tokens_per_step"] == 8
     a = roofscope.analyze(out)
-    t = a.summary()["metrics"]
+    t = a.to_dict()["metrics"]
     assert t["steps"] == 3 and t["tokens_per_s"] == pytest.approx(8 / t["step_time_s"])
     assert "tokens/s" in printed and "report: " in printed
 
@@ -217,14 +217,14 @@ def test_profile_context_manager(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out == ""  # quiet
     assert prof.run_dir == tmp_path / "p"
     a = prof.analysis
-    assert a.summary()["steps"] == [1, 2]
+    assert a.to_dict()["steps"] == [1, 2]
     mods = a.by_module()
     # Forward and backward GEMMs both land on the Linear that ran them.
     assert {"Sequential.0", "Sequential.2"} <= set(mods.index)
     mm = a.kernels[a.kernels["name"].astype(str).isin(["aten::mm", "aten::addmm"])]
     assert (mm["module"] != "").all()
     assert "Top" in prof.summary()
-    t = a.summary()["metrics"]
+    t = a.to_dict()["metrics"]
     assert t["mfu_source"] == "model_flops"
     assert t["mfu"] == pytest.approx(t["model_flops_per_step"] / t["step_time_s"] / t["peak_flops"])
 
@@ -299,5 +299,5 @@ def test_the_first_summary_names_the_recorded_steps_as_a_reanalysis_does(script:
     first = json.loads((out / "summary.json").read_text())
     assert first["steps"] == [3, 4, 5] and first["run"]["steps"]["recorded"] == [3, 4, 5]
     assert _meta(out)["steps"]["recorded"] == [3, 4, 5]
-    again = roofscope.analyze(out).summary()
+    again = roofscope.analyze(out).to_dict()
     assert again["run"]["steps"] == first["run"]["steps"]

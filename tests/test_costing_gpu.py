@@ -70,5 +70,5 @@ def test_torchvision_detection_ops_are_costed(tmp_path):
         torchvision.ops.roi_align(feats, rois, (7, 7), spatial_scale=0.125, sampling_ratio=2)
 
     an = _profile(tmp_path, step)
-    assert an.unattributed()["by_reason"]["no_formula"]["time_s"] == 0.0
+    assert an.to_dict()["unattributed"]["by_reason"]["no_formula"]["time_s"] == 0.0
     _under_roof(an)

@@ -95,7 +95,7 @@ def test_measured_costs_replace_the_analytic_ones(probe_run):
 
 def test_summary_counters_block(probe_run):
     a = roofscope.analyze(probe_run)
-    c = a.summary()["counters"]
+    c = a.to_dict()["counters"]
     assert c["kernels"] == c["kernels_total"] == 14 and c["time_share"] == 1.0
     # The two fp32 GEMMs (58,368 + 58,847 ns in the Kineto trace) are the unused-tensor-core time.
     assert c["tensor_cores_unused"] == {"kernels": 2, "time_s": pytest.approx(117_215e-9)}
@@ -104,9 +104,9 @@ def test_summary_counters_block(probe_run):
     # Median of 14 FLOP ratios: 7 values per step sorted 0.136 0.417 0.5 0.928 0.943 0.953 1.0 -> 0.928.
     assert c["flops_ratio_median"] == pytest.approx(34_359_738_368 / a.kernels["m_flops"].dropna().iloc[6])
     # Totals and HFU use measured FLOPs.
-    assert a.summary()["total_flops"] == pytest.approx(a.kernels["m_flops"].sum())
+    assert a.to_dict()["total_flops"] == pytest.approx(a.kernels["m_flops"].sum())
     plain = roofscope.analyze(probe_run / "trace.json.gz")
-    assert a.metrics()["hfu"] > plain.metrics()["hfu"]
+    assert a.summary.metrics.hfu > plain.summary.metrics.hfu
 
 
 def _plain_run(tmp_path) -> Path:
@@ -120,7 +120,7 @@ def _plain_run(tmp_path) -> Path:
 def test_run_without_counters_is_unchanged(tmp_path):
     run = _plain_run(tmp_path)
     a = roofscope.analyze(run)
-    assert "counters" not in a.summary() and "m_flops" not in a.kernels
+    assert "counters" not in a.to_dict() and "m_flops" not in a.kernels
     plain = roofscope.analyze(run / "trace.json.gz")
     assert a.kernels["flops"].equals(plain.kernels["flops"])
 
@@ -278,18 +278,18 @@ def test_sass_flops_against_the_formulas():
 def test_console_counters_line(probe_run):
     from roofscope.reports.console import render_summary
 
-    text = render_summary(roofscope.analyze(probe_run).result)
+    text = render_summary(roofscope.analyze(probe_run))
     # 58,368 + 58,847 ns of fp32 GEMMs without tensor-core FLOPs = 0.117 ms.
     assert ("  counters  ncu 2025.3.1: 14 of 14 kernels (100.0% of kernel time); class as analytic on 100.0% of it;"
             " tensor cores unused on 0.117 ms of matmul time (2 kernels)") in text
-    assert "  counters" not in render_summary(roofscope.analyze(probe_run / "trace.json.gz").result)
+    assert "  counters" not in render_summary(roofscope.analyze(probe_run / "trace.json.gz"))
 
 
 def test_report_data_carries_l2_bytes_and_tensor_core_time(probe_run):
     from roofscope.reports.html import render_html, report_data
 
     a = roofscope.analyze(probe_run)
-    data = report_data(a.result)
+    data = report_data(a)
     assert data["counters"] is True and data["l2_bandwidth"] is None  # datasheet ceilings: no L2 figure
     kernel = data["modes"]["kernel"]
     cells, names = kernel["cells"], data["kernels"]["name"]
@@ -303,9 +303,9 @@ def test_report_data_carries_l2_bytes_and_tensor_core_time(probe_run):
     assert gemm["l2_bytes"] == 1_006_068_960 + 985_718_592 and gemm["tc_ns"] > 0 and np.isnan(gemm["notc_ns"])
     fp32 = sums.loc[[n for n in sums.index if n.startswith("sm80_xmma_gemm_f32f32")][0]]
     assert np.isnan(fp32["tc_ns"]) and fp32["notc_ns"] == 58_368 + 58_847
-    page = render_html(a.result)
+    page = render_html(a)
     assert "hollow ones mark the same groups at their L2 intensity" in page and "no L2 roof is drawn" in page
-    plain = report_data(roofscope.analyze(probe_run / "trace.json.gz").result)
+    plain = report_data(roofscope.analyze(probe_run / "trace.json.gz"))
     assert plain["counters"] is False and "l2_bytes" not in plain["modes"]["kernel"]["cells"]
 
 

@@ -18,7 +18,7 @@ def suite():
 
 
 def test_every_kernel_joined_by_launch_order(suite):
-    c = suite.summary()["counters"]
+    c = suite.to_dict()["counters"]
     # 56 kernels per step x 3 steps, all matched by position with no name disagreeing.
     assert c["join"] == {"ncu_kernels": 168, "trace_kernels": 168, "matched": 168, "unmatched_ncu": 0,
                          "unmatched_trace": 0, "name_mismatches": 0}
@@ -41,14 +41,14 @@ def test_fp32_gemm_without_tf32_is_flagged_tensor_cores_unused(suite):
     unused = k[k["tc_used"].eq(False).fillna(False).astype(bool)]
     # Only the three FFMA sgemm launches (one per step, 2.69 ms each) ran on CUDA cores.
     assert len(unused) == 3 and unused["name"].str.contains("ffma").all()
-    assert suite.summary()["counters"]["tensor_cores_unused"]["time_s"] == pytest.approx(
+    assert suite.to_dict()["counters"]["tensor_cores_unused"]["time_s"] == pytest.approx(
         unused["dur_ns"].sum() * 1e-9)
     # 2*4096^3 = 137,438,953,472 by formula; the FFMA counters add 0.025% (epilogue).
     assert unused["flops_ratio"].to_numpy() == pytest.approx(np.full(3, 0.99975), abs=1e-4)
 
 
 def test_class_from_counters_agrees_with_the_analytic_class(suite):
-    c = suite.summary()["counters"]
+    c = suite.to_dict()["counters"]
     # 98.7%: the disagreeing 1.3% of the time is the optimizer's foreach kernels, which have no op with
     # list shapes here and are streamed from their launch grid (an estimate, costing.py's multi_tensor_apply).
     assert c["class_agreement"] >= 0.985

@@ -67,7 +67,7 @@ def pair(tmp_path):
 
 @pytest.fixture
 def analyses(pair):
-    return analyze(pair[0], **PEAKS).result, analyze(pair[1], **PEAKS).result
+    return analyze(pair[0], **PEAKS), analyze(pair[1], **PEAKS)
 
 
 US = 1e-6
@@ -210,7 +210,7 @@ def test_views_fit_80_columns_and_to_dict_is_json(analyses):
 
 def test_h200_run_against_itself_is_unchanged():
     a, b = analyze(H200_RUN), analyze(H200_RUN)
-    d = diff(a.result, b.result)
+    d = diff(a, b)
     ch = d.kernels
     assert len(ch) == a.kernels["name"].nunique()
     assert (ch["status"] == "unchanged").all() and (ch["delta_s"] == 0).all()
@@ -224,7 +224,7 @@ def test_h200_run_against_itself_is_unchanged():
     p = d.prediction
     assert p.measured_s == 0
     # Its own findings predicted savings that a rerun cannot show.
-    assert p.verdict == ("not materialized" if a.summary()["findings"] else "no prediction")
+    assert p.verdict == ("not materialized" if a.to_dict()["findings"] else "no prediction")
     text = render_terminal(d)
     assert max(map(len, text.splitlines()[2:])) <= 80
     assert "No kernel moved by more than 3% or 2 µs per step." in text
@@ -232,7 +232,7 @@ def test_h200_run_against_itself_is_unchanged():
 
 def test_real_traces_eager_vs_compiled_and_device_warning():
     eager, compiled = analyze(DATA / "h100_eager_block.json.gz"), analyze(DATA / "h100_compiled_block.json.gz")
-    d = diff(eager.result, compiled.result)
+    d = diff(eager, compiled)
     # two bare traces: only profiled step times, which the diff says (docs/overhead.md)
     assert [w for w in d.warnings if not w.startswith("A and B have only profiled step times")] == []
     ch = d.kernels
@@ -243,14 +243,14 @@ def test_real_traces_eager_vs_compiled_and_device_warning():
     # Inductor replaced eager elementwise kernels with its own Triton kernels
     assert (ch["status"] == "appeared").any() and (ch["status"] == "disappeared").any()
     assert ch.loc[ch["status"] == "appeared", "name"].str.startswith("triton_").any()
-    d = diff(analyze(H200_RUN).result, eager.result)
+    d = diff(analyze(H200_RUN), eager)
     assert d.warnings[0] == "the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"
     assert d.warnings[1].startswith("A and B have only profiled step times") and len(d.warnings) == 2
 
 
 def test_hta_trace_against_itself():
     a = analyze(HTA)
-    d = diff(a.result, a.result)
+    d = diff(a, a)
     assert (d.kernels["status"] == "unchanged").all()
     assert d.by_status.loc["unchanged", "kernels"] == a.kernels["name"].nunique()
 

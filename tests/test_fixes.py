@@ -41,8 +41,8 @@ def _host_bound_chain(tmp_path):
 def test_compile_change_combines_fusion_and_launch_findings_in_hf_trainer_terms(tmp_path):
     path = _host_bound_chain(tmp_path)
     a = roofscope.analyze(path, ceilings=TOY, run_meta={"frameworks": ["accelerate", "hf_trainer"]})
-    d = a.summary()["diagnosis"]
-    f = {x["rule"]: x for x in a.summary()["findings"]}
+    d = a.to_dict()["diagnosis"]
+    f = {x["rule"]: x for x in a.to_dict()["findings"]}
     assert f["fusion"]["change"] == f["cuda_graphs"]["change"] == "torch_compile"
     # The Trainer's own switch, not torch.compile(model) (HF Trainer before accelerate: the
     # loop the user wrote is the Trainer's).
@@ -61,7 +61,7 @@ def test_compile_change_combines_fusion_and_launch_findings_in_hf_trainer_terms(
 
 def test_without_a_framework_the_rule_snippet_stays(tmp_path):
     a = roofscope.analyze(_host_bound_chain(tmp_path), ceilings=TOY, run_meta={"frameworks": []})
-    f = {x["rule"]: x for x in a.summary()["findings"]}
+    f = {x["rule"]: x for x in a.to_dict()["findings"]}
     assert f["fusion"]["fix"]["snippet"] == "model = torch.compile(model)"
     assert f["fusion"]["fix"]["framework"] == ""
 
@@ -70,9 +70,9 @@ def test_lightning_detected_from_a_plain_trace(tmp_path):
     # No run.json: a backward inside optimizer.step is Lightning's closure; its fused
     # optimizer fix is written in configure_optimizers.
     a = roofscope.analyze(_lightning_step(per_param_optimizer=True).write(tmp_path / "t.json"), ceilings=TOY)
-    d = a.summary()["diagnosis"]
+    d = a.to_dict()["diagnosis"]
     assert d["frameworks"] == ["lightning"]
-    f = {x["rule"]: x for x in a.summary()["findings"]}["fused_optimizer"]
+    f = {x["rule"]: x for x in a.to_dict()["findings"]}["fused_optimizer"]
     assert "def configure_optimizers(self):" in f["fix"]["snippet"] and "fused=True" in f["fix"]["snippet"]
 
 
@@ -92,7 +92,7 @@ def test_launch_bound_saving_is_the_idle_inside_forward_and_backward(tmp_path):
                  tid=200)
     a = roofscope.analyze(s.write(tmp_path), ceilings=TOY)
     assert set(a.kernels["phase"]) == {"forward", "backward"}
-    f = {x["rule"]: x for x in a.summary()["findings"]}["cuda_graphs"]
+    f = {x["rule"]: x for x in a.to_dict()["findings"]}["cuda_graphs"]
     fig = f["evidence"]["figures"]
     assert fig["host_idle_s"] == pytest.approx(760e-6 + 3020e-6)
     assert fig["in_model_idle_s"] == pytest.approx(38 * 20e-6)

@@ -29,7 +29,7 @@ def _sync(b: TraceBuilder, ts: float, dur: float, name: str = "cudaStreamSynchro
 
 def _launch_bound(tmp_path: Path, steps: int = 2, sizes=(256, 256), library: str | None = None,
                   sync_ops: tuple[str, ...] = (), modules: bool = False,
-                  run_meta: dict | None = None) -> roofscope.Analysis:
+                  run_meta: dict | None = None) -> roofscope.Result:
     """``steps`` steps of 20 elementwise kernels of 2 us, each launched 20 us after the GPU went idle
     (the host-bound idle a CUDA graph removes). Step s adds tensors of ``sizes[s]`` elements. After the
     tenth kernel, each op of ``sync_ops`` runs (inside ``library``'s op when given), reading a size back
@@ -65,7 +65,7 @@ def _launch_bound(tmp_path: Path, steps: int = 2, sizes=(256, 256), library: str
 
 
 def _finding(a, rule: str) -> dict:
-    return next(f for f in a.summary()["findings"] if f["rule"] == rule)
+    return next(f for f in a.to_dict()["findings"] if f["rule"] == rule)
 
 
 def test_syncs_from_a_library_block_the_cuda_graph_and_name_it(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_syncs_from_a_library_block_the_cuda_graph_and_name_it(tmp_path: Path) -
     assert "aten::nonzero 1x/step inside torchvision::nms" in f["summary"]
     assert "torchvision" in f["fix"]["text"] and "loss.item" not in f["fix"]["snippet"]
     # A blocked fix is no change to make: the changes leave it out.
-    changes = a.summary()["diagnosis"]["changes"]
+    changes = a.to_dict()["diagnosis"]["changes"]
     assert all("cuda_graphs" not in c["rules"] for c in changes)
     # The syncs' own finding speaks of the library's ops, not of a loss.item() in the loop.
     s = _finding(a, "host_syncs")
@@ -110,7 +110,7 @@ def test_same_shapes_and_no_syncs_leave_the_cuda_graph_fix_as_it_was(tmp_path: P
     a = _launch_bound(tmp_path)
     f = _finding(a, "cuda_graphs")
     assert f["status"] == "ok" and f["blockers"] == [] and f["saving_s"] > 0
-    assert any("cuda_graphs" in c["rules"] for c in a.summary()["diagnosis"]["changes"])
+    assert any("cuda_graphs" in c["rules"] for c in a.to_dict()["diagnosis"]["changes"])
 
 
 def test_a_user_item_blocks_with_advice_to_move_it(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_sync_saving_is_bounded_by_the_time_the_syncs_held_the_host(tmp_path: Pa
 def test_already_fused_optimizer_is_skipped_with_the_reason(tmp_path: Path) -> None:
     # The Run's facts reach the rules typed (diagnose/inputs.RunFacts): the optimizer it recorded.
     a = _launch_bound(tmp_path, run_meta={"optimizer": {"class": "AdamW", "tensors": 10, "fused": True}})
-    skipped = {s["rule"]: s["reason"] for s in a.diagnosis().skipped}
+    skipped = {s["rule"]: s["reason"] for s in a.diagnosis.skipped}
     assert skipped["fused_optimizer"] == "already fused: AdamW"
 
 
@@ -241,8 +241,8 @@ def test_all_gather_job_gets_fsdp_advice() -> None:
 
 def test_blocked_finding_round_trips_through_the_typed_summary(tmp_path: Path) -> None:
     a = _launch_bound(tmp_path, sizes=(256, 512))
-    s = a.summary()
-    typed = a.typed_summary()
+    s = a.to_dict()
+    typed = a.summary
     assert json.dumps(typed.to_dict(), sort_keys=True, default=str) == json.dumps(s, sort_keys=True, default=str)
 
 

@@ -42,11 +42,11 @@ def script(tmp_path: Path) -> Path:
 def test_every_renderer_is_its_module_behind_one_signature(eager) -> None:
     assert registry.names(RESULT) == ["console", "csv", "html", "json", "junit", "markdown", "perfetto"]
     opts = RenderOptions(top=4)
-    assert renderer(RESULT, "console").render(eager.result, opts) == render_summary(eager.result, top=4)
-    assert renderer(RESULT, "json").render(eager.result, opts) == to_json(eager.result)            # --top is the console's only
-    assert renderer(RESULT, "csv").render(eager.result, opts) == kernels_csv(eager.result)
-    assert renderer(RESULT, "markdown").render(eager.result, opts) == render_markdown(eager.result)
-    assert renderer(RESULT, "html").render(eager.result, RenderOptions(cdn=True)) == render_html(eager.result, cdn=True)
+    assert renderer(RESULT, "console").render(eager, opts) == render_summary(eager, top=4)
+    assert renderer(RESULT, "json").render(eager, opts) == to_json(eager)            # --top is the console's only
+    assert renderer(RESULT, "csv").render(eager, opts) == kernels_csv(eager)
+    assert renderer(RESULT, "markdown").render(eager, opts) == render_markdown(eager)
+    assert renderer(RESULT, "html").render(eager, RenderOptions(cdn=True)) == render_html(eager, cdn=True)
     assert {n: renderer(RESULT, n).file_name for n in registry.names(RESULT)} == {
         "console": "summary.txt", "csv": "kernels.csv", "html": "report.html", "json": "analysis.json",
         "junit": "junit.xml", "markdown": "summary.md", "perfetto": "trace.annotated.json.gz"}
@@ -73,7 +73,7 @@ def test_each_output_is_keyed_by_the_type_it_renders() -> None:
 
 
 def test_junit_lists_each_rule_as_a_test(eager) -> None:
-    suite = ET.fromstring(renderer(RESULT, "junit").render(eager.result, RenderOptions())).find("testsuite")
+    suite = ET.fromstring(renderer(RESULT, "junit").render(eager, RenderOptions())).find("testsuite")
     # The eager H100 block: 2 rules find something (CUDA graphs 1.305 ms/step, fusion 0.033 ms/step), 15 do not apply.
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("17", "2", "15")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
@@ -104,7 +104,7 @@ def test_run_writes_each_format_into_the_run(script: Path, tmp_path: Path, capsy
     assert sum(k["time_s"] for k in doc["by_kernel"]) <= doc["summary"]["kernel_time_s"] + 1e-12
     assert doc["summary"]["steps"] == [3, 4, 5]
     a = roofscope.analyze(out, peak_tflops=1, peak_bandwidth_gbs=10)
-    assert (out / "summary.md").read_text() == render_markdown(a.result)
+    assert (out / "summary.md").read_text() == render_markdown(a)
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
     assert suite.find("properties/property[@name='trace']").get("value") == str(out / "trace.json.gz")
 

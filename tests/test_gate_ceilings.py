@@ -44,7 +44,7 @@ def traces(tmp_path_factory):
 
 
 def snapshot(path, ceilings: Ceilings) -> Snapshot:
-    return Snapshot.from_result(roofscope.analyze(path, ceilings=ceilings).result, source=path)
+    return Snapshot.from_result(roofscope.analyze(path, ceilings=ceilings), source=path)
 
 
 def test_unchanged_run_on_remeasured_ceilings_passes(traces):

@@ -202,7 +202,7 @@ def test_h200_gpt_run_against_itself_and_slowed(tmp_path):
     assert snap.environment["torch"] == "2.11.0+cu130" and snap.environment["cuda"] == "13.0"
     # The samples are the analysis's per-step samples, their medians its headline metrics.
     a = roofscope.analyze(H200_RUN)
-    samples, metrics = a.step_samples(), a.summary()["metrics"]
+    samples, metrics = a.step_samples, a.to_dict()["metrics"]
     assert snap.samples["step_time"].tolist() == samples["step_time_s"].tolist()
     assert snap.median("step_time") == pytest.approx(metrics["step_time_s"])
     assert snap.median("mfu") == pytest.approx(metrics["mfu"])
@@ -252,7 +252,7 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     # re-measured between the baseline and the rerun.
     path = tmp_path / "b.json"
     write_baseline(roofscope.analyze(runs["base"], ceilings=BUSY), path)
-    same = Snapshot.from_result(roofscope.analyze(runs["base"], ceilings=QUIET).result)
+    same = Snapshot.from_result(roofscope.analyze(runs["base"], ceilings=QUIET))
     assert same.median("hfu") == pytest.approx(load_baseline(path).median("hfu") * 5 / 17.6)
     # On its own ceilings the run's HFU is 5/17.6 = 28% of the baseline's: "HFU fell 72%" failed
     # unchanged code even under the wide limits. On the baseline's, nothing moved.
@@ -262,7 +262,7 @@ def test_unchanged_run_on_remeasured_ceilings_passes(runs, tmp_path):
     assert c["hfu"].change == pytest.approx(0.0, abs=1e-12) and c["mbu"].change == pytest.approx(0.0, abs=1e-12)
     # The slowed run still fails on the other ceilings; its HFU fell with the steps (less: the extra
     # multiplications are FLOPs too), compared on the baseline's ceilings, not raised 3.5x by QUIET's.
-    slow = check(Snapshot.from_result(roofscope.analyze(runs["slow"], ceilings=QUIET).result), path,
+    slow = check(Snapshot.from_result(roofscope.analyze(runs["slow"], ceilings=QUIET)), path,
                  max_regression="step_time=100%,hfu=50%,mfu=off,mbu=off,region:*=off")
     c = {x.name: x for x in slow.checks}
     assert c["step_time"].status == "fail" and c["hfu"].change < -0.5

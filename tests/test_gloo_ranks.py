@@ -31,7 +31,7 @@ def test_gloo_names_are_collectives() -> None:
 
 def test_rank0_waits_for_rank1_in_gloo_all_reduce() -> None:
     a = analyze(TRACES[0], **PEAKS)
-    hc = host_comm_steps(a.trace, a.kernels, a.steps())
+    hc = host_comm_steps(a.trace, a.kernels, a.steps)
     # Step 4 of rank 0: gloo:all_reduce runs 10.65 -> 70.12 ms into the step (59.47 ms) while the main
     # thread runs no op between its last AccumulateGrad (10.62 ms) and the bucket copies (70.16 ms):
     # nearly all of it is exposed. The c10d::allreduce_ op that queued it adds ~0.8 ms on the main thread.
@@ -39,7 +39,7 @@ def test_rank0_waits_for_rank1_in_gloo_all_reduce() -> None:
     assert hc.at[4, "comm_s"] == pytest.approx(0.0603, abs=1e-3)
     assert hc.at[4, "comm_exposed_s"] == pytest.approx(0.0595, abs=1e-3)
     assert (hc["comm_exposed_s"] <= hc["comm_s"] + 1e-12).all() and (hc["busy_s"] >= hc["comm_s"]).all()
-    kc = kernel_collectives(a.trace, a.kernels, a.steps())
+    kc = kernel_collectives(a.trace, a.kernels, a.steps)
     assert list(kc["collective"]) == ["allreduce"] * 3 and list(kc["step"]) == [3, 4, 5]
     assert kc["dur_s"].sum() == pytest.approx(0.16387, abs=1e-4)   # the three gloo:all_reduce: 163.87 ms
 

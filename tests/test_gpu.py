@@ -37,7 +37,7 @@ def test_live_bf16_gemm_is_compute_bound_near_roof(tmp_path):
     assert (gemm["cls"] == "compute").all()
     # measured 788-798 TFLOP/s on H100/H200 against the 989.5 dense datasheet roof
     assert 0.6 < gemm["efficiency"].median() < 1.0
-    assert an.unattributed()["share"] == 0.0
+    assert an.summary.unattributed.share == 0.0
 
 
 def test_live_elementwise_is_memory_bound(tmp_path):
@@ -70,7 +70,7 @@ def _roofscope_run(tmp_path, *args: str, timeout: int = 600):
 def test_gpt_example_run_is_attributed_with_telemetry_and_modules(tmp_path):
     out, res = _roofscope_run(tmp_path, "--modules", "examples/gpt.py", "--steps", "8")
     an = roofscope.analyze(out)
-    s = an.summary()
+    s = an.to_dict()
     # Done-when of the collectors issue: at least 90% of kernel time on ops with costs.
     assert s["unattributed"]["share"] <= 0.10, s["unattributed"]
     assert s["steps"] == [3, 4, 5] and s["metrics"]["step_time_s"] > 0
@@ -92,7 +92,7 @@ def test_compiled_gpt_kernels_carry_inductor_costs(tmp_path):
     k = an.kernels
     triton = k[k["name"].astype(str).str.startswith("triton_")]
     assert len(triton) and (triton["bytes"] > 0).mean() > 0.95  # kernel_num_gb from benchmark_kernel
-    assert an.unattributed()["share"] <= 0.10
+    assert an.summary.unattributed.share <= 0.10
 
 
 def test_decode_batch1_is_memory_bound_and_batch64_more_intense(tmp_path):
@@ -130,7 +130,7 @@ def test_diagnosis_of_launch_bound_decode_and_fp32_training(tmp_path):
     """The top recommendation on the validation workloads (docs/validation.md#diagnosis)."""
     out, res = _roofscope_run(tmp_path / "decode", "--active", "6", "examples/decode.py", "--batch", "1",
                               "--new-tokens", "24")
-    s = roofscope.analyze(out).summary()
+    s = roofscope.analyze(out).to_dict()
     top = s["findings"][0]
     # 162 kernels of ~3 us in a ~4.5 ms step: the GPU waits on launches 85% of the time. The decode
     # steps are inference steps, so the inference rule says it (docs/inference.md), not the training one.
@@ -138,7 +138,7 @@ def test_diagnosis_of_launch_bound_decode_and_fp32_training(tmp_path):
     assert "Recommendations" in res.stdout and "CUDA graph" in res.stdout
     out, _ = _roofscope_run(tmp_path / "mlp", "examples/mlp.py", "--steps", "8", "--width", "4096",
                             "--batch", "8192")
-    s = roofscope.analyze(out).summary()
+    s = roofscope.analyze(out).to_dict()
     # fp32 GEMMs at the fp32 roof: TF32's roof is ~8x higher on Hopper.
     assert s["findings"][0]["rule"] == "tf32" and s["findings"][0]["saving_pct"] > 0.6, s["findings"]
     assert s["metrics"]["peak_roof"] == "fp32" and s["diagnosis"]["binding"]["compute"] > 0.8

@@ -33,8 +33,8 @@ def test_replayed_kernels_cost_what_the_eager_kernels_cost() -> None:
     eager = roofscope.analyze(EAGER).kernels
     a = roofscope.analyze(REPLAY, graph_capture=[str(CAPTURE)])
     k = a.kernels
-    assert a.summary()["graphs"]["mapped"] == 3 and (k["cost_source"] == "capture").all()
-    assert a.unattributed()["share"] == 0.0
+    assert a.to_dict()["graphs"]["mapped"] == 3 and (k["cost_source"] == "capture").all()
+    assert a.summary.unattributed.share == 0.0
     # 3 replays of the eager step's 5 kernels: same per-kernel costs, in the same order
     e = eager[COLS].iloc[:5].reset_index(drop=True)
     for i in range(3):
@@ -48,7 +48,7 @@ def test_replayed_kernels_cost_what_the_eager_kernels_cost() -> None:
 
 def test_without_a_capture_replays_have_time_only_and_the_note_says_why() -> None:
     a = roofscope.analyze(REPLAY)
-    u = a.unattributed()
+    u = a.to_dict()["unattributed"]
     assert u["share"] == pytest.approx(1.0)
     assert u["by_reason"]["graph_replay"]["kernels"] == 15
     assert a.kernels["flops"].isna().all()
@@ -68,7 +68,7 @@ def test_unlabelled_replays_match_by_kernel_count() -> None:
     # no roofscope annotations in either trace: 5 kernels per launch single out the 5-launch capture
     a = roofscope.analyze(DATA / "h100_graph_replay_live.json.gz",
                           graph_capture=[DATA / "h100_graph_capture_live.json.gz"])
-    assert a.summary()["graphs"]["mapped"] == 2 and a.unattributed()["share"] == 0.0
+    assert a.to_dict()["graphs"]["mapped"] == 2 and a.summary.unattributed.share == 0.0
 
 
 def _variant(tmp_path: Path, rows: int) -> Path:
@@ -88,11 +88,11 @@ def _variant(tmp_path: Path, rows: int) -> Path:
 def test_same_count_different_shapes_is_ambiguous(tmp_path: Path) -> None:
     live = DATA / "h100_graph_replay_live.json.gz"
     a = roofscope.analyze(live, graph_capture=[_variant(tmp_path, 8), _variant(tmp_path, 16)])
-    assert a.summary()["graphs"]["unmapped"] == {"ambiguous": 2}
-    assert "several captures" in a.unattributed()["notes"][1]
+    assert a.to_dict()["graphs"]["unmapped"] == {"ambiguous": 2}
+    assert "several captures" in a.summary.unattributed.notes[1]
     # identical captures are not ambiguous: either gives the same costs
     b = roofscope.analyze(live, graph_capture=[_variant(tmp_path, 8), _variant(tmp_path, 8)])
-    assert b.summary()["graphs"]["mapped"] == 2
+    assert b.to_dict()["graphs"]["mapped"] == 2
     # each mm of the 8-row capture: 2 * 8*512*512 = 4,194,304 FLOPs on its one kernel
     mm = b.kernels[b.kernels["op_name"] == "aten::mm"]
     assert len(mm) == 4 and set(mm["flops"]) == {4_194_304}
@@ -101,7 +101,7 @@ def test_same_count_different_shapes_is_ambiguous(tmp_path: Path) -> None:
 def test_label_with_a_count_mismatch_is_not_mapped() -> None:
     # the eager trace holds no capture at all
     a = roofscope.analyze(REPLAY, graph_capture=[EAGER])
-    assert a.summary()["graphs"]["unmapped"] == {"no_capture": 3}
+    assert a.to_dict()["graphs"]["unmapped"] == {"no_capture": 3}
 
 
 def test_cli_graph_capture(tmp_path: Path) -> None:
@@ -234,9 +234,9 @@ def test_cudagraph_trees_of_a_lightning_step_map_with_a_dropped_memset() -> None
     # 3 steps replays the forward graph (63 captured launches: 57 kernels + 6 memsets; 62 replayed: 57
     # kernels + 5 memsets) and the backward graph (80 and 80).
     a = roofscope.analyze(LIGHTNING)
-    g = a.summary()["graphs"]
+    g = a.to_dict()["graphs"]
     assert (g["graph_launches"], g["mapped"], g["captures"]) == (6, 6, 3)
-    assert a.unattributed()["share"] == 0.0
+    assert a.summary.unattributed.share == 0.0
     k = a.kernels[a.kernels["graph"] >= 0]
     # every Triton kernel lands on the capture's launch of the same name: the order holds
     tri = k[k["name"].astype(str).str.startswith("triton_")]

@@ -40,7 +40,7 @@ def _evil_analysis(tmp_path):
     r = b.op("aten::relu", 200, 10, [[1 << 24]], ["float"])
     b.launch_kernel("relu<!--" + EVIL, 210, 300, 200, ext=r)
     return roofscope.analyze(b.write(tmp_path / "x<b>bold.json"), ceilings=TOY,
-                             run_meta={"command": ["roofscope", "run", "train" + EVIL + ".py"]}).result
+                             run_meta={"command": ["roofscope", "run", "train" + EVIL + ".py"]})
 
 
 def _finding(title: str, **kw) -> dict:
@@ -136,14 +136,14 @@ def test_measured_ceilings_keep_datasheet_roofs_dashed(tmp_path):
     h100 = spec_by_key("h100-sxm")
     measured = replace(Ceilings.from_spec(h100), source="measured", peaks={"bf16": 800e12, "fp32": 51e12},
                        bandwidth=3.0e12)
-    data = report_data(roofscope.analyze(path, ceilings=measured).result)
+    data = report_data(roofscope.analyze(path, ceilings=measured))
     # Solid roofs from the measurement: bf16 ridge 800e12 / 3.0e12 = 266.7 FLOP/B.
     assert {r["precision"]: round(r["ridge"], 1) for r in data["roofs"]} == {"bf16": 266.7, "fp32": 17.0}
     # Dashed datasheet roofs for reference: 989.5e12 / 3.35e12 = 295.4 FLOP/B.
     ds = {r["precision"]: r for r in data["datasheet_roofs"]}
     assert ds["bf16"]["peak"] == 989.5e12 and round(ds["bf16"]["ridge"], 1) == 295.4
     # Datasheet ceilings are not drawn twice.
-    assert report_data(roofscope.analyze(path).result)["datasheet_roofs"] == []
+    assert report_data(roofscope.analyze(path))["datasheet_roofs"] == []
 
 
 def test_toy_cells_carry_exact_totals_and_labels(tmp_path):
@@ -165,7 +165,7 @@ def test_toy_cells_carry_exact_totals_and_labels(tmp_path):
 
 @pytest.fixture(scope="module")
 def h200():
-    return roofscope.analyze(H200_RUN).result
+    return roofscope.analyze(H200_RUN)
 
 
 def _mode_totals(d: dict, mode: str) -> dict[str, tuple[int, int]]:
@@ -287,7 +287,7 @@ def test_header_cards_and_findings_from_the_issue5_schema(h200):
                "tokens_per_s": 655360.0, "tokens_per_step": 8192, "mfu": 0.412, "mfu_source": "model_flops",
                "hfu": 0.455, "mbu": 0.21, "busy_fraction": 0.93, "idle_fraction": 0.07, "energy_per_step_j": 8.4,
                "energy_per_token_j": 0.00103, "throttled_fraction": 0.25, "peak_roof": "bf16", "peak_flops": 989.5e12}
-    page = render_html(_with_summary(roofscope.analyze(H200_RUN).result, metrics=metrics,
+    page = render_html(_with_summary(roofscope.analyze(H200_RUN), metrics=metrics,
                                      findings=[_finding("Capture the step in a CUDA graph")]))
     for text in ("12.500 ms", "median of 3 profiled steps, 12.100–13.300 ms", "655 k", "41.2%", "model FLOPs: model_flops",
                  "45.5%", "21.0%", "93.0%", "idle 7.0%", "8.4 J", "0.00103 J/token", "25.0%", "bf16 990 TFLOP/s"):
@@ -298,7 +298,7 @@ def test_header_cards_and_findings_from_the_issue5_schema(h200):
     assert "<td class=\"txt\">kernels_per_step</td><td>142</td>" in page
     assert "<pre><code>torch.compile(model, mode=&#34;reduce-overhead&#34;)</code></pre>" in page
     # Keys that are absent draw no card.
-    page = render_html(_with_summary(roofscope.analyze(H200_RUN).result, metrics={}, findings=[]))
+    page = render_html(_with_summary(roofscope.analyze(H200_RUN), metrics={}, findings=[]))
     assert ">MFU<" not in page and 'class="finding"' not in page and ">Kernel time<" in page
 
 
@@ -321,9 +321,9 @@ def test_command_line_secrets_stay_out_of_the_report(tmp_path):
 def test_cpu_only_trace_renders_threads():
     a = roofscope.analyze(DATA / "cpu_block.json.gz",
                           ceilings=Ceilings(device="cpu", source="user", peaks={"fp32": 1e12}, bandwidth=50e9))
-    tl = report_data(a.result)["timeline"]
+    tl = report_data(a)["timeline"]
     assert tl["lanes"] and all(lane.startswith("thread ") for lane in tl["lanes"])
-    assert "Top CPU ops" in render_html(a.result)
+    assert "Top CPU ops" in render_html(a)
 
 
 def test_trace_without_work_items_still_renders(tmp_path):
@@ -335,19 +335,19 @@ def test_trace_without_work_items_still_renders(tmp_path):
     a = roofscope.analyze(b.write(tmp_path / "e.json"),
                           ceilings=Ceilings(device="cpu", source="user", peaks={"fp32": 1e12}, bandwidth=50e9))
     assert len(a.kernels) == 0
-    d = report_data(a.result)
+    d = report_data(a)
     assert d["modes"]["kernel"]["count"] == 0 and d["modes"]["kernel"]["cells"]["g"] == [] and d["timeline"] is None
-    assert "0 CPU ops" in render_html(a.result)
-    assert "Top 0" not in render_markdown(a.result) and "### Time by class" not in render_markdown(a.result)
+    assert "0 CPU ops" in render_html(a)
+    assert "Top 0" not in render_markdown(a) and "### Time by class" not in render_markdown(a)
 
 
 def test_hta_report_size_and_groups():
     a = roofscope.analyze(HTA)
-    d = report_data(a.result)
+    d = report_data(a)
     # No module labels in this trace; 91 kernel names over 7,747 kernels and 5 steps.
     assert "module" not in d["modes"] and d["steps"] == [550, 551, 552, 553, 554]
     assert d["modes"]["kernel"]["count"] == 91 and sum(d["modes"]["kernel"]["cells"]["calls"]) == 7747
-    assert len(render_html(a.result)) < 6_000_000
+    assert len(render_html(a)) < 6_000_000
 
 
 # -- the `report` command ---------------------------------------------------------------------

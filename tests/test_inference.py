@@ -181,7 +181,7 @@ DATA = ROOT / "tests" / "data"
 def test_h100_hf_gqa_generate_run() -> None:
     """examples/generate.py --size tiny --batch 2 --prompt-len 32 --new-tokens 8 under `roofscope run` with no flags."""
     a = roofscope.analyze(DATA / "h100_gqa_decode_run")
-    s = a.summary()
+    s = a.to_dict()
     inf = s["inference"]
     # forwards 4-6: the measured prompt's prefill, then two decode tokens
     assert inf["steps"] == {"prefill": [3], "decode": [4, 5]} and inf["phase_source"] == ["forward"]
@@ -200,7 +200,7 @@ def test_h100_decode_cuda_graph_run() -> None:
     """examples/decode.py --cuda-graph --prompt-len 16 --new-tokens 8: decode steps replay one graph whose
     capture roofscope recorded into the Run (graph-capture-0000.json.gz)."""
     a = roofscope.analyze(DATA / "h100_decode_graph_run")
-    s = a.summary()
+    s = a.to_dict()
     assert s["graphs"]["graph_launches"] == 2 and s["graphs"]["mapped"] == 2
     assert s["unattributed"]["share"] < 0.02 and s["unattributed"]["by_reason"]["graph_replay"]["kernels"] == 0
     inf = s["inference"]
@@ -286,10 +286,10 @@ def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
     # 1.2B Llama decoding one token per step through generate()'s compiled forward (steps seen through
     # get_compiled_call). Step 3 recorded Inductor's graph (43.5 ms); steps 4 and 5 replayed it.
     a = roofscope.analyze(HF_STATIC)
-    s = a.summary()
+    s = a.to_dict()
     g = s["graphs"]
     assert (g["graph_launches"], g["mapped"], g["captures"]) == (3, 3, 3)
-    assert a.unattributed()["share"] < 0.01
+    assert a.summary.unattributed.share < 0.01
     inf = s["inference"]
     assert inf["capture_steps"] == [3] and inf["steps"]["decode"] == [4, 5]
     # median of the two replay steps' 4.974 and 3.614 ms: 4.294 ms; 1 token per step
@@ -301,10 +301,10 @@ def test_hf_generate_with_a_static_cache_on_the_h100() -> None:
     assert {"rule": "launch_bound_decode", "reason": "decode already replays CUDA graphs"} in d["skipped"]
     from roofscope.reports.console import render_summary
 
-    assert "  Step 3 captured a CUDA graph (warm-up): left out of these estimates" in render_summary(a.result).splitlines()
+    assert "  Step 3 captured a CUDA graph (warm-up): left out of these estimates" in render_summary(a).splitlines()
     from roofscope.reports.html import render_html
 
-    assert "Step 3 captured a CUDA graph (warm-up): left out of these estimates." in render_html(a.result)
+    assert "Step 3 captured a CUDA graph (warm-up): left out of these estimates." in render_html(a)
 
 
 def test_compiled_call_wrapper_counts_forwards_and_lets_go_on_remove() -> None:

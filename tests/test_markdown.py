@@ -39,7 +39,7 @@ def h200():
 
 
 def test_markdown_of_the_h200_run(h200):
-    md = render_markdown(h200.result)
+    md = render_markdown(h200)
     assert md.startswith("## roofscope: NVIDIA H200\n")
     # GPU-measured steps of 6.293, 6.332 and 5.923 ms: median 6.293; 512 tokens / 6.293366 ms = 81.4 k tokens/s.
     assert "| step time (profiled), median of 3 | 6.293 ms (5.923 to 6.332) |" in md
@@ -52,7 +52,7 @@ def test_markdown_of_the_h200_run(h200):
 
 
 def test_markdown_and_console_list_the_same_kernels(h200):
-    md, text = render_markdown(h200.result, top=10), render_summary(h200.result, top=10)
+    md, text = render_markdown(h200, top=10), render_summary(h200, top=10)
     md_times = [line.split(" | ")[0].lstrip("| ") for line in md.splitlines()[-11:-1]]
     top = text[text.index("Top 10 kernels"):].splitlines()[3:13]
     assert md_times == [line.split()[0] for line in top]
@@ -72,7 +72,7 @@ def test_findings_are_escaped(tmp_path):
 def test_analyze_markdown_option(tmp_path, capsys):
     out = tmp_path / "summary.md"
     assert main(["analyze", str(H200_RUN), "-q", "--markdown", str(out)]) == 0
-    assert out.read_text() == render_markdown(roofscope.analyze(H200_RUN).result)
+    assert out.read_text() == render_markdown(roofscope.analyze(H200_RUN))
     assert main(["analyze", str(H200_RUN), "-q", "--markdown", str(out)]) == 2
     capsys.readouterr()
     # '-' prints the markdown in place of the terminal summary.

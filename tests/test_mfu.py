@@ -8,6 +8,7 @@ import pytest
 import roofscope
 from roofscope.analyzers.cost.modelflops import ModelFlops, model_flops
 from roofscope.hardware.devices import Ceilings
+from roofscope.run import typed_meta
 
 from .kineto import TraceBuilder
 
@@ -58,7 +59,7 @@ def _metrics(tmp_path, tokens: int | None = T, **meta):
         run_meta["tokens_per_step"] = tokens
     a = roofscope.analyze(_lm_step(**{k: v for k, v in meta.items() if k == "attention"})
                           .write(tmp_path / "t.json"), ceilings=TOY, run_meta=run_meta)
-    return a, a.metrics()
+    return a, a.to_dict()["metrics"]
 
 
 def test_embedding_heavy_model_flops_come_from_the_forward_matmuls(tmp_path):
@@ -88,7 +89,7 @@ def test_hfu_is_never_below_mfu(tmp_path):
     a, m = _metrics(tmp_path, model_flops_per_step=1e15)
     assert m["mfu_source"] == "model_flops"
     assert m["hfu"] == m["mfu"] and m["hfu_source"] == "raised_to_mfu"
-    samples = a.step_samples()
+    samples = a.step_samples
     assert (samples["hfu"] >= samples["mfu"]).all()
 
 
@@ -108,14 +109,14 @@ def _no_input_gradient_step() -> TraceBuilder:
 def _console(a) -> str:
     from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
-    return renderer(RESULT, "console").render(a.result, RenderOptions(top=3))
+    return renderer(RESULT, "console").render(a, RenderOptions(top=3))
 
 
 def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
     # Before: MFU 3 x 2.147 = 6.44 GFLOP over the step, HFU silently raised to it from the counted
     # 4.29 GFLOP, and the printed "achieved vs peak" ratio (the count's) did not match either figure.
     a = roofscope.analyze(_no_input_gradient_step().write(tmp_path / "t.json"), ceilings=TOY)
-    m = a.metrics()
+    m = a.to_dict()["metrics"]
     assert m["model_flops_per_step"] == 3 * MM_FWD and m["flops_per_step"] == 2 * MM_FWD
     assert m["mfu_source"] == "forward_x3" and m["hfu_source"] == "counted"
     assert m["mfu_formula"] == "3 * forward matmul/conv/attention FLOPs (trace), capped at the counted FLOPs"
@@ -123,7 +124,7 @@ def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
     # 4.295e9 / (5e-4 s x 100e12) = 8.59%.
     assert m["step_time_s"] == pytest.approx(500e-6)
     assert m["mfu"] == m["hfu"] == pytest.approx(2 * MM_FWD / (500e-6 * 100e12))
-    s = a.step_samples()
+    s = a.step_samples
     assert (s["mfu"] <= s["hfu"]).all() and s["mfu"].iloc[0] == pytest.approx(m["mfu"])
     text = " ".join(_console(a).split())
     assert "MFU 8.6%, HFU 8.6%" in text
@@ -140,7 +141,7 @@ def test_an_estimate_above_the_count_is_capped_and_said_on_screen(tmp_path):
 def renderer_text(a, name: str) -> str:
     from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
-    out = renderer(RESULT, name).render(a.result, RenderOptions(top=3))
+    out = renderer(RESULT, name).render(a, RenderOptions(top=3))
     return out.decode() if isinstance(out, bytes) else out
 
 
@@ -182,7 +183,7 @@ def test_model_flops_from_frames() -> None:
     assert model_flops(k, sig, None) == ModelFlops(21.0, "forward_x3")
     # Parameters and tokens known, attention present: PaLM, less the 100 x 2 embedding table:
     # 6 * 800 * 10 + 3 * 4 / 2 = 48,006.
-    meta = {"optimizer": {"params": 1000}, "tokens_per_step": 10}
+    meta = typed_meta({"optimizer": {"params": 1000}, "tokens_per_step": 10})
     assert model_flops(k, sig, meta) == ModelFlops(48006.0, "palm")
-    assert model_flops(k, sig, {"model_flops_per_step": 5}).formula == "--model-flops-per-step"
+    assert model_flops(k, sig, typed_meta({"model_flops_per_step": 5})).formula == "--model-flops-per-step"
     assert model_flops(k.iloc[:0], sig, None) == ModelFlops() and ModelFlops().formula == "counted FLOPs"

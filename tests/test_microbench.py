@@ -212,7 +212,7 @@ def test_gpu_trace_uses_cached_ceilings_and_flags_still_apply():
     assert resolve_ceilings(H100, CeilingOverrides(device="h100-sxm")).source == "datasheet"  # an explicit --device wins
     assert resolve_ceilings(H100, use_cache=False).bandwidth == 3.35e12
     a = roofscope.analyze(DATA / "h100_eager_block.json.gz")
-    assert a.ceilings.source == "measured" and a.summary()["ceilings"]["bandwidth"] == 3.0e12
+    assert a.ceilings.source == "measured" and a.to_dict()["ceilings"]["bandwidth"] == 3.0e12
 
 
 def test_cpu_session_uses_cached_measurement_else_measures_and_caches(tmp_path):

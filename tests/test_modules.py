@@ -44,7 +44,7 @@ def test_backward_kernels_inherit_the_forward_module(tmp_path: Path) -> None:
     by = a.by_module()
     assert by.loc["Net.fc1", "calls"] == 2 and by.loc["(no module)", "calls"] == 1
     assert a.by_module(depth=1).loc["Net", "calls"] == 3
-    assert a.summary()["modules"] is True
+    assert a.to_dict()["modules"] is True
 
 
 def test_at_depth() -> None:

@@ -39,7 +39,7 @@ def test_kernel_rates_use_costed_launches_only(tmp_path):
 def test_console_shows_coverage_beside_partial_rates(tmp_path):
     from roofscope.reports.console import render_summary
 
-    text = render_summary(analyze(_gemm_trace(tmp_path), use_cache=False).result)
+    text = render_summary(analyze(_gemm_trace(tmp_path), use_cache=False))
     header = next(line for line in text.splitlines() if "achieved" in line and "kernel" in line)
     assert "costed" in header
     row = next(line for line in text.splitlines() if "sm90_gemm" in line)
@@ -75,13 +75,13 @@ def test_partial_last_step_is_left_out_of_step_figures(tmp_path):
     from roofscope.reports.console import render_summary
 
     a = _cpu_run(tmp_path, "a")
-    assert a.partial_steps() == [6] and a.complete_steps() == [3, 4, 5]
-    assert list(a.step_samples().index) == [3, 4, 5]
+    assert a.summary.partial_steps == [6] and a.complete_steps == (3, 4, 5)
+    assert list(a.step_samples.index) == [3, 4, 5]
     # Three complete steps of 520 us each: the 40 us tail would have made the median (520+520)/2 anyway,
     # but the minimum 40 us.
-    assert a.metrics()["steps"] == 3 and a.metrics()["step_time_min_s"] == pytest.approx(520e-6)
-    assert Snapshot.from_result(a.result).steps == [3, 4, 5]
-    assert "steps 3-6 (step 6 cut short by the script's end" in render_summary(a.result)
+    assert a.summary.metrics.steps == 3 and a.summary.metrics.step_time_min_s == pytest.approx(520e-6)
+    assert Snapshot.from_result(a).steps == [3, 4, 5]
+    assert "steps 3-6 (step 6 cut short by the script's end" in render_summary(a)
 
 
 def test_gate_does_not_check_op_counted_mfu_as_a_second_figure(tmp_path):
@@ -90,7 +90,7 @@ def test_gate_does_not_check_op_counted_mfu_as_a_second_figure(tmp_path):
     # No GEMM to count model FLOPs from: MFU is op-counted, the same figure as HFU.
     base = _cpu_run(tmp_path, "base", steps=4, adds=2, mm=False, partial=False)
     run = _cpu_run(tmp_path, "run", steps=4, adds=2, mm=False, partial=False, add_us=200)  # slower adds
-    assert run.metrics()["mfu_source"] == "op_counted"
+    assert run.summary.metrics.mfu_source == "op_counted"
     r = check(run, base)
     by = {c.metric.name: c for c in r.checks}
     assert by["mfu"].status == "skip" and "op-counted" in by["mfu"].note and "checked once as hfu" in by["mfu"].note
@@ -112,9 +112,9 @@ def test_diff_and_gate_share_one_mfu_and_wasted_work_is_not_better(tmp_path):
     from roofscope.reports.diffview import render_terminal
 
     a, b = _cpu_run(tmp_path, "a", steps=4), _cpu_run(tmp_path, "b", steps=4, adds=4)
-    d = diff(a.result, b.result)
+    d = diff(a, b)
     m = {c.key: c for c in d.metrics}
-    assert m["mfu"].b == pytest.approx(Snapshot.from_result(b.result).median("mfu"))
+    assert m["mfu"].b == pytest.approx(Snapshot.from_result(b).median("mfu"))
     assert m["step_time_s"].better is False
     # MBU rose only because each step moved 4 x 12 MiB more: not "better".
     assert m["mbu"].delta > 0 and m["mbu"].better is None and m["mbu"].note == "more work, slower steps"
@@ -166,7 +166,7 @@ def test_html_evidence_figures_read_as_numbers_not_exponents(tmp_path):
     findings = [{"rule": "fusion", "title": "Fuse", "saving_s": 1e-3, "saving_pct": 0.1, "summary": "x",
                  "confidence": "medium", "binding": "memory", "evidence": {"figures": {"bytes/step": 2.665e10}},
                  "fix": {"text": "compile", "snippet": "model = torch.compile(model)"}}]
-    html = render_html(replace(a.result, summary=Summary.from_dict({**a.summary(), "findings": findings})))
+    html = render_html(replace(a, summary=Summary.from_dict({**a.to_dict(), "findings": findings})))
     assert "26.65 G" in html and "2.665e+10" not in html
 
 
@@ -275,8 +275,8 @@ def test_cache_resident_op_is_placed_under_its_level_roof_not_above_dram(tmp_pat
     k = one_roof.kernels.iloc[0]
     # 12 MiB / 20 GB/s = 629 us of floor in 100 us: 629% of a DRAM-only roof, flagged, never bare.
     assert k["efficiency"] == pytest.approx(12 * 2 ** 20 / 20e9 / 100e-6) and bool(k["above_roof"])
-    assert one_roof.summary()["above_roof"]["kernels"] == 1
-    text = " ".join(render_summary(one_roof.result).split())
+    assert one_roof.to_dict()["above_roof"]["kernels"] == 1
+    text = " ".join(render_summary(one_roof).split())
     # one roof, no cache level: the text says what a cache-resident kernel beats, and how to measure one
     assert ("1 kernel (1 call) ran above its roof (the ceilings have no cache roof, and data that stays in L2 moves "
             "faster than memory): aten::add_ 629.1% (memory, no cache roof); measure the ceilings, cache levels "
@@ -360,9 +360,9 @@ def hta():
 
 
 def test_idle_other_is_addressed_on_the_a100_trace(hta):
-    (f,) = [f for f in hta.diagnosis().findings if f.rule == "idle_other"]
+    (f,) = [f for f in hta.diagnosis.findings if f.rule == "idle_other"]
     # 68% of the step idle with work queued; the host spent 86 ms/step of it in aten::to (cudaMemcpyAsync).
-    assert hta.diagnosis().to_dict()["binding"]["idle_other"] == pytest.approx(0.678, abs=0.001)
+    assert hta.diagnosis.to_dict()["binding"]["idle_other"] == pytest.approx(0.678, abs=0.001)
     assert f.rank == 1 and f.title == "GPU idle while the host copies memory"
     assert f.figures["host op: aten::to"] == pytest.approx(0.086, abs=0.001)
     assert f.saving_s == pytest.approx(0.5 * f.figures["idle_other_s"])
@@ -371,12 +371,12 @@ def test_idle_other_is_addressed_on_the_a100_trace(hta):
 def test_fix_snippets_hold_for_the_runs_own_facts(hta):
     from roofscope.reports.console import render_summary
 
-    by = {f.rule: f for f in hta.diagnosis().findings}
+    by = {f.rule: f for f in hta.diagnosis.findings}
     # 0.016 of 4.231 ms/step of H2D is pageable: no pin_memory advice.
     assert "pin_memory" not in by["h2d_copies"].snippet and "pin memory" not in by["h2d_copies"].title
     # No DDP default (25 MB) as advice.
     assert "bucket_cap_mb=25" not in by["exposed_communication"].snippet
-    text = render_summary(hta.result)
+    text = render_summary(hta)
     # Multi-line snippets are printed whole.
     for line in by["exposed_communication"].snippet.splitlines():
         assert line in text
@@ -405,8 +405,8 @@ def test_cpu_main_job_says_every_rule_was_skipped(tmp_path):
 
     a = _cpu_run(tmp_path, "a")
     assert "No recommendations: 13 rules skipped: CPU-only trace: the rules read GPU kernels" in \
-        " ".join(render_summary(a.result).split()) or "rules skipped: CPU-only trace" in render_summary(a.result)
-    html = render_html(a.result)
+        " ".join(render_summary(a).split()) or "rules skipped: CPU-only trace" in render_summary(a)
+    html = render_html(a)
     assert "every rule was skipped" in html and "CPU-only trace: the rules read GPU kernels" in html
 
 
@@ -416,10 +416,10 @@ def test_one_step_reads_as_one_step_everywhere(tmp_path):
     from roofscope.reports.markdown import render_markdown
 
     a = _cpu_run(tmp_path, "one", steps=1, partial=False)
-    text = render_summary(a.result)
+    text = render_summary(a)
     assert ", step 3" in text and "steps 3-3" not in text and "1 profiled, 0.520 ms/step" in text
-    assert "| step time (profiled), 1 step | 0.520 ms |" in render_markdown(a.result)
-    html = render_html(a.result)
+    assert "| step time (profiled), 1 step | 0.520 ms |" in render_markdown(a)
+    html = render_html(a)
     assert "median of 1 steps" not in html and ">1 profiled step<" in html
 
 
@@ -477,5 +477,5 @@ def test_above_roof_names_the_compute_peak_a_gemm_beat(tmp_path):
     b.op("aten::mm", ts=0, dur=100, dims=[[256, 256], [256, 256]], types=["float", "float"])
     c = Ceilings(device="cpu: test", source="measured", peaks={"fp32": 1e11}, bandwidth=20e9,
                  levels=(("LLC", 32 << 20, 100e9), ("DRAM", float("inf"), 20e9)))
-    top = analyze(b.write(tmp_path / "mm.json"), ceilings=c).summary()["above_roof"]["top"]
+    top = analyze(b.write(tmp_path / "mm.json"), ceilings=c).to_dict()["above_roof"]["top"]
     assert top == [{"name": "aten::mm", "efficiency": pytest.approx(2 * 256 ** 3 / 1e11 / 100e-6), "level": "fp32"}]

@@ -40,7 +40,7 @@ def _doc(data: bytes) -> dict:
 
 
 def test_every_kernel_is_an_event_with_its_verdict(eager) -> None:
-    doc = _doc(render_perfetto(eager.result))
+    doc = _doc(render_perfetto(eager))
     ev = doc["traceEvents"]
     k = eager.kernels[eager.kernels["timed"].astype(bool)]
     xs = [e for e in ev if e["ph"] == "X" and e["pid"] > 0]
@@ -55,7 +55,7 @@ def test_every_kernel_is_an_event_with_its_verdict(eager) -> None:
     assert a["efficiency"] == pytest.approx(a["achieved_flops_per_s"] / 989.5e12, rel=1e-6)
     assert {"bytes", "intensity", "achieved_bytes_per_s", "roof_flops_per_s"} <= set(a)
     # Findings reach the kernels their evidence names.
-    top = eager.diagnosis().findings[0]
+    top = eager.diagnosis.findings[0]
     named = {e["name"] for e in xs if any(f.startswith(f"#{top.rank} ") for f in e["args"].get("findings", []))}
     assert named == {k_["name"] for k_ in top.kernels}
     # Tracks: a process per GPU, a named thread per stream, one step event per profiled step.
@@ -82,7 +82,7 @@ def test_counter_tracks_add_overlapping_kernels() -> None:
 
 def test_cpu_trace_has_a_thread_track() -> None:
     a = analyze(CPU, peak_tflops=0.1, peak_bandwidth_gbs=10)
-    ev = trace_events(a.result)
+    ev = trace_events(a)
     assert {e["args"]["name"] for e in ev if e["name"] == "process_name"} == {"steps", "CPU"}
     xs = [e for e in ev if e["ph"] == "X" and e["pid"] == 1]
     assert len(xs) == len(a.kernels) and any(e["args"].get("flops") for e in xs)
@@ -116,7 +116,7 @@ def _trace_processor() -> str | None:
 def test_loads_in_perfettos_trace_processor(eager, tmp_path) -> None:
     tp_mod = pytest.importorskip("perfetto.trace_processor", reason="the perfetto package is not installed")
     path = tmp_path / "t.json"
-    path.write_bytes(gzip.decompress(render_perfetto(eager.result)))
+    path.write_bytes(gzip.decompress(render_perfetto(eager)))
     tp = tp_mod.TraceProcessor(trace=str(path), config=tp_mod.TraceProcessorConfig(bin_path=_trace_processor()))
     try:
         n = tp.query("select count(*) as n from slice where category != 'step'").as_pandas_dataframe()["n"][0]

@@ -68,13 +68,13 @@ def _analyze(b: TraceBuilder, tmp_path):
 
 def test_closure_inside_optimizer_step_stays_forward_and_backward(tmp_path):
     a = _analyze(_lightning_step(), tmp_path)
-    t = a.by_phase()
+    t = a.phases
     assert t.index.tolist() == ["forward", "backward", "optimizer", "data"]
     # forward 30 x 10 us, backward 30 x 20 us, optimizer 5 (clip) + 2 x 50 us, data 40 us of copy
     assert t["time_s"].tolist() == pytest.approx([300e-6, 600e-6, 105e-6, 40e-6])
     assert t["kernels"].tolist() == [30, 30, 3, 1]
     assert t.loc["optimizer", "share"] == pytest.approx(105 / 1045)
-    assert a.summary()["phases"]["backward"]["time_s"] == pytest.approx(600e-6)
+    assert a.to_dict()["phases"]["backward"]["time_s"] == pytest.approx(600e-6)
     # The region stays the user's label: all 63 kernels launched in the span are in it.
     assert (a.kernels["region"] == "Optimizer.step#AdamW.step").sum() == 63
 
@@ -83,12 +83,12 @@ def test_foreach_optimizer_with_a_closure_is_not_called_per_parameter(tmp_path):
     # Before phases, the rule took all 63 kernels launched inside the span (2 of them
     # multi-tensor) and proposed fused=True for the closure's forward and backward.
     a = _analyze(_lightning_step(), tmp_path)
-    assert "fused_optimizer" not in {f["rule"] for f in a.summary()["findings"]}
+    assert "fused_optimizer" not in {f["rule"] for f in a.to_dict()["findings"]}
 
 
 def test_per_parameter_optimizer_counts_only_its_own_kernels(tmp_path):
     a = _analyze(_lightning_step(per_param_optimizer=True), tmp_path)
-    f = {f["rule"]: f for f in a.summary()["findings"]}["fused_optimizer"]
+    f = {f["rule"]: f for f in a.to_dict()["findings"]}["fused_optimizer"]
     fig = f["evidence"]["figures"]
     # 60 add_ kernels + the clipping kernel; 60 gaps of 6 us before the add_ kernels (the first
     # follows the clipping kernel after 6 us too) = 360 us; kernels 240 + 5 us.

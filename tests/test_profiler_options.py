@@ -45,8 +45,8 @@ def test_every_fixture_is_listed():
 def test_profiler_option_trace(name, tmp_path, capsys):
     ops, activities, steps, flops = EXPECTED[name]
     a = roofscope.analyze(DATA / name)
-    s = a.summary()
-    render_summary(a.result)
+    s = a.to_dict()
+    render_summary(a)
     assert (len(a.trace.ops), len(a.kernels), s["steps"], s["skipped_events"]) == (ops, activities, steps, {})
     if flops is not None:
         assert s["total_flops"] == pytest.approx(flops, rel=1e-3, abs=1.0)

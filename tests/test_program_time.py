@@ -17,6 +17,8 @@ from roofscope.analyzers.views.programtime import GRAPH_REPLAY_S, ProgramTime, s
 from roofscope.analyzers.model.findings import Finding
 from roofscope.collectors import steptimes
 from roofscope.collectors.steptimes import StepTimer
+from roofscope.run import RunError, typed_meta
+from roofscope.run.schema import RunMeta
 
 GPT2_RUN = Path(__file__).parent / "data" / "h200_gpt2_generate_run"
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
@@ -57,12 +59,14 @@ def test_finish_numbers_steps_as_the_trace_does(monkeypatch) -> None:
 # -- summary.json's step_time -----------------------------------------------------------------------
 
 def _meta(host_ms: list[float], phases: list[str], settle: str = "settled", k: int = 3,
-          tokens: list[int | None] | None = None) -> dict:
+          tokens: list[int | None] | None = None) -> RunMeta:
+    """run.json's step fields, typed as the analysis reads them (run.typed_meta, as roofscope.analyze's run_meta)."""
     n = len(host_ms)
-    return {"steps": {"requested": {"wait": 1, "warmup": 2, "active": 3},
-                      "settle": {"k": k, "outcome": settle}},
-            "step_times": {"index": list(range(1, n + 1)), "phase": phases, "host_s": [x / 1e3 for x in host_ms],
-                           "gpu_s": [None] * n, "tokens": tokens or [None] * n}}
+    return typed_meta({"steps": {"requested": {"wait": 1, "warmup": 2, "active": 3},
+                                 "settle": {"k": k, "outcome": settle}},
+                       "step_times": {"index": list(range(1, n + 1)), "phase": phases,
+                                      "host_s": [x / 1e3 for x in host_ms], "gpu_s": [None] * n,
+                                      "tokens": tokens or [None] * n}})
 
 
 def test_step_time_block_leaves_cold_steps_out() -> None:
@@ -87,7 +91,22 @@ def test_step_time_splits_decode_from_prefill() -> None:
 
 
 def test_no_step_times_no_block() -> None:
-    assert step_time({"steps": {}}) is None and step_time(None) is None
+    assert step_time(typed_meta({"steps": {}})) is None and step_time(None) is None
+
+
+def test_step_times_of_an_older_collector_read_whole() -> None:
+    # A run.json with only the index and host times (no phase, GPU or token columns) reads as
+    # unprofiled steps timed on the host: steps 2-4 are steady (after wait=1), step 1 is cold.
+    st = step_time(typed_meta({"steps": {"requested": {"wait": 1}},
+                               "step_times": {"index": [1, 2, 3, 4], "host_s": [0.5, 0.010, 0.012, 0.011]}}))
+    assert st["source"] == "host" and st["unprofiled_steps"] == 3
+    assert st["unprofiled_median_s"] == pytest.approx(0.011) and st["cold_steps"] == [1]
+    assert st["profiled_steps"] == 0 and st["inflation"] is None
+
+
+def test_ragged_step_times_are_a_malformed_run() -> None:
+    with pytest.raises(RunError, match="step_times: columns of different lengths"):
+        typed_meta({"step_times": {"index": [1, 2, 3], "host_s": [0.01, 0.02]}})
 
 
 # -- savings in the program's time ------------------------------------------------------------------
@@ -129,8 +148,8 @@ def test_gpt2_run_profiled_the_second_call_in_its_steady_state(gpt2) -> None:
     meta = gpt2.run_meta
     assert meta["steps"]["rearmed"] and meta["steps"]["settle"]["outcome"] == "settled"
     # the first call (steps 1-47) ran at ~44 ms/token; the profile is of the second call's tokens 54-56
-    assert meta["steps"]["recorded"] == [54, 55, 56] and gpt2.summary()["steps"] == [54, 55, 56]
-    st = gpt2.summary()["step_time"]
+    assert meta["steps"]["recorded"] == [54, 55, 56] and gpt2.to_dict()["steps"] == [54, 55, 56]
+    st = gpt2.to_dict()["step_time"]
     assert st["source"] == "gpu" and st["unprofiled_steps"] > 200
     assert 0.006 < st["decode_median_s"] < 0.0075           # the script's own timer: 6.4-6.9 ms/token
     assert st["cold_median_s"] > 0.040 and 1 in st["cold_steps"] and 47 in st["cold_steps"]
@@ -138,7 +157,7 @@ def test_gpt2_run_profiled_the_second_call_in_its_steady_state(gpt2) -> None:
 
 
 def test_gpt2_headline_and_saving_are_the_programs(gpt2) -> None:
-    s = gpt2.summary()
+    s = gpt2.to_dict()
     st = s["step_time"]
     assert s["inference"]["tpot_s"] == pytest.approx(st["decode_median_s"])
     assert s["inference"]["decode"]["profiled_step_time_s"] > 0.011
@@ -155,7 +174,7 @@ def test_gpt2_headline_and_saving_are_the_programs(gpt2) -> None:
 def test_console_says_both_times(gpt2) -> None:
     from roofscope.reports.console import render_summary
 
-    text = render_summary(gpt2.result)
+    text = render_summary(gpt2)
     assert "ms/step without the profiler" in text and "profiled (1.8" in text
     assert "cold steps skipped before the profile" in text
     assert "In the program's own time: host-side terms scaled" in text
@@ -264,14 +283,14 @@ def test_gate_samples_are_the_programs_steps(gpt2) -> None:
     from roofscope.gate.evaluate import warnings_for
     from roofscope.gate.snapshot import Snapshot
 
-    snap = Snapshot.from_result(gpt2.result)
+    snap = Snapshot.from_result(gpt2)
     # one sample per steady unprofiled step (233), not the 3 profiled ones; idle stays the trace's
     assert snap.time_source == "unprofiled"
-    assert len(snap.samples["step_time"]) == gpt2.summary()["step_time"]["unprofiled_steps"] == 233
+    assert len(snap.samples["step_time"]) == gpt2.to_dict()["step_time"]["unprofiled_steps"] == 233
     assert len(snap.samples["idle_fraction"]) == 3
-    assert snap.median("step_time") == pytest.approx(gpt2.summary()["step_time"]["unprofiled_median_s"])
+    assert snap.median("step_time") == pytest.approx(gpt2.to_dict()["step_time"]["unprofiled_median_s"])
     # MFU per step: the profiled steps' work over the program's own step time
-    prof = gpt2.step_samples()
+    prof = gpt2.step_samples
     work = float((prof["mfu"] * prof["step_time_s"]).median())
     assert snap.median("mfu") == pytest.approx(work / snap.median("step_time"), rel=1e-6)
     again = Snapshot.from_dict(json.loads(snap.to_json()))
@@ -285,22 +304,22 @@ def test_diff_says_when_a_run_has_only_profiled_times(gpt2) -> None:
     from roofscope.analyzers.compare.diff import diff
 
     bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
-    d = diff(bare.result, gpt2.result)
+    d = diff(bare, gpt2)
     assert any("A has only profiled step times" in w for w in d.warnings)
     # the measured saving is the program's: B's own step time against A's profiled one
     assert d.prediction.measured_s == pytest.approx(
-        bare.metrics()["profiled_step_time_s"] - gpt2.summary()["step_time"]["unprofiled_median_s"], rel=0.05)
+        bare.to_dict()["metrics"]["profiled_step_time_s"] - gpt2.to_dict()["step_time"]["unprofiled_median_s"], rel=0.05)
 
 
 def test_markdown_and_html_show_both_times(gpt2) -> None:
     from roofscope.reports.html import render_html
     from roofscope.reports.markdown import render_markdown
 
-    md = render_markdown(gpt2.result)
+    md = render_markdown(gpt2)
     assert "| step time without the profiler, median of 233 | 6.544 ms" in md
     assert "| step time profiled | 12.034 ms (1.84x) |" in md
-    page = render_html(gpt2.result)
+    page = render_html(gpt2)
     assert "Step time (own)" in page and "Profiled step" in page and "43 cold steps skipped" in page
     # a bare trace has only the profiled time, and says so
     bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
-    assert "Step time (profiled)" in render_html(bare.result) and "step time (profiled)" in render_markdown(bare.result)
+    assert "Step time (profiled)" in render_html(bare) and "step time (profiled)" in render_markdown(bare)

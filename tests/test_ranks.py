@@ -323,7 +323,7 @@ def test_exposed_communication_rule_single_rank(tmp_path):
 
     # A fast rank: 8 ms of its 25 ms step is all-reduce with nothing beside it (32%); half is hideable.
     a = analyze(rank_trace(0, 2, [10_000] * 5, [15_000] * 5).write(tmp_path / "r0.json"))
-    f = next(f for f in a.diagnosis().findings if f.rule == "exposed_communication")
+    f = next(f for f in a.diagnosis.findings if f.rule == "exposed_communication")
     assert f.saving_s == pytest.approx(0.004, abs=1e-6)
     assert f.figures["exposed_share"] == pytest.approx(0.32, abs=1e-4) and f.figures["overlap_share"] == 0.0
     assert "bucket_cap_mb" in f.fix and "bf16_compress_hook" in f.snippet
@@ -334,7 +334,7 @@ def test_exposed_communication_rule_single_rank(tmp_path):
     b.annotation("ProfilerStep#1", 0, 1_000)
     b.op("aten::mm", 10, 10)
     b.launch_kernel("sm90_xmma_gemm", 12, 100, 800)
-    d = analyze(b.write(tmp_path / "nocomm.json")).diagnosis()
+    d = analyze(b.write(tmp_path / "nocomm.json")).diagnosis
     assert any(s["rule"] == "exposed_communication" and s["reason"].startswith("not binding") for s in d.skipped)
 
 

@@ -141,7 +141,7 @@ def test_unregistered_the_format_is_refused(tmp_path):
 
 def test_analyzed_end_to_end_as_its_kineto_twin(registered, tmp_path):
     a = analyze(_mini(tmp_path))
-    s = a.summary()
+    s = a.to_dict()
     assert s["device"] == "NVIDIA H100 80GB HBM3" and s["steps"] == [0] and s["events"] == 3
     assert s["distributed"] == {"rank": "1", "world": "2", "device": "NVIDIA H100 80GB HBM3"}
     mini = a.by_kernel().reset_index().to_dict("records")

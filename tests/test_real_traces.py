@@ -76,8 +76,8 @@ def test_the_table_covers_every_trace_at_hand():
 def test_every_trace_is_analyzed(rel):
     cpu_only, source, key, n = ANALYZED[rel]
     a = roofscope.analyze(external(rel))
-    s = a.summary()
-    text = render_summary(a.result)
+    s = a.to_dict()
+    text = render_summary(a)
     assert (a.cpu_only, a.ceilings.source, a.ceilings.datasheet.key if a.ceilings.datasheet else None,
             len(a.kernels) if n is not None else None) == (cpu_only, source, key, n)
     assert n is not None or len(a.kernels) > 0

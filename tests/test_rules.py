@@ -30,11 +30,11 @@ RUN = Path(__file__).parent / "data" / "h200_gpt_run"
 
 
 def _findings(a) -> dict[str, dict]:
-    return {f["rule"]: f for f in a.summary()["findings"]}
+    return {f["rule"]: f for f in a.to_dict()["findings"]}
 
 
 def _skipped(a) -> dict[str, str]:
-    return {s["rule"]: s["reason"] for s in a.summary()["diagnosis"]["skipped"]}
+    return {s["rule"]: s["reason"] for s in a.to_dict()["diagnosis"]["skipped"]}
 
 
 class Step:
@@ -101,7 +101,7 @@ def test_no_fusion_for_a_compute_bound_step(tmp_path) -> None:
     a = roofscope.analyze(s.write(tmp_path), ceilings=TOY)
     assert "fusion" not in _findings(a)
     assert _skipped(a)["fusion"].startswith("not binding: memory is 0.")
-    assert a.summary()["diagnosis"]["binding"]["compute"] > 0.9
+    assert a.to_dict()["diagnosis"]["binding"]["compute"] > 0.9
 
 
 def test_tf32_saving_from_the_ratio_of_roofs(tmp_path) -> None:
@@ -236,11 +236,11 @@ def test_rules_rank_by_saving_and_savings_are_capped_by_the_step(tmp_path) -> No
     _gemm(s, F32, 2048, 2048, 2048, 1900)
     _eltwise_chain(s)
     a = roofscope.analyze(s.write(tmp_path), ceilings=TOY)
-    found = a.summary()["findings"]
+    found = a.to_dict()["findings"]
     assert [f["rule"] for f in found][:2] == ["tf32", "fusion"]
     assert found[0]["saving_s"] == pytest.approx(1.9e-3 * 7 / 8, rel=1e-3)
     assert [f["rank"] for f in found] == list(range(1, len(found) + 1))
-    step = a.summary()["metrics"]["step_time_s"]
+    step = a.to_dict()["metrics"]["step_time_s"]
     assert all(0 < f["saving_s"] <= step and f["saving_pct"] == pytest.approx(f["saving_s"] / step)
                for f in found)
 
@@ -250,20 +250,20 @@ def test_cpu_only_traces_skip_gpu_rules(tmp_path) -> None:
     b.op("aten::mm", 0, 100, [[64, 64], [64, 64]], [F32, F32])
     cpu = Ceilings(device="cpu", source="user", peaks={"fp32": 1e12}, bandwidth=1e11)
     a = roofscope.analyze(b.write(tmp_path / "cpu.json"), ceilings=cpu)
-    assert a.summary()["findings"] == []
-    assert len(a.summary()["diagnosis"]["skipped"]) == len(RULES)
+    assert a.to_dict()["findings"] == []
+    assert len(a.to_dict()["diagnosis"]["skipped"]) == len(RULES)
 
 
 def test_real_h200_gpt_run_is_launch_bound() -> None:
     a = roofscope.analyze(RUN)
-    found = a.summary()["findings"]
+    found = a.to_dict()["findings"]
     # The tiny GPT (2 layers, d 256, 512 tokens) runs 1.6 ms of kernels in a 6.3 ms step.
     assert found[0]["rule"] == "cuda_graphs" and found[0]["saving_pct"] > 0.7
     assert not {"fusion", "tf32", "alignment"} & {f["rule"] for f in found}
 
 
 def test_hta_a100_trace_diagnosis() -> None:
-    d = roofscope.analyze(HTA).diagnosis()
+    d = roofscope.analyze(HTA).diagnosis
     # A100, 5 steps of ~216 ms, GPU busy 35%: the idle is mostly gaps with work queued (idle_other),
     # during which the host blocks in copies (rules/idle.py); then communication, H2D copies, fusion
     # (memory-bound time is 5.5% of the step once uncosted kernels that stream their op's inputs count
@@ -330,7 +330,7 @@ def test_a_step_that_captured_a_cuda_graph_is_left_out_of_the_terms(tmp_path) ->
             b.launch_kernel("relu_kernel", launch, start, 50, ext=ext)
         t += host + 200
     a = roofscope.analyze(b.write(tmp_path / "t.json"), ceilings=TOY)
-    d = a.summary()["diagnosis"]
+    d = a.to_dict()["diagnosis"]
     assert d["capture_steps"] == [1]
     assert d["terms_s"]["host"] == pytest.approx(100e-6, rel=0.05)
     # the steady steps' wall: 100 us of host idle + 2 x 50 us of kernels + the annotation's edges

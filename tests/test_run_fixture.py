@@ -32,7 +32,7 @@ def test_run_metadata() -> None:
 
 
 def test_attribution_and_throughput(analysis) -> None:
-    s = analysis.summary()
+    s = analysis.to_dict()
     assert s["steps"] == [3, 4, 5]
     assert s["unattributed"]["share"] < 0.01  # 2 µs of 1.6 ms: three tiny kernels without a formula
     t = s["metrics"]
@@ -59,7 +59,7 @@ def test_backward_kernels_land_on_their_forward_module(analysis) -> None:
 
 
 def test_telemetry_summary(analysis) -> None:
-    gpu = analysis.summary()["telemetry"]["devices"][0]
+    gpu = analysis.to_dict()["telemetry"]["devices"][0]
     assert gpu["name"] == "NVIDIA H200" and gpu["cuda_index"] == 0
     assert gpu["samples"] >= 1 and gpu["sm_clock_mhz"]["mean"] == 1980.0 and gpu["max_sm_clock_mhz"] == 1980.0
 
@@ -76,7 +76,7 @@ def test_analyze_cli_on_the_run(tmp_path, capsys) -> None:
 def test_telemetry_clock_matches_trace_clock(analysis) -> None:
     from roofscope.analyzers.views.metrics import to_unix_ns
 
-    steps = analysis.steps()
+    steps = analysis.steps
     start = to_unix_ns(analysis.trace, int(steps["ts_ns"].min()))
     t = analysis.telemetry.frame()["t_unix_ns"]
     # The sampler ran from session start to the end of recording: the recorded steps (Kineto's

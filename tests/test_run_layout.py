@@ -193,5 +193,5 @@ def test_committed_run_summary_is_current() -> None:
     stored = read_summary(H200_RUN)
     assert stored is not None and stored[STAMP] == ANALYSIS_VERSION
     a = roofscope.analyze(H200_RUN, use_cache=False)
-    fresh = {**a.summary(), "trace": stored["trace"]}   # the Run's path where it was recorded
+    fresh = {**a.to_dict(), "trace": stored["trace"]}   # the Run's path where it was recorded
     assert json.loads(summary_text(fresh)) == stored

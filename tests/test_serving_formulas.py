@@ -179,7 +179,7 @@ def test_vllm_decode_with_its_capture_is_costed() -> None:
     import roofscope
 
     a = roofscope.analyze(str(VLLM / "graph_execution.json.gz"), graph_capture=[str(CAPTURE)])
-    u = a.unattributed()
+    u = a.to_dict()["unattributed"]
     # before the serving formulas 84.1% of the 10.718 ms had no cost; now aten::index (3 us: its index list
     # was not recorded) and GPT-OSS's 12 sliding-window layers' kernel_unified_attention_2d (0.162 ms: the
     # window is not in the trace; against the whole context they moved 113 MB in 13.5 us, 1.6x the roof)
@@ -196,7 +196,7 @@ def test_vllm_decode_with_its_capture_is_costed() -> None:
     # triton_poi_fused_0: the embedding's 32 gathered rows, not its 201088 (test_costmodel.py works the bytes)
     emb = k[k["name"] == "triton_poi_fused_0"].iloc[0]
     assert (emb["flops"], emb["bytes"]) == (8_388_608, 50_700_416)
-    assert a.summary()["above_roof"]["kernels"] == 0  # were these two: 21.5x and 1.63x their roof
+    assert a.to_dict()["above_roof"]["kernels"] == 0  # were these two: 21.5x and 1.63x their roof
 
 
 @needs_vllm
@@ -204,7 +204,7 @@ def test_vllm_decode_with_the_window_given_is_costed_whole() -> None:
     import roofscope
 
     a = roofscope.analyze(str(VLLM / "graph_execution.json.gz"), graph_capture=[str(CAPTURE)], attention_window=128)
-    u = a.unattributed()
+    u = a.to_dict()["unattributed"]
     assert u["share"] == pytest.approx(2.959 / 10_717.708)  # aten::index alone
     assert [n for n in u["notes"] if "window given" in n] == [
         "vllm::unified_attention_with_output: 0.162 ms in 12 sliding-window kernels costed over the window given "
@@ -213,7 +213,7 @@ def test_vllm_decode_with_the_window_given_is_costed_whole() -> None:
     # 32 sequences x 128 keys = 4,096: FLOPs 2 * 64 heads * 4,096 * (64 + 64) = 67,108,864; bytes bf16:
     # Q 32*64*64*2 = 262,144 + K/V 4,096 x 8 heads x 128 x 2 = 8,388,608 + out 262,144 = 8,912,896
     assert set(k["flops"]) == {67_108_864} and set(k["bytes"]) == {8_912_896}
-    assert set(k["cost_source"]) == {"window"} and a.summary()["above_roof"]["kernels"] == 0
+    assert set(k["cost_source"]) == {"window"} and a.to_dict()["above_roof"]["kernels"] == 0
 
 
 @needs_vllm

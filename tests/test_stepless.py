@@ -100,7 +100,7 @@ def test_steps_after_the_opening_window_get_the_schedule(tmp_path: Path, monkeyp
     meta = _meta(out)
     assert "stepless_window" not in meta["steps"] and meta["steps"]["boundaries_seen"] == 8
     assert not any("no step boundary" in w or "time window" in w for w in meta["warnings"])
-    assert len(roofscope.analyze(out).steps()) == 3
+    assert len(roofscope.analyze(out).steps) == 3
 
 
 def test_too_few_steps_keep_the_opening_window(tmp_path: Path) -> None:

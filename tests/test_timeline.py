@@ -51,7 +51,7 @@ def _runtime(b: TraceBuilder, name: str, ts: float, dur: float, tid: int = TID) 
 
 def _timeline(b: TraceBuilder, tmp_path: Path, latency: float | None = None) -> Timeline:
     a = roofscope.analyze(b.write(tmp_path / f"t{latency}.json"), ceilings=TOY)
-    # The windows are the ProfilerStep spans as the comments draw them (Analysis.steps() measures
+    # The windows are the ProfilerStep spans as the comments draw them (Result.steps measures
     # steps on the GPU instead, from one step's first activity to the next's).
     return timeline(a.trace, a.kernels, step_table(a.trace), latency)
 
@@ -293,7 +293,7 @@ def test_kernels_spanning_two_steps_are_clipped(tmp_path):
 
 def test_cpu_only_trace_is_empty():
     a = roofscope.analyze(DATA / "cpu_block.json.gz", ceilings=TOY)
-    tl = timeline(a.trace, a.kernels, a.steps(), None)
+    tl = timeline(a.trace, a.kernels, a.steps, None)
     assert tl.steps.empty and tl.gaps.empty and tl.syncs.empty
     assert tl.overall["busy_fraction"] == 0 and tl.overall["distribution"]["count"] == 0
     assert tl.overall["syncs"]["count"] == 0 and tl.overall["copies"] == {}
@@ -314,9 +314,9 @@ def _invariants(tl: Timeline) -> None:
 
 def test_h200_gpt_run():
     a = roofscope.analyze(DATA / "h200_gpt_run")
-    # Any step windows keep the invariants: the ProfilerStep spans, and Analysis.steps()'s own.
+    # Any step windows keep the invariants: the ProfilerStep spans, and Result.steps's own.
     tl = timeline(a.trace, a.kernels, step_table(a.trace), a.ceilings.launch_latency_s)
-    for t in (tl, timeline(a.trace, a.kernels, a.steps(), a.ceilings.launch_latency_s)):
+    for t in (tl, timeline(a.trace, a.kernels, a.steps, a.ceilings.launch_latency_s)):
         _invariants(t)
         assert t.steps.index.tolist() == [3, 4, 5]
         # Every step launches the same work: 142 kernels + 4 memsets.
@@ -365,7 +365,7 @@ def test_counter_ranges_are_not_timed():
     # 77 cuda_profiler_range events and no kernel events: replayed counter ranges have no real time.
     a = roofscope.analyze(external("hta_a100_alexnet_cupti_counters.json.gz"))
     assert len(a.kernels) == 77
-    tl = timeline(a.trace, a.kernels, a.steps(), None)
+    tl = timeline(a.trace, a.kernels, a.steps, None)
     assert tl.steps.empty and tl.overall["distribution"]["count"] == 0
 
 

@@ -22,12 +22,12 @@ def test_round_trip_on_shared_traces(rel: str) -> None:
     from roofscope.analysis import analyze
 
     a = analyze(external(rel), device=DEVICE, use_cache=False)
-    d = a.summary()
+    d = a.to_dict()
     back = Summary.from_dict(d).to_dict()
     assert back == d
     assert list(back) == list(d)          # key order too: the JSON writes it
     assert Summary.from_dict(json_safe(d)).to_dict() == json_safe(d)
-    typed = a.typed_summary()
+    typed = a.summary
     assert typed.metrics.to_dict() == d["metrics"]
     assert [f.rank for f in typed.findings] == [f["rank"] for f in d["findings"]]
     assert {c: v.time_s for c, v in typed.time_by_class.items()} == {

@@ -88,12 +88,12 @@ def test_console_fits_columns(monkeypatch) -> None:
     a = analyze(EAGER)
     # The figures take 82 columns (class "underutilized" included), leaving 38 to the names.
     monkeypatch.setenv("COLUMNS", "120")
-    text = render_summary(a.result, top=8)
+    text = render_summary(a, top=8)
     top = text[text.index("Top 8 kernels"):].splitlines()
     assert top[1].strip().startswith("time ms") and max(len(line) for line in top) == 120
     assert any("…" in line for line in top[3:])
     monkeypatch.setenv("COLUMNS", "300")
-    wide = render_summary(a.result, top=8)
+    wide = render_summary(a, top=8)
     assert max(len(line) for line in wide[wide.index("Top 8 kernels"):].splitlines()) > 120
 
 
@@ -123,7 +123,7 @@ def test_kv_cacheless_loop_says_why_no_inference_section(tmp_path, capsys) -> No
 
 
 def test_training_gets_no_inference_note() -> None:
-    s = analyze(DATA / "cpu_block.json.gz", peak_tflops=0.1, peak_bandwidth_gbs=10).summary()
+    s = analyze(DATA / "cpu_block.json.gz", peak_tflops=0.1, peak_bandwidth_gbs=10).to_dict()
     assert s["inference"] is None and s["inference_note"] is None
 
 

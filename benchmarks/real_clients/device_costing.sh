@@ -20,7 +20,7 @@ for r in rc/detection rc/triton rc/triton_loop ${RUNS_DIR:+$RUNS_DIR/*}; do
   [ -f "$r/run.json" ] || { echo "$r: no Run"; continue; }
   python3 - "$r" <<'PY'
 import sys, roofscope
-a = roofscope.analyze(sys.argv[1]); s = a.summary()
+a = roofscope.analyze(sys.argv[1]); s = a.to_dict()
 above = s["above_roof"]
 print(f"{sys.argv[1]}: uncosted {100 * s['unattributed']['share']:.1f}% of {s['kernel_time_s'] * 1e3:.1f} ms;"
       f" above roof: {above.get('kernels', 0)} kernels; ceilings {s['ceilings']['source']};"

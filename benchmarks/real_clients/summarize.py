@@ -28,7 +28,7 @@ def pct(x: float | None) -> str:
 
 def client(run: Path, ceilings: Any = None) -> None:
     a = roofscope.analyze(run, ceilings=ceilings)
-    s = a.summary()
+    s = a.to_dict()
     m = s["metrics"]
     print(f"### {run.name}\n")
     print(f"device {s['device']}, ceilings {a.ceilings.source} (bandwidth {a.ceilings.bandwidth / 1e12:.2f} TB/s),"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roofscope.analysis import AnalysisSettings
-from roofscope.analysis import run as analyze
+from roofscope.analysis import run as run_analysis
 from roofscope.analyzers.cost.formulas.custom import load_all
 from roofscope.analyzers.cost.hidden_args import window_notes
 from roofscope.analyzers.job.ranks import is_job_dir
@@ -15,7 +15,6 @@ from roofscope.commands.merge import MergeOptions
 from roofscope.commands.merge import run as merge
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
-from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
 from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
@@ -48,20 +47,17 @@ def run(opts: AnalyzeOptions) -> int:
     for path, _ in outputs:
         check_writable(path, opts.force)
     load_all(opts.formulas)
-    for capture in opts.graph_capture:
-        if not Path(capture).is_file():
-            raise RoofscopeError(f"--graph-capture {capture}: no such file")
-    a = analyze(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture),
-                                                attention_window=opts.attention_window))
-    if opts.attention_window is not None and not window_notes(a.kernels):
+    result = run_analysis(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture),
+                                                         attention_window=opts.attention_window))
+    if opts.attention_window is not None and not window_notes(result.kernels):
         print(f"roofscope: --attention-window {opts.attention_window}: no attention call here shows a sliding "
               "window (only vLLM's unified attention on AITER's kernels does): nothing was costed with it",
               file=sys.stderr)
     options = RenderOptions(top=opts.top, cdn=opts.cdn)
     if to_stdout or not opts.quiet:
-        sys.stdout.write(renderer(RESULT, "markdown" if to_stdout else "console").render(a, options))
+        sys.stdout.write(renderer(RESULT, "markdown" if to_stdout else "console").render(result, options))
     for path, r in outputs:
-        atomic_write(path, r.render(a, options), force=opts.force)
+        atomic_write(path, r.render(result, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)
     if opts.open_browser and opts.html_out:
         import webbrowser

@@ -27,7 +27,7 @@ from roofscope.gate.stats import ALPHA
 from roofscope.gate.thresholds import Limit, bounds, parse_limits
 
 if TYPE_CHECKING:  # pragma: no cover
-    from roofscope.analysis import Analysis
+    from roofscope.analyzers.model.result import Result
 
 __all__ = ["ALPHA", "KERNELS_KEPT", "Check", "GateResult", "Limit", "Snapshot", "check", "load_baseline",
            "write_baseline"]
@@ -37,8 +37,8 @@ class NothingToCheckError(RoofscopeError):
     """Neither a baseline nor an absolute bound was given."""
 
 
-def check(run: "str | os.PathLike | Analysis | Snapshot",
-          baseline: "str | os.PathLike | Analysis | Snapshot | None" = None, *,
+def check(run: "str | os.PathLike | Result | Snapshot",
+          baseline: "str | os.PathLike | Result | Snapshot | None" = None, *,
           min_mfu: float | str | None = None, min_hfu: float | str | None = None,
           min_mbu: float | str | None = None, max_step_time_ms: float | None = None,
           max_idle_fraction: float | str | None = None, max_step_time: float | str | None = None,
@@ -74,7 +74,7 @@ def check(run: "str | os.PathLike | Analysis | Snapshot",
                       kernels=kernel_evidence(cur, base) if base is not None else None, top_kernels=top_kernels)
 
 
-def write_baseline(run: "str | os.PathLike | Analysis | Snapshot", path: str | os.PathLike, *,
+def write_baseline(run: "str | os.PathLike | Result | Snapshot", path: str | os.PathLike, *,
                    force: bool = False, kernels_kept: int = KERNELS_KEPT) -> Snapshot:
     """Write ``run``'s snapshot as a baseline file (never over an existing file without ``force``)."""
     check_writable(path, force)

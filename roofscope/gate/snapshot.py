@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.analysis import Analysis, run
+from roofscope.analysis import run
 from roofscope.analyzers.compare.diff import per_step_kernels
 from roofscope.analyzers.model.result import Result
 from roofscope.analyzers.model.summary import Metrics
@@ -81,27 +81,27 @@ class Snapshot:
         return float(self.kernels["time_s"].min())
 
     @classmethod
-    def from_result(cls, a: "Result", source: str | os.PathLike | None = None) -> "Snapshot":
-        samples = a.step_samples
+    def from_result(cls, result: "Result", source: str | os.PathLike | None = None) -> "Snapshot":
+        samples = result.step_samples
         # Step time and utilizations in the program's own time where the Run measured it (a sample
         # per unprofiled step: many more than the profiled ones); the rest from the profiled steps.
-        own, time_source = (a.program_samples, a.time_source)
-        where = str(source if source is not None else a.trace.path)
+        own, time_source = (result.program_samples, result.time_source)
+        where = str(source if source is not None else result.trace.path)
         if not len(samples):
             raise GateInputError(f"{where}: no profiled steps (ProfilerStep#N spans); the gate compares per-step"
                                  " samples: profile with `roofscope run` or a torch.profiler schedule")
-        s = a.summary
+        s = result.summary
         m = s.metrics
-        env = (a.run_meta or {}).get("environment") or {}
+        env = (result.run_meta or {}).get("environment") or {}
         devices = s.telemetry.devices if s.telemetry is not None else []
         reasons = sorted({r for d in devices for r, share in (d.throttle or {}).items()
                           if r in THROTTLE_REASONS and share})
-        kernels = per_step_kernels(a).sort_values("time_s", ascending=False, kind="stable")
+        kernels = per_step_kernels(result).sort_values("time_s", ascending=False, kind="stable")
         return cls(source=where, device=s.device,
                    environment={k: env.get(k) for k in ENVIRONMENT_KEYS},
-                   ceilings={"source": a.ceilings.source, "device": a.ceilings.device,
+                   ceilings={"source": result.ceilings.source, "device": result.ceilings.device,
                              "peak_roof": m.peak_roof, "peak_flops": m.peak_flops, "bandwidth": m.bandwidth,
-                             "peaks": dict(a.ceilings.peaks)},
+                             "peaks": dict(result.ceilings.peaks)},
                    steps=[int(i) for i in samples.index],
                    samples={mt.name: (own if mt.column in own else samples)[mt.column].to_numpy(dtype=np.float64)
                             for mt in metrics_for(samples.columns)},
@@ -184,15 +184,16 @@ def load_baseline(path: str | os.PathLike) -> Snapshot:
     return Snapshot.from_dict(_read_json(p), where=str(p))
 
 
-def snapshot_of(source: "str | os.PathLike | Snapshot | Result | Analysis", *, baseline: bool = False) -> Snapshot:
-    """A snapshot of ``source``: a Snapshot, a Result (or the deprecated Analysis), a Run directory or
-    a trace, or (with ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
+def snapshot_of(source: "str | os.PathLike | Snapshot | Result", *, baseline: bool = False) -> Snapshot:
+    """A snapshot of ``source``: a Snapshot, a Result, a Run directory or a trace, or (with
+    ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
     if isinstance(source, Snapshot):
         return source
-    if isinstance(source, Analysis):
-        source = source.result
     if isinstance(source, Result):
         return Snapshot.from_result(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise GateInputError(f"{type(source).__name__}: expected a Run directory, a trace, a baseline file, a Result"
+                             " or a Snapshot")
     p = Path(source)
     if baseline and not is_run_dir(p) and p.suffix != ".gz":
         d = _read_json(p)

@@ -47,14 +47,14 @@ def _step_table(k: pd.DataFrame, col: str, steps: np.ndarray, order: list[str]) 
     return {str(c): _list(t[c].fillna(0.0) * 1e3) for c in cols}
 
 
-def per_step(a: "Result") -> dict[str, Any] | None:
+def per_step(result: "Result") -> dict[str, Any] | None:
     """Per profiled step: wall time, GPU busy time and kernel time by class and by category."""
-    steps = a.steps
+    steps = result.steps
     if not len(steps):
         return None
     ids = steps["step"].to_numpy(dtype=np.int64)
-    k = a.kernels[a.kernels["step"] >= 0]
-    samples = a.step_samples
+    k = result.kernels[result.kernels["step"] >= 0]
+    samples = result.step_samples
     busy = samples["busy_s"].reindex(ids).to_numpy(dtype=np.float64) if "busy_s" in samples else None
     return {"steps": ids.tolist(), "wall_ms": _list(steps["dur_s"].to_numpy() * 1e3),
             "busy_ms": None if busy is None or np.isnan(busy).all() else _list(busy * 1e3),
@@ -77,11 +77,11 @@ def _lanes(k: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return pd.Index(labels).get_indexer(label), labels
 
 
-def step_timeline(a: "Result") -> dict[str, Any] | None:
+def step_timeline(result: "Result") -> dict[str, Any] | None:
     """The kernels of the median-length profiled step (the whole trace without steps), in
     microseconds from the step's start, one row per stream."""
-    k = a.kernels
-    steps = a.steps
+    k = result.kernels
+    steps = result.steps
     if len(steps):
         row = steps.sort_values("dur_s", kind="stable").iloc[(len(steps) - 1) // 2]
         step, t0, step_ms = int(row["step"]), int(row["ts_ns"]), float(row["dur_s"]) * 1e3
@@ -137,16 +137,16 @@ def _device_series(rows: pd.DataFrame, origin: int, dev: dict) -> dict[str, Any]
             **out, "events": {"t_s": [e[0] for e in events], "reasons": [", ".join(e[1]) for e in events]}}
 
 
-def telemetry_series(a: "Result") -> dict[str, Any] | None:
+def telemetry_series(result: "Result") -> dict[str, Any] | None:
     """Per GPU: SM/memory clock, power, temperature and utilization over time, throttle
     events, and the profiled window, in seconds from the first profiled step."""
-    tel = a.telemetry
+    tel = result.telemetry
     if tel is None:
         return None
     f = tel.frame()
     if not len(f):
         return None
-    start, end = a.window_unix_ns
+    start, end = result.window_unix_ns
     origin = start if start is not None else int(f["t_unix_ns"].min())
     groups = {int(d): g for d, g in f.groupby("device", sort=False)}
     devices = [_device_series(groups[dev["nvml_index"]], origin, dev) for dev in tel.devices

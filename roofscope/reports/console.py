@@ -33,15 +33,15 @@ def _wrapped(lines: list[str]) -> list[str]:
     return out
 
 
-def render_summary(a: "Result", top: int = Presentation.top) -> str:
-    s = a.summary
-    k = a.kernels
+def render_summary(result: "Result", top: int = Presentation.top) -> str:
+    s = result.summary
+    k = result.kernels
     out: list[str] = []
-    what = "CPU ops (CPU-only trace)" if a.cpu_only else "GPU activities"
-    out.append(f"roofscope analyze: {a.trace.path}")
-    spec = a.ceilings.datasheet
+    what = "CPU ops (CPU-only trace)" if result.cpu_only else "GPU activities"
+    out.append(f"roofscope analyze: {result.trace.path}")
+    spec = result.ceilings.datasheet
     out.append(f"  device    {s.device}" + (f" (datasheet: {spec.name})" if spec is not None else ""))
-    for i, sentence in enumerate(ceilings_sentences(a.ceilings)):
+    for i, sentence in enumerate(ceilings_sentences(result.ceilings)):
         out += field_lines("ceilings" if i == 0 else "", sentence)
     steps = s.steps
     partial = s.partial_steps
@@ -57,9 +57,9 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out.append(f"  work      {si(s.total_flops, 'FLOP')}, {si(s.total_bytes, 'B')} attributed")
     if s.skipped_events:
         out.append(f"  note      {skipped_line(s.skipped_events)}")
-    out += _run_lines(s, ceilings_kind(a.ceilings))
-    if (not a.cpu_only or a.run_meta) and s.kernels:
-        out += step_time_lines(s.extra.get("step_time"), (a.run_meta or {}).get("steps"))
+    out += _run_lines(s, ceilings_kind(result.ceilings))
+    if (not result.cpu_only or result.run_meta) and s.kernels:
+        out += step_time_lines(s.extra.get("step_time"), (result.run_meta or {}).get("steps"))
     if s.above_roof.kernels:
         out += above_roof_lines(s.above_roof)
     if s.counters is not None:
@@ -70,14 +70,14 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
                    "but no kernel timings, so they are not placed on the roofline")
     out = _wrapped(out) + [""]
     if not s.kernels:
-        return "\n".join(out + _nothing_lines(a) + [""])
+        return "\n".join(out + _nothing_lines(result) + [""])
 
     rows = [[c, ms(v.time_s), pct(v.share)] for c, v in s.time_by_class.items() if v.time_s > 0]
     out.append("Time by class")
     out += ["  " + r for r in table(["class", "time ms", "share"], rows, "<>>")]
     out.append("")
 
-    regions = a.by_region()
+    regions = result.by_region()
     if len(regions) > 1 or (len(regions) == 1 and regions.index[0] != "(no region)"):
         rows = [[str(name)[:48], ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"])]
                 for name, r in regions.head(8).iterrows()]
@@ -86,7 +86,7 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
         out.append("")
 
     if s.modules:
-        mods = a.by_module().head(10)
+        mods = result.by_module().head(10)
         rows = [[str(name)[-56:], ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", str(r["cls"])]
                 for name, r in mods.iterrows()]
         out.append("Time by module (innermost; backward kernels count toward their forward module)")
@@ -116,8 +116,8 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out += ["  " + n for n in u.notes]
     out.append("")
 
-    agg = a.by_kernel().head(top)
-    out.append(f"Top {len(agg)} kernels by time" if not a.cpu_only else f"Top {len(agg)} CPU ops by time")
+    agg = result.by_kernel().head(top)
+    out.append(f"Top {len(agg)} kernels by time" if not result.cpu_only else f"Top {len(agg)} CPU ops by time")
     first_op = k.drop_duplicates("name").set_index("name")["op_name"] if len(k) else {}
     # Rates cover the costed launches only: where a kernel also ran uncosted, say how much was costed.
     partly = bool(len(agg)) and bool((agg["coverage"] < 0.9995).any())
@@ -151,13 +151,13 @@ def _counters_line(c: "CountersBlock") -> str:
             f" {ms(unused.time_s)} ms of matmul time ({unused.kernels:,} kernels)")
 
 
-def _nothing_lines(a: "Result") -> list[str]:
+def _nothing_lines(result: "Result") -> list[str]:
     """A trace without one op or kernel: no tables of nothing, one line on why (a script that ended first)."""
-    status = (a.run_meta or {}).get("exit_status") or {}
+    status = (result.run_meta or {}).get("exit_status") or {}
     code = status.get("code") if isinstance(status, dict) else None
     why = (f": the script ended ({status.get('reason', 'exit')}, code {code}) before doing any"
            if isinstance(code, int) and code != 0 else "")
-    what = "CPU op" if a.cpu_only else "GPU kernel or CPU op"
+    what = "CPU op" if result.cpu_only else "GPU kernel or CPU op"
     return field_lines("nothing", f"to analyze: the trace holds no {what}{why}")
 
 

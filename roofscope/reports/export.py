@@ -25,27 +25,27 @@ def _records(df: pd.DataFrame, key: str, top: int | None) -> list[dict[str, Any]
     return json_safe(d.reset_index().rename(columns={d.index.name or "index": key}).to_dict("records"))
 
 
-def to_json_dict(a: "Result", top: int = 50) -> dict[str, Any]:
+def to_json_dict(result: "Result", top: int = 50) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "roofscope_version": __version__,
-        "summary": json_safe(a.to_dict()),
-        "by_class": _records(a.by_class(), "class", None),
-        "by_category": _records(a.by_category(), "category", None),
-        "by_kernel": _records(a.by_kernel(), "kernel", top),
-        "by_op": _records(a.by_op(), "op", top),
-        "by_step": _records(a.by_step(), "step", None),
-        "by_region": _records(a.by_region(), "region", None),
+        "summary": json_safe(result.to_dict()),
+        "by_class": _records(result.by_class(), "class", None),
+        "by_category": _records(result.by_category(), "category", None),
+        "by_kernel": _records(result.by_kernel(), "kernel", top),
+        "by_op": _records(result.by_op(), "op", top),
+        "by_step": _records(result.by_step(), "step", None),
+        "by_region": _records(result.by_region(), "region", None),
     }
 
 
-def to_json(a: "Result", top: int = 50) -> str:
-    return json.dumps(to_json_dict(a, top), indent=1, allow_nan=False)
+def to_json(result: "Result", top: int = 50) -> str:
+    return json.dumps(to_json_dict(result, top), indent=1, allow_nan=False)
 
 
-def kernels_csv(a: "Result") -> str:
-    cols = [c for c in KERNEL_COLUMNS if c in a.kernels.columns]
-    df = a.kernels[cols]
+def kernels_csv(result: "Result") -> str:
+    cols = [c for c in KERNEL_COLUMNS if c in result.kernels.columns]
+    df = result.kernels[cols]
     text = {c: _csv_text(df[c]) for c in cols if not pd.api.types.is_numeric_dtype(df[c])}
     return df.assign(**text).to_csv(index=False)
 

@@ -99,19 +99,19 @@ def _ints(x: np.ndarray) -> list:
     return [None if v != v else int(v) for v in np.rint(x).tolist()]
 
 
-def _roofs(a: "Result", peaks: Any, bandwidth: float) -> list[dict[str, Any]]:
-    used = {str(p) for p in a.kernels["roof_precision"].dropna().unique()} - {""}
+def _roofs(result: "Result", peaks: Any, bandwidth: float) -> list[dict[str, Any]]:
+    used = {str(p) for p in result.kernels["roof_precision"].dropna().unique()} - {""}
     used |= {"fp32"}
     return [{"precision": p, "peak": v, "ridge": v / bandwidth, "bandwidth": bandwidth}
             for p, v in sorted(peaks.items()) if p in used and v and bandwidth]
 
 
-def _datasheet_roofs(a: "Result") -> list[dict[str, Any]]:
+def _datasheet_roofs(result: "Result") -> list[dict[str, Any]]:
     """The datasheet's roofs, drawn dashed beside measured or user ceilings for reference."""
-    spec = a.ceilings.datasheet
-    if a.ceilings.source == "datasheet" or spec is None:
+    spec = result.ceilings.datasheet
+    if result.ceilings.source == "datasheet" or spec is None:
         return []
-    return _roofs(a, spec.peaks, spec.bandwidth)
+    return _roofs(result, spec.peaks, spec.bandwidth)
 
 
 def mode_keys(k: pd.DataFrame) -> dict[str, pd.Series]:
@@ -134,14 +134,14 @@ def _format_dims(dims: Any) -> str:
     return ", ".join(parts)
 
 
-def _shapes(a: "Result", rows: np.ndarray) -> list[str]:
+def _shapes(result: "Result", rows: np.ndarray) -> list[str]:
     """Input shapes of the op whose cost each of ``rows`` (kernel rows) carries."""
-    k = a.kernels
+    k = result.kernels
     op = k["op"].to_numpy(dtype=np.int64)[rows]
     if "cost_op" in k:
         cost = k["cost_op"].to_numpy(dtype=np.int64)[rows]
         op = np.where(cost >= 0, cost, op)
-    ops, sigs = a.trace.ops, a.trace.signatures
+    ops, sigs = result.trace.ops, result.trace.signatures
     sig = np.full(len(op), -1, dtype=np.int64)
     ok = (op >= 0) & (op < len(ops))
     sig[ok] = ops["sig"].to_numpy(dtype=np.int64)[op[ok]]
@@ -210,7 +210,7 @@ def _cells(group: np.ndarray, r: _Rows) -> dict[str, Any]:
     return out
 
 
-def _mode(a: "Result", mode: str, key: pd.Series, labels: dict[str, np.ndarray], rows: _Rows,
+def _mode(result: "Result", mode: str, key: pd.Series, labels: dict[str, np.ndarray], rows: _Rows,
           names: _Names) -> tuple[dict[str, Any], bool]:
     """One grouping's payload, and whether the cell budget (not the marker cap) folded groups."""
     codes, uniques = pd.factorize(key, sort=False)
@@ -232,7 +232,7 @@ def _mode(a: "Result", mode: str, key: pd.Series, labels: dict[str, np.ndarray],
         keys["name"] = [str(uniques[i]) for i in order[:shown]]
     for field in ("op", "module", "region", "dtype", "category"):
         keys[field] = [str(labels[field][i]) for i in first]
-    keys["shapes"] = _shapes(a, first)
+    keys["shapes"] = _shapes(result, first)
     folded = len(uniques) - shown
     if folded:
         # One group holds the tail so the page's totals still add up to the trace's.
@@ -268,10 +268,10 @@ def _rows(k: pd.DataFrame) -> tuple[_Rows, list[str]]:
     return rows, [str(r) for r in regions]
 
 
-def roofline_groups(a: "Result") -> dict[str, Any]:
+def roofline_groups(result: "Result") -> dict[str, Any]:
     """The roofline's cells per grouping (kernel, op, and module/region when the trace has
     them), the string table of kernel names, and the filters' steps and regions."""
-    k = a.kernels
+    k = result.kernels
     keys = mode_keys(k)
     labels = {"kernel": k["name"].astype(str).to_numpy(), "op": keys["op"].to_numpy(),
               "module": k["module"].astype(str).to_numpy(), "region": k["region"].astype(str).to_numpy(),
@@ -282,7 +282,7 @@ def roofline_groups(a: "Result") -> dict[str, Any]:
     merged = len(steps) > MAX_FILTER_STEPS
     while True:
         names = _Names()
-        built = {m: _mode(a, m, key, labels, rows.merged() if merged else rows, names) for m, key in keys.items()}
+        built = {m: _mode(result, m, key, labels, rows.merged() if merged else rows, names) for m, key in keys.items()}
         if merged or len(steps) < 2 or not any(limited for _, limited in built.values()):
             break
         merged = True
@@ -290,16 +290,17 @@ def roofline_groups(a: "Result") -> dict[str, Any]:
             "steps": [] if merged else steps, "steps_merged": len(steps) if merged else 0, "regions": regions}
 
 
-def report_data(a: "Result") -> dict[str, Any]:
+def report_data(result: "Result") -> dict[str, Any]:
     """Everything the page's script draws, as JSON-ready values."""
-    return {**roofline_groups(a), "classes": list(CLASSES), "colors": CLASS_COLORS,
-            "category_colors": CATEGORY_COLORS, "cpu_only": a.cpu_only,
-            "roofs": _roofs(a, a.ceilings.peaks, a.ceilings.bandwidth), "datasheet_roofs": _datasheet_roofs(a),
-            "ceilings_source": a.ceilings.source, "bandwidth": a.ceilings.bandwidth,
-            "counters": "m_l2_bytes" in a.kernels, "l2_bandwidth": a.ceilings.l2_bandwidth,
+    return {**roofline_groups(result), "classes": list(CLASSES), "colors": CLASS_COLORS,
+            "category_colors": CATEGORY_COLORS, "cpu_only": result.cpu_only,
+            "roofs": _roofs(result, result.ceilings.peaks, result.ceilings.bandwidth),
+            "datasheet_roofs": _datasheet_roofs(result),
+            "ceilings_source": result.ceilings.source, "bandwidth": result.ceilings.bandwidth,
+            "counters": "m_l2_bytes" in result.kernels, "l2_bandwidth": result.ceilings.l2_bandwidth,
             # Cache levels inside the outermost one (CPU: L2, LLC), drawn as their own bandwidth roofs.
-            "levels": [{"name": n, "bandwidth": bw} for n, _, bw in a.ceilings.levels[:-1]],
-            "per_step": per_step(a), "timeline": step_timeline(a), "telemetry": telemetry_series(a)}
+            "levels": [{"name": n, "bandwidth": bw} for n, _, bw in result.ceilings.levels[:-1]],
+            "per_step": per_step(result), "timeline": step_timeline(result), "telemetry": telemetry_series(result)}
 
 
 def _bar(rows: list[tuple[str, float | None, float]], colors: dict[str, str]) -> list[dict[str, Any]]:
@@ -319,7 +320,7 @@ def _sha(text: str, algo: str = "sha256") -> str:
     return f"{algo}-" + base64.b64encode(hashlib.new(algo, text.encode()).digest()).decode()
 
 
-def render_html(a: "Result", title: str | None = None, cdn: bool = False) -> str:
+def render_html(result: "Result", title: str | None = None, cdn: bool = False) -> str:
     """The report as one HTML document. ``cdn`` loads plotly.js from a CDN (pinned by its
     hash) instead of inlining it: a small file that needs the network to draw its charts."""
     import jinja2
@@ -327,29 +328,31 @@ def render_html(a: "Result", title: str | None = None, cdn: bool = False) -> str
     env = jinja2.Environment(loader=jinja2.PackageLoader("roofscope", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True))
     env.filters.update(si=si, pct=pct, shorten=shorten, number=number)
-    s = a.to_dict()
+    s = result.to_dict()
     by_class = [(c, v["time_s"], v["share"]) for c, v in s["time_by_class"].items()]
-    cat = a.by_category()
+    cat = result.by_category()
     by_category = [(str(c), float(r["time_s"]), float(r["time_share"])) for c, r in cat.iterrows()]
     binding = ((s.get("diagnosis") or {}).get("binding") or {})
     run = s.get("run") or {}
     command = shlex.join(redact([str(c) for c in run["command"]])) if run.get("command") else None
-    data = report_data(a)
-    path = str(a.trace.path)
+    data = report_data(result)
+    path = str(result.trace.path)
     plotly_js = _asset(PLOTLY_FILE)
     page_js = _asset("report.js")
     scripts = [page_js] if cdn else [plotly_js, page_js]
     sources = [f"'{_sha(x)}'" for x in scripts] + ([PLOTLY_CDN] if cdn else [])
     csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data: blob:; script-src {' '.join(sources)}"
-    above = a.summary.above_roof
+    above = result.summary.above_roof
     return env.get_template("report.html.j2").render(
-        title=title or f"roofscope: {os.path.basename(os.path.dirname(path) if a.run_meta else path)}", s=s, a=a,
+        title=title or f"roofscope: {os.path.basename(os.path.dirname(path) if result.run_meta else path)}", s=s,
+        result=result,
         metrics=s.get("metrics") or {}, utilization_note=utilization_note(s.get("metrics") or {}),
         findings=s.get("findings") or [],
         skipped=(s.get("diagnosis") or {}).get("skipped") or [], command=command,
         class_bar=_bar(by_class, CLASS_COLORS), category_bar=_bar(by_category, CATEGORY_COLORS),
         binding_bar=_bar([(t, None, v) for t, v in sorted(binding.items(), key=lambda kv: -kv[1])], BINDING_COLORS),
-        ceilings_notes=list(a.ceilings.notes), memory=memory_text(a.ceilings), ceilings_kind=ceilings_kind(a.ceilings),
+        ceilings_notes=list(result.ceilings.notes), memory=memory_text(result.ceilings),
+        ceilings_kind=ceilings_kind(result.ceilings),
         above_roof=above_roof_text(above) if above.kernels else None, d=data, data_json=script_json(data), csp=csp, cdn=cdn,
         css=_asset("report.css"),
         plotly_js=plotly_js, page_js=page_js, plotly_cdn=PLOTLY_CDN, plotly_sri=_sha(plotly_js, "sha384"),

@@ -68,10 +68,10 @@ def junit_xml(result: "GateResult") -> str:
     return document(SUITE, CLASSNAME, cases, props, list(result.warnings))
 
 
-def diagnosis_xml(a: "Result") -> str:
+def diagnosis_xml(result: "Result") -> str:
     """The diagnosis as tests: each rule with findings fails (its findings' savings per step and
     fixes, largest first), each rule that did not apply is skipped with the engine's reason."""
-    s = a.summary
+    s = result.summary
     by_rule: dict[str, list[Recommendation]] = {}
     for f in s.findings:
         by_rule.setdefault(f.rule, []).append(f)
@@ -83,5 +83,5 @@ def diagnosis_xml(a: "Result") -> str:
         text = "\n\n".join(f"{head}. {f.summary}. Fix: {f.fix.text}" for head, f in zip(heads, found))
         cases.append(Case(rule, "fail", heads[0], text=text, kind=found[0].binding))
     cases += [Case(r.rule, "skip", r.reason) for r in s.diagnosis.skipped]
-    return document(RULES_SUITE, RULES_CLASSNAME, cases, [("trace", str(a.trace.path)), ("device", str(s.device))],
+    return document(RULES_SUITE, RULES_CLASSNAME, cases, [("trace", str(result.trace.path)), ("device", str(s.device))],
                     [])

@@ -81,10 +81,10 @@ def _finding_rows(findings: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def render_markdown(a: "Result", top: int = 10) -> str:
+def render_markdown(result: "Result", top: int = 10) -> str:
     """Headline metrics, recommendations, time by class and the top kernels as GitHub markdown."""
-    s = a.to_dict()
-    spec = a.ceilings.datasheet
+    s = result.to_dict()
+    spec = result.ceilings.datasheet
     out = [f"## roofscope: {md_text(s['device'])}", "",
            f"{md_code(s['trace'])}" + (f" · datasheet {md_text(spec.name)}" if spec is not None else ""), "",
            _ceilings(s), ""]
@@ -97,16 +97,16 @@ def render_markdown(a: "Result", top: int = 10) -> str:
     rows = [[md_text(c), ms(v["time_s"]), pct(v["share"])] for c, v in s["time_by_class"].items() if v["time_s"] > 0]
     if rows:
         out += ["### Time by class", ""] + md_table(["class", "time ms", "share"], rows, "<>>") + [""]
-    agg = a.by_kernel().head(top)
+    agg = result.by_kernel().head(top)
     if not len(agg):
         return "\n".join(out) + "\n"
-    first_op = a.kernels.drop_duplicates("name").set_index("name")["op_name"] if len(a.kernels) else {}
+    first_op = result.kernels.drop_duplicates("name").set_index("name")["op_name"] if len(result.kernels) else {}
     rows = [[ms(r["time_s"]), pct(r["time_share"]), f"{int(r['calls']):,}", md_text(r["cls"]), pct(r["efficiency"]),
              si(r["achieved_flops"], "FLOP/s"), si(r["achieved_bw"], "B/s"),
              "-" if math.isnan(r["intensity"]) else f"{r['intensity']:.3g}",
              pct(r["coverage"]), md_code(shorten(str(name))), md_code(first_op.get(name, ""))]
             for name, r in agg.iterrows()]
-    what = "CPU ops" if a.cpu_only else "kernels"
+    what = "CPU ops" if result.cpu_only else "kernels"
     out += [f"### Top {len(agg)} {what} by time", "",
             "Rates are over the costed launches; *costed* is their share of the time.", ""]
     out += md_table(["time ms", "share", "calls", "class", "eff", "achieved", "bandwidth", "FLOP/B", "costed", "kernel",

@@ -46,10 +46,10 @@ def _column(values: pd.Series) -> list[Any]:
     return [None if x is None or x == "" or (isinstance(x, float) and x != x) else x for x in values.tolist()]
 
 
-def _findings_by_kernel(a: "Result") -> dict[str, list[str]]:
+def _findings_by_kernel(result: "Result") -> dict[str, list[str]]:
     """Kernel name -> the findings ("#rank title") whose evidence lists it."""
     out: dict[str, list[str]] = {}
-    for f in a.diagnosis.findings:
+    for f in result.diagnosis.findings:
         for k in f.kernels:
             out.setdefault(str(k.get("name", "")), []).append(f"#{f.rank} {f.title}")
     return out
@@ -96,16 +96,16 @@ def _counters(pid: int, ts: np.ndarray, end: np.ndarray, flops: np.ndarray, bw: 
                for x, v in zip(us, e)])
 
 
-def trace_events(a: "Result") -> list[dict[str, Any]]:
+def trace_events(result: "Result") -> list[dict[str, Any]]:
     """The annotated trace's events (see the module docstring)."""
-    k = a.kernels
+    k = result.kernels
     if "timed" in k:
         k = k[k["timed"].astype(bool)]
     k = k[k["dur_ns"].notna()]
     pids, tids, procs, threads = _tracks(k)
     ts = k["ts_ns"].to_numpy(dtype=np.int64)
     end = ts + k["dur_ns"].to_numpy(dtype=np.int64)
-    findings = _findings_by_kernel(a)
+    findings = _findings_by_kernel(result)
     names = k["name"].astype(str).tolist()
     present = [(key, c) for key, c in _ARG_COLUMNS if c in k]
     keys = [key for key, _ in present]
@@ -121,7 +121,7 @@ def trace_events(a: "Result") -> list[dict[str, Any]]:
             args["findings"] = findings[name]
         events.append({"ph": "X", "name": name, "cat": str(args.get("class") or "kernel"), "pid": pid, "tid": tid,
                        "ts": t0, "dur": dur, "args": args})
-    for s in a.steps.itertuples():
+    for s in result.steps.itertuples():
         events.append({"ph": "X", "name": f"step {s.step}", "cat": "step", "pid": 0, "tid": 0,
                        "ts": float(s.ts_ns) / 1e3, "dur": float(s.end_ns - s.ts_ns) / 1e3,
                        "args": {"step": int(s.step), "dur_s": float(s.dur_s)}})
@@ -134,9 +134,9 @@ def trace_events(a: "Result") -> list[dict[str, Any]]:
     return events
 
 
-def render_perfetto(a: "Result") -> bytes:
+def render_perfetto(result: "Result") -> bytes:
     """The annotated trace as gzipped Chrome JSON (``trace.annotated.json.gz``)."""
-    doc = {"traceEvents": trace_events(a), "displayTimeUnit": "ns",
-           "otherData": {"producer": "roofscope", "device": str(a.ceilings.device or ""),
-                         "trace": a.trace.path}}
+    doc = {"traceEvents": trace_events(result), "displayTimeUnit": "ns",
+           "otherData": {"producer": "roofscope", "device": str(result.ceilings.device or ""),
+                         "trace": result.trace.path}}
     return gzip.compress(msgspec.json.encode(doc), compresslevel=6, mtime=0)

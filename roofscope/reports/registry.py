@@ -100,46 +100,46 @@ def check_formats(kind: Kind, formats: Iterable[str]) -> None:
 
 
 # Each function imports what it renders with when called: see the module's docstring.
-def _console(a: "Result", o: RenderOptions) -> str:
+def _console(result: "Result", o: RenderOptions) -> str:
     from roofscope.reports.console import render_summary  # start-up time
 
-    return render_summary(a, top=o.top)
+    return render_summary(result, top=o.top)
 
 
-def _html(a: "Result", o: RenderOptions) -> str:
+def _html(result: "Result", o: RenderOptions) -> str:
     from roofscope.reports.html import render_html  # start-up time
 
-    return render_html(a, cdn=o.cdn)
+    return render_html(result, cdn=o.cdn)
 
 
-def _markdown(a: "Result", o: RenderOptions) -> str:
+def _markdown(result: "Result", o: RenderOptions) -> str:
     from roofscope.reports.markdown import render_markdown  # start-up time
 
-    return render_markdown(a)
+    return render_markdown(result)
 
 
-def _json(a: "Result", o: RenderOptions) -> str:
+def _json(result: "Result", o: RenderOptions) -> str:
     from roofscope.reports.export import to_json  # start-up time
 
-    return to_json(a)
+    return to_json(result)
 
 
-def _csv(a: "Result", o: RenderOptions) -> str:
+def _csv(result: "Result", o: RenderOptions) -> str:
     from roofscope.reports.export import kernels_csv  # start-up time
 
-    return kernels_csv(a)
+    return kernels_csv(result)
 
 
-def _junit(a: "Result", o: RenderOptions) -> str:
+def _junit(result: "Result", o: RenderOptions) -> str:
     from roofscope.reports.junit import diagnosis_xml  # start-up time
 
-    return diagnosis_xml(a)
+    return diagnosis_xml(result)
 
 
-def _perfetto(a: "Result", o: RenderOptions) -> bytes:
+def _perfetto(result: "Result", o: RenderOptions) -> bytes:
     from roofscope.reports.perfetto import render_perfetto  # start-up time
 
-    return render_perfetto(a)
+    return render_perfetto(result)
 
 
 def _diff_console(d: "Diff", o: RenderOptions) -> str:

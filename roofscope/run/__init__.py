@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from roofscope.run.derived import ANALYSIS_VERSION, summary_text
 from roofscope.run.directory import (SCHEMA_VERSION, Run, RunError, environment, is_run_dir, load, new_meta, read_meta,
-                                     update_meta, write_run)
+                                     typed_meta, update_meta, write_run)
 from roofscope.run.layout import (CAPTURE_FILES, CEILINGS_FILE, COMBINED_FILES, COUNTERS_FILE, COUNTERS_REPORT,
                                   JOB_FILE, META_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, TRACE_FILE)
 
 __all__ = ["ANALYSIS_VERSION", "CAPTURE_FILES", "CEILINGS_FILE", "COMBINED_FILES", "COUNTERS_FILE",
            "COUNTERS_REPORT", "JOB_FILE", "META_FILE", "REPORT_FILE", "SCHEMA_VERSION", "SUMMARY_FILE",
            "TELEMETRY_FILE", "TRACE_FILE", "Run", "RunError", "environment", "is_run_dir", "load", "new_meta",
-           "read_meta", "summary_text", "update_meta", "write_run"]
+           "read_meta", "summary_text", "typed_meta", "update_meta", "write_run"]

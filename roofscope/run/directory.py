@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import msgspec
 
@@ -105,6 +105,16 @@ def read_meta(path: str | os.PathLike) -> tuple[dict[str, Any], RunMeta]:
     info = read_versioned(raw, RunMeta, key="schema_version", current=RUN_SCHEMA_VERSION, what="Run",
                           where=str(p), error=RunError)
     return raw, info
+
+
+def typed_meta(meta: Mapping[str, Any], where: str = "run_meta") -> RunMeta:
+    """run.json fields given by a caller (``roofscope.analyze(trace, run_meta={...})``), typed as
+    :func:`read_meta` types a Run's: the current version when they name none; :class:`RunError`
+    when a field has the wrong type."""
+    if not isinstance(meta, Mapping):
+        raise RunError(f"{where}: expected run.json's fields as a dict, got {type(meta).__name__}")
+    return read_versioned({"schema_version": RUN_SCHEMA_VERSION, **meta}, RunMeta, key="schema_version",
+                          current=RUN_SCHEMA_VERSION, what="Run", where=where, error=RunError)
 
 
 def load(path: str | os.PathLike, recompute: Callable[[Path], dict[str, Any]] | None = None) -> Run:

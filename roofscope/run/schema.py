@@ -11,6 +11,7 @@ so a Run written by a newer roofscope of the same version still reads.
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import msgspec
@@ -75,7 +76,8 @@ class Steps(_Doc):
 class StepTimes(_Doc):
     """Every step's own time, profiled or not (collectors/steptimes.py), column by column: step
     ``index`` N is the interval from boundary N to N+1, the trace's ``ProfilerStep#N``; ``phase`` is
-    unprofiled, warmup or active."""
+    unprofiled, warmup or active. A column an older collector did not write reads as one of the
+    same length (phases ``unprofiled``, times unknown): readers take the columns as they are."""
 
     index: list[int] = []
     phase: list[str] = []
@@ -83,6 +85,16 @@ class StepTimes(_Doc):
     gpu_s: list[float | None] = []
     tokens: list[int | None] = []
     dropped: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.index)
+        self.phase = self.phase or ["unprofiled"] * n
+        self.host_s = self.host_s or [math.nan] * n
+        self.gpu_s = self.gpu_s or [None] * n
+        self.tokens = self.tokens or [None] * n
+        # ValueError: msgspec reports it as the document's ValidationError (a malformed Run file).
+        if any(len(c) != n for c in (self.phase, self.host_s, self.gpu_s, self.tokens)):
+            raise ValueError(f"step_times: columns of different lengths (index has {n})")
 
 
 class Distributed(_Doc):
@@ -121,6 +133,27 @@ class CountersEntry(_Doc):
     report: str | None = None
 
 
+class ParamGroup(_Doc):
+    """One parameter group's tensors of one element size (collectors/session.param_group_facts)."""
+
+    tensors: int = 0
+    numel: int = 0
+    itemsize: int = 4
+
+
+class Optimizer(_Doc):
+    """The first optimizer the program stepped (collectors/session.optimizer_facts)."""
+
+    cls: str | None = msgspec.field(default=None, name="class")   # its class name ("AdamW")
+    tensors: int | None = None      # parameter tensors it updates
+    params: int | None = None       # their elements
+    # Its defaults' flags as it holds them (None when it has none; a custom optimizer's may be any
+    # value, which must never keep its Run from being written): readers take them as true or false.
+    fused: Any = None
+    foreach: Any = None
+    groups: list[ParamGroup] = []
+
+
 class RunMeta(_Doc):
     schema_version: int
     created: str | None = None
@@ -132,9 +165,10 @@ class RunMeta(_Doc):
     exit_status: Any = None               # {code, reason, detail}; a bare code from hand-made Runs
     device: dict[str, Any] = {}           # machine facts; keys vary by backend (collectors/metadata.py)
     steps: Steps | None = None
-    tokens_per_step: float | None = None
+    tokens_per_step: int | float | None = None   # as given: summary.json repeats it (4096, not 4096.0)
     model_flops_per_step: float | None = None
-    frameworks: list[str] = []
+    frameworks: list[str] | None = None   # None: not recorded (an older Run), which is not "none loaded"
+    optimizer: Optimizer | None = None
     distributed: Distributed | None = None
     telemetry: TelemetryEntry | None = None
     counters: CountersEntry | None = None

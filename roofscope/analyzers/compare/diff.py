@@ -105,29 +105,29 @@ class Diff:
         })
 
 
-def profiled_steps(a: "Result") -> int:
+def profiled_steps(result: "Result") -> int:
     """Complete profiled steps of a run; a trace without step markers counts as one step."""
-    return max(len(a.complete_steps), 1)
+    return max(len(result.complete_steps), 1)
 
 
-def _step_kernels(a: "Result") -> pd.DataFrame:
+def _step_kernels(result: "Result") -> pd.DataFrame:
     """The kernels of the complete profiled steps (all of them when the trace has no step markers)."""
-    k = a.kernels
-    return k[k["step"].isin(a.complete_steps)] if len(a.steps) else k
+    k = result.kernels
+    return k[k["step"].isin(result.complete_steps)] if len(result.steps) else k
 
 
 # The per-step figures gate and diff both judge by: medians over the complete steps' samples
-# (Analysis.step_samples), so one run has one MFU whichever command reads it.
+# (Result.step_samples), so one run has one MFU whichever command reads it.
 STEP_FIGURES = {"step_time_s": "step_time_s", "hfu": "hfu", "mfu": "mfu", "mbu": "mbu",
                 "idle_fraction": "idle_fraction"}
 
 
-def step_figures(a: "Result") -> dict[str, Any]:
+def step_figures(result: "Result") -> dict[str, Any]:
     """Median step time, HFU, MFU, MBU, idle and busy fraction over the complete steps, tokens/s
     from that median step, and ``mfu_source`` (``op_counted`` when no model FLOPs were given)."""
-    profiled = a.step_samples
-    samples, source = (a.program_samples, a.time_source)
-    m = a.summary.metrics.to_dict()
+    profiled = result.step_samples
+    samples, source = (result.program_samples, result.time_source)
+    m = result.summary.metrics.to_dict()
     out: dict[str, Any] = {key: None for key in STEP_FIGURES}
     for key, col in STEP_FIGURES.items():
         # idle is the profiled steps' (the trace's timeline); the rest is the program's own time
@@ -142,11 +142,11 @@ def step_figures(a: "Result") -> dict[str, Any]:
     return out
 
 
-def per_step_kernels(a: "Result") -> pd.DataFrame:
+def per_step_kernels(result: "Result") -> pd.DataFrame:
     """One row per kernel name: ``calls`` and ``time_s`` per profiled step, ``cls`` (the class
     holding most of its time) and ``category``. This is what :func:`compare_kernels` matches."""
-    k = _step_kernels(a)
-    n = profiled_steps(a)
+    k = _step_kernels(result)
+    n = profiled_steps(result)
     if not len(k):
         return pd.DataFrame({"calls": pd.Series([], dtype=float), "time_s": pd.Series([], dtype=float),
                              "cls": pd.Series([], dtype=object), "category": pd.Series([], dtype=object)},
@@ -236,7 +236,7 @@ def predict(findings: list[dict[str, Any]], changes: pd.DataFrame, step_a: float
     """Check A's predicted saving against B: the change (or the finding's rule) named ``applied``,
     else the finding whose evidence kernels lost the largest share of their time per step in B.
     A finding that belongs to one of A's ``fixes`` (findings grouped by the change a user makes,
-    rules/fixes.py) is checked against the change's combined saving, since applying the change
+    diagnose/fixes.py) is checked against the change's combined saving, since applying the change
     realizes all of its findings at once."""
     measured = step_a - step_b if step_a is not None and step_b is not None else None
     if not findings:

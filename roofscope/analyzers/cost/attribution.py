@@ -34,6 +34,7 @@ from roofscope.analyzers.cost.hidden_args import CHUNK, enrich, windowed_attenti
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.trace import Trace
+from roofscope.run.schema import Optimizer
 
 UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
 # Inductor's pointwise, reduction and persistent-reduction kernels: no matmul inside.
@@ -42,7 +43,7 @@ _COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledF
 
 
 def op_costs(trace: Trace, sig_costs: pd.DataFrame, region: str | None = None,
-             optimizer: dict | None = None) -> pd.DataFrame:
+             optimizer: Optimizer | None = None) -> pd.DataFrame:
     """Per-op cost columns (aligned with ``trace.ops``), Inductor metadata applied, hidden
     arguments recovered (hidden_args.py; ``region``: a graph replay's step annotation,
     ``optimizer``: run.json's optimizer facts)."""
@@ -116,7 +117,7 @@ class RoofChoices:
     unstreamed: pd.DataFrame
 
 
-def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: dict | None = None,
+def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: Optimizer | None = None,
               window: int | None = None) -> tuple[pd.DataFrame, RoofChoices]:
     """The trace's GPU activity with per-kernel cost columns added (a new frame), and the
     choices only the memory roof can make (:class:`RoofChoices`). ``optimizer``: run.json's

@@ -30,6 +30,7 @@ from roofscope.analyzers.cost import formulas as cf
 from roofscope.analyzers.cost.costmodel import build_call, freeze, missing_argument
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.ingest.linking import ancestor_where
+from roofscope.run.schema import Optimizer, ParamGroup
 
 MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe")
 ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")
@@ -73,7 +74,7 @@ def step_lengths(region: str, window: int | None = None) -> dict[str, int] | Non
     return {"sq": sq, "sk": sk, "sqsk": int(sqsk)}
 
 
-def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: dict | None = None) -> None:
+def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: Optimizer | None = None) -> None:
     """Cost the hidden-argument ops of ``trace`` in ``oc`` (op_costs' frame) in place and add its
     ``missing`` column (``"op: what its formula lacked"`` for ops without shapes, else "").
     ``region``: the step annotation of a CUDA-graph replay, whose capture
@@ -83,8 +84,8 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: d
     oc["missing"] = ""
     if not len(ops):
         return
-    if optimizer and optimizer.get("groups"):
-        _optimizer_streams(trace, oc, optimizer["groups"])
+    if optimizer is not None and optimizer.groups:
+        _optimizer_streams(trace, oc, optimizer.groups)
     unshaped = oc["reason"].to_numpy() == "no_shapes"
     moe = np.flatnonzero(ops["name"].isin(MOE_OPS).to_numpy() & unshaped)
     attention = np.flatnonzero(ops["name"].isin(ATTENTION_OPS).to_numpy() & unshaped)
@@ -128,7 +129,7 @@ def _stream_shape(name: str, types: list) -> tuple[int, int, int] | None:
     return per, max(lists, 1), 1
 
 
-def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None:
+def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[ParamGroup]) -> None:
     """Fused / foreach optimizer ops without TensorList shapes, sized from the parameter groups:
     torch calls them once per group (and dtype), so the i-th call of an op in a step covers the
     i-th group when the counts agree; one call covers them all; other counts split the total."""
@@ -144,8 +145,8 @@ def _optimizer_streams(trace: Any, oc: pd.DataFrame, groups: list[dict]) -> None
     rows, names = rows[keep], names[keep]
     if not rows.size:
         return
-    numel = np.array([float(g.get("numel", 0)) for g in groups])
-    nbytes = np.array([float(g.get("numel", 0) * g.get("itemsize", 4)) for g in groups])
+    numel = np.array([float(g.numel) for g in groups])
+    nbytes = np.array([float(g.numel * g.itemsize) for g in groups])
     step = steps_at(trace.annotations, ops["ts_ns"].to_numpy()[rows])
     frame = pd.DataFrame({"row": rows, "name": names, "step": step, "ts": ops["ts_ns"].to_numpy()[rows]})
     frame = frame.sort_values("ts", kind="stable")

@@ -22,10 +22,10 @@ None when nothing applies: MFU then equals HFU (``op_counted``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
-
 import numpy as np
 import pandas as pd
+
+from roofscope.run.schema import RUN_SCHEMA_VERSION, RunMeta
 
 MODEL_CATEGORIES = ("gemm", "conv", "attention")
 FORMULAS = {
@@ -68,25 +68,24 @@ def embedding_params(signatures: pd.DataFrame) -> int:
     return int(sum(v * dim for v, dim in tables))
 
 
-def model_flops(kernels: pd.DataFrame, signatures: pd.DataFrame,
-                run_meta: Mapping[str, Any] | None) -> ModelFlops:
+def model_flops(kernels: pd.DataFrame, signatures: pd.DataFrame, run: RunMeta | None) -> ModelFlops:
     """Model FLOPs per step (see the module docstring). ``kernels``: the costed kernels with their
     ``step``, ``phase``, ``category`` and ``flops``; ``signatures``: the trace's op signatures (for
-    the embedding tables); ``run_meta``: run.json's ``model_flops_per_step``, ``optimizer`` and
-    ``tokens_per_step``, if the trace came from a Run."""
-    meta = run_meta or {}
-    if meta.get("model_flops_per_step"):
-        return ModelFlops(float(meta["model_flops_per_step"]), "model_flops")
+    the embedding tables); ``run``: run.json typed (its ``model_flops_per_step``, ``optimizer`` and
+    ``tokens_per_step``), if the trace came from a Run."""
+    run = run if run is not None else RunMeta(schema_version=RUN_SCHEMA_VERSION)
+    if run.model_flops_per_step:
+        return ModelFlops(float(run.model_flops_per_step), "model_flops")
     k = kernels
     if not len(k) or "phase" not in k:
         return ModelFlops()
     steps = _step_count(k)
     in_steps = (k["step"] >= 0).to_numpy() if (k["step"] >= 0).any() else np.ones(len(k), dtype=bool)
-    training = bool((k["phase"].to_numpy()[in_steps] == "backward").any()) or bool(meta.get("optimizer"))
+    training = bool((k["phase"].to_numpy()[in_steps] == "backward").any()) or run.optimizer is not None
     forward = in_steps & (k["phase"] == "forward").to_numpy()
     model = forward & k["category"].isin(MODEL_CATEGORIES).to_numpy()
-    params = (meta.get("optimizer") or {}).get("params")
-    tokens = meta.get("tokens_per_step")
+    params = run.optimizer.params if run.optimizer is not None else None
+    tokens = run.tokens_per_step
     n_ne = max(0.0, float(params) - embedding_params(signatures)) if params else None
     flops = np.nan_to_num(k["flops"].to_numpy(dtype=np.float64))
     attn = model & (k["category"] == "attention").to_numpy()

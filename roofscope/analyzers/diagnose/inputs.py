@@ -16,6 +16,7 @@ from roofscope.analyzers.model.trace import Trace
 from roofscope.analyzers.place.roofline import RooflineParams
 from roofscope.analyzers.views.timeline import Timeline
 from roofscope.hardware.devices import Ceilings
+from roofscope.run.schema import Optimizer, RunMeta
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,8 @@ class OptimizerFacts:
     foreach: bool = False
 
     @classmethod
-    def of(cls, facts: Mapping[str, Any]) -> OptimizerFacts:
-        return cls(cls=str(facts.get("class") or ""), tensors=facts.get("tensors"), fused=bool(facts.get("fused")),
-                   foreach=bool(facts.get("foreach")))
+    def of(cls, facts: Optimizer) -> OptimizerFacts:
+        return cls(cls=facts.cls or "", tensors=facts.tensors, fused=bool(facts.fused), foreach=bool(facts.foreach))
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,11 @@ class RunFacts:
     decode_step_s: float | None = None
 
     @classmethod
-    def of(cls, meta: Mapping[str, Any] | None, step_time: Mapping[str, Any] | None = None) -> RunFacts:
-        """From run.json (``meta``) and the step time derived from it."""
-        meta, own = meta or {}, step_time or {}
-        return cls(frameworks=tuple(meta["frameworks"] or ()) if "frameworks" in meta else None,
-                   optimizer=OptimizerFacts.of(meta["optimizer"]) if meta.get("optimizer") else None,
+    def of(cls, run: RunMeta | None, step_time: Mapping[str, Any] | None = None) -> RunFacts:
+        """From run.json, typed (``run``), and the step time derived from it."""
+        own = step_time or {}
+        return cls(frameworks=tuple(run.frameworks) if run is not None and run.frameworks is not None else None,
+                   optimizer=OptimizerFacts.of(run.optimizer) if run is not None and run.optimizer is not None else None,
                    unprofiled_step_s=own.get("unprofiled_median_s"), decode_step_s=own.get("decode_median_s"))
 
 

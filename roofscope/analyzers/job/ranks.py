@@ -247,14 +247,14 @@ def resolve_parts(sources: list[str], allow_remote: bool = False) -> tuple[list[
 # One rank
 
 
-def _step_frame(a: Result) -> pd.DataFrame:
-    steps = a.steps.set_index("step")
-    tl = a.timeline.steps
-    samples = a.step_samples
+def _step_frame(result: Result) -> pd.DataFrame:
+    steps = result.steps.set_index("step")
+    tl = result.timeline.steps
+    samples = result.step_samples
     out = pd.DataFrame({"step_s": steps["dur_s"]}, index=steps.index.rename("step"))
     if not len(tl):
         # No GPU timeline (a CPU trace): a CPU process group's collectives are host intervals.
-        tl = host_comm_steps(a.trace, a.kernels, a.steps)
+        tl = host_comm_steps(result.trace, result.kernels, result.steps)
     for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"):
         out[c] = tl[c].reindex(out.index).astype(float) if c in tl else np.nan
     # Time on the rank's own work: what the step would take were no collective waited for.
@@ -276,32 +276,33 @@ def _kernel_steps(k: pd.DataFrame) -> pd.DataFrame:
             .rename("time_s").rename_axis(["step", "name"]).reset_index())
 
 
-def _roofline(a: Result) -> pd.DataFrame:
-    by = a.by_kernel()
+def _roofline(result: Result) -> pd.DataFrame:
+    by = result.by_kernel()
     by = by[by["cls"] != "communication"].head(ROOFLINE_ROWS)
     cols = ["calls", "time_s", "flops", "bytes", "intensity", "achieved_flops", "cls"]
     return by[cols].rename_axis("name").reset_index()
 
 
-def rank_result(part: Part, a: Result) -> RankResult:
+def rank_result(part: Part, result: Result) -> RankResult:
     """One rank's Result reduced to what the job compares; a rank whose trace was cut short is refused."""
-    cut = a.trace.meta.cut_short
+    cut = result.trace.meta.cut_short
     if cut:
         # `analyze` reads what is complete; among ranks, the part that is missing would make this
         # rank look faster or slower than the others, so the job is not judged on it
         raise TraceError(f"{part.source}: {cut}; a merge compares whole rank traces: copy this rank's"
                          " trace again (or analyze it alone with roofscope analyze)")
-    s = a.to_dict()
-    dist = a.trace.meta.distributed
+    s = result.to_dict()
+    dist = result.trace.meta.distributed
     world = part.world_size or (dist.world_size if dist else None)
-    steps = _step_frame(a)
+    steps = _step_frame(result)
     tl = s.get("timeline") or {}
     summary = {"metrics": s.get("metrics"), "kernel_time_s": s["kernel_time_s"],
                "communication_time_s": s["communication_time_s"], "trace": part.url or s["trace"],
                "comm_overlap_share": (tl.get("overall") or {}).get("comm_overlap_share"),
                "diagnosis": {k: v for k, v in (s.get("diagnosis") or {}).items() if k != "skipped"}}
     return RankResult(rank=int(part.rank or 0), path=part.source, node=part.node, device=str(s["device"]),
-                      world_size=world, summary=summary, steps=steps, kernel_steps=_kernel_steps(a.kernels),
-                      collectives=collective_table(kernel_collectives(a.trace, a.kernels, a.steps), world),
+                      world_size=world, summary=summary, steps=steps, kernel_steps=_kernel_steps(result.kernels),
+                      collectives=collective_table(kernel_collectives(result.trace, result.kernels, result.steps),
+                                                   world),
                       findings=s.get("findings") or [],
-                      roofline=_roofline(a), ceilings=s["ceilings"])
+                      roofline=_roofline(result), ceilings=s["ceilings"])

@@ -1,8 +1,8 @@
-"""A typed view of ``Analysis.summary()``: the fields the terminal summary and the gate read.
+"""A typed view of summary.json (``Result.to_dict()``): the fields the terminal summary and the gate read.
 
 The summary dict stays the one source of the JSON output, summary.json and the reports that
 read it by key; :class:`Summary` is built from it (``Summary.from_dict``,
-``Analysis.typed_summary()``) for readers that want attributes instead of string keys.
+``Result.summary``) for readers that want attributes instead of string keys.
 
 Every part keeps what it does not type in ``extra``, and the source dict's key order in
 ``source_keys``, so ``to_dict()`` gives back the very dict it was built from: the same keys in
@@ -230,7 +230,7 @@ class Fix(Part):
 
 @dataclass(kw_only=True)
 class Recommendation(Part):
-    """One finding as ``rules.base.Finding.to_dict()`` writes it."""
+    """One finding as ``model/findings.Finding.to_dict()`` writes it."""
 
     rule: str = ""
     title: str = ""
@@ -253,7 +253,7 @@ class SkippedRule(Part):
 
 @dataclass(kw_only=True)
 class DiagnosisBlock(Part):
-    """``rules.base.Diagnosis.to_dict()``: what binds the step and the rules that did not run."""
+    """``model/findings.Diagnosis.to_dict()``: what binds the step and the rules that did not run."""
 
     step_s: float = 0.0
     terms_s: dict[str, float] = field(default_factory=dict)
@@ -266,7 +266,7 @@ class DiagnosisBlock(Part):
 
 @dataclass(kw_only=True)
 class Summary(Part):
-    """``Analysis.summary()`` (analysis.py), typed where the console and the gate read it."""
+    """summary.json (analysis.py assembles it), typed where the console and the gate read it."""
 
     trace: str | None = None
     device: str | None = None

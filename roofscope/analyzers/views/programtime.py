@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from roofscope.run.schema import RunMeta, Steps, StepTimes
+
 # Idle terms: the host's time, which the profiler inflates (analyzers/diagnose/base.py TERMS).
 HOST_TERMS = frozenset(("host", "sync", "idle_other"))
 # A CUDA graph's replay still costs one launch (microbench/launch.py measures ~2.5 us a kernel on an
@@ -34,49 +36,47 @@ GRAPH_REPLAY_S = 10e-6
 GRAPH_RULES = frozenset(("cuda_graphs", "launch_bound_decode"))
 
 
-def step_frame(meta: dict[str, Any] | None) -> pd.DataFrame | None:
+def step_frame(st: StepTimes | None) -> pd.DataFrame | None:
     """run.json's step_times as a frame: index, phase, host_s, gpu_s, tokens, time_s (GPU where known)."""
-    st = (meta or {}).get("step_times")
-    if not isinstance(st, dict) or not st.get("index"):
+    if st is None or not st.index:
         return None
-    n = len(st["index"])
-    df = pd.DataFrame({"index": st["index"], "phase": st.get("phase") or ["unprofiled"] * n,
-                       "host_s": st.get("host_s") or [np.nan] * n,
-                       "gpu_s": pd.to_numeric(pd.Series(st.get("gpu_s") or [None] * n), errors="coerce"),
-                       "tokens": pd.to_numeric(pd.Series(st.get("tokens") or [None] * n), errors="coerce")})
+    df = pd.DataFrame({"index": st.index, "phase": st.phase, "host_s": st.host_s,
+                       "gpu_s": pd.to_numeric(pd.Series(st.gpu_s), errors="coerce"),
+                       "tokens": pd.to_numeric(pd.Series(st.tokens), errors="coerce")})
     df["time_s"] = df["gpu_s"].fillna(df["host_s"])
     return df
 
 
-def _steady(df: pd.DataFrame, steps_meta: dict[str, Any]) -> tuple[pd.Series, pd.Series]:
+def _wait(steps: Steps) -> int:
+    return int(steps.requested.get("wait") or 0)
+
+
+def _steady(df: pd.DataFrame, steps: Steps) -> tuple[pd.Series, pd.Series]:
     """(steady unprofiled samples, cold unprofiled steps before them) as boolean masks. Steps of
     a profile that was dropped and made again (phase ``dropped``) are neither."""
     unprof = df["phase"] == "unprofiled"
     profiled = df.loc[df["phase"].isin(("warmup", "active")), "index"]
     if not len(profiled):
-        wait = int((steps_meta.get("requested") or {}).get("wait") or 0)
-        steady = unprof & (df["index"] > wait)
+        steady = unprof & (df["index"] > _wait(steps))
         return steady, unprof & ~steady
     first, last = int(profiled.min()), int(profiled.max())
     after = unprof & (df["index"] > last)
     before = unprof & (df["index"] < first)
-    settle = steps_meta.get("settle") or {}
+    settle = steps.settle or {}
     k = int(settle.get("k") or 0) if settle.get("outcome") == "settled" else 0
     # The settling steps are the k unprofiled ones just before the profile's warm-up.
     settled = before & (df["index"] >= first - k) if k else before & False
     steady = after | settled
     if not steady.any():   # a program that ended with the profile: the waited steps are all there is
-        wait = int((steps_meta.get("requested") or {}).get("wait") or 0)
-        steady = before & (df["index"] > wait)
+        steady = before & (df["index"] > _wait(steps))
     return steady, before & ~steady
 
 
-def step_time(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+def step_time(run: RunMeta | None) -> dict[str, Any] | None:
     """summary.json's ``step_time``: the program's own step time without and with the profiler."""
-    df = step_frame(meta)
-    if df is None:
+    if run is None or (df := step_frame(run.step_times)) is None:
         return None
-    steady, cold = _steady(df, (meta or {}).get("steps") or {})
+    steady, cold = _steady(df, run.steps or Steps())
     t = df.loc[steady, "time_s"].dropna()
     active = df.loc[(df["phase"] == "active"), "time_s"].dropna()
     unprof = float(t.median()) if len(t) else None
@@ -107,16 +107,15 @@ def step_time(meta: dict[str, Any] | None) -> dict[str, Any] | None:
 _RATES = ("hfu", "mfu", "mbu")
 
 
-def program_samples(samples: pd.DataFrame, meta: dict[str, Any] | None) -> tuple[pd.DataFrame, str]:
+def program_samples(samples: pd.DataFrame, run: RunMeta | None) -> tuple[pd.DataFrame, str]:
     """Per-step samples in the program's time, and which time they are in (``unprofiled`` or
     ``profiled``). The steady unprofiled steps (:func:`step_time`) replace the profiled ones: one
     sample per step run without the profiler, its utilizations the profiled steps' median work over
     that step's own time. A Run without step times (an older Run, a bare trace) keeps its profiled
     samples."""
-    df = step_frame(meta)
-    if df is None or not len(samples):
+    if run is None or (df := step_frame(run.step_times)) is None or not len(samples):
         return samples, "profiled"
-    steady, _ = _steady(df, (meta or {}).get("steps") or {})
+    steady, _ = _steady(df, run.steps or Steps())
     t = df.loc[steady, ["index", "time_s"]].dropna()
     t = t[t["time_s"] > 0]
     if not len(t):

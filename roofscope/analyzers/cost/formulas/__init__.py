@@ -9,11 +9,11 @@ FLOP counts and the bytes rule.
 Importing this package imports every formula module, which registers its formulas:
 
 * ``dtypes``: Kineto dtype strings, ScalarType codes, type promotion
-* ``records``: OpCall / Arg / TensorSpec / Cost, MissingShapes
+* ``records``: OpCall / Arg / TensorSpec / Cost, MissingShapes; the bytes rule, which tensors an
+  op writes, broadcasting
 * ``registry``: REGISTRY, register, Formula
-* ``rules``: the bytes rule, which tensors an op writes, broadcasting
-* ``flops``: GEMM, convolution and attention FLOP counts
-* ``shapes``: output shapes of the copies that reshape (repeat, padding, upsampling, ...)
+* ``flops``: GEMM and convolution FLOP counts (attention's are in ``attention``)
+* ``custom`` (not imported here): the user's formulas (``register_formula``, ``--formulas``, entry points)
 * ``elementwise``, ``reductions`` (also pooling, norms, softmax, losses), ``matmul``
   (gemm / conv), ``attention`` (SDPA variants, GQA, varlen, paged), ``memory`` (copies, gathers, fills, views), ``optimizer``,
   ``inductor`` (Triton kernels), ``library`` (sort / top-k, indexing, embedding bags, torchvision
@@ -21,8 +21,9 @@ Importing this package imports every formula module, which registers its formula
   quantization, MoE routing and experts, unified attention): the formulas
 
 No formula imports torch (``flops`` holds the GEMM/conv/attention counts of
-``torch.utils.flop_counter`` as pure functions, ``shapes`` the output rules torch's meta
-kernels apply), so costing a trace needs no torch.
+``torch.utils.flop_counter`` as pure functions, roofscope/analyzers/cost/shapes.py the output
+shapes of the copies that reshape, as torch's meta kernels compute them), so costing a trace
+needs no torch.
 """
 
 from __future__ import annotations
