@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.randn(args.batch, args.hidden, generator=gen).to(device)
     y = torch.randn(args.batch, 1, generator=gen).to(device)
     delayed = args.delay_rank == rank and args.delay_ms > 0
+    # The script's own step timer: the time between consecutive step ends (a CUDA event per step on a GPU,
+    # read once at the end, so it adds no sync), for checking a profiler's figures against.
+    ends: list = []
     t0 = time.perf_counter()
     for _ in range(args.steps):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
@@ -85,12 +88,21 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            ends.append(torch.cuda.Event(enable_timing=True))
+            ends[-1].record()
+        else:
+            ends.append(time.perf_counter())
     final = loss.item()  # waits for the device, so the wall time below covers the work
     wall = time.perf_counter() - t0
-    if rank == 0:
-        world = dist.get_world_size() if distributed else 1
-        print(f"ddp example: {world} rank(s), {args.steps} steps in {wall:.3f} s"
-              f" ({wall / args.steps * 1e3:.2f} ms/step wall), final loss {final:.4f}")
+    steps_ms = ([a.elapsed_time(b) for a, b in zip(ends, ends[1:])] if device.type == "cuda"
+                else [(b - a) * 1e3 for a, b in zip(ends, ends[1:])])
+    later = sorted(steps_ms[len(steps_ms) // 2:])   # the second half of the steps: warm
+    median = later[len(later) // 2] if later else float("nan")
+    world = dist.get_world_size() if distributed else 1
+    print(f"ddp example: rank {rank} of {world}, {args.steps} steps in {wall:.3f} s"
+          f" ({wall / args.steps * 1e3:.2f} ms/step wall), median step {median:.2f} ms (own timer, second half),"
+          f" final loss {final:.4f}", flush=True)
     if distributed:
         # Leave together: a gloo rank whose peer tears the group down under it can abort
         # ("terminate called without an active exception").

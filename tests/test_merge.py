@@ -34,7 +34,7 @@ def test_merge_torchrun_layout_in_process(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "roofscope job: 3 of 3 ranks" in out
     assert re.search(r"^\s+2\s+25\.00\s+.*\s+3\.00\s+22\.00$", out, re.M)   # rank 2: exposed 3 ms, self 22 ms
-    assert "straggler: rank 2, +5.00 ms/step of own work in 100% of steps" in out
+    assert "straggler: rank 2 enters the collectives last: the others wait +5.00 ms/step in 100% of steps" in out
     assert "sm90_xmma_gemm_f32f32_tn +5.00 ms" in out
     assert "allreduce" in out and "Rank 2 is a straggler" in out
     doc = json.loads((job / "job.json").read_text())

@@ -51,7 +51,7 @@ def test_merge_folder_of_traces_on_scheduler(tmp_path, cluster, capsys):
     text = capsys.readouterr().out
     assert "roofscope job: 3 of 3 ranks" in text
     # rank 2's gemm is 15 ms against 10 ms: +5 ms of own work per step
-    assert "straggler: rank 2, +5.00 ms/step of own work in 100% of steps" in text
+    assert "straggler: rank 2 enters the collectives last: the others wait +5.00 ms/step in 100% of steps" in text
     doc = json.loads((out / "job.json").read_text())
     assert [Path(p["path"]).name for p in doc["parts"]] == ["rank0.json.gz", "rank1.json.gz", "rank2.json.gz"]
 

@@ -34,7 +34,7 @@ def _split(job: "Job") -> dict[str, list]:
     exposed = r["comm_exposed_s"].fillna(0.0)
     overlapped = (r["comm_s"].fillna(0.0) - exposed).clip(lower=0)
     compute = (r["busy_s"] - exposed - overlapped).clip(lower=0)
-    idle = (r["step_s"] - r["busy_s"]).clip(lower=0)
+    idle = (r["profiled_step_s"] - r["busy_s"]).clip(lower=0)   # the split is of the profiled step
     return {"ranks": [int(x) for x in r["rank"]],
             "series": {name: _col(v * 1e3, 4) for name, v in
                        zip(SPLIT_COLORS, (compute, overlapped, exposed, idle))}}
@@ -95,21 +95,32 @@ def _gb(x: float) -> str:
 
 def render_terminal(job: "Job", top: int = 5) -> str:
     """Terminal summary of a job: per-rank table, straggler verdict, collectives, recommendations."""
+    own = job.own_time
+    step_note = (f"; median step {_ms(job.step_s)} ms without the profiler"
+                 f" ({_ms(float(job.ranks['profiled_step_s'].median()))} profiled)" if own
+                 else f"; median step {_ms(job.step_s)} ms (profiled: the ranks' own step times were not recorded)")
     out = [f"roofscope job: {len(job.results)} of {job.world_size} ranks, "
-           + ", ".join(sorted({r.device for r in job.results})) + f"; median step {_ms(job.step_s)} ms", ""]
+           + ", ".join(sorted({r.device for r in job.results})) + step_note, ""]
     out += [f"warning: {w}" for w in job.warnings]
-    rows = [[str(r.rank), _ms(r.step_s), pct(r.mfu), pct(r.busy_s / r.step_s if r.step_s > 0 else None),
+    rows = [[str(r.rank), _ms(r.step_s), _ms(r.profiled_step_s), pct(r.mfu),
+             pct(r.busy_s / r.profiled_step_s if r.profiled_step_s > 0 else None),
              _ms(r.comm_s), _ms(r.comm_exposed_s), _ms(r.self_s)] for r in job.ranks.itertuples()]
-    out += table(["rank", "step ms", "MFU", "busy", "comm ms", "exposed ms", "self ms"], rows, ">>>>>>>") + [""]
+    out += table(["rank", "own step ms" if own else "step ms", "profiled ms", "MFU", "busy", "comm ms", "exposed ms",
+                  "self ms"], rows, ">>>>>>>>") + [""]
     if job.stragglers:
         for s in job.stragglers:
             ker = "; ".join(f"{shorten(k['name'], 48)} +{k['excess_ms']:.2f} ms" for k in s.kernels[:3])
-            out.append(f"straggler: rank {s.rank}, +{s.excess_s * 1e3:.2f} ms/step of own work in"
+            what = ("enters the collectives last: the others wait" if s.basis == "arrival skew"
+                    else "own work")
+            out.append(f"straggler: rank {s.rank} {what} +{s.excess_s * 1e3:.2f} ms/step in"
                        f" {100 * s.positive_share:.0f}% of steps (noise {job.noise_s * 1e3:.2f} ms)"
+                       + (f"; catching up saves at most {s.saving_s * 1e3:.2f} ms/step" if s.saving_s < s.excess_s
+                          else "")
                        + (f"; slower: {ker}" if ker else "")
                        + (f"; host idle +{s.host_idle_excess_s * 1e3:.2f} ms" if s.host_idle_excess_s > 0 else ""))
     elif job.noise_s == job.noise_s:
-        out.append(f"no straggler: every rank's own work is within the noise ({job.noise_s * 1e3:.2f} ms/step)")
+        what = "arrival at the collectives" if job.lateness is not None else "own work"
+        out.append(f"no straggler: every rank's {what} is within the noise ({job.noise_s * 1e3:.2f} ms/step)")
     else:
         out.append("straggler test needs two ranks with common steps")
     out.append("")

@@ -79,6 +79,12 @@ class RankResult:
     findings: list[dict[str, Any]]
     roofline: pd.DataFrame           # by kernel name: calls, time_s, flops, bytes, intensity, achieved_flops, cls
     ceilings: dict[str, Any] = field(default_factory=dict)
+    # One row per collective call of the profiled steps, in issue order: step, seq (its place in the
+    # step), collective, dur_s. A rank that enters a collective last waits least inside it: the job
+    # compares these durations across ranks (straggler.lateness), which needs no common clock.
+    arrivals: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"step": pd.Series([], dtype=np.int64), "seq": pd.Series([], dtype=np.int64), "collective": [],
+         "dur_s": pd.Series([], dtype=np.float64)}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,6 +282,22 @@ def _kernel_steps(k: pd.DataFrame) -> pd.DataFrame:
             .rename("time_s").rename_axis(["step", "name"]).reset_index())
 
 
+def _arrivals(calls: pd.DataFrame) -> pd.DataFrame:
+    """:func:`kernel_collectives`' rows of the profiled steps numbered in their step (issue order)."""
+    calls = calls[calls["step"] >= 0]
+    return pd.DataFrame({"step": calls["step"].to_numpy(dtype=np.int64),
+                         "seq": calls.groupby("step").cumcount().to_numpy(dtype=np.int64),
+                         "collective": calls["collective"].astype(str).to_numpy(),
+                         "dur_s": calls["dur_s"].to_numpy(dtype=np.float64)})
+
+
+def _own_time(s: dict[str, Any]) -> dict[str, Any]:
+    """The rank's step without and with the profiler (summary.json's step_time block), where it has one."""
+    block = s.get("step_time") or {}
+    return {"own_step_s": block.get("unprofiled_median_s"), "profiled_step_s": block.get("profiled_median_s"),
+            "own_steps": block.get("unprofiled_steps")}
+
+
 def _roofline(result: Result) -> pd.DataFrame:
     by = result.by_kernel()
     by = by[by["cls"] != "communication"].head(ROOFLINE_ROWS)
@@ -299,10 +321,10 @@ def rank_result(part: Part, result: Result) -> RankResult:
     summary = {"metrics": s.get("metrics"), "kernel_time_s": s["kernel_time_s"],
                "communication_time_s": s["communication_time_s"], "trace": part.url or s["trace"],
                "comm_overlap_share": (tl.get("overall") or {}).get("comm_overlap_share"),
-               "diagnosis": {k: v for k, v in (s.get("diagnosis") or {}).items() if k != "skipped"}}
+               "diagnosis": {k: v for k, v in (s.get("diagnosis") or {}).items() if k != "skipped"},
+               **_own_time(s)}
+    calls = kernel_collectives(result.trace, result.kernels, result.steps)
     return RankResult(rank=int(part.rank or 0), path=part.source, node=part.node, device=str(s["device"]),
                       world_size=world, summary=summary, steps=steps, kernel_steps=_kernel_steps(result.kernels),
-                      collectives=collective_table(kernel_collectives(result.trace, result.kernels, result.steps),
-                                                   world),
-                      findings=s.get("findings") or [],
-                      roofline=_roofline(result), ceilings=s["ceilings"])
+                      collectives=collective_table(calls, world), findings=s.get("findings") or [],
+                      roofline=_roofline(result), ceilings=s["ceilings"], arrivals=_arrivals(calls))

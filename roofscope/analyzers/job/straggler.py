@@ -1,14 +1,24 @@
 """The job across its ranks: per-rank medians, stragglers, communication, the scaling tax and
 the job's findings (docs/multi-gpu-analysis.md).
 
-A rank's *self time* in a step is the step time minus its exposed communication: the time it
-spent on its own work. In synchronous data-parallel training every rank's step ends at the
-same all-reduce, so step times are equal on all ranks; the rank the others wait for has the
-least communication wait and the most self time. Steps are matched across ranks by their
-number (``ProfilerStep#N``). For rank r and step s,
-``excess[r, s] = self[r, s] - median over the other ranks of self[., s]``; r is a straggler when its
-excess is positive in at least 80% of the steps and its median excess exceeds the noise,
-``max(2% of the median step time, 3 x the MAD of self time over steps of the other ranks)``.
+Step time is each rank's own: its steps timed without the profiler (summary.json's step_time), the
+profiled median beside it; a rank without that block (a bare trace) shows its profiled steps.
+
+Stragglers come from the *arrival skew* at the collectives. Every rank issues the same collectives in
+the same order, and a collective finishes on all ranks together, so the rank that enters one last
+waits least inside it: for each call (matched across ranks by step and its place in the step, the
+same collective on every rank), ``late[r] = median over the other ranks of their call's duration -
+r's`` (at least 0), summed over the step's calls: how long the others waited for r in that step. This
+needs no common clock, and it does not read a waiting rank's compute through the time it spent
+blocked in an all-reduce. ``excess[r, s] = late[r, s] - median over the other ranks of late[., s]``;
+r is a straggler when its excess is positive in at least 80% of the steps and its median excess
+exceeds the noise, ``max(2% of the median step time, 3 x the MAD over steps of the other ranks)``.
+Ranks without collective calls (older results) are compared on their *self time* instead: the step
+less its exposed communication.
+
+The saving of catching the straggler up is its median excess, bounded by the balanced step the other
+ranks show: the job's own step less the other ranks' non-communication GPU work per step (their
+kernels cannot run faster by waiting less).
 """
 from __future__ import annotations
 
@@ -28,17 +38,21 @@ EVIDENCE_SHARE = 0.05     # share of the excess a kernel must explain to be name
 NOISE_STEP_SHARE = 0.02   # noise floor: 2% of the median step time
 NOISE_MADS = 3.0          # ... or 3 median absolute deviations of the other ranks' self time
 EVIDENCE_KERNELS = 5
-RANK_COLUMNS = ("rank", "node", "device", "steps", "step_s", "mfu", "hfu", "busy_s", "comm_s", "comm_exposed_s",
-                "self_s", "idle_host_s", "idle_s")
+RANK_COLUMNS = ("rank", "node", "device", "steps", "step_s", "profiled_step_s", "own_steps", "mfu", "hfu", "busy_s",
+                "comm_s", "comm_exposed_s", "self_s", "idle_host_s", "idle_s")
+RANK_OF_OTHERS_EXACT = 64  # up to this many ranks, "the other ranks" leaves each rank out of the median
 
 
 @dataclass
 class Straggler:
     rank: int
-    excess_s: float                 # median excess self time per step
+    excess_s: float                 # median per step: the others' wait for it (arrival), or its extra self time
     positive_share: float           # share of steps with positive excess
     kernels: list[dict[str, Any]]   # kernels slower than the other ranks' median, ms per step
     host_idle_excess_s: float       # host-bound idle beyond the other ranks' median, per step
+    basis: str = "self time"        # "arrival skew" (the collectives' durations) or "self time"
+    saving_s: float = 0.0           # excess_s bounded by the balanced step (module docstring)
+    bound_s: float = float("nan")   # that bound: the job's own step less the others' GPU work
 
 
 @dataclass
@@ -52,6 +66,7 @@ class Job:
     step_time: pd.DataFrame              # index step, one column per rank
     noise_s: float
     stragglers: list[Straggler]
+    lateness: pd.DataFrame | None        # index step, one column per rank: the others' wait for it (s)
     collectives: pd.DataFrame            # per collective: medians over ranks, per step
     findings: list[Finding]
     scaling: dict[str, Any] | None
@@ -61,12 +76,21 @@ class Job:
     def step_s(self) -> float:
         return _median_step(self.ranks)
 
+    @property
+    def own_time(self) -> bool:
+        """Whether the job's step is the program's own (every rank with steps timed them unprofiled)."""
+        r = self.ranks[self.ranks["steps"] > 0]
+        return bool(len(r)) and bool(r["own_steps"].notna().all())
+
     def to_dict(self) -> dict[str, Any]:
         return json_safe({
             "world_size": self.world_size, "ranks_given": len(self.results),
             "devices": sorted({r.device for r in self.results}), "step_time_s": self.step_s,
+            "step_time_source": "unprofiled" if self.own_time else "profiled",
+            "profiled_step_time_s": float(self.ranks["profiled_step_s"].median()),
             "per_rank": self.ranks.to_dict("records"),
-            "steps": {"self_s": _columns(self.self_time), "step_s": _columns(self.step_time)},
+            "steps": {"self_s": _columns(self.self_time), "step_s": _columns(self.step_time),
+                      **({"late_s": _columns(self.lateness)} if self.lateness is not None else {})},
             "straggler_noise_s": self.noise_s,
             "stragglers": [s.__dict__ for s in self.stragglers],
             "collectives": self.collectives.to_dict("records"),
@@ -96,19 +120,47 @@ def _rank_row(r: RankResult) -> dict[str, Any]:
     med = s.median(numeric_only=True) if len(s) else pd.Series(dtype=float)
     idle = (s[["idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"]].sum(axis=1).median()
             if len(s) else np.nan)
+    own, n_own = r.summary.get("own_step_s"), r.summary.get("own_steps")
+    profiled = float(med.get("step_s", np.nan))
     return {"rank": r.rank, "node": r.node, "device": r.device, "steps": int(len(s)),
             **{c: float(med.get(c, np.nan)) for c in RANK_COLUMNS if c not in ("rank", "node", "device", "steps",
-                                                                               "idle_s")},
-            "idle_s": float(idle)}
+                                                                               "idle_s", "profiled_step_s",
+                                                                               "own_steps")},
+            # The program's own step where the rank timed it; its profiled median beside it.
+            "step_s": float(own) if own and len(s) else profiled, "profiled_step_s": profiled,
+            "own_steps": float(n_own) if own and len(s) else np.nan, "idle_s": float(idle)}
 
 
 def _pivot(results: list[RankResult], col: str) -> pd.DataFrame:
     return pd.DataFrame({r.rank: r.steps[col] for r in results}).sort_index()
 
 
+def lateness(results: list[RankResult]) -> pd.DataFrame | None:
+    """Per step (index) and rank (columns): how long the other ranks waited for it at the collectives
+    (module docstring); None unless two ranks recorded collective calls."""
+    frames = [r.arrivals.assign(rank=r.rank) for r in results if len(r.arrivals)]
+    if len(frames) < 2:
+        return None
+    calls = pd.concat(frames, ignore_index=True)
+    dur = calls.pivot_table(index=["step", "seq"], columns="rank", values="dur_s", aggfunc="first")
+    kinds = calls.groupby(["step", "seq"])["collective"].nunique().reindex(dur.index)
+    # A call counts where every rank made it and it is the same collective everywhere.
+    dur = dur[dur.notna().all(axis=1) & (kinds == 1)]
+    if not len(dur):
+        return None
+    d = dur.to_numpy(dtype=np.float64)
+    if d.shape[1] <= RANK_OF_OTHERS_EXACT:
+        others = np.stack([np.median(np.delete(d, i, axis=1), axis=1) for i in range(d.shape[1])], axis=1)
+    else:  # thousands of ranks: one rank moves the median of the others by nothing that matters
+        others = np.repeat(np.median(d, axis=1, keepdims=True), d.shape[1], axis=1)
+    late = pd.DataFrame(np.clip(others - d, 0.0, None), index=dur.index, columns=dur.columns)
+    return late.groupby(level="step").sum()
+
+
 def detect(self_time: pd.DataFrame, step_s: float) -> tuple[list[tuple[int, float, float]], float]:
     """Stragglers as (rank, median excess, share of positive steps), and the largest noise
-    threshold used (see the module docstring). ``self_time``: index step, one column per rank."""
+    threshold used (see the module docstring). ``self_time``: index step, one column per rank (the
+    lateness at the collectives, or self time)."""
     # Ranks with no step at all cannot be compared; the rest are compared on the steps all recorded.
     st = self_time.dropna(axis=1, how="all").dropna(how="any")
     if st.shape[1] < 2 or not len(st):
@@ -188,19 +240,34 @@ def scaling_tax(baseline_step_s: float, ranks: pd.DataFrame) -> dict[str, Any]:
 def _straggler_finding(s: Straggler, step_s: float) -> Finding:
     what = ", ".join(f"{k['name'][:60]} +{k['excess_ms']:.2f} ms" for k in s.kernels[:3]) or "no kernel stands out"
     host = f"; host-bound idle +{s.host_idle_excess_s * 1e3:.2f} ms/step" if s.host_idle_excess_s > 0 else ""
+    if s.basis == "arrival skew":
+        seen = (f"rank {s.rank} enters the collectives last: the other ranks wait {s.excess_s * 1e3:.2f} ms/step for"
+                f" it (median over the steps' calls)")
+    else:
+        seen = f"rank {s.rank} spends {s.excess_s * 1e3:.2f} ms/step more on its own work than the other ranks (median)"
+    bound = (f" The saving, {s.saving_s * 1e3:.2f} ms/step, is that wait bounded by the balanced step the other"
+             f" ranks show ({s.bound_s * 1e3:.2f} ms/step: the job's step less their GPU work); it assumes the rank"
+             " catches up, which only a change on that rank can check." if s.bound_s == s.bound_s else "")
     return Finding(
         rule="straggler", title=f"Rank {s.rank} is a straggler: the other ranks wait for it",
-        binding="straggler", saving_s=s.excess_s, confidence="high" if s.positive_share >= 0.95 else "medium",
-        summary=f"rank {s.rank} spends {s.excess_s * 1e3:.2f} ms/step more on its own work than the other ranks"
-        f" (median), in {100 * s.positive_share:.0f}% of the steps; slower kernels: {what}{host}",
+        binding="straggler", saving_s=s.saving_s, confidence="high" if s.positive_share >= 0.95 else "medium",
+        summary=f"{seen}, in {100 * s.positive_share:.0f}% of the steps; slower kernels: {what}{host}",
         fix="Find what differs on that rank: its GPU (clocks, throttling, a noisy neighbour: nvidia-smi -q -d"
         " PERFORMANCE), its data (uneven batch or sequence lengths: balance the sampler), its host (data loading,"
-        " logging or checkpointing only on that rank). The saving assumes the rank catches up with the others.",
+        " logging or checkpointing only on that rank)." + bound,
         kernels=[{"name": k["name"], "op": "", "calls": 0.0, "time_s": k["excess_ms"] / 1e3, "cls": ""}
                  for k in s.kernels],
         figures={"rank": s.rank, "excess_s": s.excess_s, "positive_share": s.positive_share,
-                 "host_idle_excess_s": s.host_idle_excess_s},
-        saving_pct=s.excess_s / step_s if step_s > 0 else 0.0)
+                 "host_idle_excess_s": s.host_idle_excess_s, "basis": s.basis, "bound_s": s.bound_s},
+        saving_pct=s.saving_s / step_s if step_s > 0 else 0.0)
+
+
+def _balanced_bound(ranks: pd.DataFrame, rank: int, step_s: float) -> float:
+    """The most catching ``rank`` up can save: the job's step less the other ranks' non-communication GPU
+    work per step (NaN where the ranks have no GPU timeline)."""
+    others = ranks[(ranks["rank"] != rank) & (ranks["steps"] > 0)]
+    work = (others["busy_s"] - others["comm_s"].fillna(0.0)).clip(lower=0).median()
+    return max(0.0, step_s - float(work)) if work == work else float("nan")
 
 
 def combine(results: list[RankResult], world_size: int, baseline_step_s: float | None = None,
@@ -215,8 +282,15 @@ def combine(results: list[RankResult], world_size: int, baseline_step_s: float |
     if empty and len(results) > 1:
         warnings.append(f"rank{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}: no profiled step;"
                         " left out of the straggler test and the job's medians")
-    found, noise = detect(self_time, step_s)
-    stragglers = [Straggler(r, ex, pos, *_evidence(results, r, ex)) for r, ex, pos in found]
+    late = lateness(results)
+    basis = "arrival skew" if late is not None else "self time"
+    found, noise = detect(late if late is not None else self_time, step_s)
+    stragglers = []
+    for r, ex, pos in found:
+        bound = _balanced_bound(ranks, r, step_s)
+        saving = min(ex, bound) if bound == bound else ex
+        stragglers.append(Straggler(r, ex, pos, *_evidence(results, r, ex), basis=basis, saving_s=saving,
+                                    bound_s=bound))
     colls = _collectives(results)
     findings = [_straggler_finding(s, step_s) for s in stragglers]
     # The rank that waits least shows the pure communication cost; the others' extra exposed time
@@ -232,6 +306,6 @@ def combine(results: list[RankResult], world_size: int, baseline_step_s: float |
     for i, f in enumerate(findings, 1):
         f.rank = i
     scaling = scaling_tax(baseline_step_s, ranks) if baseline_step_s and step_s > 0 else None
-    return Job(world_size, results, ranks, self_time, step_time, noise, stragglers, colls, findings, scaling,
+    return Job(world_size, results, ranks, self_time, step_time, noise, stragglers, late, colls, findings, scaling,
                warnings)
 
