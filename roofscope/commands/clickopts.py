@@ -96,6 +96,9 @@ run_options = stack(
                  help="Also render this output into the Run (repeatable): "
                       + ", ".join(f"{r.name} ({r.file_name})" for r in (renderer(RESULT, n) for n in names(RESULT)))
                       + "."),
+    click.option("--verify", is_flag=True,
+                 help="Then verify the top fixes in the program: `roofscope verify RUN` with its defaults "
+                      "(docs/verify.md)."),
     click.option("--counters", type=click.Choice(["ncu", "cupti"]),
                  help="Also measure hardware counters of the recorded steps: `ncu` re-runs the script under "
                       "Nsight Compute after the Run is written (docs/counters.md)."),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from roofscope.analyzers.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
 from roofscope.reports.phrases import (above_roof_text, finding_lines, memory_text, savings_note, step_time_lines,
-                                       utilization_note)
+                                       unplaced, utilization_note, verification_lines)
 from roofscope.text import ms, pct, shorten, si, step_range, table
 from roofscope.text_safety import clean
 
@@ -91,6 +91,7 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out += finding_lines(s.findings)
     if s.findings:
         out += savings_note(s.diagnosis.extra.get("program_time"))
+    out += verification_lines(unplaced(s.extra.get("verification")))
     if s.diagnosis.capture_steps:
         out += [f"  {step_range(s.diagnosis.capture_steps).capitalize()} captured a CUDA graph (warm-up): left out"
                 " of these estimates", ""]
