@@ -19,7 +19,7 @@ from roofscope.counters import after_run, check_before_run
 from roofscope.errors import RoofscopeError
 from roofscope.pipeline import PipelineOptions, announce, finish
 from roofscope.run import Run
-from roofscope.verify import verify_run
+from roofscope.verify import NothingToVerify, verify_run
 
 
 @dataclass
@@ -102,6 +102,8 @@ def _verify(r: Run | None, script_code: int, quiet: bool) -> int:
         return 0
     try:
         verify_run(r.path, recorded_program, VerifySettings(), quiet=quiet, yes=True)  # the Run just made here
+    except NothingToVerify as e:
+        print(f"roofscope: verify: {e}", file=sys.stderr)
     except RoofscopeError as e:
         print(f"roofscope: error: verify: {e} (the Run {r.path} was written without verify.json)", file=sys.stderr)
         return e.exit_code

@@ -7,7 +7,8 @@ docs/verify.md is the user's guide.
 """
 from __future__ import annotations
 
+from roofscope.verify.candidates import NothingToVerify
 from roofscope.verify.runs import Program
 from roofscope.verify.workflow import VerifyError, verify_run
 
-__all__ = ["Program", "VerifyError", "verify_run"]
+__all__ = ["NothingToVerify", "Program", "VerifyError", "verify_run"]

@@ -4,7 +4,7 @@ Each finding of the Run's summary names its injectable fix in ``fix.apply`` (roo
 when only a source edit answers it). A summary written before the analysis named them has no
 ``apply``: the fix is derived from the finding's rule and change (``fixes.derive``, documented in
 docs/verify.md). Findings naming the same fix are one candidate: its rule is the first (highest
-saving) finding's, its prediction the combined saving of their change when they share one
+saving) finding's, its prediction the combined saving of their change when they are all of it
 (diagnosis.changes counts overlapping time once), else the largest finding's. Blocked findings
 claim no saving and are left out unless asked for with ``--fix``.
 
@@ -19,6 +19,10 @@ from typing import Any
 
 from roofscope.errors import RoofscopeError
 from roofscope.fixes import FixError, derive, parse, spec_text
+
+
+class NothingToVerify(RoofscopeError):
+    """No fix to try: the Run has no recommendation with an injectable fix, and none was named."""
 
 
 @dataclass
@@ -66,7 +70,7 @@ def group(summary: dict[str, Any], blocked: bool = False) -> list[Candidate]:
             c.change = ""
     for c in out.values():
         combined = changes.get(c.change)
-        if c.change and combined is not None:
+        if c.change and combined is not None and set(combined.get("rules") or ()) == set(c.rules):
             c.predicted_s = float(combined.get("saving_s") or 0.0)
     # Source edits keep their place among the fixes: by the first rank of their finding.
     order = {f.get("rule"): i for i, f in enumerate(findings)}
@@ -75,7 +79,7 @@ def group(summary: dict[str, Any], blocked: bool = False) -> list[Candidate]:
 
 def choose(summary: dict[str, Any], top: int, asked: tuple[str, ...] = ()) -> list[Candidate]:
     """The candidates to report: ``asked`` specs (``--fix``) or the top ``top`` injectable ones, with the
-    source edits ranked above the last of those; RoofscopeError when none is left."""
+    source edits ranked above the last of those; NothingToVerify when none is left."""
     if asked:
         named = {c.fix: c for c in group(summary, blocked=True) if c.fix}
         out = []
@@ -96,7 +100,7 @@ def choose(summary: dict[str, Any], top: int, asked: tuple[str, ...] = ()) -> li
         chosen.pop()
     if not chosen:
         n = len(summary.get("findings") or [])
-        raise RoofscopeError(("nothing to verify: the Run has no recommendation" if not n else
+        raise NothingToVerify(("nothing to verify: the Run has no recommendation" if not n else
                               f"nothing to verify: none of the Run's {n} recommendations has a fix roofscope can "
                               "inject (each needs a source edit)") + "; name fixes to try with --fix SPEC")
     return chosen
