@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import click
 
-from roofscope.commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options
+from roofscope.commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options, yes_option
 from roofscope.config import MergeWorkers, Presentation, VerifySettings
 from roofscope.errors import RoofscopeError
 from roofscope.text_safety import clean
@@ -134,9 +134,7 @@ def run_cmd(**kwargs: object) -> int:
               help="Join this ncu CSV export (long or raw page) instead of running ncu.")
 @click.option("-f", "--force", is_flag=True, help="Replace the Run's existing counters.")
 @click.option("-q", "--quiet", is_flag=True, help="No join summary.")
-@click.option("-y", "--yes", is_flag=True,
-              help="Run the Run's recorded command even when the Run was made on another machine (else shown"
-                   " and asked; refused without a terminal).")
+@yes_option
 def counters_cmd(**kwargs: object) -> int:
     """Add hardware counters (Nsight Compute) to RUN: re-run its script under ncu over the same
     steps, join the measured kernels to the trace's, and re-render the Run's summary and report."""
@@ -157,9 +155,7 @@ def counters_cmd(**kwargs: object) -> int:
               help="Import fixes of your own (roofscope.fixes.register; repeatable).")
 @click.option("-f", "--force", is_flag=True, help="Replace the Run's verify.json.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no table of verdicts.")
-@click.option("-y", "--yes", is_flag=True,
-              help="Run the Run's recorded command even when the Run was made on another machine (else shown"
-                   " and asked; refused without a terminal).")
+@yes_option
 def verify_cmd(**kwargs: object) -> int:
     """Check RUN's top recommendations in the program itself: run it again, alternately without and with
     each fix injected (no source edit), timing its own steps without the profiler, until the saving's

@@ -29,7 +29,7 @@ from roofscope.run.schema import FixVerdict, Verification
 from roofscope.run.verification import load as load_verification
 from roofscope.run.verification import text as verification_text
 from roofscope.verify.candidates import NothingToVerify, choose
-from roofscope.verify.stats import (decided, interval, results_distance, results_verdict, step_time,
+from roofscope.verify.stats import (decided, interval, results_distance, results_verdict, step_time, t975,
                                     timing_status)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,10 +244,16 @@ def test_a_failing_installer_is_the_runs_failure(tmp_path, capsys):
 # -- statistics ----------------------------------------------------------------------------------------
 
 
+def test_t_quantiles_are_scipys():
+    from scipy.stats import t
+
+    assert max(abs(t975(d) - float(t.ppf(0.975, d))) for d in range(1, 300)) < 1e-3
+
+
 def test_interval_is_students_t():
     ci = interval([0.010, 0.012, 0.014])
-    # mean 12 ms, sd 2 ms, t(0.975, 2 dof) = 4.3027: half-width 4.3027 * 2 / sqrt(3) = 4.968 ms
-    assert (ci.mean, ci.lo, ci.hi, ci.n) == pytest.approx((0.012, 0.0070317, 0.0169683, 3), abs=1e-7)
+    # mean 12 ms, sd 2 ms, t(0.975, 2 dof) = 4.303: half-width 4.303 * 2 / sqrt(3) = 4.9687 ms
+    assert (ci.mean, ci.lo, ci.hi, ci.n) == pytest.approx((0.012, 0.0070313, 0.0169687, 3), abs=1e-7)
     assert interval([0.01]) is None
 
 

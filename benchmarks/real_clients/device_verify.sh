@@ -1,8 +1,9 @@
 #!/bin/bash
 # `roofscope verify` on a GPU (issue 37): each client recorded once with `roofscope run`, then its fixes
 # re-run in the program, alternated with plain runs (docs/verify.md). Clients and fixes:
-#   resnet_plain   tf32, channels_last, cudnn_benchmark, compile      (a plain fp32 ResNet-50 training loop)
-#   gpt2_generate  static_cache                                       (HF generate(), eager dynamic cache)
+#   resnet_plain   resnet50_channels_last.py --plain: a fp32 NCHW ResNet-50 training loop;
+#                  tf32, channels_last, cudnn_benchmark, compile
+#   gpt2_generate  gpt2_generate.py: HF generate(), eager dynamic cache; static_cache
 # Each verify prints its plan and cost first, one line per run, then the verdicts; verify.json and the
 # re-rendered summary.json of every Run land in $OUT/verify_runs.tgz, the console in $OUT/verify.txt.
 #   benchmarks/real_clients/device_verify.sh                          # both clients (about 10 device-minutes)
@@ -12,11 +13,13 @@ set -u
 cd "$(dirname "$0")/../.."
 source benchmarks/real_clients/device_env.sh
 mkdir -p "$OUT" rc
+declare -A SCRIPT=([resnet_plain]="resnet50_channels_last.py --plain --steps 60" [gpt2_generate]="gpt2_generate.py")
 declare -A FIXES=([resnet_plain]="tf32 channels_last cudnn_benchmark compile" [gpt2_generate]="static_cache")
 for c in ${CLIENTS:-resnet_plain gpt2_generate}; do
+  read -r -a script <<< "${SCRIPT[$c]}"
   start=$(date +%s)
-  timeout "${LIMIT:-300}" python3 -m roofscope run -o "rc/$c" --force -q --no-report "benchmarks/real_clients/$c.py" \
-    > "rc/$c.run.txt" 2>&1
+  timeout "${LIMIT:-300}" python3 -m roofscope run -o "rc/$c" --force -q --no-report \
+    "benchmarks/real_clients/${script[0]}" "${script[@]:1}" > "rc/$c.run.txt" 2>&1
   echo "== $c: roofscope run rc=$? $(( $(date +%s) - start ))s" | tee -a "$OUT/verify.txt"
   # What the Run's top recommendations ask for (fix.apply, or the fix derived from the rule), beside the named ones.
   python3 - "rc/$c" <<'PY' | tee -a "$OUT/verify.txt"

@@ -83,6 +83,12 @@ ceiling_options = stack(
 )
 
 
+# The commands that run a Run's recorded command again (counters, verify).
+yes_option = click.option("-y", "--yes", is_flag=True,
+                          help="Run the Run's recorded command even when the Run was made on another machine (else"
+                               " shown and asked; refused without a terminal).")
+
+
 # `roofscope run`'s options and arguments, in the order `--help` lists them.
 run_options = stack(
     click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`."),

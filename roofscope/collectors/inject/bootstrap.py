@@ -25,11 +25,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from roofscope.collectors import session
 from roofscope.collectors.inject.probe import ResultProbe
 from roofscope.collectors.script import Outcome, check_target, exit_forked_child, run_target
-from roofscope.collectors.session import ProfileComplete, StepRule
-from roofscope.collectors.steps import StepHooks
+from roofscope.collectors.session import ProfileComplete, StepCounter
 from roofscope.collectors.steptimes import StepTimer
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
@@ -39,14 +37,14 @@ from roofscope.fixes import Injection, install, load_modules, parse
 RECORD_VERSION = 1
 
 
-class StepWindow:
+class StepWindow(StepCounter):
     """Counts and times the program's step boundaries; ends the program after the timed steps."""
 
     def __init__(self, ns: argparse.Namespace, probe: ResultProbe, injection: Injection) -> None:
         import torch
 
+        super().__init__(ns.step_on)
         self.ns = ns
-        self.rule = StepRule(ns.step_on)
         self.timer = StepTimer(cuda=torch.cuda.is_available())
         self.probe = probe
         self.injection = injection
@@ -55,20 +53,7 @@ class StepWindow:
         self.settled: bool | None = None
         self._warm: tuple[int, float] | None = None   # the warm-up's last boundary, and when it came
 
-    def step(self) -> None:
-        """An explicit ``roofscope.step()``."""
-        if self.rule.explicit():
-            self._advance()
-
-    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.rule.optimizer(optimizer):
-            self._advance()
-
-    def on_auto_step(self, source: str) -> None:
-        if self.rule.automatic(source):
-            self._advance()
-
-    def _advance(self) -> None:
+    def advance(self) -> None:
         self.timer.mark("unprofiled")
         self.boundaries += 1
         if self.boundaries == 1:
@@ -119,8 +104,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
     ns = _parser().parse_args(argv)
     try:
         script = check_target(ns.target, ns.module)
@@ -133,27 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     probe = ResultProbe(ns.compare_steps if ns.record else 0, injection)
     window = StepWindow(ns, probe, injection)
     pid, outcome = os.getpid(), Outcome(1, "exception", "the bootstrap failed")
-    hooks = StepHooks(ns.step_on, window.on_auto_step, script=script)
-    hooks.label = False   # no profiler to read the forward annotations
-    session.step_listeners.append(window.step)
-    handle = register_optimizer_step_post_hook(window.on_optimizer_step)
     try:
-        try:
-            install(specs, injection)
-        except Exception as e:   # the fix's own failure: the program cannot run with it
-            traceback.print_exc()
-            outcome = Outcome(1, "exception", f"installing {ns.fix} failed: {type(e).__name__}: {e}")
-        else:
-            probe.install()
-            hooks.install()
-            outcome = run_target(ns.target, ns.args, module=ns.module)
+        with window.watching(script):
+            try:
+                install(specs, injection)
+            except Exception as e:   # the fix's own failure: the program cannot run with it
+                traceback.print_exc()
+                outcome = Outcome(1, "exception", f"installing {ns.fix} failed: {type(e).__name__}: {e}")
+            else:
+                probe.install()
+                outcome = run_target(ns.target, ns.args, module=ns.module)
     finally:
         sys.stdout.flush()
         if os.getpid() != pid:
             exit_forked_child(outcome.code)  # a child the program forked
-        hooks.remove()
-        handle.remove()
-        session.step_listeners.remove(window.step)
         if ns.record:
             record = {"version": RECORD_VERSION, "fix": ns.fix, "outcome": outcome.as_dict(),
                       "steps": window.to_dict(), **probe.to_dict(),
