@@ -497,3 +497,38 @@ def test_verify_as_a_subprocess(recorded, tmp_path):
     assert fix["reason"] == "round 1: RuntimeError: synthetic crash in the optimizer (exit code 1)"
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already exists" in again.stderr
+
+
+# -- a verified Run, analyzed: a real GPU Run (an H200 GPT step) with a verify.json beside it -----------------
+
+
+def test_a_real_runs_recommendations_show_their_verdicts_and_rank_by_them(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "h200_gpt_run", run)
+    summary = json.loads((run / "summary.json").read_text())
+    # Its findings name no fix.apply (analyzed before the analysis named them): derived from the rules. The one
+    # compile fix is the whole torch_compile change, so it predicts the change's 4.442 ms.
+    chosen = choose(summary, 3)
+    assert [(c.fix, c.rule) for c in chosen] == [("compile:reduce-overhead", "cuda_graphs")]
+    assert chosen[0].predicted_s == pytest.approx(0.0044416)
+    (run / "verify.json").write_text(verification_text(Verification(fixes=[
+        FixVerdict(rule="cuda_graphs", rules=["cuda_graphs"], change="torch_compile", fix="compile:reduce-overhead",
+                   status="crashed", predicted_s=0.0044416,
+                   reason="round 1: RuntimeError: accessing tensor output of CUDAGraphs that has been overwritten"
+                          " by a subsequent run (exit code 1)")])))
+    assert main(["analyze", str(run), "--json", str(tmp_path / "s.json"), "-q"]) == 0
+    s = json.loads((tmp_path / "s.json").read_text())["summary"]
+    # The crash sinks the CUDA-graph finding below the host-sync one, which nothing measured.
+    assert [(f["rank"], f["rule"], f.get("verify", {}).get("status")) for f in s["findings"]] == [
+        (1, "host_syncs", None), (2, "cuda_graphs", "crashed")]
+    assert [c["findings"] for c in s["diagnosis"]["changes"]] == [[2], [1]]
+    assert s["verification"]["fixes"][0]["finding"] == 2
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "     re-run with compile:reduce-overhead: crashed: round 1: RuntimeError:\n       accessing tensor" in out
+    assert "Fixes re-run in the program" not in out   # every verdict sits beside its recommendation
+    assert main(["analyze", str(run), "--markdown", "-"]) == 0
+    assert "| re-run with the fix (roofscope verify) |" in capsys.readouterr().out
+    assert main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert 'class="tag verify">crashed<' in html and "(roofscope verify):</b> crashed: round 1" in html

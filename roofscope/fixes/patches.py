@@ -9,6 +9,7 @@ fix holds from the next one on, inside the warm-up steps that ``roofscope verify
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -204,8 +205,6 @@ def dataloader(arg: str | None, inj: "Injection") -> None:
 
 
 def _loader_args(init: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    import inspect
-
     try:
         return dict(inspect.signature(init).bind(self, *args, **kwargs).arguments)
     except TypeError:   # the call is wrong as it stands: DataLoader will say so itself
@@ -214,7 +213,5 @@ def _loader_args(init: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, 
 
 def _named(init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The DataLoader call's arguments after the dataset, by name."""
-    import inspect
-
     names = [p.name for p in inspect.signature(init).parameters.values()][2:]   # self, dataset
     return {**dict(zip(names, args[1:])), **kwargs}
