@@ -5,7 +5,7 @@ it changed (:meth:`Injection.applied`) or why it could not (:meth:`Injection.ski
 applied nowhere is "not applicable" to this program. Root modules are the outermost
 ``nn.Module`` calls on the main thread (a model called by the loop, a loss module), each handed
 to the subscribers at its first call, before its forward runs; the search stops at the first
-step boundary (:meth:`Roots.stop`), so later steps carry no global module hook.
+step boundary after the first root call (:meth:`Roots.stop`), so later steps carry no global module hook.
 """
 from __future__ import annotations
 

@@ -73,6 +73,10 @@ def launch(program: Program, fix: str | None, settings: VerifySettings, workdir:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             code, timed_out = proc.wait(), True
+        except BaseException:   # Ctrl-C reaches roofscope only (the run has its own session): end the run too
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     wall = time.perf_counter() - t0
     tail = log.read_bytes()[-4000:].decode(errors="replace").strip().splitlines()[-12:]
     if timed_out:

@@ -56,8 +56,8 @@ class StepWindow(StepCounter):
     def advance(self) -> None:
         self.timer.mark("unprofiled")
         self.boundaries += 1
-        if self.boundaries == 1:
-            self.injection.roots.stop()   # the roots are known: no global module hook in the timed steps
+        if self.injection.roots.seen:
+            self.injection.roots.stop()   # a step with roots has ended: no global module hook in the timed steps
         self.probe.boundary(self.boundaries)
         ns, last = self.ns, len(self.timer) - 1
         if ns.steps is None:
