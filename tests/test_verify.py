@@ -220,6 +220,15 @@ def test_bootstrap_times_the_steps_after_the_warmup_and_stops_the_program(tmp_pa
     assert step_time(base) >= 0.050 and step_time(base) - step_time(fixed) > 0.030
 
 
+def test_a_program_that_ends_before_its_steps_settle_has_the_steps_after_the_warmup_timed(tmp_path, one_thread):
+    rec = tmp_path / "rec.json"
+    assert bootstrap.main(["--record", str(rec), "--steps", "20", "--warmup-steps", "2", "--compare-steps", "2",
+                           "--settle-tolerance", "1e-9", str(TRAIN), "8"]) == 0
+    steps = json.loads(rec.read_text())["steps"]
+    # 8 boundaries; the warm-up ended at the second (index 1), nothing settled within 1e-9 of its median.
+    assert (steps["boundaries"], steps["timed_from"], steps["settled"], steps["index"]) == (8, 1, False, list(range(1, 8)))
+
+
 def test_bootstrap_keeps_an_inference_loops_outputs(tmp_path, one_thread):
     base = _record(tmp_path, INFER, name="base")
     wide = _record(tmp_path, INFER, "--fix-module", str(TEST_FIXES), "--fix", "widen", name="wide")
@@ -422,7 +431,7 @@ def recorded(tmp_path_factory):
     out = tmp_path_factory.mktemp("verify") / "run"
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = main(["run", "--verify", "-q", "--settle", "0", "--nvml-hz", "0", "-o", str(out), str(TRAIN), "30"])
+        code = main(["run", "--verify", "-q", "--settle", "0", "--nvml-hz", "0", "-o", str(out), str(TRAIN), "60"])
     return out, code, err.getvalue()
 
 

@@ -10,7 +10,8 @@ same bootstrap. With ``--record`` it also times the program's own steps, with th
 outermost forwards, ``--step-on``) and collectors/steptimes.py's clock, no profiler: at least W
 warm-up steps, until they settle (``--settle`` K steps within ``--settle-tolerance`` of their
 median, at most ``--settle-max-steps`` / ``--settle-max-s`` after the warm-up), then N timed steps,
-after which the program is stopped (exit code 0). Over the first K steps it keeps the losses and
+after which the program is stopped (exit code 0); a program that ends before its steps settle has
+its steps after the warm-up timed (``settled`` false). Over the first K steps it keeps the losses and
 the model's outputs (probe.py). FILE gets, as JSON: how the program ended, the step times, where
 the timed steps begin, the results and what each fix changed (or why it could not).
 """
@@ -77,6 +78,9 @@ class StepWindow(StepCounter):
 
     def to_dict(self) -> dict[str, Any]:
         steps = self.timer.finish()
+        if self.timed_from is None and self._warm is not None:
+            # The program ended while its steps had not settled: those after the warm-up are what it ran.
+            self.timed_from, self.settled = self._warm[0], False
         return {"source": self.rule.source, "boundaries": self.boundaries, "timed_from": self.timed_from,
                 "settled": self.settled, "index": [s.index for s in steps], "host_s": [s.host_s for s in steps],
                 "gpu_s": [s.gpu_s for s in steps]}
