@@ -147,8 +147,8 @@ def counters_cmd(**kwargs: object) -> int:
 @click.argument("run", type=click.Path(file_okay=False, path_type=str))
 @config_options(VerifySettings, "top_fixes")
 @click.option("--fix", "fixes", multiple=True, metavar="SPEC",
-              help="Verify this fix instead of the Run's top ones: NAME[:ARG][;NAME[:ARG]...], e.g. compile:reduce-overhead,"
-                   " threads:4 (repeatable; docs/verify.md lists them).")
+              help="Verify this fix instead of the Run's top ones: NAME[:ARG][;NAME[:ARG]...], e.g."
+                   " compile:reduce-overhead, threads:4 (repeatable; docs/verify.md lists them).")
 @config_options(VerifySettings, "pairs", "min_pairs", "steps", "warmup_steps", "compare_steps", "budget_s",
                 "precision", "rtol", "run_timeout_s")
 @click.option("--fix-module", "fix_modules", multiple=True, metavar="FILE.py|MODULE",
@@ -164,7 +164,8 @@ def verify_cmd(**kwargs: object) -> int:
     and renders the Run's summary and report again with the verdicts (docs/verify.md)."""
     from roofscope.commands.verify import VerifyOptions, run  # start-up time
 
-    kwargs["fixes"], kwargs["fix_modules"] = tuple(kwargs["fixes"]), tuple(kwargs["fix_modules"])  # type: ignore[arg-type]
+    for key in ("fixes", "fix_modules"):
+        kwargs[key] = tuple(kwargs[key])  # type: ignore[call-overload]
     return run(VerifyOptions(**kwargs))  # type: ignore[arg-type]
 
 

@@ -46,7 +46,7 @@ class Spec:
 class Fix:
     name: str
     summary: str            # what it does to the program, one line
-    acts_on: str            # what the program must make for it to apply: "not applicable: the program made no <acts_on>"
+    acts_on: str            # what the program must make for it to apply ("the program made no <acts_on>")
     install: Installer
     check: ArgCheck
     usage: str              # its grammar, e.g. "compile[:MODE]"

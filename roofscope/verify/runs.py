@@ -80,8 +80,8 @@ def launch(program: Program, fix: str | None, settings: VerifySettings, workdir:
     wall = time.perf_counter() - t0
     tail = log.read_bytes()[-4000:].decode(errors="replace").strip().splitlines()[-12:]
     if timed_out:
-        rec: dict[str, Any] = {"outcome": {"code": code, "reason": "timeout",
-                                           "detail": f"did not finish within --run-timeout-s {settings.run_timeout_s:g}"}}
+        limit = f"did not finish within --run-timeout-s {settings.run_timeout_s:g}"
+        rec: dict[str, Any] = {"outcome": {"code": code, "reason": "timeout", "detail": limit}}
     elif record.exists():
         rec = json.loads(record.read_text())
     else:   # killed, or the interpreter died before the bootstrap could write its record

@@ -127,7 +127,8 @@ def results_distance(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, str] 
         compared += 1
     if not compared:
         return None
-    return worst, f"the model's output{'s' if compared > 1 else ''} of the first {compared} forward{'s' if compared > 1 else ''}"
+    s = "s" if compared > 1 else ""
+    return worst, f"the model's output{s} of the first {compared} forward{s}"
 
 
 def results_verdict(baselines: list[dict[str, Any]], fixed: list[dict[str, Any]], rtol: float

@@ -135,9 +135,10 @@ def verify_run(run_dir: str | Path, program_of: ProgramOf, settings: VerifySetti
     with tempfile.TemporaryDirectory(prefix="roofscope-verify-") as tmp:
         _rounds(trials, program, settings, Path(tmp), fix_modules, say, estimate_s(r.meta, settings))
     by_fix = {t.cand.fix: t.verdict() for t in trials}
+    verdicts = [by_fix[c.fix] if c.fix else _source_edit(c) for c in chosen if not c.fix or c.fix in by_fix]
     doc = Verification(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        settings={**asdict(settings), "fixes": list(asked), "step_on": program.step_on},
-                       fixes=[by_fix[c.fix] if c.fix else _source_edit(c) for c in chosen if not c.fix or c.fix in by_fix])
+                       fixes=verdicts)
     atomic_write(out, text(doc), force=force)
     for w in rerender(r.path):
         print(f"roofscope: warning: {w}", file=sys.stderr)

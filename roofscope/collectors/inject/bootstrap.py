@@ -100,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--settle-tolerance", type=float, default=Collection.settle_tolerance)
     ap.add_argument("--settle-max-steps", type=int, default=Collection.settle_max_steps)
     ap.add_argument("--settle-max-s", type=float, default=Collection.settle_max_s)
-    ap.add_argument("--step-on", dest="step_on", default=None, help="the Run's --step-on (forward, generate, MODULE.FUNC)")
+    ap.add_argument("--step-on", dest="step_on", default=None,
+                    help="the Run's --step-on (forward, generate, MODULE.FUNC)")
     ap.add_argument("-m", dest="module", action="store_true", help="TARGET is a module (python -m)")
     ap.add_argument("target")
     ap.add_argument("args", nargs=argparse.REMAINDER)

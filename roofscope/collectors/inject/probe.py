@@ -83,7 +83,8 @@ class ResultProbe:
         import torch
 
         if self.steps > 0 and not torch.compiler.is_compiling():
-            self.outputs.append({"input": sample(_first_tensor((args, kwargs))), "output": sample(_first_tensor(output))})
+            self.outputs.append({"input": sample(_first_tensor((args, kwargs))),
+                                 "output": sample(_first_tensor(output))})
 
     def boundary(self, n: int) -> None:
         """Step boundary ``n`` (from 1) has passed: past ``steps`` of them, stop recording and unhook."""
