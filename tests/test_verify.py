@@ -273,7 +273,8 @@ def test_interval_is_students_t():
     ([0.010, 0.012, 0.014], 0.006, "mispredicted", "2.00x the predicted 6 ms"),
     ([0.010, 0.012, 0.014], None, "mispredicted", "roofscope predicted no saving for it"),
     ([-0.010, -0.012, -0.014], 0.012, "slower", "costs 12 ms/step more [7.03, 17] over 3 pairs"),
-    ([-0.002, 0.001, 0.004], 0.012, "no effect", "not told apart from 0"),
+    ([-0.002, 0.001, 0.004], 0.012, "no effect", "saves 1 ms/step [-6.45, 8.45] over 3 pairs: not told apart from 0"),
+    ([0.002, -0.001, -0.004], 0.012, "no effect", "costs 1 ms/step more [-6.45, 8.45] over 3 pairs: not told apart"),
 ])
 def test_timing_status(diffs, predicted, status, words):
     got, reason = timing_status(interval(diffs), predicted)

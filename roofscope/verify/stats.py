@@ -70,10 +70,11 @@ def interval(diffs: list[float]) -> Interval | None:
 def timing_status(ci: Interval, predicted: float | None) -> tuple[str, str]:
     """(status, reason) of a fix that ran and kept the results, from its saving's interval."""
     span = f"{_ms(ci.mean)} ms/step [{_ms(ci.lo)}, {_ms(ci.hi)}] over {ci.n} pairs"
+    cost = f"costs {_ms(-ci.mean)} ms/step more [{_ms(-ci.hi)}, {_ms(-ci.lo)}] over {ci.n} pairs"
     if ci.hi < 0:
-        return "slower", f"costs {_ms(-ci.mean)} ms/step more [{_ms(-ci.hi)}, {_ms(-ci.lo)}] over {ci.n} pairs"
+        return "slower", cost
     if ci.lo <= 0:
-        return "no effect", f"saves {span}: not told apart from 0"
+        return "no effect", f"{'saves ' + span if ci.mean >= 0 else cost}: not told apart from 0"
     if not predicted or predicted <= 0:
         return "mispredicted", f"saves {span}; roofscope predicted no saving for it"
     ratio = ci.mean / predicted
