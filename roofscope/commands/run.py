@@ -81,7 +81,7 @@ def run(opts: RunOptions) -> int:
         if counters_code:
             return counters_code
     if opts.verify and not result.interrupted:
-        verify_code = _verify(result.run, outcome.code, opts.quiet)
+        verify_code = _verify(result.run, outcome.code, opts.quiet, distributed=session.part is not None)
         if verify_code:
             return verify_code
     if result.interrupted:
@@ -92,9 +92,13 @@ def run(opts: RunOptions) -> int:
     return RoofscopeError.exit_code if problem else 0
 
 
-def _verify(r: Run | None, script_code: int, quiet: bool) -> int:
+def _verify(r: Run | None, script_code: int, quiet: bool, distributed: bool) -> int:
     """``--verify``: `roofscope verify` on the Run just written; its exit code."""
     if r is None:
+        return 0
+    if distributed:   # every rank would re-run its own copy of a job that needs all of them
+        print("roofscope: warning: --verify runs the program as one process, not a rank of a distributed job:"
+              " not verifying", file=sys.stderr)
         return 0
     if script_code != 0:
         print(f"roofscope: warning: the script exited with code {script_code}: not verifying its fixes"
