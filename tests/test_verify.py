@@ -398,9 +398,10 @@ def test_a_verify_file_that_does_not_read_is_a_one_line_error(tmp_path):
 # -- the command: one-line errors ----------------------------------------------------------------------
 
 
-def _run_dir(tmp_path: Path, command: list[str] | None = None, source: str = "optimizer", cwd: Path = DATA) -> Path:
+def _run_dir(tmp_path: Path, command: list[str] | None = None, source: str = "optimizer", cwd: Path = DATA,
+             **more) -> Path:
     meta = new_meta(command or ["roofscope", "run", TRAIN.name], cwd=str(cwd),
-                    steps={"requested": {"wait": 1, "warmup": 2, "active": 3}, "source": source})
+                    steps={"requested": {"wait": 1, "warmup": 2, "active": 3}, "source": source}, **more)
     return write_run(tmp_path / "run", meta=meta, trace=CPU_TRACE).path
 
 
@@ -412,10 +413,12 @@ def _run_dir(tmp_path: Path, command: list[str] | None = None, source: str = "op
     ("not run", ["--fix", "tf32"], "this Run was not recorded by `roofscope run`"),
     ("no steps", ["--fix", "tf32"], "verify times the program's own steps, and this Run's program marked none"),
     ("moved", ["--fix", "tf32"], "the Run's script train.py is not in its working directory"),
+    ("rank", ["--fix", "tf32"], "this Run is one rank of a distributed job"),
 ])
 def test_bad_input_is_a_one_line_error_before_any_run(tmp_path, capsys, case, args, message):
     run = _run_dir(tmp_path, ["python", "x.py"] if case == "not run" else None,
-                   source="none" if case == "no steps" else "optimizer", cwd=tmp_path if case == "moved" else DATA)
+                   source="none" if case == "no steps" else "optimizer", cwd=tmp_path if case == "moved" else DATA,
+                   **({"distributed": {"rank": 1, "world_size": 2}} if case == "rank" else {}))
     if case == "exists":
         (run / "verify.json").write_text("{}")
     target = tmp_path / "nope" if case == "missing" else run

@@ -29,6 +29,9 @@ def recorded_program(meta: dict[str, Any]) -> Program:
     if command[1:2] != ["run"]:
         raise RoofscopeError(f"this Run was not recorded by `roofscope run` (its command: {' '.join(command)!r}),"
                              " so roofscope cannot run its program again; record it with `roofscope run SCRIPT`")
+    if meta.get("distributed"):
+        raise RoofscopeError("this Run is one rank of a distributed job, and verify runs the program as one process;"
+                             " verify a single-process Run of it")
     params = parse_run_argv(command[2:])
     if not params.get("target"):
         raise RoofscopeError(f"no script in the Run's recorded command {' '.join(command)!r}")
