@@ -7,7 +7,7 @@
     cost     ── signature_costs, attribute, graphs ──▶ kernels with FLOPs, bytes, module, phase (cost/)
     place    ── settle, place, apply_counters ──▶ kernels on the roofline, classed (place/)
     views    ── steps, timeline, samples, metrics, inference, phases (views/): each once
-    diagnose ── diagnose(DiagnosisInput) ──▶ Diagnosis (diagnose/)
+    diagnose ── diagnose(DiagnosisInput) ──▶ Diagnosis (diagnose/); a verified Run's ranked by its verify.json
     result   ── Result (analyzers/model/result.py): summary.json's figures, typed, and the frames
 
 Everything runs eagerly, once, in this order; every renderer, ``diff``, the gate and the job read
@@ -30,6 +30,7 @@ from roofscope.analyzers.cost.graphs import GraphMap, load_captures, map_graph_k
 from roofscope.analyzers.cost.hidden_args import missing_notes, window_notes
 from roofscope.analyzers.cost.modelflops import model_flops
 from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
+from roofscope.analyzers.diagnose.verified import rank_verified
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.analyzers.ingest.frames import regions_at, steps_at
 from roofscope.analyzers.ingest.linking import take
@@ -61,6 +62,8 @@ from roofscope.run.counters import Counters
 from roofscope.run.counters import load as load_counters
 from roofscope.run.schema import RunMeta
 from roofscope.run.telemetry import Telemetry
+from roofscope.run.verification import Verification
+from roofscope.run.verification import load as load_verification
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class Source:
     counters: Counters | None = None
     captures: tuple[Any, ...] = ()
     run_ceilings: str | None = None     # the Run's measured ceilings: beat the datasheet, not the user's choice
+    verification: Verification | None = None   # the Run's verify.json: its fixes measured in the program
 
 
 def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *,
@@ -124,7 +128,7 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
         telemetry = load_telemetry(run.telemetry_path)
     return Source(read_trace(run.trace_path), *(given or (run.meta, run.info)), telemetry,
                   load_counters(run.path), captures + tuple(run_captures(run.path)),
-                  str(run.ceilings_path) if run.ceilings_path is not None else None)
+                  str(run.ceilings_path) if run.ceilings_path is not None else None, load_verification(run.path))
 
 
 def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = AnalysisSettings(), *,
@@ -168,11 +172,12 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
         run=RunFacts.of(info, own), cpu_only=cpu_only, inference=inference, telemetry=tel,
         # Listing the collectives reads every op's tensor sizes: only where a kernel communicates.
         collectives=kernel_collectives(trace, kernels, steps) if communicates else None))
+    verified = rank_verified(diagnosis, src.verification)
 
     summary = _summary(trace, ceilings, params, kernels, cpu_only, partial, graphs, inference,
                        inference_note(kernels, phases_of_steps, inference), phase_summary(phases),
                        counters_summary(kernels, src.counters.meta) if "m_flops" in kernels else None,
-                       step_metrics, own, tel, tl, src.run_meta, diagnosis)
+                       step_metrics, own, tel, tl, src.run_meta, diagnosis, verified)
     program, time_source = program_samples(samples, info)
     return Result(summary=Summary.from_dict(summary), trace=trace, ceilings=ceilings, params=params,
                   kernels=kernels, cpu_only=cpu_only, steps=steps, complete_steps=tuple(complete),
@@ -247,7 +252,8 @@ def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.Dat
              partial: list[int], graphs: GraphMap | None, inference: dict[str, Any] | None,
              inference_text: str | None, phases: dict[str, Any], counters: dict[str, Any] | None,
              step_metrics: dict[str, Any], own: dict[str, Any] | None, tel: dict[str, Any] | None,
-             tl: Timeline, meta: dict[str, Any] | None, diagnosis: Diagnosis) -> dict[str, Any]:
+             tl: Timeline, meta: dict[str, Any] | None, diagnosis: Diagnosis,
+             verified: dict[str, Any] | None = None) -> dict[str, Any]:
     """summary.json's figures, in their written order (analyzers/model/summary.py types them)."""
     total = float(k["dur_s"].sum())
     by_class = k.groupby("cls")["dur_s"].sum()
@@ -293,6 +299,8 @@ def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.Dat
         s["run"] = run
     s["findings"] = [f.to_dict() for f in diagnosis.findings]
     s["diagnosis"] = diagnosis.to_dict()
+    if verified is not None:
+        s["verification"] = verified
     return s
 
 

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 import click
 
-from roofscope.commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options
-from roofscope.config import MergeWorkers, Presentation
+from roofscope.commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options, yes_option
+from roofscope.config import MergeWorkers, Presentation, VerifySettings
 from roofscope.errors import RoofscopeError
 from roofscope.text_safety import clean
 from roofscope.version import __version__
@@ -134,15 +134,39 @@ def run_cmd(**kwargs: object) -> int:
               help="Join this ncu CSV export (long or raw page) instead of running ncu.")
 @click.option("-f", "--force", is_flag=True, help="Replace the Run's existing counters.")
 @click.option("-q", "--quiet", is_flag=True, help="No join summary.")
-@click.option("-y", "--yes", is_flag=True,
-              help="Run the Run's recorded command even when the Run was made on another machine (else shown"
-                   " and asked; refused without a terminal).")
+@yes_option
 def counters_cmd(**kwargs: object) -> int:
     """Add hardware counters (Nsight Compute) to RUN: re-run its script under ncu over the same
     steps, join the measured kernels to the trace's, and re-render the Run's summary and report."""
     from roofscope.commands.counters import CountersOptions, run  # start-up time
 
     return run(CountersOptions(**kwargs))  # type: ignore[arg-type]
+
+
+@cli.command("verify")
+@click.argument("run", type=click.Path(file_okay=False, path_type=str))
+@config_options(VerifySettings, "top_fixes")
+@click.option("--fix", "fixes", multiple=True, metavar="SPEC",
+              help="Verify this fix instead of the Run's top ones: NAME[:ARG][;NAME[:ARG]...], e.g."
+                   " compile:reduce-overhead, threads:4 (repeatable; docs/verify.md lists them).")
+@config_options(VerifySettings, "pairs", "min_pairs", "steps", "warmup_steps", "compare_steps", "budget_s",
+                "precision", "rtol", "run_timeout_s")
+@click.option("--fix-module", "fix_modules", multiple=True, metavar="FILE.py|MODULE",
+              help="Import fixes of your own (roofscope.fixes.register; repeatable).")
+@click.option("-f", "--force", is_flag=True, help="Replace the Run's verify.json.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no table of verdicts.")
+@yes_option
+def verify_cmd(**kwargs: object) -> int:
+    """Check RUN's top recommendations in the program itself: run it again, alternately without and with
+    each fix injected (no source edit), timing its own steps without the profiler, until the saving's
+    interval is narrow or the budget spent; compare its losses or outputs too. Writes RUN/verify.json
+    (each fix verified, mispredicted, no effect, slower, crashed, changes results or not applicable)
+    and renders the Run's summary and report again with the verdicts (docs/verify.md)."""
+    from roofscope.commands.verify import VerifyOptions, run  # start-up time
+
+    for key in ("fixes", "fix_modules"):
+        kwargs[key] = tuple(kwargs[key])  # type: ignore[call-overload]
+    return run(VerifyOptions(**kwargs))  # type: ignore[arg-type]
 
 
 @cli.command("microbench")

@@ -5,7 +5,8 @@ One dataclass per concern: :class:`Collection` (what the profiler records), :cla
 (rank 0's wait for a distributed job's parts), :class:`MergeWorkers` (where `roofscope merge`
 analyzes the ranks), :class:`Presentation` (the terminal summary's length),
 :class:`CeilingOverrides` (what the roofline is drawn with) and :class:`RooflineThresholds`
-(where a kernel's bound class changes). Their fields are the options' canonical names.
+(where a kernel's bound class changes), :class:`VerifySettings` (how `roofscope verify` re-runs a
+program with its fixes). Their fields are the options' canonical names.
 commands/clickopts.py turns the fields' metadata into click options; the commands' options and
 ``SessionConfig`` inherit the dataclasses; ``Schedule``, ``roofscope.profile()`` and the
 renderers read defaults off these classes (a dataclass field's default is also its class
@@ -138,3 +139,26 @@ class RooflineThresholds(Bounded):
 
     latency_floor_us: float = option(3.0, "Roofline floor time below which a kernel is latency-bound.", min=0)
     underutilized_below: float = option(0.25, "Efficiency below which a kernel is under-utilized.", min=0, max=1)
+
+
+@dataclass(kw_only=True)
+class VerifySettings(Bounded):
+    """How `roofscope verify` measures fixes: runs alternated with and without each, the program's own
+    steps timed, until the saving's interval is narrow or the budget spent (roofscope/verify/, docs/verify.md)."""
+
+    top_fixes: int = option(3, "Verify the fixes of this many top recommendations that roofscope can inject.",
+                            flags=("--top",), min=1)
+    pairs: int = option(10, "At most this many pairs of runs (without and with a fix) per fix.", min=2)
+    min_pairs: int = option(3, "At least this many pairs per fix before its interval may stop it.", min=2)
+    steps: int = option(20, "Steps timed per run, after the warm-up; then the program is stopped.", min=1)
+    warmup_steps: int = option(3, "Steps run before the timed ones (then until the step times settle).", min=0)
+    compare_steps: int = option(3, "Steps whose losses (or the model's outputs) are compared between runs (0: none).",
+                                min=0)
+    budget_s: float = option(900.0, "Start no more pairs past this many seconds of runs (the --min-pairs always run).",
+                             metavar="SECONDS", min=0, min_open=True)
+    precision: float = option(0.02, "Stop a fix once its saving's 95% interval is this narrow (half-width, a "
+                                    "fraction of the step without it).", min=0, min_open=True)
+    rtol: float = option(0.01, "A fix whose losses or outputs move more than this (relative) changes results.",
+                         min=0, min_open=True)
+    run_timeout_s: float = option(600.0, "A run taking longer than this is stopped and counted as crashed.",
+                                  metavar="SECONDS", min=0, min_open=True)

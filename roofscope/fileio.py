@@ -1,9 +1,13 @@
 """Safe file I/O: never clobber without --force, never leave a half-written file, read
-(possibly gzipped) inputs with one-line errors."""
+(possibly gzipped) inputs and the user's own Python files (``--formulas``, ``--fix-module``) with
+one-line errors."""
 from __future__ import annotations
 
 import gzip
+import importlib
+import importlib.util
 import os
+import sys
 import tempfile
 import zlib
 from pathlib import Path
@@ -64,3 +68,31 @@ def read_maybe_gzip(path: str | os.PathLike, error: type[RoofscopeError], direct
         except (EOFError, OSError, zlib.error) as e:
             raise error(f"{p}: truncated or corrupt gzip ({e})") from None
     return data
+
+
+def import_source(source: str, option: str, prefix: str) -> None:
+    """Import ``source``, a Python file (as module ``<prefix><n>``) or an importable module's name,
+    for the registrations it makes; whatever goes wrong is a one-line error naming ``option``."""
+    path = Path(source)
+    try:
+        if source.endswith(".py") or path.is_file():
+            if not path.is_file():
+                raise RoofscopeError(f"{option} {source}: no such file")
+            spec = importlib.util.spec_from_file_location(f"{prefix}{len(sys.modules)}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            importlib.import_module(source)
+    except RoofscopeError:
+        raise
+    except (Exception, SystemExit) as e:  # the user's module failed or exited: one line, never a silent exit
+        raise RoofscopeError(f"{option} {source}: {import_failure(e)}") from None
+
+
+def import_failure(e: BaseException) -> str:
+    """What went wrong importing a user's module, in a few words."""
+    if isinstance(e, SystemExit):
+        return f"called sys.exit({e.code!r}) while being imported"
+    return f"{type(e).__name__}: {e}"

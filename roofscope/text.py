@@ -39,6 +39,16 @@ def ms(seconds: float | None) -> str:
     return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:,.3f}"
 
 
+def duration(seconds: float) -> str:
+    """A wall time as people say it: "4.2 s", "3 min 12 s", "1 h 5 min"."""
+    if seconds < 59.5:
+        return f"{seconds:.2g} s" if seconds < 9.95 else f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 _NAME_WIDTH = 64
 _FILE_WIDTH = 160   # a table's width where no terminal says how wide it is
 _MIN_TEXT = 12      # a name column is never cut narrower

@@ -16,10 +16,11 @@ import tempfile
 import threading
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from roofscope.collectors import cupti, metadata
 from roofscope.collectors.distributed import job_part
@@ -199,6 +200,49 @@ class StepRule:
             return False
         self.source = source
         return True
+
+
+class StepCounter:
+    """Step boundaries counted outside a Session, by the same rule (the counters pass's ncu runner, verify's
+    bootstrap): each boundary :class:`StepRule` counts calls :meth:`advance`. :meth:`watching` installs the
+    ways they arrive (``roofscope.step()``, the optimizer's post-hook, StepHooks' forwards) while the
+    program runs, and takes them away after."""
+
+    def __init__(self, step_on: str | None = None) -> None:
+        self.rule = StepRule(step_on)
+
+    def advance(self) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """An explicit ``roofscope.step()``."""
+        if self.rule.explicit():
+            self.advance()
+
+    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.rule.optimizer(optimizer):
+            self.advance()
+
+    def on_auto_step(self, source: str) -> None:
+        """A forward, generate() or function boundary (collectors/steps.py StepHooks)."""
+        if self.rule.automatic(source):
+            self.advance()
+
+    @contextmanager
+    def watching(self, script: Path | None) -> Iterator[None]:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        forwards = StepHooks(self.rule.forced, self.on_auto_step, script=script)
+        forwards.label = False   # no profiler here to read the forward annotations
+        step_listeners.append(self.step)
+        hook = register_optimizer_step_post_hook(self.on_optimizer_step)
+        try:
+            forwards.install()
+            yield
+        finally:
+            forwards.remove()
+            hook.remove()
+            step_listeners.remove(self.step)
 
 
 def optimizer_facts(optimizer: Any) -> dict[str, Any]:

@@ -83,6 +83,12 @@ ceiling_options = stack(
 )
 
 
+# The commands that run a Run's recorded command again (counters, verify).
+yes_option = click.option("-y", "--yes", is_flag=True,
+                          help="Run the Run's recorded command even when the Run was made on another machine (else"
+                               " shown and asked; refused without a terminal).")
+
+
 # `roofscope run`'s options and arguments, in the order `--help` lists them.
 run_options = stack(
     click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`."),
@@ -96,6 +102,9 @@ run_options = stack(
                  help="Also render this output into the Run (repeatable): "
                       + ", ".join(f"{r.name} ({r.file_name})" for r in (renderer(RESULT, n) for n in names(RESULT)))
                       + "."),
+    click.option("--verify", is_flag=True,
+                 help="Then verify the top fixes in the program: `roofscope verify RUN` with its defaults "
+                      "(docs/verify.md)."),
     click.option("--counters", type=click.Choice(["ncu", "cupti"]),
                  help="Also measure hardware counters of the recorded steps: `ncu` re-runs the script under "
                       "Nsight Compute after the Run is written (docs/counters.md)."),

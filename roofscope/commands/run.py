@@ -12,10 +12,14 @@ from roofscope.collectors.session import Session, SessionConfig
 from roofscope.collectors.steps import check_script_step_on
 from roofscope.commands.counters import recorded_target
 from roofscope.commands.options import CeilingOptions
-from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, values
+from roofscope.commands.verify import recorded_program
+from roofscope.config import (CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds, VerifySettings,
+                              values)
 from roofscope.counters import after_run, check_before_run
 from roofscope.errors import RoofscopeError
 from roofscope.pipeline import PipelineOptions, announce, finish
+from roofscope.run import Run
+from roofscope.verify import NothingToVerify, verify_run
 
 
 @dataclass
@@ -27,6 +31,7 @@ class RunOptions(CeilingOptions, Collection, RankMerge, Presentation):
     module: bool = False
     out: str | None = None
     no_report: bool = False
+    verify: bool = False                     # then `roofscope verify` on the Run, with its defaults
     counters: str | None = None              # "ncu" or "cupti"
     counters_sample: int | None = None
     counters_skip: int = 0
@@ -75,9 +80,35 @@ def run(opts: RunOptions) -> int:
                                   **filters)
         if counters_code:
             return counters_code
+    if opts.verify and not result.interrupted:
+        verify_code = _verify(result.run, outcome.code, opts.quiet, distributed=session.part is not None)
+        if verify_code:
+            return verify_code
     if result.interrupted:
         return outcome.code or 128 + result.interrupted
     if outcome.code != 0:
         print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
         return outcome.code
     return RoofscopeError.exit_code if problem else 0
+
+
+def _verify(r: Run | None, script_code: int, quiet: bool, distributed: bool) -> int:
+    """``--verify``: `roofscope verify` on the Run just written; its exit code."""
+    if r is None:
+        return 0
+    if distributed:   # every rank would re-run its own copy of a job that needs all of them
+        print("roofscope: warning: --verify runs the program as one process, not a rank of a distributed job:"
+              " not verifying", file=sys.stderr)
+        return 0
+    if script_code != 0:
+        print(f"roofscope: warning: the script exited with code {script_code}: not verifying its fixes"
+              f" (run `roofscope verify {r.path}` once it succeeds)", file=sys.stderr)
+        return 0
+    try:
+        verify_run(r.path, recorded_program, VerifySettings(), quiet=quiet, yes=True)  # the Run just made here
+    except NothingToVerify as e:
+        print(f"roofscope: verify: {e}", file=sys.stderr)
+    except RoofscopeError as e:
+        print(f"roofscope: error: verify: {e} (the Run {r.path} was written without verify.json)", file=sys.stderr)
+        return e.exit_code
+    return 0

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from roofscope.analyzers.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
 from roofscope.reports.phrases import (above_roof_text, ceilings_kind, ceilings_sentences, finding_lines, savings_note,
-                                       step_time_lines, utilization_note)
+                                       step_time_lines, unplaced, utilization_note, verification_lines)
 from roofscope.text import field_lines, ms, pct, prose_width, shorten, si, step_range, table
 from roofscope.text_safety import clean
 
@@ -96,6 +96,7 @@ def render_summary(result: "Result", top: int = Presentation.top) -> str:
     out += finding_lines(s.findings)
     if s.findings:
         out += savings_note(s.diagnosis.extra.get("program_time"))
+    out += verification_lines(unplaced(s.extra.get("verification")))
     if s.diagnosis.capture_steps:
         out += [f"  {step_range(s.diagnosis.capture_steps).capitalize()} captured a CUDA graph (warm-up): left out"
                 " of these estimates", ""]

@@ -31,7 +31,7 @@ from roofscope.analyzers.model.kernels import CLASSES
 from roofscope.jsonsafe import json_safe
 from roofscope.reports.charts import (BINDING_COLORS, CATEGORY_COLORS, CLASS_COLORS, per_step, step_timeline,
                                       telemetry_series)
-from roofscope.reports.phrases import above_roof_text, ceilings_kind, memory_text, utilization_note
+from roofscope.reports.phrases import above_roof_text, ceilings_kind, memory_text, unplaced, utilization_note
 from roofscope.text import number, pct, shorten, si
 from roofscope.version import __version__
 
@@ -347,7 +347,7 @@ def render_html(result: "Result", title: str | None = None, cdn: bool = False) -
         title=title or f"roofscope: {os.path.basename(os.path.dirname(path) if result.run_meta else path)}", s=s,
         result=result,
         metrics=s.get("metrics") or {}, utilization_note=utilization_note(s.get("metrics") or {}),
-        findings=s.get("findings") or [],
+        findings=s.get("findings") or [], other_fixes=unplaced(s.get("verification")),
         skipped=(s.get("diagnosis") or {}).get("skipped") or [], command=command,
         class_bar=_bar(by_class, CLASS_COLORS), category_bar=_bar(by_category, CATEGORY_COLORS),
         binding_bar=_bar([(t, None, v) for t, v in sorted(binding.items(), key=lambda kv: -kv[1])], BINDING_COLORS),

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from roofscope.analyzers.model.summary import AboveRoof
 from roofscope.hardware.ceilings import Ceilings
-from roofscope.reports.phrases import above_roof_text, ceilings_kind, memory_text, utilization_note
+from roofscope.reports.phrases import (above_roof_text, ceilings_kind, memory_text, unplaced, utilization_note,
+                                       verdict_text)
 from roofscope.text import md_code, md_table, md_text, ms, pct, shorten, si
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,14 +71,15 @@ def _ceilings(s: dict[str, Any]) -> str:
     return line + (f"\n\n> **warning:** {md_text(above_roof_text(above))}" if above.kernels else "")
 
 
-def _finding_rows(findings: list[dict[str, Any]]) -> list[list[str]]:
+def _finding_rows(findings: list[dict[str, Any]], verified: bool) -> list[list[str]]:
     rows = []
     for i, f in enumerate(findings, 1):
         saving = ("blocked" if f.get("status") == "blocked" else
                   f"{ms(f['saving_s'])} ms ({pct(f.get('saving_pct'))})" if _num(f.get("saving_s")) else "-")
         fix = (f.get("fix") or {}).get("text") or ""
         rows.append([str(f.get("rank", i)), f"**{md_text(f['title'])}**<br>{md_text(f.get('summary', ''))}",
-                     saving, md_text(f.get("confidence", "")), md_text(fix)])
+                     saving, md_text(f.get("confidence", "")), md_text(fix)]
+                    + ([md_text(verdict_text(f["verify"])) if f.get("verify") else "-"] if verified else []))
     return rows
 
 
@@ -90,10 +92,17 @@ def render_markdown(result: "Result", top: int = 10) -> str:
            _ceilings(s), ""]
     out += md_table(["metric", "value"], _metric_rows(s), "<>") + [""]
     findings = s.get("findings") or []
+    verified = "verification" in s
     if findings:
         out += ["### Recommendations (estimated saving per step; savings overlap)", ""]
-        out += md_table(["#", "recommendation", "saving / step", "confidence", "fix"],
-                        _finding_rows(findings[:top]), "><><<") + [""]
+        out += md_table(["#", "recommendation", "saving / step", "confidence", "fix"]
+                        + (["re-run with the fix (roofscope verify)"] if verified else []),
+                        _finding_rows(findings[:top], verified), "><><<" + ("<" if verified else "")) + [""]
+    others = unplaced(s.get("verification"))
+    if others:
+        out += ["### Fixes re-run in the program (roofscope verify: saving per step, 95% interval)", ""]
+        out += md_table(["fix", "status", "why"], [[md_code(v.get("fix") or "(source edit)"), md_text(v.get("status")),
+                                                   md_text(v.get("reason"))] for v in others], "<<<") + [""]
     rows = [[md_text(c), ms(v["time_s"]), pct(v["share"])] for c, v in s["time_by_class"].items() if v["time_s"] > 0]
     if rows:
         out += ["### Time by class", ""] + md_table(["class", "time ms", "share"], rows, "<>>") + [""]

@@ -11,6 +11,7 @@ A Run (schema 1)::
     counters.json.gz         hardware counters joined to the trace's kernels (optional; roofscope/run/counters.py)
     counters.ncu-rep         Nsight Compute's own report of the counters pass (optional)
     graph-capture-NNNN.json.gz  one trace per recorded CUDA-graph capture (optional; analyzers/cost/graphs.py)
+    verify.json              the fixes re-run in the program by `roofscope verify` (optional; run/verification.py)
 
 A job directory (torchrun: one Run per rank, collectors/distributed.py)::
 
@@ -31,6 +32,7 @@ COUNTERS_FILE = "counters.json.gz"
 COUNTERS_REPORT = "counters.ncu-rep"
 CAPTURE_FILES = "graph-capture-{:04d}.json.gz"   # .format(i): the i-th recorded capture
 CAPTURE_GLOB = "graph-capture-*.json.gz"
+VERIFY_FILE = "verify.json"
 
 JOB_FILE = "job.json"
 # What `roofscope merge` writes into a job directory beside the parts.
@@ -38,7 +40,7 @@ COMBINED_FILES = (JOB_FILE, SUMMARY_FILE, REPORT_FILE)
 RANK_DIR = re.compile(r"^rank-(\d+)$")
 
 # JSON files roofscope writes that a folder of rank traces may hold beside the traces.
-NOT_TRACES = frozenset({JOB_FILE, SUMMARY_FILE, META_FILE, CEILINGS_FILE, COUNTERS_FILE, TELEMETRY_FILE})
+NOT_TRACES = frozenset({JOB_FILE, SUMMARY_FILE, META_FILE, CEILINGS_FILE, COUNTERS_FILE, TELEMETRY_FILE, VERIFY_FILE})
 
 
 def part_name(rank: int, world_size: int) -> str:

@@ -23,6 +23,7 @@ TELEMETRY_VERSION = 1         # telemetry.json.gz
 COUNTERS_VERSION = 1          # counters.json.gz ("version", not "schema_version")
 CEILINGS_VERSION = 1          # ceilings.json and the microbenchmark cache's entries
 JOB_SCHEMA_VERSION = 1        # job.json
+VERIFY_VERSION = 1            # verify.json
 
 
 class VersionError(RoofscopeError):
@@ -176,7 +177,7 @@ class RunMeta(_Doc):
     warnings: list[str] = []
 
 
-# -- telemetry.json.gz, counters.json.gz, ceilings.json, job.json ---------------------------------
+# -- telemetry.json.gz, counters.json.gz, ceilings.json, job.json, verify.json ---------------------------------
 
 class TelemetryDoc(_Doc):
     schema_version: int
@@ -201,6 +202,32 @@ class CountersHeader(_Doc):
     warnings: list[str] = []
     source: str | None = None
     command: list[str] | None = None
+
+
+class FixVerdict(_Doc):
+    """One fix of verify.json (run/verification.py): seconds saved per step, negative when it costs time."""
+
+    rule: str                            # the finding's rule ("" for a fix asked for with --fix alone)
+    fix: str                             # the spec injected (roofscope/fixes/)
+    status: str
+    reason: str
+    predicted_s: float | None = None     # the analysis's saving per step for it; None: it predicted none
+    realized_s: float | None = None      # mean saving per step over the pairs
+    ci_s: list[float] | None = None      # its 95% interval
+    pairs: int = 0
+    rules: list[str] = []                # every finding the fix answers
+    change: str = ""
+    baseline_s: float | None = None      # median step time without the fix, and with it
+    fixed_s: float | None = None
+    results: str = ""                    # how the results compared
+    applied: list[str] = []              # what the fix changed in the program
+
+
+class Verification(_Doc):
+    schema_version: int = VERIFY_VERSION
+    created: str = ""
+    settings: dict[str, Any] = {}
+    fixes: list[FixVerdict] = []
 
 
 class JobPart(_Doc):

@@ -4,14 +4,16 @@ clock-event reason bits both name."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from roofscope.run.schema import TELEMETRY_VERSION as SCHEMA_VERSION
 from roofscope.run.schema import TelemetryDoc, read_versioned
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 FIELDS: tuple[str, ...] = (
     "t_unix_ns", "device", "sm_clock_mhz", "mem_clock_mhz", "power_w", "energy_mj",
@@ -76,8 +78,10 @@ class Telemetry:
             raise ValueError(f"{source}: samples hold non-numeric values: {e}") from None
         return tel
 
-    def frame(self) -> pd.DataFrame:
+    def frame(self) -> "pd.DataFrame":
         """One row per (pass, device); missing readings are NaN (``<NA>`` for the reasons bitmask)."""
+        import pandas as pd   # start-up time: the profiled program (collectors/nvml.py) never needs it
+
         s = self.samples
         cols: dict[str, Any] = {
             "t_unix_ns": np.asarray(s["t_unix_ns"], dtype=np.int64),

@@ -35,6 +35,8 @@ class Finding:
     # what blocks it, offers no saving (saving_s 0; the saving it would have is figures["unblocked_saving_s"])
     status: str = "ok"
     blockers: list[dict[str, Any]] = field(default_factory=list)
+    # What `roofscope verify` measured of its fix (a verify.json entry; analyzers/diagnose/verified.py), if it did
+    verify: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -42,7 +44,8 @@ class Finding:
                 "saving_pct": d["saving_pct"], "confidence": d["confidence"], "summary": d["summary"],
                 "evidence": {"kernels": d["kernels"], "figures": d["figures"]},
                 "fix": {"text": d["fix"], "snippet": d["snippet"], "framework": d["framework"]},
-                "change": d["change"], "rank": d["rank"], "status": d["status"], "blockers": d["blockers"]}
+                "change": d["change"], "rank": d["rank"], "status": d["status"], "blockers": d["blockers"],
+                **({"verify": d["verify"]} if d["verify"] is not None else {})}
 
 
 @dataclass

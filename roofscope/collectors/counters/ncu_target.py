@@ -17,21 +17,19 @@ import argparse
 import sys
 from typing import Any
 
-from roofscope.collectors import session
 from roofscope.collectors.script import ScriptError, check_target, run_target
-from roofscope.collectors.session import ProfileComplete, StepRule
-from roofscope.collectors.steps import StepHooks
+from roofscope.collectors.session import ProfileComplete, StepCounter
 from roofscope.collectors.torchprof import Schedule, enable_inductor_metadata
 
 
-class CounterRange:
+class CounterRange(StepCounter):
     """Counts step boundaries and opens ncu's range over the active steps."""
 
     def __init__(self, schedule: Schedule, step_on: str | None = None) -> None:
+        super().__init__(step_on)
         self.start_at = schedule.wait + schedule.warmup
         self.stop_at = schedule.steps
         self.steps = 0
-        self.rule = StepRule(step_on)
         self.recording = False
 
     def begin(self) -> None:
@@ -42,21 +40,7 @@ class CounterRange:
     def source(self) -> str:
         return self.rule.source
 
-    def step(self) -> None:
-        """An explicit ``roofscope.step()`` (session.StepRule)."""
-        self.rule.explicit()
-        self._advance()
-
-    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.rule.optimizer(optimizer):
-            self._advance()
-
-    def on_auto_step(self, source: str) -> None:
-        """A forward, generate() or function boundary (collectors/steps.py StepHooks)."""
-        if self.rule.automatic(source):
-            self._advance()
-
-    def _advance(self) -> None:
+    def advance(self) -> None:
         if self.steps >= self.stop_at:
             return
         self.steps += 1
@@ -92,8 +76,6 @@ class CounterRange:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
     ap = argparse.ArgumentParser(prog="python -m roofscope.collectors.counters.ncu_target",
                                  description="Run TARGET with ncu's range on the steps roofscope records.")
     ap.add_argument("--wait", type=int, required=True)
@@ -112,18 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     rng = CounterRange(Schedule(ns.wait, ns.warmup, ns.active), ns.step_on)
     # Same Inductor config as the Kineto pass, so torch.compile emits the same kernels.
     enable_inductor_metadata()
-    session.step_listeners.append(rng.step)
-    hook = register_optimizer_step_post_hook(rng.on_optimizer_step)
-    forwards = StepHooks(ns.step_on, rng.on_auto_step, script=script)
-    forwards.label = False   # no profiler here to read the forward annotations
     try:
-        forwards.install()
-        rng.begin()
-        outcome = run_target(ns.target, ns.args, module=ns.module)
+        with rng.watching(script):
+            rng.begin()
+            outcome = run_target(ns.target, ns.args, module=ns.module)
     finally:
-        forwards.remove()
-        hook.remove()
-        session.step_listeners.remove(rng.step)
         rng.end()
     sys.stdout.flush()
     return outcome.code

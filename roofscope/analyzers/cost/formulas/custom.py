@@ -10,16 +10,13 @@ tensor argument.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.analyzers.cost.costmodel import clear_cache
 from roofscope.analyzers.cost.formulas.records import NONE, SCALAR, TENSOR, TENSORS, Cost, OpCall, _bytes
 from roofscope.analyzers.cost.formulas.registry import _TC_CATEGORIES, REGISTRY, Formula
 from roofscope.errors import RoofscopeError
+from roofscope.fileio import import_failure, import_source
 
 CATEGORIES = ("gemm", "conv", "attention", "elementwise", "reduction", "normalization", "softmax",
               "optimizer", "copy", "embedding", "other")
@@ -84,29 +81,8 @@ def load_formulas(source: str) -> None:
     each source is imported once per process."""
     if source in _loaded:
         return
-    path = Path(source)
-    try:
-        if source.endswith(".py") or path.is_file():
-            if not path.is_file():
-                raise RoofscopeError(f"--formulas {source}: no such file")
-            spec = importlib.util.spec_from_file_location(f"roofscope_user_formulas_{len(_loaded)}", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        else:
-            importlib.import_module(source)
-    except RoofscopeError:
-        raise
-    except (Exception, SystemExit) as e:  # the user's module failed or exited: one line, never a silent exit
-        raise RoofscopeError(f"--formulas {source}: {_failure(e)}") from None
+    import_source(source, "--formulas", "roofscope_user_formulas_")
     _loaded.add(source)
-
-
-def _failure(e: BaseException) -> str:
-    if isinstance(e, SystemExit):
-        return f"called sys.exit({e.code!r}) while being imported"
-    return f"{type(e).__name__}: {e}"
 
 
 def load_entry_points() -> None:
@@ -119,7 +95,7 @@ def load_entry_points() -> None:
         try:
             ep.load()
         except (Exception, SystemExit) as e:
-            raise RoofscopeError(f"formula entry point {ep.name} ({ep.value}): {_failure(e)}") from None
+            raise RoofscopeError(f"formula entry point {ep.name} ({ep.value}): {import_failure(e)}") from None
         _loaded.add(ep.value)
 
 

@@ -1,0 +1,114 @@
+"""What an installer gets: patches it can undo, the program's root modules, and a record of what it did.
+
+Installers run in the program's process before the program (collectors/inject/). Each says what
+it changed (:meth:`Injection.applied`) or why it could not (:meth:`Injection.skip`); a fix that
+applied nowhere is "not applicable" to this program. Root modules are the outermost
+``nn.Module`` calls on the main thread (a model called by the loop, a loss module), each handed
+to the subscribers at its first call, before its forward runs; the search stops at the first
+step boundary after the first root call (:meth:`Roots.stop`), so later steps carry no global module hook.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+# (root module, its first call's positional arguments) -> new arguments for that call, or None
+RootHook = Callable[[Any, tuple[Any, ...]], "tuple[Any, ...] | None"]
+
+
+class Roots:
+    def __init__(self) -> None:
+        self._subscribers: list[RootHook] = []
+        self._handles: list[Any] = []
+        self._depth = 0
+        self._thread = threading.get_ident()
+        self.seen: list[Any] = []
+
+    def subscribe(self, hook: RootHook) -> None:
+        if not self._handles and not self.seen:
+            self._start()
+        self._subscribers.append(hook)
+
+    def _start(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
+                         nn_module.register_module_forward_hook(self._post, always_call=True)]
+
+    def _pre(self, module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        import torch
+
+        if torch.compiler.is_compiling() or threading.get_ident() != self._thread:
+            return None
+        self._depth += 1
+        if self._depth != 1 or any(m is module for m in self.seen):
+            return None
+        self.seen.append(module)
+        for hook in self._subscribers:
+            new = hook(module, args)
+            args = args if new is None else new
+        return args
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        import torch
+
+        if not torch.compiler.is_compiling() and threading.get_ident() == self._thread:
+            self._depth = max(0, self._depth - 1)
+
+    def stop(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+class Injection:
+    """One process's injected fixes: the patches (undone by :meth:`undo`), the root modules, and the
+    record of what each fix did, under the name of the fix being installed (:meth:`installing`)."""
+
+    def __init__(self) -> None:
+        self.roots = Roots()
+        self.done: dict[str, list[str]] = {}
+        self.skipped: dict[str, list[str]] = {}
+        self._undo: list[Callable[[], None]] = []
+        self._current = ""
+
+    def installing(self, name: str) -> None:
+        self._current = name
+        self.done.setdefault(name, [])
+        self.skipped.setdefault(name, [])
+
+    def applied(self, what: str, fix: str | None = None) -> None:
+        """``fix`` (default: the one being installed) changed the program: ``what``, in a few words."""
+        done = self.done.setdefault(fix or self._current, [])
+        if what not in done:
+            done.append(what)
+
+    def skip(self, why: str, fix: str | None = None) -> None:
+        skipped = self.skipped.setdefault(fix or self._current, [])
+        if why not in skipped:
+            skipped.append(why)
+
+    def patch(self, owner: Any, name: str, value: Any) -> Any:
+        """Set ``owner.name`` to ``value`` until :meth:`undo`; the value it had."""
+        old = getattr(owner, name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, old))
+        return old
+
+    def on_undo(self, fn: Callable[[], None]) -> None:
+        self._undo.append(fn)
+
+    def on_root(self, hook: RootHook) -> None:
+        """Call ``hook`` for each root module at its first call, under the fix being installed."""
+        name = self._current
+
+        def under_name(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            self._current = name
+            return hook(module, args)
+
+        self.roots.subscribe(under_name)
+
+    def undo(self) -> None:
+        self.roots.stop()
+        while self._undo:
+            self._undo.pop()()

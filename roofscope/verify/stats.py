@@ -1,0 +1,158 @@
+"""The figures of a verification: a run's step time, the saving's confidence interval, the status, and
+whether a fix changed what the program computed. Pure functions of the runs' records (docs/verify.md).
+
+A pair is one run without the fix and one with it in the same round; its difference is the baseline's
+median step time less the fix run's (positive: the fix saves). The saving is the mean difference over
+the pairs, with its 95% Student's t interval. A fix's status, in this order: crashed
+(a run with it failed), not applicable (it changed nothing in this program), changes results (its
+losses or outputs moved beyond the tolerance while two baseline runs agreed), slower (the interval
+below 0), no effect (the interval holds 0), verified (the saving within :data:`VERIFIED` times the
+prediction), mispredicted (outside, or no prediction).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+VERIFIED = (0.5, 1.5)   # realized / predicted
+# Student's t at 97.5% (a two-sided 95% interval) for 1..30 degrees of freedom (scipy.stats.t.ppf, to 3
+# decimals); past 30, the first terms of its expansion around the normal's 1.960 (within 0.001).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_Z975 = 1.959964
+
+
+def t975(dof: int) -> float:
+    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom."""
+    if dof <= len(_T975):
+        return _T975[dof - 1]
+    z = _Z975
+    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+
+
+def step_time(record: dict[str, Any]) -> float | None:
+    """The median of a run's timed steps (their GPU time where every one has it, else host time)."""
+    steps = record.get("steps") or {}
+    start = steps.get("timed_from")
+    if start is None:
+        return None
+    index = steps.get("index") or []
+    timed = [i for i, ix in enumerate(index) if ix > start]
+    gpu = [steps["gpu_s"][i] for i in timed]
+    values = gpu if gpu and all(v is not None for v in gpu) else [steps["host_s"][i] for i in timed]
+    return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    lo: float
+    hi: float
+    n: int
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2
+
+
+def interval(diffs: list[float]) -> Interval | None:
+    """Mean of ``diffs`` and its two-sided t interval; None for fewer than 2."""
+    n = len(diffs)
+    if n < 2:
+        return None
+    mean = statistics.fmean(diffs)
+    half = t975(n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, n)
+
+
+def timing_status(ci: Interval, predicted: float | None) -> tuple[str, str]:
+    """(status, reason) of a fix that ran and kept the results, from its saving's interval."""
+    span = f"{_ms(ci.mean)} ms/step [{_ms(ci.lo)}, {_ms(ci.hi)}] over {ci.n} pairs"
+    cost = f"costs {_ms(-ci.mean)} ms/step more [{_ms(-ci.hi)}, {_ms(-ci.lo)}] over {ci.n} pairs"
+    if ci.hi < 0:
+        return "slower", cost
+    if ci.lo <= 0:
+        return "no effect", f"{'saves ' + span if ci.mean >= 0 else cost}: not told apart from 0"
+    if not predicted or predicted <= 0:
+        return "mispredicted", f"saves {span}; roofscope predicted no saving for it"
+    ratio = ci.mean / predicted
+    verdict = "verified" if VERIFIED[0] <= ratio <= VERIFIED[1] else "mispredicted"
+    return verdict, f"saves {span}: {ratio:.2f}x the predicted {_ms(predicted)} ms"
+
+
+def decided(ci: Interval | None, predicted: float | None, baseline_s: float, precision: float) -> bool:
+    """Whether more pairs can no longer change the status: the interval is narrow (half-width at most
+    ``precision`` of the baseline step), or lies wholly within one status's band."""
+    if ci is None:
+        return False
+    if ci.half_width <= precision * baseline_s:
+        return True
+    if ci.hi < 0:
+        return True
+    if ci.lo <= 0:
+        return False
+    if not predicted or predicted <= 0:
+        return True
+    bands = (VERIFIED[0] * predicted, VERIFIED[1] * predicted)
+    return ci.hi < bands[0] or ci.lo > bands[1] or (bands[0] <= ci.lo and ci.hi <= bands[1])
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3g}"
+
+
+# -- results -------------------------------------------------------------------------------------------
+
+
+def results_distance(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, str] | None:
+    """How far run ``b``'s results lie from run ``a``'s: the largest relative difference of their
+    losses, pair by pair, when both recorded losses; else of the model's outputs (relative L2 of the
+    sampled values) over the forwards whose inputs are equal. (distance, what was compared), or None
+    when nothing compares (no loss, no output, or different inputs from the first forward on)."""
+    la, lb = a.get("losses") or [], b.get("losses") or []
+    n = min(len(la), len(lb))
+    if n:
+        d = max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(la[:n], lb[:n]))
+        return d, f"the loss of the first {n} backward{'s' if n > 1 else ''}"
+    worst, compared = 0.0, 0
+    for oa, ob in zip(a.get("outputs") or [], b.get("outputs") or []):
+        if oa.get("input") != ob.get("input") or not oa.get("output") or not ob.get("output"):
+            break
+        xa, xb = oa["output"], ob["output"]
+        if xa["shape"] != xb["shape"]:
+            return math.inf, f"the model's output shape ({xa['shape']} against {xb['shape']})"
+        norm = math.sqrt(sum(v * v for v in xa["values"])) or 1e-12
+        worst = max(worst, math.sqrt(sum((x - y) ** 2 for x, y in zip(xa["values"], xb["values"]))) / norm)
+        compared += 1
+    if not compared:
+        return None
+    s = "s" if compared > 1 else ""
+    return worst, f"the model's output{s} of the first {compared} forward{s}"
+
+
+def results_verdict(baselines: list[dict[str, Any]], fixed: list[dict[str, Any]], rtol: float
+                    ) -> tuple[bool | None, str]:
+    """(changed, note): whether the fix's runs computed otherwise than the baseline's, beyond ``rtol``;
+    None when undecided: fewer than two baseline runs, nothing comparable, or a program whose own runs
+    differ beyond ``rtol`` (not seeded: its results cannot tell a fix)."""
+    if not baselines or not fixed:
+        return None, ""
+    moved = [d for f in fixed if (d := results_distance(baselines[0], f)) is not None]
+    if not moved:
+        return None, "results not compared: no loss or model output in the first steps, or other inputs"
+    distance, what = max(moved, key=lambda d: d[0])
+    if len(baselines) < 2:
+        return None, ""
+    noise = results_distance(baselines[0], baselines[1])
+    if noise is None or noise[0] > rtol:
+        shown = f" ({_pct(noise[0])})" if noise is not None else ""
+        return None, f"results not compared: two runs without the fix differ{shown} in {what} (not seeded?)"
+    if distance > rtol:
+        return True, f"{what} moved by {_pct(distance)} (tolerance {_pct(rtol)}; without the fix {_pct(noise[0])})"
+    return False, f"{what} within {_pct(distance)} (tolerance {_pct(rtol)})"
+
+
+def _pct(x: float) -> str:
+    return "a different shape" if math.isinf(x) else f"{100 * x:.2g}%"

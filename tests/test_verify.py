@@ -1,0 +1,550 @@
+"""`roofscope verify`: the fix registry and its installers, the bootstrap that injects them, the statistics,
+the candidates a Run's summary names, the ranking of a verified Run, and the command end to end on small
+CPU programs (tests/data/verify/: a training loop that sleeps 50 ms a step, and a test registry of fixes
+with effects known to the number)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+import torch
+
+from roofscope.analyzers.model.findings import Diagnosis, Finding
+from roofscope.analyzers.diagnose.verified import rank_verified
+from roofscope.cli import main
+from roofscope.collectors.inject import bootstrap
+from roofscope.errors import RoofscopeError
+from roofscope.fixes import FIXES, FixError, Injection, derive, install, load_modules, parse, spec_text
+from roofscope.fixes.registry import DERIVED_BY_CHANGE, DERIVED_BY_RULE
+from roofscope.run import new_meta, write_run
+from roofscope.run.schema import FixVerdict, Verification
+from roofscope.run.verification import load as load_verification
+from roofscope.run.verification import text as verification_text
+from roofscope.verify.candidates import NothingToVerify, choose
+from roofscope.verify.stats import (decided, interval, results_distance, results_verdict, step_time, t975,
+                                    timing_status)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "verify"
+TRAIN, INFER, TEST_FIXES = DATA / "train.py", DATA / "infer.py", DATA / "fixes.py"
+CPU_TRACE = ROOT / "tests" / "data" / "cpu_block.json.gz"
+TIMING = ("verified", "mispredicted", "no effect", "slower")
+
+
+@pytest.fixture
+def one_thread():
+    """Steps of one thread: two on a shared 2-core machine make the step times swing by 5x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# -- the registry ---------------------------------------------------------------------------------------
+
+
+def test_specs_parse_to_canonical_text():
+    specs = parse(" compile:default ; threads:02;dataloader:workers=4;dataloader:pin_memory;compile")
+    assert spec_text(specs) == "compile;threads:2;dataloader:workers=4;dataloader:pin_memory"
+    assert spec_text(parse("compile:reduce-overhead")) == "compile:reduce-overhead"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nope", "unknown fix 'nope'; one of channels_last, compile,"),
+    ("threads", "fix threads needs a positive count: threads:N, got threads"),
+    ("threads:0", "fix threads needs a positive count"),
+    ("compile:fast", "fix compile: unknown mode 'fast'; one of default, reduce-overhead, max-autotune,"),
+    ("dataloader:workers=x", "fix dataloader takes workers=N or pin_memory, got 'workers=x'"),
+    ("tf32:yes", "fix tf32 takes no argument, got tf32:yes"),
+    (" ; ", "empty fix spec"),
+])
+def test_bad_specs_are_one_line_errors(spec, message):
+    with pytest.raises(FixError) as e:
+        parse(spec)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_findings_without_apply_derive_their_fix_from_rule_then_change():
+    assert derive("fusion") == "compile"
+    assert derive("cuda_graphs", "torch_compile") == "compile:reduce-overhead"   # the rule first
+    assert derive("launch_bound_decode") == "static_cache"
+    assert derive("some_new_rule", "precision") == "tf32"                       # then the change
+    assert derive("host_syncs", "host_syncs") == "" and derive("sdpa", "sdpa") == ""
+    for spec in [*DERIVED_BY_RULE.values(), *DERIVED_BY_CHANGE.values()]:
+        assert spec_text(parse(spec)) == spec
+
+
+def test_a_fix_module_registers_fixes_once():
+    load_modules([str(TEST_FIXES)])
+    load_modules([str(TEST_FIXES)])   # twice: imported once, no "already exists"
+    assert {"nap", "crash", "perturb", "widen"} <= set(FIXES)
+    assert str(parse("nap:5")[0]) == "nap:5"
+    with pytest.raises(RoofscopeError, match="--fix-module nowhere.py: no such file"):
+        load_modules(["nowhere.py"])
+
+
+# -- installers, in this process (undone) -------------------------------------------------------------
+
+
+def _installed(spec: str) -> Injection:
+    inj = Injection()
+    install(parse(spec), inj)
+    return inj
+
+
+def test_threads_fix_sets_and_pins_the_count():
+    before = torch.get_num_threads()
+    inj = _installed(f"threads:{before + 1}")
+    try:
+        assert torch.get_num_threads() == before + 1
+        torch.set_num_threads(7)   # the program's own call: ignored, and said
+        assert torch.get_num_threads() == before + 1
+        assert inj.done["threads"] == [f"torch.set_num_threads({before + 1}) (was {before})",
+                                       "the program's torch.set_num_threads(7) ignored"]
+    finally:
+        inj.undo()
+    assert torch.get_num_threads() == before
+    assert _installed(f"threads:{before}").skipped["threads"] == [
+        f"the program already runs {before} thread{'s' if before > 1 else ''}"]
+
+
+def test_fused_optimizer_fix_leaves_a_programs_own_choice():
+    params = [torch.nn.Parameter(torch.ones(3))]
+    inj = _installed("fused_optimizer")
+    try:
+        assert torch.optim.AdamW(params).defaults["fused"] is True   # AdamW.__init__ calls Adam's: decided once
+        assert torch.optim.SGD(params, lr=0.1, foreach=False).defaults["fused"] is None
+    finally:
+        inj.undo()
+    assert inj.done["fused_optimizer"] == ["AdamW(..., fused=True)"]
+    assert inj.skipped["fused_optimizer"] == ["the program sets SGD's fused/foreach itself"]
+    assert torch.optim.AdamW(params).defaults["fused"] is None
+
+
+def test_dataloader_fix_changes_defaults_only():
+    ds = list(range(8))
+    inj = _installed("dataloader:workers=2")
+    try:
+        loader = torch.utils.data.DataLoader(ds, 4)   # batch_size positional: kept
+        assert (loader.num_workers, loader.batch_size) == (2, 4)
+        assert torch.utils.data.DataLoader(ds, num_workers=1).num_workers == 1
+    finally:
+        inj.undo()
+    assert inj.done["dataloader"] == ["DataLoader(num_workers=2)"]
+    assert torch.utils.data.DataLoader(ds).num_workers == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a CPU machine says")
+@pytest.mark.parametrize("spec", ["tf32", "cudnn_benchmark", "dataloader:pin_memory"])
+def test_cuda_fixes_do_not_apply_on_a_cpu(spec):
+    inj = _installed(spec)
+    inj.undo()
+    assert inj.skipped[spec.split(":")[0]] == ["no CUDA device"] and not any(inj.done.values())
+
+
+@pytest.mark.skipif(find_spec("transformers") is not None, reason="what a machine without transformers says")
+def test_static_cache_without_transformers():
+    inj = _installed("static_cache")
+    assert inj.skipped["static_cache"] == ["transformers is not installed"] and not inj.done["static_cache"]
+
+
+def test_channels_last_fix_converts_a_conv_root_and_its_inputs():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    seen = []
+    model[0].register_forward_pre_hook(lambda m, a: seen.append(a[0].is_contiguous(memory_format=torch.channels_last)))
+    mlp = torch.nn.Linear(2, 2)
+    inj = _installed("channels_last")
+    try:
+        for _ in range(2):
+            model(torch.randn(2, 3, 8, 8))
+        mlp(torch.ones(1, 2))   # no convolution: left alone
+    finally:
+        inj.undo()
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert seen == [True, True]   # the first call's input through the root hook, the next through the module's
+    assert inj.done["channels_last"] == ["Sequential and its 4-D inputs in channels_last"]
+
+
+def test_compile_fix_compiles_the_roots_forward_from_its_second_call():
+    model, loss = torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.nn.MSELoss()
+    inj = _installed("compile:reduce-overhead")
+    try:
+        out = model(torch.ones(1, 2))   # the first call runs eager (its forward was chosen before the hook)
+        loss(out, torch.zeros(1, 2))    # a root without parameters: not compiled
+    finally:
+        inj.undo()
+    assert "forward" in vars(model) and "forward" not in vars(loss)
+    assert inj.done["compile"] == ["torch.compile(Sequential.forward, mode='reduce-overhead')"]
+    compiled = torch.nn.Linear(2, 2)
+    compiled.compile()
+    inj = _installed("compile")
+    try:
+        inj.roots._pre(compiled, (torch.ones(1, 2),))   # its first call, as the module hook sees it
+    finally:
+        inj.undo()
+    assert inj.skipped["compile"] == ["the program already compiles Linear"] and not inj.done["compile"]
+
+
+# -- the bootstrap, in this process --------------------------------------------------------------------
+
+
+def _record(tmp_path: Path, script: Path, *args: str, name: str = "rec") -> dict:
+    rec = tmp_path / f"{name}.json"
+    code = bootstrap.main(["--record", str(rec), "--steps", "5", "--warmup-steps", "2", "--compare-steps", "2",
+                           "--settle", "0", *args, str(script)])
+    assert code == 0
+    return json.loads(rec.read_text())
+
+
+def test_bootstrap_times_the_steps_after_the_warmup_and_stops_the_program(tmp_path, one_thread):
+    base = _record(tmp_path, TRAIN, name="base")
+    fixed = _record(tmp_path, TRAIN, "--fix-module", str(TEST_FIXES), "--fix", "nap:5", name="nap")
+    for rec in (base, fixed):
+        steps = rec["steps"]
+        # Boundary 2 ends the warm-up (step index 1); 5 steps later, at boundary 7, the program is stopped.
+        assert (steps["source"], steps["boundaries"], steps["timed_from"], steps["settled"]) == (
+            "optimizer", 7, 1, True)
+        assert steps["index"] == [1, 2, 3, 4, 5, 6] and rec["outcome"]["reason"] == "stopped"
+        assert len(rec["losses"]) == 2 and len(rec["outputs"]) == 2   # the first 2 steps' backwards and forwards
+        assert rec["outputs"][0]["output"]["shape"] == [16, 10]
+    assert base["applied"] == {} and fixed["applied"] == {"nap": ["time.sleep capped at 5 ms"]}
+    assert base["losses"] == fixed["losses"]   # napping changes no result
+    # Each step sleeps 50 ms, capped at 5 with the fix: at least 45 ms apart less the compute's jitter.
+    assert step_time(base) >= 0.050 and step_time(base) - step_time(fixed) > 0.030
+
+
+def test_a_program_that_ends_before_its_steps_settle_has_the_steps_after_the_warmup_timed(tmp_path, one_thread):
+    rec = tmp_path / "rec.json"
+    assert bootstrap.main(["--record", str(rec), "--steps", "20", "--warmup-steps", "2", "--compare-steps", "2",
+                           "--settle-tolerance", "1e-9", str(TRAIN), "8"]) == 0
+    steps = json.loads(rec.read_text())["steps"]
+    # 8 boundaries; the warm-up ended at the second (index 1), nothing settled within 1e-9 of its median.
+    assert (steps["boundaries"], steps["timed_from"], steps["settled"]) == (8, 1, False)
+    assert steps["index"] == list(range(1, 8))
+
+
+def test_bootstrap_keeps_an_inference_loops_outputs(tmp_path, one_thread):
+    base = _record(tmp_path, INFER, name="base")
+    wide = _record(tmp_path, INFER, "--fix-module", str(TEST_FIXES), "--fix", "widen", name="wide")
+    assert base["steps"]["source"] == "forward" and base["losses"] == []
+    first = base["outputs"][0]
+    assert first["input"]["shape"] == [4, 64] and len(first["input"]["values"]) == 256
+    assert first["output"]["shape"] == [4, 2048] and len(first["output"]["values"]) == 1024   # 8,192 sampled
+    # Two Linears without bias, each output 1.1x: the model's output 1.21x, 21% away from the baseline's.
+    distance, what = results_distance(base, wide)
+    assert distance == pytest.approx(0.21, rel=1e-5) and what == "the model's outputs of the first 2 forwards"
+
+
+def test_a_failing_installer_is_the_runs_failure(tmp_path, capsys):
+    fixes = tmp_path / "bad.py"
+    fixes.write_text("from roofscope.fixes import register\n\ndef boom(arg, inj):\n    raise ValueError('no way')\n\n"
+                     "register('boom', boom, 'raises')\n")
+    rec = tmp_path / "rec.json"
+    assert bootstrap.main(["--record", str(rec), "--fix-module", str(fixes), "--fix", "boom", str(TRAIN)]) == 1
+    assert json.loads(rec.read_text())["outcome"]["detail"] == "installing boom failed: ValueError: no way"
+
+
+# -- statistics ----------------------------------------------------------------------------------------
+
+
+def test_t_quantiles_are_scipys():
+    from scipy.stats import t
+
+    assert max(abs(t975(d) - float(t.ppf(0.975, d))) for d in range(1, 300)) < 1e-3
+
+
+def test_interval_is_students_t():
+    ci = interval([0.010, 0.012, 0.014])
+    # mean 12 ms, sd 2 ms, t(0.975, 2 dof) = 4.303: half-width 4.303 * 2 / sqrt(3) = 4.9687 ms
+    assert (ci.mean, ci.lo, ci.hi, ci.n) == pytest.approx((0.012, 0.0070313, 0.0169687, 3), abs=1e-7)
+    assert interval([0.01]) is None
+
+
+@pytest.mark.parametrize("diffs, predicted, status, words", [
+    ([0.010, 0.012, 0.014], 0.012, "verified", "saves 12 ms/step [7.03, 17] over 3 pairs: 1.00x the predicted 12 ms"),
+    ([0.010, 0.012, 0.014], 0.006, "mispredicted", "2.00x the predicted 6 ms"),
+    ([0.010, 0.012, 0.014], None, "mispredicted", "roofscope predicted no saving for it"),
+    ([-0.010, -0.012, -0.014], 0.012, "slower", "costs 12 ms/step more [7.03, 17] over 3 pairs"),
+    ([-0.002, 0.001, 0.004], 0.012, "no effect", "saves 1 ms/step [-6.45, 8.45] over 3 pairs: not told apart from 0"),
+    ([0.002, -0.001, -0.004], 0.012, "no effect", "costs 1 ms/step more [-6.45, 8.45] over 3 pairs: not told apart"),
+])
+def test_timing_status(diffs, predicted, status, words):
+    got, reason = timing_status(interval(diffs), predicted)
+    assert got == status and words in reason
+
+
+def test_a_fix_stops_once_its_interval_decides_its_status():
+    ci = interval([0.010, 0.012, 0.014])   # [7.03, 16.97] ms
+    assert decided(ci, 0.012, 0.05, 0.02)          # inside the verified band [6, 18] ms
+    assert not decided(ci, 0.010, 0.05, 0.02)      # straddles 1.5x of 10 ms: more pairs may tell
+    assert decided(ci, 0.010, 0.05, 0.2)           # half-width 4.97 ms <= 20% of a 50 ms step: narrow enough
+    assert not decided(interval([-0.002, 0.001, 0.004]), 0.012, 0.05, 0.02)
+
+
+def test_step_time_is_the_median_of_the_timed_steps():
+    rec = {"steps": {"timed_from": 2, "index": [1, 2, 3, 4, 5], "host_s": [9.0, 9.0, 0.3, 0.1, 0.2],
+                     "gpu_s": [None] * 5}}
+    assert step_time(rec) == 0.2
+    rec["steps"]["gpu_s"] = [1.0, 1.0, 0.03, 0.01, 0.02]   # GPU times where every timed step has one
+    assert step_time(rec) == 0.02
+    assert step_time({"steps": {"timed_from": None}}) is None
+
+
+def test_results_are_compared_only_when_the_program_repeats_itself():
+    base, perturbed = {"losses": [2.0, 1.9]}, {"losses": [2.2, 2.09]}
+    # 0.2 / 2.2 and 0.19 / 2.09: both 9.09% apart, relative to the larger
+    assert results_distance(base, perturbed) == (pytest.approx(0.0909, abs=1e-4), "the loss of the first 2 backwards")
+    assert results_verdict([base, dict(base)], [perturbed], 0.01) == (
+        True, "the loss of the first 2 backwards moved by 9.1% (tolerance 1%; without the fix 0%)")
+    assert results_verdict([base, dict(base)], [base], 0.01)[0] is False
+    assert results_verdict([base], [perturbed], 0.01) == (None, "")   # a second baseline first
+    changed, note = results_verdict([base, {"losses": [2.5, 1.9]}], [perturbed], 0.01)
+    assert changed is None and note.startswith("results not compared: two runs without the fix differ (20%)")
+    outputs = {"outputs": [{"input": {"shape": [1], "values": [1.0]}, "output": {"shape": [2], "values": [3.0, 4.0]}}]}
+    moved = {"outputs": [{"input": {"shape": [1], "values": [1.0]}, "output": {"shape": [2], "values": [3.3, 4.4]}}]}
+    assert results_distance(outputs, moved)[0] == pytest.approx(0.1)   # |(0.3, 0.4)| / |(3, 4)|
+    moved["outputs"][0]["input"]["values"] = [2.0]                   # other inputs: nothing compares
+    assert results_distance(outputs, moved) is None
+
+
+# -- candidates ----------------------------------------------------------------------------------------
+
+
+def _finding(rank: int, rule: str, saving: float, change: str = "", apply: str | None = None, **more) -> dict:
+    fix = {"text": f"fix {rule}", "snippet": ""}
+    if apply is not None:
+        fix["apply"] = apply
+    return {"rank": rank, "rule": rule, "title": rule, "saving_s": saving, "change": change or rule, "fix": fix, **more}
+
+
+SUMMARY = {"findings": [
+    _finding(1, "fusion", 0.004, "torch_compile"),                      # no apply: compile, derived
+    _finding(2, "host_syncs", 0.003, apply=""),                        # a source edit
+    _finding(3, "cuda_graphs", 0.002, "torch_compile"),                # derived: compile:reduce-overhead
+    _finding(4, "tf32", 0.001, "precision", apply="tf32"),
+    _finding(5, "small_grid", 0.0, "torch_compile", status="blocked"),  # blocked: left out
+], "diagnosis": {"changes": [{"change": "torch_compile", "rules": ["fusion", "cuda_graphs"], "saving_s": 0.005}]}}
+
+
+def test_the_top_injectable_fixes_and_the_source_edits_above_them():
+    chosen = choose(SUMMARY, 2)
+    assert [(c.fix, c.rule, c.predicted_s) for c in chosen] == [
+        ("compile", "fusion", 0.004), ("", "host_syncs", 0.003), ("compile:reduce-overhead", "cuda_graphs", 0.002)]
+    assert [c.fix for c in choose(SUMMARY, 1)] == ["compile"]   # the source edit below the last fix: not listed
+    # Findings naming one fix that are all of their change take its combined saving (overlap counted once).
+    both = {**SUMMARY, "findings": [_finding(1, "fusion", 0.004, "torch_compile", apply="compile"),
+                                    _finding(2, "cuda_graphs", 0.002, "torch_compile", apply="compile:default")]}
+    assert [(c.fix, c.rules, c.predicted_s) for c in choose(both, 3)] == [("compile", ["fusion", "cuda_graphs"], 0.005)]
+
+
+def test_fixes_asked_for_take_the_prediction_of_their_findings():
+    chosen = choose(SUMMARY, 3, ("tf32", "threads:2", "compile:default"))
+    assert [(c.fix, c.rule, c.predicted_s) for c in chosen] == [
+        ("tf32", "tf32", 0.001), ("threads:2", "", None), ("compile", "fusion", 0.004)]
+    with pytest.raises(NothingToVerify, match="none of the Run's 1 recommendations has a fix roofscope can inject"):
+        choose({"findings": [_finding(1, "host_syncs", 0.003, apply="")]}, 3)
+    with pytest.raises(NothingToVerify, match="the Run has no recommendation; name fixes to try with --fix SPEC"):
+        choose({"findings": []}, 3)
+
+
+# -- a verified Run's findings ---------------------------------------------------------------------------
+
+
+def test_a_verified_run_ranks_its_findings_by_the_saving_measured():
+    findings = [Finding(rule=r, title=r, binding="memory", saving_s=s, confidence="high", summary="", fix="",
+                        change=c, rank=i) for i, (r, s, c) in enumerate(
+        [("fusion", 0.004, "torch_compile"), ("host_syncs", 0.003, "host_syncs"),
+         ("cuda_graphs", 0.002, "torch_compile"), ("tf32", 0.001, "precision")], 1)]
+    d = Diagnosis(findings, {}, 0.01, [], changes=[{"change": "torch_compile", "findings": [1, 3]},
+                                                    {"change": "host_syncs", "findings": [2]}])
+    doc = Verification(fixes=[
+        FixVerdict(rule="fusion", rules=["fusion"], fix="compile", status="mispredicted", reason="r",
+                   predicted_s=0.004, realized_s=0.0005),
+        FixVerdict(rule="host_syncs", rules=["host_syncs"], fix="", status="not applicable", reason="edit"),
+        FixVerdict(rule="cuda_graphs", rules=["cuda_graphs"], fix="compile:reduce-overhead", status="crashed",
+                   reason="boom"),
+        FixVerdict(rule="tf32", rules=["tf32"], fix="tf32", status="verified", reason="r", realized_s=0.0012),
+        FixVerdict(rule="", fix="threads:2", status="slower", reason="r", realized_s=-0.001)])
+    block = rank_verified(d, doc)
+    # Measured savings where measured (0.5 and 1.2 ms), the prediction for the source edit (3 ms), the crash last.
+    assert [(f.rule, f.rank) for f in d.findings] == [("host_syncs", 1), ("tf32", 2), ("fusion", 3), ("cuda_graphs", 4)]
+    assert d.changes == [{"change": "torch_compile", "findings": [3, 4]}, {"change": "host_syncs", "findings": [1]}]
+    assert [v["finding"] for v in block["fixes"]] == [3, 1, 4, 2, None]
+    assert d.findings[2].to_dict()["verify"]["realized_s"] == 0.0005
+    assert "verify" not in Finding(rule="x", title="", binding="", saving_s=0, confidence="low", summary="",
+                                   fix="").to_dict()   # an unverified finding's JSON is as before
+    assert rank_verified(d, None) is None
+
+
+def test_a_verify_file_that_does_not_read_is_a_one_line_error(tmp_path):
+    (tmp_path / "verify.json").write_text(verification_text(Verification(fixes=[
+        FixVerdict(rule="", fix="tf32", status="great", reason="")])))
+    with pytest.raises(RoofscopeError, match="unknown status 'great'; one of verified, mispredicted"):
+        load_verification(tmp_path)
+    (tmp_path / "verify.json").write_text('{"schema_version": 9, "fixes": []}')
+    with pytest.raises(RoofscopeError, match="verify schema_version 9 is newer than this roofscope reads"):
+        load_verification(tmp_path)
+    assert load_verification(tmp_path / "none") is None
+
+
+# -- the command: one-line errors ----------------------------------------------------------------------
+
+
+def _run_dir(tmp_path: Path, command: list[str] | None = None, source: str = "optimizer", cwd: Path = DATA,
+             **more) -> Path:
+    meta = new_meta(command or ["roofscope", "run", TRAIN.name], cwd=str(cwd),
+                    steps={"requested": {"wait": 1, "warmup": 2, "active": 3}, "source": source}, **more)
+    return write_run(tmp_path / "run", meta=meta, trace=CPU_TRACE).path
+
+
+@pytest.mark.parametrize("case, args, message", [
+    ("missing", ["--fix", "tf32"], "no such directory"),
+    ("bad spec", ["--fix", "bogus"], "unknown fix 'bogus'"),
+    ("no recommendation", [], "nothing to verify: the Run has no recommendation; name fixes to try with --fix SPEC"),
+    ("exists", ["--fix", "tf32"], "verify.json already exists; pass --force to overwrite it"),
+    ("not run", ["--fix", "tf32"], "this Run was not recorded by `roofscope run`"),
+    ("no steps", ["--fix", "tf32"], "verify times the program's own steps, and this Run's program marked none"),
+    ("moved", ["--fix", "tf32"], "the Run's script train.py is not in its working directory"),
+    ("rank", ["--fix", "tf32"], "this Run is one rank of a distributed job"),
+])
+def test_bad_input_is_a_one_line_error_before_any_run(tmp_path, capsys, case, args, message):
+    run = _run_dir(tmp_path, ["python", "x.py"] if case == "not run" else None,
+                   source="none" if case == "no steps" else "optimizer", cwd=tmp_path if case == "moved" else DATA,
+                   **({"distributed": {"rank": 1, "world_size": 2}} if case == "rank" else {}))
+    if case == "exists":
+        (run / "verify.json").write_text("{}")
+    target = tmp_path / "nope" if case == "missing" else run
+    assert main(["verify", str(target), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# -- end to end: real runs of a CPU training loop -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A Run of train.py made by `roofscope run --verify`: a CPU program gets no recommendation, so there is
+    nothing to verify, said in one line, and the Run stands (exit 0)."""
+    out = tmp_path_factory.mktemp("verify") / "run"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", "--verify", "-q", "--settle", "0", "--nvml-hz", "0", "-o", str(out), str(TRAIN), "60"])
+    return out, code, err.getvalue()
+
+
+@pytest.mark.slow
+def test_run_verify_on_a_program_without_recommendations(recorded):
+    out, code, err = recorded
+    assert code == 0 and (out / "summary.json").exists() and not (out / "verify.json").exists()
+    assert "roofscope: verify: nothing to verify: the Run has no recommendation" in err
+
+
+def _with_findings(recorded, tmp_path: Path, findings: list[dict]) -> Path:
+    """A copy of the Run whose summary names these findings, as the analysis of a GPU program would."""
+    run = tmp_path / "run"
+    shutil.copytree(recorded[0], run)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["findings"] = findings
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+@pytest.mark.slow
+def test_verify_end_to_end_in_process(recorded, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")   # steady steps on a shared 2-core machine; threads:2 then applies
+    run = _with_findings(recorded, tmp_path, [
+        _finding(1, "host_syncs", 0.050, apply=""),
+        _finding(2, "sleep", 0.045, apply="nap:5"),       # 50 ms sleeps capped at 5 ms: predicted to the number
+        _finding(3, "crashy", 0.010, apply="crash"),
+        _finding(4, "perturby", 0.010, apply="perturb"),
+        _finding(5, "threads", 0.010, apply="threads:2")])
+    assert main(["verify", str(run), "--top", "4", "--fix-module", str(TEST_FIXES), "--pairs", "2", "--min-pairs", "2",
+                 "--steps", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "verify: 4 fixes of" in out and "(1 more needs a source edit)" in out and "cost: ~" in out
+    assert "  round 1  without a fix" in out and "-> crash: crashed: round 1: RuntimeError: synthetic crash" in out
+    doc = json.loads((run / "verify.json").read_text())
+    fixes = {f["fix"]: f for f in doc["fixes"]}
+    assert [f["fix"] for f in doc["fixes"]] == ["", "nap:5", "crash", "perturb", "threads:2"]
+    edit = fixes[""]
+    assert (edit["status"], edit["reason"], edit["pairs"]) == (
+        "not applicable", "needs a source edit: fix host_syncs", 0)
+    nap = fixes["nap:5"]
+    assert nap["status"] == "verified" and nap["pairs"] == 2 and nap["predicted_s"] == 0.045
+    assert 0.035 < nap["realized_s"] < 0.055 and nap["ci_s"][0] < nap["realized_s"] < nap["ci_s"][1]
+    assert nap["applied"] == ["time.sleep capped at 5 ms"] and "within 0%" in nap["results"]
+    assert fixes["crash"]["status"] == "crashed" and fixes["crash"]["pairs"] == 0
+    assert "synthetic crash in the optimizer" in fixes["crash"]["reason"]
+    assert fixes["perturb"]["status"] == "changes results"
+    assert "the loss of the first 3 backwards moved by 9.1% (tolerance 1%" in fixes["perturb"]["reason"]
+    threads = fixes["threads:2"]
+    assert threads["status"] in TIMING and threads["applied"] == ["torch.set_num_threads(2) (was 1)"]
+    # The Run's summary and outputs show them: a CPU analysis has no findings to sit beside, so they are listed.
+    summary = json.loads((run / "summary.json").read_text())
+    assert [v["fix"] for v in summary["verification"]["fixes"]] == [f["fix"] for f in doc["fixes"]]
+    assert "Fixes re-run in the program" in out and "Fixes re-run in the program" in (run / "report.html").read_text()
+    assert main(["analyze", str(run), "--markdown", "-"]) == 0
+    assert "| `nap:5` | verified | saves" in capsys.readouterr().out
+    assert main(["verify", str(run), "--fix", "tf32"]) == 2   # never over an existing verify.json without --force
+    assert "verify.json already exists" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_verify_as_a_subprocess(recorded, tmp_path):
+    run = _with_findings(recorded, tmp_path, [])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "roofscope", "verify", str(run), "--fix", "crash", "--fix-module", str(TEST_FIXES),
+           "--steps", "5"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    # One round: the program once as it is, once with the fix, which crashed: nothing more to measure.
+    assert p.stdout.count("  round 1  ") == 2 and "round 2" not in p.stdout
+    (fix,) = json.loads((run / "verify.json").read_text())["fixes"]
+    assert (fix["fix"], fix["status"], fix["predicted_s"], fix["pairs"]) == ("crash", "crashed", None, 0)
+    assert fix["reason"] == "round 1: RuntimeError: synthetic crash in the optimizer (exit code 1)"
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already exists" in again.stderr
+
+
+# -- a verified Run, analyzed: a real GPU Run (an H200 GPT step) with a verify.json beside it -----------------
+
+
+def test_a_real_runs_recommendations_show_their_verdicts_and_rank_by_them(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "h200_gpt_run", run)
+    summary = json.loads((run / "summary.json").read_text())
+    # Its findings name no fix.apply (analyzed before the analysis named them): derived from the rules. The one
+    # compile fix is the whole torch_compile change, so it predicts the change's 4.442 ms.
+    chosen = choose(summary, 3)
+    assert [(c.fix, c.rule) for c in chosen] == [("compile:reduce-overhead", "cuda_graphs")]
+    assert chosen[0].predicted_s == pytest.approx(0.0044416)
+    (run / "verify.json").write_text(verification_text(Verification(fixes=[
+        FixVerdict(rule="cuda_graphs", rules=["cuda_graphs"], change="torch_compile", fix="compile:reduce-overhead",
+                   status="crashed", predicted_s=0.0044416,
+                   reason="round 1: RuntimeError: accessing tensor output of CUDAGraphs that has been overwritten"
+                          " by a subsequent run (exit code 1)")])))
+    assert main(["analyze", str(run), "--json", str(tmp_path / "s.json"), "-q"]) == 0
+    s = json.loads((tmp_path / "s.json").read_text())["summary"]
+    # The crash sinks the CUDA-graph finding below the host-sync one, which nothing measured.
+    assert [(f["rank"], f["rule"], f.get("verify", {}).get("status")) for f in s["findings"]] == [
+        (1, "host_syncs", None), (2, "cuda_graphs", "crashed")]
+    assert [c["findings"] for c in s["diagnosis"]["changes"]] == [[2], [1]]
+    assert s["verification"]["fixes"][0]["finding"] == 2
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "     re-run with compile:reduce-overhead: crashed: round 1: RuntimeError:\n       accessing tensor" in out
+    assert "Fixes re-run in the program" not in out   # every verdict sits beside its recommendation
+    assert main(["analyze", str(run), "--markdown", "-"]) == 0
+    assert "| re-run with the fix (roofscope verify) |" in capsys.readouterr().out
+    assert main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert 'class="tag verify">crashed<' in html and "(roofscope verify):</b> crashed: round 1" in html
