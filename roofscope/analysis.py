@@ -30,7 +30,7 @@ from roofscope.analyzers.cost.hidden_args import missing_notes, window_notes
 from roofscope.analyzers.cost.modelflops import model_flops
 from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.analyzers.ingest import read as read_trace
-from roofscope.analyzers.ingest.frames import regions_at, steps_at
+from roofscope.analyzers.ingest.frames import drop_impossible_shapes, regions_at, steps_at
 from roofscope.analyzers.ingest.linking import take
 from roofscope.analyzers.ingest.modules import module_column
 from roofscope.analyzers.model.findings import Diagnosis
@@ -99,7 +99,8 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
     """A Trace, a trace file or a Run directory, opened; explicit ``telemetry``/``run_meta`` win."""
     captures = tuple(settings.graph_capture)
     if isinstance(source, Trace) or not is_run_dir(source):
-        trace = source if isinstance(source, Trace) else read_trace(source)
+        # A Trace built in-process has not been through ingest.read's check of its shapes.
+        trace = drop_impossible_shapes(source) if isinstance(source, Trace) else read_trace(source)
         return Source(trace, run_meta, telemetry, None, captures)
     run = load(source)
     if telemetry is None and run.telemetry_path is not None:
@@ -122,8 +123,14 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     src = open_source(source, settings, telemetry=telemetry, run_meta=run_meta)
     trace, meta, params = src.trace, src.run_meta, settings.params
     cpu_only = len(trace.kernels) == 0
+    device = trace.meta.device
+    # A GPU trace cut before its kernels reads as CPU-only: its ops ran on another machine's CPU beside
+    # that GPU, so neither this machine's CPU ceilings nor the GPU's judge them (unless the user names some).
+    kernels_lost = cpu_only and device.name is not None and trace.meta.cut_short is not None
+    if ceilings is None and kernels_lost and settings.ceilings == CeilingOverrides():
+        ceilings = Ceilings.none(device.name, f"no ceilings: the trace of {device.name} was cut short before its"
+                                 " GPU kernels: its CPU ops are judged on no device's ceilings")
     if ceilings is None:
-        device = trace.meta.device
         ceilings = resolve_ceilings("cpu" if cpu_only else device.name, settings.ceilings,
                                     memory_bytes=device.memory_bytes, props=None if cpu_only else device.properties,
                                     run_ceilings=src.run_ceilings, use_cache=settings.use_cache)

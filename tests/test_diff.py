@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from roofscope.analysis import analyze
+from roofscope.analyzers.compare.comparable import IncomparableError
 from roofscope.analyzers.compare.diff import CHANGE_COLUMNS, diff, kernel_changes
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
@@ -243,7 +244,10 @@ def test_real_traces_eager_vs_compiled_and_device_warning():
     # Inductor replaced eager elementwise kernels with its own Triton kernels
     assert (ch["status"] == "appeared").any() and (ch["status"] == "disappeared").any()
     assert ch.loc[ch["status"] == "appeared", "name"].str.startswith("triton_").any()
-    d = diff(analyze(H200_RUN).result, eager.result)
+    with pytest.raises(IncomparableError, match="A ran on NVIDIA H200, B on NVIDIA H100 80GB HBM3") as e:
+        diff(analyze(H200_RUN).result, eager.result)
+    assert e.value.exit_code == 2
+    d = diff(analyze(H200_RUN).result, eager.result, allow_other_device=True)
     assert d.warnings[0] == "the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"
     assert d.warnings[1].startswith("A and B have only profiled step times") and len(d.warnings) == 2
 
@@ -286,8 +290,13 @@ def test_cli_bad_input_is_one_line_exit_2(pair, tmp_path, capsys, content, needl
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_cli_device_warning(capsys):
-    assert main(["diff", str(H200_RUN), str(DATA / "h100_eager_block.json.gz"), "-q"]) == 0
+def test_cli_other_device_is_refused_unless_allowed(capsys):
+    assert main(["diff", str(H200_RUN), str(DATA / "h100_eager_block.json.gz"), "-q"]) == 2
+    assert capsys.readouterr().err == (
+        "roofscope: error: A ran on NVIDIA H200, B on NVIDIA H100 80GB HBM3: their step times, kernels and ceilings"
+        " differ by the hardware, not by a change of the code; pass --allow-other-device to compare them anyway,"
+        " each on its own ceilings\n")
+    assert main(["diff", str(H200_RUN), str(DATA / "h100_eager_block.json.gz"), "-q", "--allow-other-device"]) == 0
     assert ("roofscope: warning: the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"
             in capsys.readouterr().err)
 

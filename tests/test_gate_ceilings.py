@@ -83,12 +83,12 @@ def test_twenty_percent_slower_fails_on_either_ceilings(traces, tmp_path):
     assert r.exit_code == 1
 
 
-def test_baseline_without_the_runs_roof_cannot_decide(traces):
-    # An older baseline without per-precision peaks whose roof is not the run's: the run's MFU cannot
-    # be put on the baseline's ceilings, so those checks cannot decide (never compared across roofs).
+def test_baseline_without_the_runs_peak_cannot_decide(traces):
+    # An older baseline without per-precision peaks, whose ceilings held no compute peak: the run's
+    # MFU cannot be put on the baseline's ceilings, so those checks cannot decide.
     base = snapshot(traces["base"], MEASURED)
     base.ceilings.pop("peaks")
-    base.ceilings["peak_roof"] = "tf32"
+    base.ceilings["peak_flops"] = None
     r = check(snapshot(traces["base"], REMEASURED), base)
     c = {x.name: x for x in r.checks}
     assert c["hfu"].status == "undecided"
