@@ -32,7 +32,7 @@ from roofscope.analyzers.cost.modelflops import model_flops
 from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.analyzers.diagnose.verified import rank_verified
 from roofscope.analyzers.ingest import read as read_trace
-from roofscope.analyzers.ingest.frames import regions_at, steps_at
+from roofscope.analyzers.ingest.frames import drop_impossible_shapes, regions_at, steps_at
 from roofscope.analyzers.ingest.linking import take
 from roofscope.analyzers.ingest.modules import module_column
 from roofscope.analyzers.model.findings import Diagnosis
@@ -121,7 +121,8 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
     info = typed_meta(run_meta) if run_meta is not None else None   # refuses a malformed one first
     given = (dict(run_meta), info) if run_meta is not None else None
     if isinstance(source, Trace) or not is_run_dir(source):
-        trace = source if isinstance(source, Trace) else read_trace(source)
+        # A Trace built in-process has not been through ingest.read's check of its shapes.
+        trace = drop_impossible_shapes(source) if isinstance(source, Trace) else read_trace(source)
         return Source(trace, *(given or (None, None)), telemetry, None, captures)
     run = load(source)
     if telemetry is None and run.telemetry_path is not None:
@@ -144,8 +145,14 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     src = open_source(source, settings, telemetry=telemetry, run_meta=run_meta)
     trace, info, params = src.trace, src.info, settings.params
     cpu_only = len(trace.kernels) == 0
+    device = trace.meta.device
+    # A GPU trace cut before its kernels reads as CPU-only: its ops ran on another machine's CPU beside
+    # that GPU, so neither this machine's CPU ceilings nor the GPU's judge them (unless the user names some).
+    kernels_lost = cpu_only and device.name is not None and trace.meta.cut_short is not None
+    if ceilings is None and kernels_lost and settings.ceilings == CeilingOverrides():
+        ceilings = Ceilings.none(device.name, f"no ceilings: the trace of {device.name} was cut short before its"
+                                 " GPU kernels: its CPU ops are judged on no device's ceilings")
     if ceilings is None:
-        device = trace.meta.device
         ceilings = resolve_ceilings("cpu" if cpu_only else device.name, settings.ceilings,
                                     memory_bytes=device.memory_bytes, props=None if cpu_only else device.properties,
                                     run_ceilings=src.run_ceilings, use_cache=settings.use_cache)
@@ -155,7 +162,7 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     steps = step_table(trace, None if cpu_only else kernels)
     complete, partial = _complete_steps(steps, info)
     tl = timeline(trace, kernels, steps, ceilings.launch_latency_s)
-    own = step_time(info)
+    own = step_time(info, steps["step"].tolist())
     phases_of_steps = step_phases(trace, steps, kernels)
     inference = inference_metrics(kernels, steps, phases_of_steps, tl.capture_steps, own, ceilings.bandwidth)
     phases = phase_table(kernels)

@@ -62,6 +62,12 @@ def analyze_cmd(**kwargs: object) -> int:
     return run(AnalyzeOptions(**kwargs))  # type: ignore[arg-type]
 
 
+# diff and the gate refuse a trace cut short (analyzers/compare/comparable.py) unless told.
+allow_partial = click.option("--allow-partial", is_flag=True,
+                             help="Compare a trace cut short (a process killed while writing it) on the part it"
+                                  " holds, instead of refusing it.")
+
+
 @cli.command("report")
 @click.argument("trace", type=click.Path(dir_okay=True, path_type=str), metavar="RUN_OR_TRACE")
 @click.option("-o", "--out", "--output", "html_out", type=click.Path(dir_okay=False, path_type=str),
@@ -96,6 +102,9 @@ def report_cmd(**kwargs: object) -> int:
                    " change's combined saving [default: the finding whose kernels lost most time].")
 @click.option("--top", type=click.IntRange(min=1), default=Presentation.top, show_default=True,
               help="Kernel changes listed.")
+@allow_partial
+@click.option("--allow-other-device", is_flag=True,
+              help="Compare runs of two devices (each on its own ceilings) instead of refusing them.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal view.")
 def diff_cmd(**kwargs: object) -> int:
     """Compare RUN_B against RUN_A (Run directories or Kineto traces): metrics, kernels per step, and
@@ -223,6 +232,7 @@ def devices_cmd() -> int:
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Kernels listed as evidence on failure.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing output files.")
+@allow_partial
 @click.option("-q", "--quiet", is_flag=True, help="No terminal verdict table.")
 def gate_cmd(**kwargs: object) -> int:
     """Fail (exit 1) when RUN regressed against a baseline or breaks an absolute bound.

@@ -61,7 +61,7 @@ def test_analyze_refuses_to_overwrite_without_force(tmp_path, capsys):
 
 @pytest.mark.parametrize("content,needle", [
     (None, "no such file"),
-    (b"not json at all", "not a trace any reader knows (it begins b'not json at all'; readers: kineto)"),
+    (b"not json at all", "not a trace any reader knows (it holds text; readers: kineto)"),
     (b"{\"a\": 1}", "not a Kineto trace"),
 ])
 def test_analyze_bad_input_is_one_line_exit_2(tmp_path, capsys, content, needle):

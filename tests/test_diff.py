@@ -1,19 +1,23 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from roofscope.analysis import analyze
+from roofscope.analysis import analyze, run
+from roofscope.analyzers.compare.comparable import IncomparableError
 from roofscope.analyzers.compare.diff import CHANGE_COLUMNS, diff, kernel_changes
 from roofscope.cli import main
 from roofscope.errors import RoofscopeError
 from roofscope.reports.diffview import render_markdown, render_terminal
 
 from .kineto import TraceBuilder
+from .test_gate_ceilings import trace as gemm_trace
 from .test_trace import HTA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,7 +247,10 @@ def test_real_traces_eager_vs_compiled_and_device_warning():
     # Inductor replaced eager elementwise kernels with its own Triton kernels
     assert (ch["status"] == "appeared").any() and (ch["status"] == "disappeared").any()
     assert ch.loc[ch["status"] == "appeared", "name"].str.startswith("triton_").any()
-    d = diff(analyze(H200_RUN), eager)
+    with pytest.raises(IncomparableError, match="A ran on NVIDIA H200, B on NVIDIA H100 80GB HBM3") as e:
+        diff(analyze(H200_RUN), eager)
+    assert e.value.exit_code == 2
+    d = diff(analyze(H200_RUN), eager, allow_other_device=True)
     assert d.warnings[0] == "the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"
     assert d.warnings[1].startswith("A and B have only profiled step times") and len(d.warnings) == 2
 
@@ -286,8 +293,13 @@ def test_cli_bad_input_is_one_line_exit_2(pair, tmp_path, capsys, content, needl
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_cli_device_warning(capsys):
-    assert main(["diff", str(H200_RUN), str(DATA / "h100_eager_block.json.gz"), "-q"]) == 0
+def test_cli_other_device_is_refused_unless_allowed(capsys):
+    assert main(["diff", str(H200_RUN), str(DATA / "h100_eager_block.json.gz"), "-q"]) == 2
+    assert capsys.readouterr().err == (
+        "roofscope: error: A ran on NVIDIA H200, B on NVIDIA H100 80GB HBM3: their step times, kernels and ceilings"
+        " differ by the hardware, not by a change of the code; pass --allow-other-device to compare them anyway,"
+        " each on its own ceilings\n")
+    assert main(["diff", str(H200_RUN), str(DATA / "h100_eager_block.json.gz"), "-q", "--allow-other-device"]) == 0
     assert ("roofscope: warning: the runs are from different devices: A NVIDIA H200, B NVIDIA H100 80GB HBM3"
             in capsys.readouterr().err)
 
@@ -301,3 +313,83 @@ def test_cli_subprocess_markdown(pair, tmp_path):
     text = md.read_text()
     assert "| faster | `fast_kernel` | 2/2 | 40.0 | 20.0 | -20.0 | memory | memory |" in text
     assert "| appeared | `new_kernel` | 0/1 | 0.0 | 25.0 | +25.0 | - | memory |" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 40: what diff cannot compare; issue 36: the time outside any op
+
+
+@pytest.fixture
+def cut_run(tmp_path):
+    """The H200 Run with its trace.json.gz cut at 100,000 of its 136,974 bytes: its three steps are
+    there, most of their kernels are not."""
+    d = tmp_path / "cut"
+    shutil.copytree(H200_RUN, d)
+    (d / "summary.json").unlink()
+    (d / "trace.json.gz").write_bytes((H200_RUN / "trace.json.gz").read_bytes()[:100_000])
+    return d
+
+
+def test_a_run_cut_short_is_refused_unless_allowed(cut_run, capsys):
+    # Before: "MBU -33.6% worse" and the lost kernels as "disappeared", with no note of the cut.
+    full, cut = run(H200_RUN), run(cut_run)
+    with pytest.raises(IncomparableError, match=f"B {cut_run}/trace.json.gz: the trace was cut short") as e:
+        diff(full, cut)
+    assert e.value.exit_code == 2
+    assert main(["diff", str(H200_RUN), str(cut_run), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the trace was cut short (file cut short at byte" in err
+    assert "or pass --allow-partial to compare what it holds" in err
+    d = diff(full, cut, allow_partial=True)
+    assert any(w.startswith("B's trace was cut short (file cut short at byte") for w in d.warnings)
+    assert main(["diff", str(H200_RUN), str(cut_run), "--allow-partial"]) == 0
+    assert "warning B's trace was cut short" in capsys.readouterr().out
+
+
+def test_a_run_cut_short_is_refused_as_a_subprocess(cut_run):
+    r = subprocess.run([sys.executable, "-m", "roofscope", "diff", str(cut_run), str(H200_RUN)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"roofscope: error: A {cut_run}/trace.json.gz: the trace was cut short")
+
+
+def _cpu_steps(path: Path, step_us: float) -> Path:
+    """Four CPU-only steps of ``step_us``, each an mm (200 us) and a relu (50 us): the rest of the
+    step runs in no op (a sleep, Python between the ops)."""
+    b = TraceBuilder(device_name=None)
+    for s in range(4):
+        t0 = s * step_us
+        b.annotation(f"ProfilerStep#{s}", t0, step_us)
+        b.op("aten::mm", t0 + 10, 200, [[256, 256], [256, 256]], ["float", "float"])
+        b.op("aten::relu", t0 + 220, 50, [[256, 256]], ["float"])
+    return b.write(path)
+
+
+def test_the_time_outside_any_op_is_shown(tmp_path):
+    # B sleeps 3 ms more per step: +3.000 ms per step, and no op moved. Before, the diff showed the
+    # step time's +3 ms beside per-op changes summing to 0, and nothing said where the time went.
+    a, b = (run(_cpu_steps(tmp_path / f"{n}.json", us)) for n, us in (("a", 1000), ("b", 4000)))
+    d = diff(a, b)
+    # A: 1000 us steps less 200 + 50 us of ops = 750 us outside; B: 4000 - 250 = 3750 us.
+    assert (d.outside_a_s, d.outside_b_s) == (pytest.approx(750e-6), pytest.approx(3750e-6))
+    assert d.kernels["delta_s"].sum() == pytest.approx(0.0)
+    assert d.to_dict()["outside_kernels"] == {"a_s": pytest.approx(750e-6), "b_s": pytest.approx(3750e-6),
+                                              "delta_s": pytest.approx(3000e-6)}
+    text = render_terminal(d)
+    assert "  outside any op        -  750.0  3,750.0  +3,000.0" in text.splitlines()
+    assert "outside: the profiled steps' mean time less their kernels' time" in text
+    assert "| outside any op | - | 750.0 | 3,750.0 | +3,000.0 |" in render_markdown(d)
+    # A GPU run names kernels: the H200 Run against itself moved nothing outside them either.
+    same = diff(run(H200_RUN), run(H200_RUN))
+    assert same.outside_delta_s == 0.0 and "outside any kernel" in render_terminal(same)
+
+
+def test_utilizations_of_two_precisions_are_not_judged(tmp_path):
+    # fp32 then bf16 GEMMs (test_gate_ceilings.trace): MFU and HFU are shares of two peaks, so their
+    # change is shown but called neither better nor worse; the diff of such a change still runs.
+    fp32, bf16 = gemm_trace(tmp_path / "a.json"), gemm_trace(tmp_path / "b.json", dtype="c10::BFloat16")
+    d = diff(run(fp32), run(bf16))
+    m = {x.key: x for x in d.metrics}
+    assert m["hfu"].better is None and m["hfu"].note == "fp32 peak vs bf16"
+    assert m["mfu"].better is None and m["step_time_s"].delta == pytest.approx(0.0, abs=1e-12)

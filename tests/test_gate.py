@@ -226,12 +226,11 @@ def test_nothing_to_check_is_a_usage_error():
     assert e.value.exit_code == 2
 
 
-def test_warnings_device_versions_ceilings_throttling():
-    run = snap([10.0, 10.1, 10.2], device="NVIDIA H100 80GB HBM3", env={**ENV, "torch": "2.12.0+cu130"},
+def test_warnings_versions_ceilings_throttling():
+    run = snap([10.0, 10.1, 10.2], env={**ENV, "torch": "2.12.0+cu130"},
                ceilings={**CEILINGS, "peak_flops": 989.4e12}, throttled=0.23, reasons=("sw_power_cap",))
     w = warnings_for(run, BASE)
     assert w == ["the run throttled in 23% of telemetry samples (sw_power_cap): its clocks were lowered",
-                 "different devices: baseline NVIDIA H200, run NVIDIA H100 80GB HBM3",
                  "different torch versions: baseline 2.11.0+cu130, run 2.12.0+cu130",
                  "the run's ceilings differ from the baseline's (peak_flops: baseline 9.895e+14, run 9.894e+14):"
                  " MFU/HFU compared on the baseline's; kernel classes are each run's own"]
@@ -359,7 +358,7 @@ def test_every_check_skipped_is_nothing_checked():
 
 def failing_result():
     run = snap([11.0, 11.1, 11.2, 10.9, 11.05], mfu=[0.364, 0.360, 0.357, 0.367, 0.362],
-               device="NVIDIA H100 80GB HBM3",
+               env={**ENV, "torch": "2.12.0+cu130"},
                kern=[("gemm", 4, 6.0, "compute"), ("add<float>, 50%", 8, 1.6, "memory")])
     base = snap([10.0, 10.1, 10.2, 9.9, 10.05], mfu=[0.400, 0.396, 0.392, 0.404, 0.398],
                 regions={"decode": [1.0, 1.0, 1.1, 1.0, 1.0]}, source="base",
@@ -381,7 +380,7 @@ def test_junit_xml_one_testcase_per_check():
     assert "add<float>, 50%" in failure.text                     # the evidence rides along, escaped
     assert cases["region:decode"].find("skipped").get("message") == "not measured in the run"
     assert cases["mfu >= 30.00%"].find("failure") is None and cases["mfu >= 30.00%"].find("skipped") is None
-    assert "different devices" in suite.find("system-err").text
+    assert "different torch versions" in suite.find("system-err").text
     assert {p.get("name"): p.get("value") for p in suite.find("properties")} == \
         {"run": "run", "baseline": "base", "alpha": "0.05"}
 
@@ -390,12 +389,12 @@ def test_annotation_escaping():
     assert escape_data("50% slower\r\nsee below") == "50%25 slower%0D%0Asee below"
     assert escape_property("gate: mfu, hfu 5%") == "gate%3A mfu%2C hfu 5%25"
     lines = annotations(failing_result())
-    assert len(lines) == 3          # two failures, one warning (devices)
+    assert len(lines) == 3          # two failures, one warning (torch versions)
     assert lines[0].startswith("::error title=roofscope gate%3A step_time regressed::step time rose 10.0%25 vs")
     assert "%0AKernels that grew most: add<float>, 50%25 +0.600 ms/step (memory)" in lines[0]
     assert all("\n" not in line for line in lines)
-    assert lines[2] == ("::warning title=roofscope gate::different devices: baseline NVIDIA H200,"
-                        " run NVIDIA H100 80GB HBM3")
+    assert lines[2] == ("::warning title=roofscope gate::different torch versions: baseline 2.11.0+cu130,"
+                        " run 2.12.0+cu130")
 
 
 def test_step_summary_appends(tmp_path):

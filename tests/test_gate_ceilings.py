@@ -24,14 +24,15 @@ MEASURED = Ceilings(device="toy", source="measured", peaks={"fp32": 20e12, "tf32
 REMEASURED = Ceilings(device="toy", source="measured", peaks={"fp32": 5.6e12, "tf32": 22e12}, bandwidth=0.31e12)
 
 
-def trace(path, slow: float = 1.0):
-    """Eight steps of one fp32 GEMM each; ``slow`` stretches every time (steps, kernels) by that factor."""
+def trace(path, slow: float = 1.0, dtype: str = "float"):
+    """Eight steps of one GEMM each (fp32 unless ``dtype``); ``slow`` stretches every time (steps,
+    kernels) by that factor."""
     b = TraceBuilder()
     t = 0.0
     for i, spacing in enumerate(SPACING):
         s = spacing * slow
         b.annotation(f"ProfilerStep#{i + 1}", t, s * 0.98)
-        ext = b.op("aten::mm", t + 10, 20, [[T, D], [D, D]], ["float", "float"])
+        ext = b.op("aten::mm", t + 10, 20, [[T, D], [D, D]], [dtype, dtype])
         b.launch_kernel("volta_sgemm_128x64_nn", t + 11, t + 50, s * 0.8, ext=ext)
         t += s
     return b.write(path)
@@ -83,12 +84,12 @@ def test_twenty_percent_slower_fails_on_either_ceilings(traces, tmp_path):
     assert r.exit_code == 1
 
 
-def test_baseline_without_the_runs_roof_cannot_decide(traces):
-    # An older baseline without per-precision peaks whose roof is not the run's: the run's MFU cannot
-    # be put on the baseline's ceilings, so those checks cannot decide (never compared across roofs).
+def test_baseline_without_the_runs_peak_cannot_decide(traces):
+    # An older baseline without per-precision peaks, whose ceilings held no compute peak: the run's
+    # MFU cannot be put on the baseline's ceilings, so those checks cannot decide.
     base = snapshot(traces["base"], MEASURED)
     base.ceilings.pop("peaks")
-    base.ceilings["peak_roof"] = "tf32"
+    base.ceilings["peak_flops"] = None
     r = check(snapshot(traces["base"], REMEASURED), base)
     c = {x.name: x for x in r.checks}
     assert c["hfu"].status == "undecided"

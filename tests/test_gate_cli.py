@@ -15,8 +15,8 @@ import pytest
 
 import roofscope
 from roofscope.cli import main
+from roofscope.analyzers.compare.comparable import IncomparableError
 from roofscope.hardware.devices import Ceilings
-from roofscope.errors import RoofscopeError
 from roofscope.reports.gate import text
 from roofscope.gate import check, load_baseline, write_baseline
 from roofscope.gate.evaluate import warnings_for
@@ -225,17 +225,18 @@ def test_h200_gpt_run_against_itself_and_slowed(tmp_path):
     assert c.status == "fail" and c.change == pytest.approx(0.10) and c.p_value == pytest.approx(0.05)
 
 
-def test_cpu_run_against_the_h200_baseline_warns(runs, tmp_path):
+def test_cpu_run_against_the_h200_baseline_is_refused(runs, tmp_path):
     path = tmp_path / "h200.json"
     write_baseline(H200_RUN, path)
-    # Every limit off: nothing checked is an input error (exit 2), never a pass.
-    with pytest.raises(RoofscopeError, match="nothing was checked") as e:
-        check(runs["rerun"], path, max_regression="step_time=off,mfu=off,hfu=off,mbu=off,region:*=off")
-    assert e.value.exit_code == 2
-    w = warnings_for(snapshot_of(runs["rerun"]), load_baseline(path))
-    assert w[0].startswith("different devices: baseline NVIDIA H200, run cpu")
+    # Another device: refused (exit 2) whatever the limits, every one off included (before: a
+    # warning, and the verdict of MFU on the H200's peak).
+    for limits in (None, "step_time=off,mfu=off,hfu=off,mbu=off,region:*=off"):
+        with pytest.raises(IncomparableError, match=f"{path} is a baseline of NVIDIA H200, the run ran on cpu") as e:
+            check(runs["rerun"], path, max_regression=limits)
+        assert e.value.exit_code == 2
     # The H200 datasheet: bf16 989.5 TFLOP/s, 4.8 TB/s; the CPU's roofs are measured here (when the
-    # CPU has ceilings at all: then MFU/HFU/MBU are compared on the H200's).
+    # CPU has ceilings at all), and the snapshots still tell the ceilings apart.
+    w = warnings_for(snapshot_of(runs["rerun"]), load_baseline(path))
     if snapshot_of(runs["rerun"]).ceilings.get("peak_flops"):
         assert any(x.startswith("the run's ceilings differ from the baseline's (peak_flops: baseline 9.895e+14")
                    for x in w)

@@ -9,6 +9,7 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -18,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from roofscope import analysis
+from roofscope.analyzers.cost.costmodel import cost_signature
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.cli import main
 from roofscope.reports.github import command
 from roofscope.text_safety import clean, csv_cell
+from tests.conftest import console_field
 from tests.kineto import TraceBuilder
 from tests.test_merge import torchrun_layout
 from tests.test_ranks import rank_trace
@@ -312,7 +316,7 @@ def test_bomb_of_zeros_and_sparse_file_are_refused_by_their_first_bytes(tmp_path
         # address space, reading the whole file first would fail.
         r = _cli("analyze", str(path), env={"OPENBLAS_NUM_THREADS": "1"}, preexec=_limit_memory(480))
         assert r.returncode == 2, r.stderr
-        _one_line_error(r.stderr, "not a trace any reader knows (it begins b'\\x00\\x00")
+        _one_line_error(r.stderr, "not a trace any reader knows (it holds binary data")
     os.environ["ROOFSCOPE_MAX_TRACE_SIZE"] = "100M"
     try:
         assert main(["analyze", str(sparse)]) == 2                  # over the bound: refused by its size
@@ -355,3 +359,105 @@ def test_non_json_tokens_skip_their_events_only(tmp_path, capsys):
            in capsys.readouterr().out
     r = _cli("analyze", str(p), "-q")
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 40: shapes and numbers past int64 or float range; a link to a file that is no trace
+
+PAST_INT64 = "Input Dims past int64, which no tensor has (the op kept, uncosted)"
+
+
+def _shaped_trace(path: Path, name: str, dims: list, types: list[str]) -> Path:
+    """Two steps, each one ``name`` op with ``dims`` launching one 200 us kernel."""
+    b = TraceBuilder()
+    for s in range(2):
+        b.annotation(f"ProfilerStep#{s + 1}", s * 1_000, 1_000)
+        ext = b.op(name, s * 1_000 + 10, 100, dims, types)
+        b.launch_kernel(f"k_{name}", s * 1_000 + 12, s * 1_000 + 100, 200, ext=ext)
+    return b.write(path)
+
+
+@pytest.mark.parametrize("name, dims, types", [
+    # M = 2**63 and 10**30: the int64 array of (M, N, K) overflowed in diagnose/shapes.py:70 (gemm_table)
+    pytest.param("aten::mm", [[2 ** 63, 64], [64, 64]], ["float", "float"], id="gemm_table-2**63"),
+    pytest.param("aten::mm", [[10 ** 30, 64], [64, 64]], ["float", "float"], id="gemm_table-10**30"),
+    pytest.param("aten::bmm", [[8, 2 ** 64, 64], [8, 64, 64]], ["float", "float"], id="gemm_table-batched"),
+    # every dim in range, the element count 2**124 not: costed as 2**127 FLOPs
+    pytest.param("aten::mm", [[2 ** 62, 2 ** 62], [2 ** 62, 64]], ["float", "float"], id="cost-numel"),
+    # past a float's range: place/roofline.py's input bytes were no float
+    pytest.param("aten::relu", [[64, 10 ** 400]], ["float"], id="roofline-past-float"),
+    # a query length no int64 holds: views/inference.py's step phases could not take it
+    pytest.param("aten::_scaled_dot_product_flash_attention", [[1, 8, 10 ** 30, 64]] * 3, ["float"] * 3,
+                 id="inference-query"),
+    # a serving op whose shapes are dropped (or never recorded): cost/hidden_args.py read None as a list
+    pytest.param("vllm::unified_attention", [[128, 8, 2 ** 63], [128, 8, 64], [128, 8, 64], [128, 8, 64]],
+                 ["c10::BFloat16"] * 4, id="hidden-args"),
+])
+def test_shapes_past_int64_skip_their_op_and_count_it(tmp_path, capsys, name, dims, types):
+    # Before: a traceback where each case says, in analyze, merge and report alike. Now the op's
+    # shapes are dropped and counted, its kernels uncosted.
+    p = _shaped_trace(tmp_path / "t.json", name, dims, types)
+    r = analysis.run(p)
+    assert r.trace.meta.skipped_events == {PAST_INT64: 2}               # one op per step
+    assert r.summary.total_flops == 0 and r.kernels["flops"].isna().all()
+    assert main(["analyze", str(p), "-q"]) == 0
+    assert main(["analyze", str(p)]) == 0
+    assert f"skipped 2 malformed events: {PAST_INT64}" in console_field(capsys.readouterr().out, "note")
+    assert main(["merge", str(p), "-q", "--jobs", "1", "--json", str(tmp_path / "m.json")]) == 0
+    assert main(["report", str(p), "-o", str(tmp_path / "r.html")]) == 0
+
+
+def test_shapes_past_int64_in_merge_as_a_subprocess(tmp_path):
+    p = _shaped_trace(tmp_path / "t.json", "aten::mm", [[2 ** 63, 64], [64, 64]], ["float", "float"])
+    r = _cli("merge", str(p), "-q", "--jobs", "1", "--json", str(tmp_path / "m.json"))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads((tmp_path / "m.json").read_text())["world_size"] == 1
+
+
+def test_a_trace_built_in_process_is_checked_too(tmp_path):
+    # A Trace handed to the analysis, not read from a file: its shapes are checked all the same.
+    t = read_trace(_shaped_trace(tmp_path / "t.json", "aten::mm", [[64, 64], [64, 64]], ["float", "float"]))
+    t.signatures.at[int(t.ops["sig"].iat[0]), "input_dims"] = [[2 ** 63, 64], [64, 64]]
+    assert analysis.run(t).trace.meta.skipped_events == {PAST_INT64: 2}
+
+
+@pytest.mark.parametrize("name, dims, types, concrete", [
+    ("aten::mm", ((2 ** 63, 64), (64, 64)), ("float", "float"), None),           # before: 7.6e22 FLOPs
+    ("aten::repeat", ((64, 64), ()), ("float", "ScalarList"), ("", f"[{10 ** 30}, 1]")),  # before: 1.6e34 bytes
+    ("aten::constant_pad_nd", ((64, 64), (), ()), ("float", "ScalarList", "Scalar"), ("", f"[{10 ** 30}, 0]", "0")),
+])
+def test_the_cost_model_refuses_a_tensor_past_int64(name, dims, types, concrete):
+    flops, nbytes, *_, reason = cost_signature(name, dims, types, None, concrete)
+    assert math.isnan(flops) and math.isnan(nbytes) and reason in ("no_shapes", "no_formula")
+
+
+@pytest.mark.parametrize("rank, world", [(10 ** 30, 1), (0, 2 ** 63)])
+def test_a_rank_past_any_job_is_refused(tmp_path, rank, world):
+    # Before: merge listed range(world) to find the missing ranks: 2**63 of them took the machine's
+    # memory (under this 1 GiB bound, a MemoryError traceback).
+    b = rank_trace(0, 1, [10_000], [10_000])
+    b.extra["distributedInfo"] = {"rank": rank, "world_size": world, "backend": "nccl"}
+    p = b.write(tmp_path / "t.json")
+    r = _cli("merge", str(p), "-q", "--jobs", "1", preexec=_limit_memory(1024))
+    assert r.returncode == 2, r.stderr
+    _one_line_error(r.stderr, f"rank {rank} of {world}: no job has 16,777,216 ranks or more")
+
+
+def test_a_link_to_another_file_names_its_kind_not_its_content(tmp_path, capsys):
+    # Before: "not a trace any reader knows (it begins b'root:x:0:0:root:'; ...)": a Run's
+    # trace.json.gz linked to /etc/passwd printed that file's first bytes.
+    secret = tmp_path / "passwd"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    link = tmp_path / "trace.json.gz"
+    link.symlink_to(secret)
+    assert main(["analyze", str(link)]) == 2
+    err = capsys.readouterr().err
+    _one_line_error(err, f"not a trace any reader knows (a link to {secret}, which holds text; readers: kineto)")
+    assert "root" not in err.replace(str(tmp_path), "")
+    r = _cli("analyze", str(link))
+    assert r.returncode == 2 and "root:x" not in r.stderr and f"a link to {secret}, which holds text" in r.stderr
+    for content, kind in ((b"\x00\x01\x02", "binary data"), (b"<!DOCTYPE html><html>", "an HTML page"),
+                          ("café".encode(), "text")):
+        (tmp_path / "x.json").write_bytes(content)
+        assert main(["analyze", str(tmp_path / "x.json")]) == 2
+        _one_line_error(capsys.readouterr().err, f"(it holds {kind}; readers: kineto)")

@@ -21,6 +21,8 @@ class DiffOptions(CeilingOptions, Presentation):
     json_out: str | None = None
     markdown_out: str | None = None
     applied: str | None = None
+    allow_partial: bool = False
+    allow_other_device: bool = False
     quiet: bool = False
 
 
@@ -33,7 +35,7 @@ def run(opts: DiffOptions) -> int:
     # Both sides on the same ceilings options, so a kernel's class moves only when its timing does.
     settings = AnalysisSettings.of(opts, opts)
     a, b = (analyze(p, settings) for p in (opts.run_a, opts.run_b))
-    d = diff(a, b, applied=opts.applied)
+    d = diff(a, b, applied=opts.applied, allow_partial=opts.allow_partial, allow_other_device=opts.allow_other_device)
     for w in d.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)
     options = RenderOptions(top=opts.top)

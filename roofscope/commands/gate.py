@@ -37,6 +37,7 @@ class GateOptions:
     json_out: str | None = None
     top: int = 10
     force: bool = False
+    allow_partial: bool = False
     quiet: bool = False
 
     def check_options(self) -> list[str]:
@@ -54,12 +55,19 @@ def _write_baseline(opts: GateOptions) -> int:
     if opts.check_options():
         raise GateUsageError(f"--write-baseline only writes the baseline; {', '.join(opts.check_options())}"
                              " belong to a check run")
-    snap = write_baseline(opts.run, opts.baseline_out, force=opts.force)
+    snap = write_baseline(opts.run, opts.baseline_out, force=opts.force, allow_partial=opts.allow_partial)
     medians = ", ".join(f"{name} {snap.median(name):.4g}" for name in ("step_time", "mfu", "mbu")
                         if snap.median(name) is not None)
-    print(f"wrote baseline {opts.baseline_out}: {snap.device}, {len(snap.steps)} steps, {len(snap.samples)} metrics"
-          f" ({medians}), {min(KERNELS_KEPT, snap.kernels_total)} of {snap.kernels_total} kernels",
-          file=sys.stderr)
+    # The step-time samples may be the steps run without the profiler, not the profiled ones: say which.
+    n_time = len(snap.samples["step_time"]) if "step_time" in snap.samples else 0
+    times = (f"; step time and utilizations from {n_time} steps without the profiler"
+             if snap.unprofiled("step_time") else "")
+    print(f"wrote baseline {opts.baseline_out}: {snap.device}, {len(snap.steps)} profiled steps{times},"
+          f" {len(snap.samples)} metrics ({medians}), {min(KERNELS_KEPT, snap.kernels_total)} of"
+          f" {snap.kernels_total} kernels", file=sys.stderr)
+    if snap.cut_short:
+        print(f"roofscope: warning: the trace was cut short ({snap.cut_short}): the baseline holds the part it"
+              " recorded, and every check against it needs --allow-partial", file=sys.stderr)
     return 0
 
 
@@ -76,7 +84,8 @@ def run(opts: GateOptions) -> int:
     result = check(opts.run, opts.baseline, min_mfu=opts.min_mfu, min_hfu=opts.min_hfu, min_mbu=opts.min_mbu,
                    max_step_time_ms=opts.max_step_time_ms, max_idle_fraction=opts.max_idle_fraction,
                    max_step_time=opts.max_step_time,
-                   max_regression=opts.max_regression, alpha=opts.alpha, top_kernels=opts.top)
+                   max_regression=opts.max_regression, alpha=opts.alpha, top_kernels=opts.top,
+                   allow_partial=opts.allow_partial)
     options = RenderOptions()
     if not opts.quiet:
         sys.stdout.write(renderer(GATE, "console").render(result, options))

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.gate.evaluate import SKIP, Check, check_bound, kernel_evidence, regression_checks, warnings_for
+from roofscope.gate.evaluate import (SKIP, Check, check_bound, kernel_evidence, refuse_incomparable,
+                                     regression_checks, warnings_for)
 from roofscope.gate.result import TOP_KERNELS, GateResult
-from roofscope.gate.snapshot import KERNELS_KEPT, Snapshot, load_baseline, snapshot_of
+from roofscope.gate.snapshot import KERNELS_KEPT, GateInputError, Snapshot, load_baseline, snapshot_of
 from roofscope.gate.stats import ALPHA
 from roofscope.gate.thresholds import Limit, bounds, parse_limits
 
@@ -43,13 +44,15 @@ def check(run: "str | os.PathLike | Result | Snapshot",
           min_mbu: float | str | None = None, max_step_time_ms: float | None = None,
           max_idle_fraction: float | str | None = None, max_step_time: float | str | None = None,
           max_regression: str | Iterable[str] | Mapping[str, str | Limit | None] | None = None,
-          alpha: float = ALPHA, top_kernels: int = TOP_KERNELS) -> GateResult:
+          alpha: float = ALPHA, top_kernels: int = TOP_KERNELS, allow_partial: bool = False) -> GateResult:
     """Check ``run`` against the absolute bounds given and, with a ``baseline``, against every
     metric's regression limit (``max_regression`` updates the defaults: ``"mfu=3%,region:*=off"``).
 
-    Raises a :class:`~roofscope.errors.RoofscopeError` (exit code 2) for bad limits, unreadable
-    inputs, a run without profiled steps, or nothing to check (nothing given, or every check
-    skipped). ``GateResult.exit_code`` is 0 pass, 1 regression, 3 cannot decide.
+    Raises a :class:`~roofscope.errors.RoofscopeError` (exit code 2) for bad or infinite limits,
+    unreadable inputs, a run without profiled steps, what cannot be compared (a baseline of another
+    device or precision, implausible samples, a trace cut short unless ``allow_partial``), or nothing
+    to check (nothing given, or every check skipped). ``GateResult.exit_code`` is 0 pass, 1
+    regression, 3 cannot decide.
     """
     if not 0 < alpha < 1:
         raise RoofscopeError(f"alpha {alpha:g}: expected a probability between 0 and 1")
@@ -58,8 +61,16 @@ def check(run: "str | os.PathLike | Result | Snapshot",
                       max_idle_fraction=max_idle_fraction, max_step_time=max_step_time)
     if baseline is None and not absolute:
         raise NothingToCheckError("nothing to check: give a baseline or an absolute bound such as --min-mfu")
-    base = snapshot_of(baseline, baseline=True) if baseline is not None else None
-    cur = snapshot_of(run)
+    base = snapshot_of(baseline, baseline=True, allow_partial=allow_partial) if baseline is not None else None
+    cur = snapshot_of(run, allow_partial=allow_partial)
+    # A baseline file is named by its path; the run it was written from is inside it.
+    base_name = os.fspath(baseline) if isinstance(baseline, (str, os.PathLike)) else base.source if base else None
+    for who, s in (("run", cur), ("baseline", base)):
+        why = s.implausible() if s is not None else None
+        if why:
+            raise GateInputError(f"{s.source}: implausible {who} ({why}): nothing to compare")
+    if base is not None:
+        refuse_incomparable(cur, base, str(base_name))
     checks: list[Check] = regression_checks(cur, base, limits, alpha) if base is not None else []
     checks += [check_bound(b, cur) for b in absolute]
     if all(c.status == SKIP for c in checks):
@@ -67,17 +78,20 @@ def check(run: "str | os.PathLike | Result | Snapshot",
         why = "; ".join(f"{c.name}: {c.note}" for c in checks[:4]) + ("; ..." if len(checks) > 4 else "")
         raise NothingToCheckError(f"nothing was checked ({why or 'no metric in common'}): the baseline"
                                   " and the run share no measured metric the limits cover")
-    # A baseline file is named by its path; the run it was written from is inside it.
-    base_name = os.fspath(baseline) if isinstance(baseline, (str, os.PathLike)) else base.source if base else None
     return GateResult(run=cur.source, baseline=base_name, checks=checks,
                       alpha=alpha, warnings=warnings_for(cur, base),
                       kernels=kernel_evidence(cur, base) if base is not None else None, top_kernels=top_kernels)
 
 
 def write_baseline(run: "str | os.PathLike | Result | Snapshot", path: str | os.PathLike, *,
-                   force: bool = False, kernels_kept: int = KERNELS_KEPT) -> Snapshot:
-    """Write ``run``'s snapshot as a baseline file (never over an existing file without ``force``)."""
+                   force: bool = False, kernels_kept: int = KERNELS_KEPT, allow_partial: bool = False) -> Snapshot:
+    """Write ``run``'s snapshot as a baseline file (never over an existing file without ``force``).
+    A run with implausible samples is refused, and one whose trace was cut short unless
+    ``allow_partial`` (the baseline then says so, and every check against it needs it too)."""
     check_writable(path, force)
-    snap = snapshot_of(run)
+    snap = snapshot_of(run, allow_partial=allow_partial)
+    why = snap.implausible()
+    if why:
+        raise GateInputError(f"{snap.source}: implausible run ({why}): no baseline written")
     atomic_write(path, snap.to_json(kernels_kept), force=force)
     return snap

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from roofscope.analyzers.compare.comparable import IncomparableError, refuse_other_device
 from roofscope.analyzers.compare.diff import compare_kernels
 from roofscope.gate.snapshot import Snapshot
 from roofscope.gate.stats import ALPHA, mann_whitney, min_steps, steps_to_decide
@@ -54,6 +55,7 @@ class Check:
     n_run: int = 0
     n_base: int = 0
     note: str = ""
+    unprofiled: bool = False     # the run's samples are steps run without the profiler (snapshot.py)
 
     @property
     def name(self) -> str:
@@ -83,7 +85,7 @@ class Check:
         moved = "fell" if (self.run or 0) < (self.base or 0) else "rose"
         head = (f"{m.label} {moved} {self.delta_text().lstrip('+-')} vs baseline"
                 f" ({m.format(self.base)} -> {m.format(self.run)}; limit {self.limit}")
-        steps = f"{self.n_run} vs {plural(self.n_base, 'step')}"
+        steps = f"{self.n_run} vs {plural(self.n_base, 'step')}" + (" without the profiler" if self.unprofiled else "")
         stat = f"Mann-Whitney p={self.p_value:.3g}, {steps}" if self.p_value is not None else steps
         return f"{head}; {stat})" + (f": {self.note}" if self.note else "")
 
@@ -113,14 +115,16 @@ def check_regression(m: Metric, limit: Limit, run: Snapshot, base: Snapshot, alp
     sign = -1.0 if m.higher_is_better else 1.0
     test = mann_whitney(sign * r, sign * b)
     c.p_value = test.p_value
+    c.unprofiled = run.unprofiled(m.name)
     # Too few steps for the test ever to reject: this check could never fail, so it decides nothing.
     # (Tied values, not the counts, can also put alpha out of reach: then the medians decide.)
     if 1.0 / math.comb(len(r) + len(b), len(r)) > alpha:
         k = min_steps(alpha)
         c.status = UNDECIDED
         c.note = (f"{len(r)} vs {plural(len(b), 'step')} cannot show a regression: the rank test's best possible"
-                  f" p is {test.min_p:.3g} > alpha {alpha:g}; record at least {k} steps a side (--active {k},"
-                  f" 8-10 tolerate a slow step{', and rewrite the baseline' if len(b) < k else ''})")
+                  f" p is {test.min_p:.3g} > alpha {alpha:g}; record at least {k} steps a side"
+                  f" ({_knob(c.unprofiled, k)}, 8-10 tolerate a slow step"
+                  f"{', and rewrite the baseline' if len(b) < k else ''})")
     elif exceeded and (test.clear(alpha) or not test.attainable(alpha)):
         c.status = FAIL
         if not test.clear(alpha):
@@ -129,17 +133,18 @@ def check_regression(m: Metric, limit: Limit, run: Snapshot, base: Snapshot, alp
         need = steps_to_decide(sign * r, sign * b, alpha)
         c.status = UNDECIDED
         c.note = (f"past the limit but not clear (p={test.p_value:.3g} > alpha {alpha:g}): the steps scatter too"
-                  " much to tell this from noise; " + (f"{_more_steps(need, len(b))} would decide a shift like this"
-                                                       " one" if need else "more steps would not decide it: widen"
-                                                       " the limit or steady the machine"))
+                  " much to tell this from noise; "
+                  + (f"{_more_steps(need, len(b), c.unprofiled)} would decide a shift like this one" if need
+                     else "more steps would not decide it: widen the limit or steady the machine"))
     else:
         c.status = PASS
         c.note = _power_note(sign * r, sign * b, limit.value * abs(c.base) if limit.relative else limit.value,
-                             limit.text, alpha)
+                             limit.text, alpha, c.unprofiled)
     return c
 
 
-def _power_note(worse: np.ndarray, base: np.ndarray, shift: float, text: str, alpha: float) -> str:
+def _power_note(worse: np.ndarray, base: np.ndarray, shift: float, text: str, alpha: float,
+                unprofiled: bool) -> str:
     """On a pass: whether a regression of exactly the limit, with the run's scatter, would have been
     clear; if not, these steps could not have caught one, and the note says so and what would."""
     at_limit = worse - (np.median(worse) - np.median(base)) + shift
@@ -148,11 +153,20 @@ def _power_note(worse: np.ndarray, base: np.ndarray, shift: float, text: str, al
         return ""
     need = steps_to_decide(at_limit, base, alpha)
     return (f"within the limit, but these steps could not have caught a regression of {text} (p={p:.2g} for one)"
-            + (f"; {_more_steps(need, len(base))} would" if need else ""))
+            + (f"; {_more_steps(need, len(base), unprofiled)} would" if need else ""))
 
 
-def _more_steps(need: int, n_base: int) -> str:
-    return f"about {need} steps a side (--active {need}" + (", the baseline's too)" if need > n_base else ")")
+def _knob(unprofiled: bool, k: int) -> str:
+    """What sets the number of a check's samples, for ``k`` of them: --active for the profiled steps;
+    for a Run's unprofiled samples (its step time and utilizations) the steps the program runs past
+    its profile (views/programtime.py: also the --settle steps before it; --active sets neither)."""
+    if unprofiled:
+        return f"steps run without the profiler: let the program run {k} steps past its profile, not --active"
+    return f"--active {k}"
+
+
+def _more_steps(need: int, n_base: int, unprofiled: bool) -> str:
+    return f"about {need} steps a side ({_knob(unprofiled, need)}" + (", the baseline's too)" if need > n_base else ")")
 
 
 def check_bound(bound: Bound, run: Snapshot) -> Check:
@@ -252,15 +266,33 @@ def regression_checks(run: Snapshot, base: Snapshot, limits: Mapping[str, Limit 
     return out
 
 
+def refuse_incomparable(run: Snapshot, base: Snapshot, where: str) -> None:
+    """Refuse a baseline (named ``where``) of another device or precision (exit 2): the run's step
+    times would be judged against another machine's, its MFU and HFU against another peak. A
+    change of precision may be the change under test: the baseline is then written again."""
+    write = "(roofscope gate --write-baseline RUN BASELINE.json)"
+    refuse_other_device(base.device, run.device, f"{where} is a baseline of {{a}}, the run ran on {{b}}",
+                        f"write a baseline on this device {write}")
+    roof_b, roof_r = base.ceilings.get("peak_roof"), run.ceilings.get("peak_roof")
+    if roof_b and roof_r and roof_b != roof_r:
+        raise IncomparableError(f"{where}: the baseline computes mostly in {roof_b}, the run in {roof_r}: their"
+                                f" MFU and HFU are shares of different peaks; if the change of precision is"
+                                f" intended, write the baseline again {write}")
+
+
 def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
-    """Reasons to distrust a comparison that do not fail the gate: different device, software or
-    ceilings, and throttling."""
+    """Reasons to distrust a comparison that do not fail the gate: software or ceilings that
+    differ, throttling, a trace cut short (--allow-partial)."""
     out = []
     for who, s in (("run", run), ("baseline", base)):
         frac = (s.metrics.throttled_fraction if s is not None else None) or 0.0
         if frac > THROTTLE_WARN:
             why = f" ({', '.join(s.throttle_reasons)})" if s.throttle_reasons else ""
             out.append(f"the {who} throttled in {frac:.0%} of telemetry samples{why}: its clocks were lowered")
+    for who, s in (("run", run), ("baseline", base)):
+        if s is not None and s.cut_short:
+            out.append(f"the {who}'s trace was cut short ({s.cut_short}): compared on the part it holds"
+                       " (--allow-partial)")
     if base is None:
         return out
     if base.time_source != run.time_source:
@@ -268,8 +300,6 @@ def warnings_for(run: Snapshot, base: Snapshot | None) -> list[str]:
         out.append(f"the {old}'s step times are profiled ones (an older Run or a bare trace), the other's the"
                    " program's own (without the profiler): step time and utilizations compare unlike times;"
                    f" record the {old} again with this roofscope")
-    if base.device and run.device and base.device != run.device:
-        out.append(f"different devices: baseline {base.device}, run {run.device}")
     for key, b in base.environment.items():
         r = run.environment.get(key)
         if b and r and b != r:

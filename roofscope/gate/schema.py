@@ -56,6 +56,7 @@ class BaselineDoc(_Doc, kw_only=True):
     ceilings: CeilingsEntry = msgspec.field(default_factory=CeilingsEntry)
     steps: list[int] = []
     time_source: Literal["unprofiled", "profiled"] = "profiled"   # baselines before it: profiled
+    cut_short: str | None = None         # written from a trace cut short (--allow-partial): its reader's reason
     throttle_reasons: list[str] = []
     metrics: dict[str, MetricEntry]
     summary_metrics: dict[str, Any] = {}

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analysis import run
+from roofscope.analyzers.compare.comparable import refuse_cut_short
 from roofscope.analyzers.compare.diff import per_step_kernels
 from roofscope.analyzers.model.result import Result
 from roofscope.analyzers.model.summary import Metrics
@@ -42,6 +43,10 @@ VERSION = 1
 KERNELS_KEPT = 200
 ENVIRONMENT_KEYS = ("roofscope", "torch", "cuda", "python")
 KERNEL_COLUMNS = ("calls", "time_s", "cls", "category")
+# The metrics whose samples are a Run's unprofiled steps where it measured them
+# (views/programtime.program_samples): step time and the utilizations over it. The rest (GPU idle,
+# regions) are the profiled steps', whose number --active sets.
+UNPROFILED_METRICS = frozenset(("step_time", "mfu", "hfu", "mbu"))
 _NUMBER_LIST = re.compile(r"\[\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\s*(?:-?[0-9][0-9.eE+-]*|null))*)\s*\]")
 
 
@@ -67,11 +72,20 @@ class Snapshot:
     # Whose time the step-time and utilization samples are: "unprofiled" (the program's own, measured
     # without the profiler: programtime.py) or "profiled" (an older Run, a bare trace)
     time_source: str = "profiled"
+    cut_short: str | None = None             # the trace was cut short (TraceMeta.cut_short): what its reader said
 
     def median(self, name: str) -> float | None:
         v = self.samples.get(name)
         v = v[~np.isnan(v)] if v is not None else None
         return float(np.median(v)) if v is not None and len(v) else None
+
+    def unprofiled(self, name: str) -> bool:
+        """Whether metric ``name``'s samples are steps run without the profiler (not --active's)."""
+        return self.time_source == "unprofiled" and name in UNPROFILED_METRICS
+
+    def implausible(self) -> str | None:
+        """Why a sample is no measurement (negative, infinite, past a day or a thousandfold share), or None."""
+        return implausible(self.samples)
 
     @property
     def kernel_cutoff_s(self) -> float | None:
@@ -81,12 +95,16 @@ class Snapshot:
         return float(self.kernels["time_s"].min())
 
     @classmethod
-    def from_result(cls, result: "Result", source: str | os.PathLike | None = None) -> "Snapshot":
+    def from_result(cls, result: "Result", source: str | os.PathLike | None = None, *,
+                    allow_partial: bool = False) -> "Snapshot":
+        """``result``'s snapshot; a trace cut short is refused (exit 2) unless ``allow_partial``."""
         samples = result.step_samples
         # Step time and utilizations in the program's own time where the Run measured it (a sample
         # per unprofiled step: many more than the profiled ones); the rest from the profiled steps.
         own, time_source = (result.program_samples, result.time_source)
         where = str(source if source is not None else result.trace.path)
+        cut = result.trace.meta.cut_short
+        refuse_cut_short(where, cut, allow_partial)
         if not len(samples):
             raise GateInputError(f"{where}: no profiled steps (ProfilerStep#N spans); the gate compares per-step"
                                  " samples: profile with `roofscope run` or a torch.profiler schedule")
@@ -107,7 +125,7 @@ class Snapshot:
                             for mt in metrics_for(samples.columns)},
                    metrics=m, throttle_reasons=reasons,
                    kernels=kernels[list(KERNEL_COLUMNS)], kernels_total=int(len(kernels)),
-                   time_source=time_source)
+                   time_source=time_source, cut_short=cut)
 
     def to_dict(self, kernels_kept: int = KERNELS_KEPT) -> dict[str, Any]:
         k = self.kernels.head(kernels_kept)
@@ -120,6 +138,7 @@ class Snapshot:
             "format": FORMAT, "version": VERSION, "roofscope_version": __version__, "created": self.created,
             "source": self.source, "device": self.device, "environment": self.environment,
             "ceilings": self.ceilings, "steps": self.steps, "time_source": self.time_source,
+            **({"cut_short": self.cut_short} if self.cut_short else {}),
             "throttle_reasons": self.throttle_reasons,
             "metrics": metrics, "summary_metrics": self.metrics.to_dict(),
             "kernels": {"kept": int(len(k)), "total": self.kernels_total,
@@ -150,10 +169,9 @@ class Snapshot:
             raise GateInputError(f"{where}: malformed baseline ({e})") from None
         samples = {name: np.array([math.nan if v is None else v for v in entry.samples], dtype=np.float64)
                    for name, entry in doc.metrics.items()}
-        for name, v in samples.items():
-            if np.isinf(v).any() or (metric(name).is_time and (v < 0).any()):
-                raise GateInputError(f"{where}: malformed baseline (a sample of {name} is"
-                                     f" {'infinite' if np.isinf(v).any() else 'a negative time'})")
+        why = implausible(samples)
+        if why:
+            raise GateInputError(f"{where}: malformed baseline ({why})")
         if not any(np.isfinite(v).any() for v in samples.values()):
             raise GateInputError(f"{where}: the baseline holds no samples (every metric's are empty or null):"
                                  " nothing to compare with; write it again with `roofscope gate --write-baseline`")
@@ -166,7 +184,12 @@ class Snapshot:
                    ceilings=msgspec.structs.asdict(doc.ceilings), steps=list(doc.steps), samples=samples,
                    metrics=summary, throttle_reasons=list(doc.throttle_reasons), kernels=kernels,
                    kernels_total=doc.kernels.total if doc.kernels.total is not None else len(rows),
-                   created=str(doc.created), time_source=doc.time_source)
+                   created=str(doc.created), time_source=doc.time_source, cut_short=doc.cut_short)
+
+
+def implausible(samples: dict[str, np.ndarray]) -> str | None:
+    """Why a sample of ``samples`` (metric name -> values) is no measurement, or None."""
+    return next(filter(None, (metric(name).implausible(v) for name, v in samples.items())), None)
 
 
 def _read_json(p: Path) -> Any:
@@ -184,19 +207,24 @@ def load_baseline(path: str | os.PathLike) -> Snapshot:
     return Snapshot.from_dict(_read_json(p), where=str(p))
 
 
-def snapshot_of(source: "str | os.PathLike | Snapshot | Result", *, baseline: bool = False) -> Snapshot:
-    """A snapshot of ``source``: a Snapshot, a Result, a Run directory or a trace, or (with
-    ``baseline``) a baseline file: a plain ``.json`` file that is not a Kineto trace."""
-    if isinstance(source, Snapshot):
-        return source
+def snapshot_of(source: "str | os.PathLike | Snapshot | Result", *, baseline: bool = False,
+                allow_partial: bool = False) -> Snapshot:
+    """A snapshot of ``source``: a Snapshot, a Result, a Run directory or a trace, or (with ``baseline``)
+    a baseline file: a plain ``.json`` file that is not a Kineto trace. A trace cut short, or a baseline
+    written from one, is refused unless ``allow_partial``."""
     if isinstance(source, Result):
-        return Snapshot.from_result(source)
-    if not isinstance(source, (str, os.PathLike)):
+        return Snapshot.from_result(source, allow_partial=allow_partial)
+    if isinstance(source, Snapshot):
+        snap, where = source, source.source
+    elif not isinstance(source, (str, os.PathLike)):
         raise GateInputError(f"{type(source).__name__}: expected a Run directory, a trace, a baseline file, a Result"
                              " or a Snapshot")
-    p = Path(source)
-    if baseline and not is_run_dir(p) and p.suffix != ".gz":
-        d = _read_json(p)
-        if not (isinstance(d, dict) and "traceEvents" in d):
-            return Snapshot.from_dict(d, where=str(p))
-    return Snapshot.from_result(run(p), source=p)
+    else:
+        p = Path(source)
+        doc = _read_json(p) if baseline and not is_run_dir(p) and p.suffix != ".gz" else {"traceEvents": None}
+        if isinstance(doc, dict) and "traceEvents" in doc:
+            return Snapshot.from_result(run(p), source=p, allow_partial=allow_partial)
+        snap = Snapshot.from_dict(doc, where=str(p))
+        where = f"baseline {p} (of {snap.source})"
+    refuse_cut_short(where, snap.cut_short, allow_partial)
+    return snap

@@ -21,10 +21,18 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from roofscope.errors import RoofscopeError
 
 REGION_PREFIX = "region:"
 ALL_REGIONS = "region:*"
+# The largest plausible sample of each kind of metric; a larger one is no measurement. No profiled
+# step lasts a day (the profiler's buffers would not hold it). Utilizations above 100% do happen,
+# against stale ceilings or for data in a cache faster than the memory roof (a CPU's L1 is some
+# 50-100x its DRAM), but not a thousandfold.
+MAX_TIME_S = 86_400.0
+MAX_UTILIZATION = 1_000.0
 
 
 class ThresholdError(RoofscopeError):
@@ -38,6 +46,7 @@ class Metric:
     higher_is_better: bool
     unit: str                 # "s" (times) or "fraction"
     label: str
+    most: float = MAX_TIME_S  # the largest plausible sample (the least is 0)
 
     @property
     def is_time(self) -> bool:
@@ -48,13 +57,29 @@ class Metric:
             return "-"
         return f"{value * 1e3:,.3f} ms" if self.is_time else f"{100 * value:.2f}%"
 
+    def implausible(self, values: np.ndarray) -> str | None:
+        """Why some of ``values`` (NaN: unknown, allowed) are no measurement of this metric, or None."""
+        # A nanosecond or a billionth either side is rounding (an idle share of 1 - busy / wall).
+        bad = values[~np.isnan(values) & ((values < -1e-9) | ~(values <= self.most + 1e-9))]
+        if not len(bad):
+            return None
+        v = float(bad[0])
+        head = f"a sample of {self.name} is"
+        if v < 0:
+            return f"{head} a negative {'time' if self.is_time else 'share'} ({v:.4g})"
+        if math.isinf(v):
+            return f"{head} infinite"
+        if self.is_time:
+            return f"{head} {v:.4g} s: no profiled step lasts a day"
+        return f"{head} {v:.4g}: no {self.label} exceeds {self.format(self.most)}, not even on stale ceilings"
+
 
 CORE_METRICS: tuple[Metric, ...] = (
     Metric("step_time", "step_time_s", False, "s", "step time"),
-    Metric("mfu", "mfu", True, "fraction", "MFU"),
-    Metric("hfu", "hfu", True, "fraction", "HFU"),
-    Metric("mbu", "mbu", True, "fraction", "MBU"),
-    Metric("idle_fraction", "idle_fraction", False, "fraction", "GPU idle"),
+    Metric("mfu", "mfu", True, "fraction", "MFU", MAX_UTILIZATION),
+    Metric("hfu", "hfu", True, "fraction", "HFU", MAX_UTILIZATION),
+    Metric("mbu", "mbu", True, "fraction", "MBU", MAX_UTILIZATION),
+    Metric("idle_fraction", "idle_fraction", False, "fraction", "GPU idle", 1.0),
 )
 _CORE = {m.name: m for m in CORE_METRICS}
 
@@ -188,8 +213,9 @@ def parse_share(option: str, value: float | str) -> float:
     return share
 
 
-def parse_time(option: str, value: float | str) -> float:
-    """Seconds from ``120ms``, ``0.12s``, ``500us`` (a bare number is seconds)."""
+def parse_time(option: str, value: float | str, shown: object = None) -> float:
+    """Seconds from ``120ms``, ``0.12s``, ``500us`` (a bare number is seconds; errors quote ``shown``
+    when given, the value as the user wrote it)."""
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:
@@ -197,8 +223,11 @@ def parse_time(option: str, value: float | str) -> float:
         if not m:
             raise ThresholdError(f"{option} {value}: expected a time with its unit, such as 120ms, 0.12s or 500us")
         seconds = float(m.group(1)) * _TIME_UNITS[m.group(2)]
-    if not seconds > 0:
-        raise ThresholdError(f"{option} {value}: expected a positive time")
+    # An infinite bound (or one past any step's length) would pass every run: it checks nothing.
+    if not 0 < seconds <= MAX_TIME_S:
+        written = value if shown is None else shown
+        raise ThresholdError(f"{option} {written}: expected a positive time of at most a day"
+                             + (" (an infinite bound would pass every run)" if math.isinf(seconds) else ""))
     return seconds
 
 
@@ -217,5 +246,6 @@ def bounds(min_mfu: float | str | None = None, min_hfu: float | str | None = Non
     if max_step_time is not None:
         out.append(Bound(_CORE["step_time"], parse_time("--max-step-time", max_step_time)))
     elif max_step_time_ms is not None:
-        out.append(Bound(_CORE["step_time"], parse_time("--max-step-time-ms", float(max_step_time_ms) / 1e3)))
+        ms = float(max_step_time_ms)
+        out.append(Bound(_CORE["step_time"], parse_time("--max-step-time-ms", ms / 1e3, shown=f"{ms:g}")))
     return out

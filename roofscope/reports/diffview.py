@@ -78,8 +78,17 @@ def _metric_rows(d: "Diff") -> list[list[str]]:
 
 
 def _status_rows(d: "Diff") -> list[list[str]]:
-    return [[str(s), f"{int(r['kernels']):,}", _us(r["time_a_s"]), _us(r["time_b_s"]), _dus(r["delta_s"])]
+    """Kernel time by status, then the step's time outside any kernel: the rows add up to the step."""
+    rows = [[str(s), f"{int(r['kernels']):,}", _us(r["time_a_s"]), _us(r["time_b_s"]), _dus(r["delta_s"])]
             for s, r in d.by_status.iterrows() if r["kernels"]]
+    if d.outside_delta_s is not None:
+        rows.append([f"outside any {'op' if d.cpu_only else 'kernel'}", "-", _us(d.outside_a_s), _us(d.outside_b_s),
+                     _dus(d.outside_delta_s)])
+    return rows
+
+
+OUTSIDE_NOTE = ("outside: the profiled steps' mean time less their kernels' time (host work, waits, sleeps);"
+                " the rows add up to the step")
 
 
 def _totals_rows(t: "pd.DataFrame") -> list[list[str]]:
@@ -119,6 +128,8 @@ def render_terminal(d: "Diff", top: int = Presentation.top) -> str:
     changed = d.kernels[d.kernels["status"] != "unchanged"].head(top)
     out.append("Kernel time per step by status (µs)")
     out += ["  " + r for r in table(["status", "kernels", "A", "B", "Δ"], _status_rows(d), "<>>>>")]
+    if d.outside_delta_s is not None:
+        out += textwrap.wrap(OUTSIDE_NOTE, WIDTH, initial_indent="  ", subsequent_indent="  ")
     if len(changed):
         head = ["status", "A µs", "B µs", "Δ µs", "calls"]
         body = [[r.status, _us(r.time_a_s), _us(r.time_b_s), _dus(r.delta_s), _calls(r.calls_a, r.calls_b)]
@@ -160,6 +171,7 @@ def render_markdown(d: "Diff", top: int = Presentation.top) -> str:
     changed = d.kernels[d.kernels["status"] != "unchanged"].head(top)
     out += ["### Kernel time per step by status (µs)", ""]
     out += md_table(["status", "kernels", "A", "B", "Δ"], _status_rows(d), "<>>>>") + [""]
+    out += [md_text(OUTSIDE_NOTE[0].upper() + OUTSIDE_NOTE[1:] + "."), ""] if d.outside_delta_s is not None else []
     out += [f"### Top {len(changed)} kernel changes (per step)", ""]
     rows = [[r.status, md_code(r.name), _calls(r.calls_a, r.calls_b), _us(r.time_a_s), _us(r.time_b_s),
              _dus(r.delta_s), r.cls_a or "-", r.cls_b or "-"] for r in changed.itertuples()]

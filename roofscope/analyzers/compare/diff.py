@@ -3,7 +3,11 @@ kernels per step matched by name, and whether A's predicted saving showed up in 
 
 Kernel times are per profiled step (total time / number of profiled steps), so runs
 recorded with different step counts compare. A kernel is *unchanged* when its time per
-step moved by at most 3 % or 2 µs, whichever is larger.
+step moved by at most 3 % or 2 µs, whichever is larger. The profiled step's mean time less the
+kernels' time per step is the time *outside any kernel* (op, in a CPU-only trace): host work
+between them, waits, sleeps; a step that grew there shows no kernel that grew.
+
+Runs of two devices and traces cut short are refused (comparable.py) unless told.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from roofscope.analyzers.compare.comparable import refuse_cut_short, refuse_other_device
 from roofscope.analyzers.model.kernels import aggregate
 from roofscope.errors import RoofscopeError
 from roofscope.jsonsafe import json_safe
@@ -81,6 +86,14 @@ class Diff:
     by_class: pd.DataFrame       # index cls: time_a_s, time_b_s, delta_s
     prediction: Prediction
     warnings: list[str] = field(default_factory=list)
+    # Per profiled step (mean), the time outside any kernel (op in a CPU-only trace): None without steps
+    outside_a_s: float | None = None
+    outside_b_s: float | None = None
+    cpu_only: bool = False       # both CPU-only: the "kernels" are ops
+
+    @property
+    def outside_delta_s(self) -> float | None:
+        return None if self.outside_a_s is None or self.outside_b_s is None else self.outside_b_s - self.outside_a_s
 
     def class_changes(self) -> pd.DataFrame:
         """Kernels present in both runs whose class differs."""
@@ -101,6 +114,7 @@ class Diff:
             "by_status": records(self.by_status, "status"),
             "by_category": records(self.by_category, "category"),
             "by_class": records(self.by_class, "cls"),
+            "outside_kernels": {"a_s": self.outside_a_s, "b_s": self.outside_b_s, "delta_s": self.outside_delta_s},
             "prediction": asdict(self.prediction),
         })
 
@@ -156,6 +170,15 @@ def per_step_kernels(result: "Result") -> pd.DataFrame:
                          "category": k.groupby("name", sort=False)["category"].first().reindex(agg.index)})
 
 
+def outside_kernels(a: "Result") -> float | None:
+    """The profiled steps' mean time less their kernels' time per step (module docstring); None
+    without complete steps. Kernels that overlap (streams, threads) can make it negative."""
+    t = a.step_samples["step_time_s"].dropna() if "step_time_s" in a.step_samples else pd.Series(dtype=float)
+    if not len(t) or not len(a.steps):
+        return None
+    return float(t.mean()) - float(_step_kernels(a)["dur_s"].sum()) / profiled_steps(a)
+
+
 def compare_kernels(table_a: pd.DataFrame, table_b: pd.DataFrame) -> pd.DataFrame:
     """Match two :func:`per_step_kernels` tables by name (columns ``CHANGE_COLUMNS``, sorted by
     |delta_s| descending). Absent kernels have 0 calls and time and an empty class."""
@@ -205,7 +228,8 @@ def _by_status(changes: pd.DataFrame) -> pd.DataFrame:
 _COUNTED_WORK = ("hfu", "mbu")
 
 
-def _metric_changes(ma: dict[str, Any], mb: dict[str, Any]) -> list[MetricChange]:
+def _metric_changes(ma: dict[str, Any], mb: dict[str, Any], roofs: tuple[str | None, str | None] = (None, None)
+                    ) -> list[MetricChange]:
     ta, tb = ma.get("step_time_s"), mb.get("step_time_s")
     slower = ta is not None and tb is not None and tb - ta > max(UNCHANGED_REL * ta, UNCHANGED_ABS_S)
     op_counted = "op_counted" in (ma.get("mfu_source"), mb.get("mfu_source"))
@@ -222,6 +246,9 @@ def _metric_changes(ma: dict[str, Any], mb: dict[str, Any]) -> list[MetricChange
         if counted and better and slower:
             # More FLOPs or bytes per second while each step takes longer: the steps did more work.
             better, note = None, "more work, slower steps"
+        if key in ("mfu", "hfu") and delta and None not in roofs and roofs[0] != roofs[1]:
+            # Shares of two peaks (a change of precision): neither better nor worse by this figure.
+            better, note = None, f"{roofs[0]} peak vs {roofs[1]}"
         out.append(MetricChange(key, label, unit, va, vb, delta, rel, better, note))
     return out
 
@@ -290,9 +317,17 @@ def predict(findings: list[dict[str, Any]], changes: pd.DataFrame, step_a: float
 
 
 def diff(a: "Result", b: "Result", applied: str | None = None,
-         findings: list[dict[str, Any]] | None = None, fixes: list[dict[str, Any]] | None = None) -> Diff:
+         findings: list[dict[str, Any]] | None = None, fixes: list[dict[str, Any]] | None = None, *,
+         allow_partial: bool = False, allow_other_device: bool = False) -> Diff:
     """Compare run B against run A (see the module docstring); ``findings`` and ``fixes`` (the
-    findings grouped per change) default to A's own."""
+    findings grouped per change) default to A's own. Raises :class:`~.comparable.IncomparableError`
+    (exit 2) for a trace cut short unless ``allow_partial``, and for runs of two devices unless
+    ``allow_other_device``."""
+    for label, r in (("A", a), ("B", b)):
+        refuse_cut_short(f"{label} {r.trace.path}", r.trace.meta.cut_short, allow_partial)
+    if not allow_other_device:
+        refuse_other_device(a.summary.device, b.summary.device, "A ran on {a}, B on {b}",
+                            "pass --allow-other-device to compare them anyway, each on its own ceilings")
     sa, sb = a.to_dict(), b.to_dict()
     ma, mb = step_figures(a), step_figures(b)
     changes = kernel_changes(a, b)
@@ -312,13 +347,18 @@ def diff(a: "Result", b: "Result", applied: str | None = None,
                         + ("step times and the measured saving compare profiled with unprofiled time"
                            if len(set(sources.values())) > 1 else "the measured saving is the profiled one"))
     for label, an in (("A", a), ("B", b)):
+        if an.trace.meta.cut_short:
+            warnings.append(f"{label}'s trace was cut short ({an.trace.meta.cut_short}): compared on the part it"
+                            " holds (--allow-partial)")
         if an.summary.partial_steps:
             warnings.append(f"{label}: left out step {', '.join(map(str, an.summary.partial_steps))}, cut short when the"
                             " script ended")
     return Diff(a=str(a.trace.path), b=str(b.trace.path), device_a=sa["device"], device_b=sb["device"],
-                steps_a=len(a.complete_steps), steps_b=len(b.complete_steps), metrics=_metric_changes(ma, mb),
+                steps_a=len(a.complete_steps), steps_b=len(b.complete_steps),
+                metrics=_metric_changes(ma, mb, (a.summary.metrics.peak_roof, b.summary.metrics.peak_roof)),
                 kernels=changes, by_status=_by_status(changes), by_category=_totals(a, b, "category"),
                 by_class=_totals(a, b, "cls"),
                 prediction=predict(findings, changes, ma.get("step_time_s"), mb.get("step_time_s"), applied,
                                    fixes if fixes is not None else (sa.get("diagnosis") or {}).get("changes")),
-                warnings=warnings)
+                warnings=warnings, outside_a_s=outside_kernels(a), outside_b_s=outside_kernels(b),
+                cpu_only=a.cpu_only and b.cpu_only)

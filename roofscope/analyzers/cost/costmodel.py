@@ -24,6 +24,7 @@ import pandas as pd
 
 from roofscope.analyzers.cost import formulas as cf
 from roofscope.analyzers.cost.schemas import Param, overloads
+from roofscope.analyzers.cost.shapes import holdable
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +84,17 @@ def _compute(name: Any, dims: Any, types: Any, strides: Any, concrete: Any) -> R
     try:
         call = build_call(name, dims, types, strides, concrete)
         cost = formula.fn(call)
+        flops, nbytes = float(cost.flops), float(cost.bytes)   # OverflowError past a float's range
     except cf.MissingShapes as e:
         log.debug("no shapes for %s: %s", name, e)
         return (math.nan, math.nan, prec, tc, cat, "no_shapes")
     except Exception as e:  # a formula bug or a malformed signature: report, never raise
         log.debug("cost formula for %s failed on %r %r: %r", name, dims, types, e)
         return (math.nan, math.nan, prec, tc, cat, "no_formula")
+    if math.isinf(flops) or math.isinf(nbytes):   # a scalar argument past a float's range (1e400)
+        return (math.nan, math.nan, prec, tc, cat, "no_formula")
     dtype = cost.dtype if cost.dtype is not None else cf.first_float_precision(call.args)
-    return (float(cost.flops), float(cost.bytes), dtype, tc if cost.tensor_core is None else cost.tensor_core, cat, "")
+    return (flops, nbytes, dtype, tc if cost.tensor_core is None else cost.tensor_core, cat, "")
 
 
 def missing_argument(name: Any, dims: Any, types: Any, concrete: Any = None) -> str:
@@ -149,7 +153,7 @@ def parse_concrete(s: str) -> tuple[bool, Any]:
 
 
 def _spec(shape: Any, dtype: cf.DType | None, strides: Any) -> cf.TensorSpec:
-    shp = tuple(int(d) for d in shape)
+    shp = holdable(tuple(int(d) for d in shape))
     st = tuple(int(d) for d in strides) if isinstance(strides, tuple) and len(strides) == len(shp) else None
     return cf.TensorSpec(shp, dtype, st)
 

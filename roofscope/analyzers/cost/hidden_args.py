@@ -86,7 +86,12 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: O
         return
     if optimizer is not None and optimizer.groups:
         _optimizer_streams(trace, oc, optimizer.groups)
-    unshaped = oc["reason"].to_numpy() == "no_shapes"
+    # The hints complete an op's recorded shapes: an op without them (never recorded, or dropped past
+    # int64 by ingest) stays uncosted.
+    sigs = trace.signatures
+    recorded = np.array([isinstance(d, list) and isinstance(t, list)
+                         for d, t in zip(sigs["input_dims"], sigs["input_types"])] + [False], dtype=bool)
+    unshaped = (oc["reason"].to_numpy() == "no_shapes") & recorded[ops["sig"].to_numpy()]
     moe = np.flatnonzero(ops["name"].isin(MOE_OPS).to_numpy() & unshaped)
     attention = np.flatnonzero(ops["name"].isin(ATTENTION_OPS).to_numpy() & unshaped)
     done: dict[tuple, Any] = {}  # (signature, hints) -> cost: a decode step repeats each layer's call

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import math
 
+from roofscope.analyzers.model.trace import INT64_MAX
+
 Shape = tuple[int, ...]
+
+
+def holdable(shape: Shape) -> Shape:
+    """``shape``, or ValueError when no tensor has it: a dim or the element count past int64
+    (torch refuses such a size; its FLOPs and bytes would pass any float's range)."""
+    if not all(abs(d) <= INT64_MAX for d in shape) or abs(math.prod(shape)) > INT64_MAX:
+        raise ValueError(f"shape {shape} past int64")
+    return shape
 
 
 def _int(value: object, what: str) -> int:
@@ -44,7 +54,7 @@ def repeat(shape: Shape, repeats: object) -> Shape:
     if len(r) < len(shape) or any(v < 0 for v in r):
         raise ValueError(f"repeats {r} for shape {shape}")
     padded = (1,) * (len(r) - len(shape)) + tuple(shape)
-    return tuple(s * v for s, v in zip(padded, r))
+    return holdable(tuple(s * v for s, v in zip(padded, r)))
 
 
 def flip(shape: Shape, dims: object) -> Shape:
@@ -110,7 +120,7 @@ def constant_pad(shape: Shape, pad: object) -> Shape:
                     raise ValueError(f"pad {p} crops dim {d} of {shape} below 0")
                 size += amount
         out[d] = size + max(before, 0) + max(after, 0)
-    return tuple(out)
+    return holdable(tuple(out))
 
 
 def edge_pad(shape: Shape, padding: object, n: int, *, reflect: bool) -> Shape:
@@ -129,7 +139,7 @@ def edge_pad(shape: Shape, padding: object, n: int, *, reflect: bool) -> Shape:
     grown = out[len(shape) - n:]
     if min(grown) < 0 or max(grown) < 1:
         raise ValueError(f"padding {p} leaves shape {shape} empty")
-    return tuple(out)
+    return holdable(tuple(out))
 
 
 def upsample(shape: Shape, n: int, output_size: object, scale_factors: object = None) -> Shape:
@@ -150,8 +160,8 @@ def upsample(shape: Shape, n: int, output_size: object, scale_factors: object = 
         size = [int(s * f) for s, f in zip(shape[2:], factors)]  # ATen: a double product, truncated
     if len(size) != n or min(shape[2:]) <= 0 or min(size) <= 0:
         raise ValueError(f"upsampling {shape} to {size}")
-    return (*shape[:2], *size)
+    return holdable((*shape[:2], *size))
 
 
-__all__ = ["Shape", "wrap_dim", "repeat", "flip", "roll", "triangle", "narrow", "constant_pad",
+__all__ = ["Shape", "holdable", "wrap_dim", "repeat", "flip", "roll", "triangle", "narrow", "constant_pad",
            "edge_pad", "upsample"]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.analyzers.model.trace import Trace
+from roofscope.analyzers.model.trace import INT64_MAX, Trace
 
 # GEMM ops and how their inputs give (M, N, K); linear's weight is stored (N, K).
 _GEMM_LAYOUT = {"aten::mm": "mm", "aten::addmm": "addmm", "aten::bmm": "mm", "aten::baddbmm": "addmm",
@@ -18,7 +18,8 @@ _GEMM_LAYOUT = {"aten::mm": "mm", "aten::addmm": "addmm", "aten::bmm": "mm", "at
 
 
 def gemm_mnk(name: str, dims: Any) -> tuple[int, int, int] | None:
-    """(M, N, K) of a GEMM op call, batch and leading dims folded into M; None if unknown."""
+    """(M, N, K) of a GEMM op call, batch and leading dims folded into M; None if unknown or past
+    int64 (no tensor has such a dim: a Trace built in-process, which ingest did not check)."""
     layout = _GEMM_LAYOUT.get(name)
     if layout is None or not isinstance(dims, list):
         return None
@@ -29,13 +30,13 @@ def gemm_mnk(name: str, dims: Any) -> tuple[int, int, int] | None:
         elif layout == "addmm":
             a, b = shapes[1], shapes[2]
         else:  # linear(input [..., K], weight [N, K])
-            a, w = shapes[0], shapes[1]
-            return math.prod(a[:-1]), int(w[0]), int(a[-1])
-        if len(a) < 2 or len(b) < 2:
+            a, b = shapes[0], shapes[1][::-1]
+        if layout != "linear" and (len(a) < 2 or len(b) < 2):
             return None
-        return math.prod(a[:-1]), int(b[-1]), int(a[-1])
-    except (IndexError, TypeError, ValueError):
+        mnk = math.prod(a[:-1]), int(b[-1]), int(a[-1])
+    except (IndexError, TypeError, ValueError, OverflowError):
         return None
+    return mnk if all(abs(x) <= INT64_MAX for x in mnk) else None
 
 
 def op_dims(trace: Trace, ops: np.ndarray) -> list[Any]:

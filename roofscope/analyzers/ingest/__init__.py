@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from roofscope.analyzers.ingest import kineto_reader
-from roofscope.analyzers.ingest.source import read_head
+from roofscope.analyzers.ingest.frames import drop_impossible_shapes
+from roofscope.analyzers.ingest.source import kind, read_head
 from roofscope.analyzers.model.trace import Distributed, Trace
 from roofscope.errors import RoofscopeError, TraceError
 
@@ -87,16 +88,17 @@ def sniff(head: bytes, file_name: str) -> Reader | None:
 
 
 def read(path: str | os.PathLike) -> Trace:
-    """Read a trace file of any known format; one-line :class:`TraceError` for anything else."""
+    """Read a trace file of any known format; one-line :class:`TraceError` for anything else.
+    Shapes past int64 are dropped and counted (frames.drop_impossible_shapes), whatever the reader."""
     p = Path(path)
     head = read_head(p)
     reader = sniff(head, p.name)
     if reader is None:
         if not head.strip():
             raise TraceError(f"{p}: empty file")
-        raise TraceError(f"{p}: not a trace any reader knows (it begins {head.lstrip()[:16]!r}; readers:"
+        raise TraceError(f"{p}: not a trace any reader knows ({kind(p, head)}; readers:"
                          f" {', '.join(r.name for r in READERS)})")
-    return reader.read(p)
+    return drop_impossible_shapes(reader.read(p))
 
 
 def peek_rank(head: bytes, file_name: str) -> Distributed | None:

@@ -1,12 +1,16 @@
 """What every reader's tables go through: thread codes, linking (op tree, kernel launches, steps,
 regions) and, for a reader that has its rows as plain columns, :func:`assemble` into a Trace.
 
+Shapes no tensor can have (a dim or an element count past int64, torch's size type) are dropped
+from their signatures by :func:`drop_impossible_shapes`: their ops stay, uncosted, and are counted.
+
 Linking follows the Trace contract (analyzers/model/trace.py): a kernel's ``correlation`` is its launch
 call's in ``runtime``; without one, its ``external_id`` names the launching op's. Steps are the
 ``ProfilerStep#N`` annotations, regions the other user annotations but roofscope's own labels.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
@@ -15,9 +19,9 @@ import pandas as pd
 
 from roofscope.analyzers.ingest.linking import enclosing, interval_parents, take
 from roofscope.analyzers.ingest.runtime_names import KERNEL_LAUNCHES
-from roofscope.analyzers.model.trace import (ANNOTATION_COLUMNS, KERNEL_COLUMNS, MODULE_PREFIX, OPS_COLUMNS,
-                                             ROOFSCOPE_PREFIX, RUNTIME_COLUMNS, SIGNATURE_COLUMNS, STEP_PREFIX, Trace,
-                                             TraceMeta)
+from roofscope.analyzers.model.trace import (ANNOTATION_COLUMNS, INT64_MAX, KERNEL_COLUMNS, MODULE_PREFIX,
+                                             OPS_COLUMNS, ROOFSCOPE_PREFIX, RUNTIME_COLUMNS, SIGNATURE_COLUMNS,
+                                             STEP_PREFIX, Trace, TraceMeta)
 from roofscope.errors import TraceError
 
 
@@ -242,3 +246,38 @@ def assemble(path: str, meta: TraceMeta, *, kernels: Mapping[str, Sequence[Any]]
         meta = replace(meta, clock_base_ns=meta.clock_base_ns + origin)
     return Trace(path=path, ops=tables["ops"], signatures=signatures, kernels=k_table, runtime=tables["runtime"],
                  annotations=tables["annotations"], meta=meta)
+
+
+IMPOSSIBLE_SHAPES = "Input Dims past int64, which no tensor has (the op kept, uncosted)"
+
+
+def _past_int64(dims: Any) -> bool:
+    """Whether recorded Input Dims (per argument: ``[]``, a shape, or a TensorList's shapes) hold a
+    number past int64, in a dim (a float too: NaN, 1e300) or in a shape's element count."""
+    stack = [dims]
+    while stack:       # iterative: a hostile nesting must not exhaust the recursion limit
+        x = stack.pop()
+        if isinstance(x, list):
+            if x and all(type(v) in (int, float) for v in x) and not abs(math.prod(x)) <= INT64_MAX:
+                return True
+            stack.extend(x)
+        elif type(x) in (int, float) and not abs(x) <= INT64_MAX:
+            return True
+    return False
+
+
+def drop_impossible_shapes(trace: Trace) -> Trace:
+    """``trace`` with the Input Dims of every signature that holds a number past int64 dropped: its
+    ops go uncosted (as ops without shapes do) and every stage that reads shapes is spared numbers
+    no int64 or float holds; the ops are counted in ``meta.skipped_events``."""
+    sigs = trace.signatures
+    if not len(sigs) or "input_dims" not in sigs:
+        return trace
+    bad = np.fromiter((_past_int64(d) for d in sigs["input_dims"]), dtype=bool, count=len(sigs))
+    if not bad.any():
+        return trace
+    dims = sigs["input_dims"].astype(object).copy()
+    dims[bad] = None
+    ops = int(np.isin(trace.ops["sig"].to_numpy(), np.flatnonzero(bad)).sum())
+    skipped = {**trace.meta.skipped_events, IMPOSSIBLE_SHAPES: ops}
+    return replace(trace, signatures=sigs.assign(input_dims=dims), meta=replace(trace.meta, skipped_events=skipped))

@@ -90,6 +90,33 @@ def read_head(path: str | os.PathLike) -> bytes:
         raise TraceError(f"{p}: truncated or corrupt gzip ({e})") from None
 
 
+def kind(path: str | os.PathLike, head: bytes) -> str:
+    """What a file that no reader claims holds, in words that quote none of it (a link to
+    /etc/passwd must not print the start of /etc/passwd): JSON, HTML or other markup, text or
+    binary data, and where a symbolic link points."""
+    start = head.lstrip()[:16].lower()
+    if start[:1] in (b"{", b"["):
+        what = "JSON"
+    elif start.startswith((b"<!doctype html", b"<html")):
+        what = "an HTML page"
+    elif start.startswith(b"<"):
+        what = "XML or other markup"
+    else:
+        what = "text" if _is_text(head) else "binary data"
+    p = Path(path)
+    return f"a link to {os.readlink(p)}, which holds {what}" if p.is_symlink() else f"it holds {what}"
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:   # more than a character cut by the head's end
+            return False
+        text = head[:e.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The file's bytes, gunzipped when needed, after the checks of the module docstring. A gzip
     stream cut short (a process killed while writing ``.json.gz``) gives what it holds; the

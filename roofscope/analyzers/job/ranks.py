@@ -35,6 +35,9 @@ from roofscope.run.schema import JOB_SCHEMA_VERSION, JobDoc, read_versioned
 
 TOP_KERNELS = 40        # kernels per rank whose per-step time is kept (straggler evidence)
 ROOFLINE_ROWS = 300     # kernel aggregates per rank for the per-rank roofline
+# No job has more ranks (the largest run some 10^5 GPUs): a rank or world size past it is a corrupt
+# distributedInfo, refused before ranges of it are listed (2**63 ranks would take the machine's memory).
+MAX_RANKS = 1 << 24
 STEP_COLUMNS = ("step_s", "busy_s", "comm_s", "comm_exposed_s", "self_s", "idle_host_s", "idle_queued_s",
                 "idle_other_s", "idle_edge_s", "mfu", "hfu")
 
@@ -220,6 +223,10 @@ def resolve_parts(sources: list[str], allow_remote: bool = False) -> tuple[list[
     parts = [_part(p) for s in sources for p in _expand_source(s, allow_remote, left)]
     if not parts:
         raise PartsError(f"{', '.join(sources)}: no parts to merge (an empty {JOB_FILE})")
+    for p in parts:
+        if max(p.rank or 0, p.world_size or 0) >= MAX_RANKS:
+            raise PartsError(f"{p.source}: rank {p.rank} of {p.world_size}: no job has {MAX_RANKS:,} ranks or"
+                             " more (a corrupt distributedInfo)")
     given: dict[Path | str, Path] = {}
     for p in parts:
         # A trace naming no rank, given twice, would otherwise become two ranks by order.

@@ -42,6 +42,9 @@ SIGNATURE_COLUMNS = ("name", "input_dims", "input_types", "input_strides", "conc
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # record_param_comms arguments by External id (``Trace.comm_args``).
 COMM_ARG_COLUMNS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size")
+# torch's sizes and element counts are int64: a recorded shape past it is no tensor's (ingest drops
+# such Input Dims, frames.drop_impossible_shapes; the cost model and the rules refuse them too).
+INT64_MAX = (1 << 63) - 1
 # How a skipped-events reason begins when the file was cut short (a process killed while writing
 # it): what is complete was read, and a job merge refuses such a rank (analyzers/job/ranks.py).
 CUT_SHORT = "file cut short"

@@ -21,7 +21,7 @@ is then the profiled one, and the summary says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -51,34 +51,44 @@ def _wait(steps: Steps) -> int:
     return int(steps.requested.get("wait") or 0)
 
 
-def _steady(df: pd.DataFrame, steps: Steps) -> tuple[pd.Series, pd.Series]:
-    """(steady unprofiled samples, cold unprofiled steps before them) as boolean masks. Steps of
-    a profile that was dropped and made again (phase ``dropped``) are neither."""
-    unprof = df["phase"] == "unprofiled"
-    profiled = df.loc[df["phase"].isin(("warmup", "active")), "index"]
+def _steady(df: pd.DataFrame, steps: Steps, traced: Sequence[int] = ()) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(steady unprofiled samples, cold unprofiled steps before them, profiled steps) as boolean
+    masks. Steps of a profile that was dropped and made again (phase ``dropped``) are none of them.
+    ``traced``: the steps the trace holds, which are the profile: when a profile made again did not
+    complete, the session keeps the earlier one, whose steps run.json labels dropped while the later,
+    incomplete one's are labelled profiled (a 20-step trace counted 1 profiled step)."""
+    phase = df["phase"]
+    in_trace = df["index"].isin(list(traced))
+    restored = bool(in_trace.any()) and bool((phase[in_trace] == "dropped").all())
+    if restored:
+        phase = phase.where(~phase.isin(("warmup", "active")), "dropped").where(~in_trace, "active")
+    unprof = phase == "unprofiled"
+    profiled = df.loc[phase.isin(("warmup", "active")), "index"]
     if not len(profiled):
         steady = unprof & (df["index"] > _wait(steps))
-        return steady, unprof & ~steady
+        return steady, unprof & ~steady, phase == "active"
     first, last = int(profiled.min()), int(profiled.max())
     after = unprof & (df["index"] > last)
     before = unprof & (df["index"] < first)
     settle = steps.settle or {}
-    k = int(settle.get("k") or 0) if settle.get("outcome") == "settled" else 0
+    # Settled steps came after the earlier profile, when it is the one kept: none lie before it.
+    k = int(settle.get("k") or 0) if settle.get("outcome") == "settled" and not restored else 0
     # The settling steps are the k unprofiled ones just before the profile's warm-up.
     settled = before & (df["index"] >= first - k) if k else before & False
     steady = after | settled
     if not steady.any():   # a program that ended with the profile: the waited steps are all there is
         steady = before & (df["index"] > _wait(steps))
-    return steady, before & ~steady
+    return steady, before & ~steady, phase == "active"
 
 
-def step_time(run: RunMeta | None) -> dict[str, Any] | None:
-    """summary.json's ``step_time``: the program's own step time without and with the profiler."""
+def step_time(run: RunMeta | None, traced: Sequence[int] = ()) -> dict[str, Any] | None:
+    """summary.json's ``step_time``: the program's own step time without and with the profiler
+    (``traced``: the trace's steps, :func:`_steady`)."""
     if run is None or (df := step_frame(run.step_times)) is None:
         return None
-    steady, cold = _steady(df, run.steps or Steps())
+    steady, cold, profiled = _steady(df, run.steps or Steps(), traced)
     t = df.loc[steady, "time_s"].dropna()
-    active = df.loc[(df["phase"] == "active"), "time_s"].dropna()
+    active = df.loc[profiled, "time_s"].dropna()
     unprof = float(t.median()) if len(t) else None
     prof = float(active.median()) if len(active) else None
     out: dict[str, Any] = {
@@ -115,7 +125,7 @@ def program_samples(samples: pd.DataFrame, run: RunMeta | None) -> tuple[pd.Data
     samples."""
     if run is None or (df := step_frame(run.step_times)) is None or not len(samples):
         return samples, "profiled"
-    steady, _ = _steady(df, run.steps or Steps())
+    steady, _, _ = _steady(df, run.steps or Steps(), samples.index.tolist())
     t = df.loc[steady, ["index", "time_s"]].dropna()
     t = t[t["time_s"] > 0]
     if not len(t):
