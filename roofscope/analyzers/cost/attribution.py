@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.cost.categories import kernel_categories
+from roofscope.analyzers.cost.formulas.families import SIGNATURE
 from roofscope.analyzers.cost.formulas.dtypes import parse_dtype
 from roofscope.analyzers.cost.hidden_args import CHUNK, enrich, windowed_attention
 from roofscope.analyzers.ingest.linking import ancestor_where, take
@@ -36,6 +37,8 @@ from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.trace import Trace
 
 UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
+# An estimated cost's bounds (analyzers/cost/formulas/records.Cost.bounds), op and kernel columns alike.
+BOUNDS = ("flops_lo", "flops_hi", "bytes_lo", "bytes_hi")
 # Inductor's pointwise, reduction and persistent-reduction kernels: no matmul inside.
 _ELEMENTWISE_TRITON = ("triton_poi_", "triton_red_", "triton_per_")
 _COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "triton_")
@@ -51,7 +54,7 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame, region: str | None = None,
     flops = s["flops"].to_numpy(dtype=np.float64, copy=True)
     nbytes = s["bytes"].to_numpy(dtype=np.float64, copy=True)
     reason = s["reason"].fillna("no_formula").to_numpy(dtype=object)
-    source = np.where(reason == "", "formula", "none").astype(object)
+    source = np.where(reason == "", s["source"].fillna("formula").to_numpy(dtype=object), "none").astype(object)
     gb = ops["kernel_num_gb"].to_numpy()
     meta = ~np.isnan(gb)
     if meta.any():
@@ -72,9 +75,42 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame, region: str | None = None,
         "dtype": s["dtype"].fillna("").to_numpy(dtype=object),
         "tensor_core": s["tensor_core"].fillna(False).to_numpy(dtype=bool),
         "category": s["category"].fillna("other").to_numpy(dtype=object),
+        "estimate": np.where(meta, "", s["estimate"].fillna("").to_numpy(dtype=object)),
+        **{c: np.where(meta, np.nan, s[c].to_numpy(dtype=np.float64)) for c in BOUNDS},
     }, index=ops.index)
+    _signature_over_costed_ops(ops["parent"].to_numpy(), oc)
     enrich(trace, oc, region, optimizer)
     return oc
+
+
+def _estimates(k: pd.DataFrame, oc: pd.DataFrame, cost_op: np.ndarray) -> None:
+    """``estimate`` (what size was estimated, "" for exact costs) and the bounds of each kernel's
+    share of its op's estimated cost, in the proportion of its FLOPs and bytes."""
+    est = take(oc["estimate"].to_numpy(dtype=object), cost_op, "")
+    est = np.where(k["cost_source"].to_numpy() == take(oc["cost_source"].to_numpy(dtype=object), cost_op, ""),
+                   est, "")
+    k["estimate"] = est
+    for col, what in zip(BOUNDS, ("flops", "flops", "bytes", "bytes")):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = take(oc[col].to_numpy(), cost_op, np.nan) / take(oc[what].to_numpy(), cost_op, np.nan)
+        k[col] = np.where(est != "", k[what].to_numpy(dtype=np.float64) * np.where(np.isfinite(ratio), ratio, 1.0),
+                          np.nan)
+
+
+def _signature_over_costed_ops(parent: np.ndarray, oc: pd.DataFrame) -> None:
+    """Drop the signature cost of an unknown op that encloses costed ops: its arguments are what its
+    whole subtree reads and writes, which those ops already count (the op stays uncosted)."""
+    sig = (oc["cost_source"] == SIGNATURE).to_numpy()
+    if not sig.any():
+        return
+    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy() & ~sig
+    up = ancestor_where(parent, np.where(costed, parent, -1), sig)
+    drop = np.zeros(len(oc), dtype=bool)
+    drop[up[up >= 0]] = True
+    if drop.any():
+        at = oc.index[drop]
+        oc.loc[at, ["flops", "bytes"]] = np.nan
+        oc.loc[at, ["reason", "cost_source"]] = ["no_formula", "none"]
 
 
 def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
@@ -146,7 +182,8 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: dict | None = No
     twice_read = _add_statistics_passes(trace, oc, k["name"], cost_op, dur, nbytes)
     layout_rows = np.flatnonzero(layout & ~twice_read)  # bytes a statistics pass set are final
 
-    _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    _fix_tensorlist_dtype(k["name"], oc, names, cost_op, nbytes)
     streamed = _multi_tensor_streams(k, ~costed & ~is_comm & ~is_copy, flops, nbytes)
 
     # Hardware counters, where the trace has them, beat any formula for FLOPs; the formula's
@@ -178,7 +215,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: dict | None = No
     k["flops_analytic"] = np.where(is_copy, 0.0, flops_analytic)
     k["bytes"] = nbytes
     k["cost_op"] = cost_op
-    names = ops["name"].astype(str).to_numpy(dtype=object)
+    _estimates(k, oc, cost_op)
     k["op_name"] = take(names, op, "")
     k["cost_op_name"] = take(names, cost_op, "")
     # The reasons as they are without the streams' costs, for a stream the roof rules out.
@@ -332,14 +369,23 @@ def _layout_operands(trace: Trace, oc: pd.DataFrame, ops: np.ndarray) -> dict[in
             for op in dict.fromkeys(ops.tolist())}
 
 
-# multi_tensor_apply functors take the element type as their first template argument.
+# multi_tensor_apply functors take the element type as their first template argument; cat's kernels
+# copy elements as an opaque type of their size (CatArrayBatchedCopy<OpaqueType<2u>, ...>, or
+# OpaqueType<(unsigned int)2> as some demanglers write it).
 _FUNCTOR_HALF = re.compile(r"Functor<\s*c10::(?:BFloat16|Half)\s*,")
+_CAT_ITEM = re.compile(r"CatArrayBatchedCopy\w*<(?:[\w:]*\(anonymous namespace\)::|[\w:]*<unnamed>::)?"
+                       r"(?:OpaqueType<\(?(?:unsigned int\)\s*)?(\d+)u?>|(c10::BFloat16|c10::Half|float|double|long|int)\b)")
+_TYPE_ITEM = {"c10::BFloat16": 2.0, "c10::Half": 2.0, "float": 4.0, "double": 8.0, "long": 8.0, "int": 4.0}
+_CAT_OPS = ("aten::cat", "aten::_cat", "aten::stack")
 
 
-def _fix_tensorlist_dtype(names: pd.Series, oc: pd.DataFrame, cost_op: np.ndarray, nbytes: np.ndarray) -> None:
-    """Kineto records no dtype for TensorList arguments, so the cost model counts their
-    elements as fp32. multi_tensor_apply kernels name their element type in their template
-    arguments; when it is a 16-bit type, the bytes were counted twice over."""
+def _fix_tensorlist_dtype(names: pd.Series, oc: pd.DataFrame, op_names: np.ndarray, cost_op: np.ndarray,
+                          nbytes: np.ndarray) -> None:
+    """Kineto records no dtype for TensorList arguments, so the cost model counts their elements as
+    fp32. The kernels name the element type: multi_tensor_apply's functors in their template
+    arguments (a 16-bit type: the bytes were counted twice over), cat's copies by its size (a bf16
+    LoRA fine-tune's cat sat at 129% of the memory roof with its bytes counted as fp32). A cat given
+    an ``out=`` tensor has its dtype from it (formulas/memory.py) and is left alone."""
     if not len(oc):
         return
     at = np.maximum(cost_op, 0)  # sized from run.json's parameter dtypes: already right
@@ -348,6 +394,12 @@ def _fix_tensorlist_dtype(names: pd.Series, oc: pd.DataFrame, cost_op: np.ndarra
     if cand.size:
         half = names.iloc[cand].astype(str).str.contains(_FUNCTOR_HALF).to_numpy(dtype=bool)
         nbytes[cand[half]] *= 0.5
+    cat = np.flatnonzero((cost_op >= 0) & np.isin(take(op_names, cost_op, ""), _CAT_OPS)
+                         & (oc["dtype"].to_numpy()[at] == "fp32"))
+    if cat.size:
+        found = names.iloc[cat].astype(str).str.extract(_CAT_ITEM)
+        item = found[0].astype(float).fillna(found[1].map(_TYPE_ITEM)).to_numpy(dtype=float)
+        nbytes[cat] *= np.where(np.isnan(item), 1.0, item / 4.0)
 
 
 # multi_tensor_apply kernels (torch's foreach / fused optimizers, apex): ``TensorListMetadata<depth>``

@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.analyzers.cost.attribution import op_costs
+from roofscope.analyzers.cost.attribution import BOUNDS, op_costs
 from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.cost.formulas.attention import query_of
+from roofscope.analyzers.cost.formulas.families import FAMILY, SIGNATURE
 from roofscope.analyzers.cost.hidden_args import WINDOW_SOURCE, windowed_attention
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.analyzers.ingest.linking import ancestor_where, take
@@ -208,7 +209,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     gm.launches = len(group_starts)
     cols = {c: kernels[c].to_numpy().copy() for c in
             ("flops", "flops_analytic", "bytes", "dtype", "tensor_core", "category", "cost_source", "op_name",
-             "cost_op_name", "unattributed", "missing", "module", "attn_q")}
+             "cost_op_name", "unattributed", "missing", "module", "attn_q", "estimate") + BOUNDS}
     op_names_cache: dict[int, np.ndarray] = {}
     kernel_names = kernels["name"].astype(str).to_numpy(dtype=object)
     unmapped = np.zeros(n, dtype=bool)
@@ -243,15 +244,16 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             grp = pd.Series(dur).groupby(c)
             total, count = grp.transform("sum").to_numpy(), grp.transform("size").to_numpy()
             share = np.where(total > 0, dur / np.where(total > 0, total, 1), 1.0 / count)
-            for col in ("flops", "bytes"):
+            for col in ("flops", "bytes") + BOUNDS:
                 cols[col][m] = oc[col].to_numpy()[c] * share
+            cols["estimate"][m] = oc["estimate"].to_numpy()[c]
             cols["flops_analytic"][m] = cols["flops"][m]
             cols["dtype"][m] = oc["dtype"].to_numpy()[c]
             cols["tensor_core"][m] = oc["tensor_core"].to_numpy()[c]
             cat = oc["category"].to_numpy()[c]
             cols["category"][m] = np.where((cat != "other") & (cat != ""), cat, cols["category"][m])
-            cols["cost_source"][m] = np.where(oc["cost_source"].to_numpy()[c] == WINDOW_SOURCE, WINDOW_SOURCE,
-                                              "capture")
+            source = oc["cost_source"].to_numpy()[c]  # how it was costed, where that says more than "capture"
+            cols["cost_source"][m] = np.where(np.isin(source, (WINDOW_SOURCE, FAMILY, SIGNATURE)), source, "capture")
             cols["cost_op_name"][m] = names[c]
             cols["unattributed"][m] = ""
             dims = t.signatures["input_dims"].to_numpy()[t.ops["sig"].to_numpy()[c]] if len(t.signatures) else []
