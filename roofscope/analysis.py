@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
-from roofscope.analyzers.cost.compiled_cpu import fused_kernel_items, fused_notes
+from roofscope.analyzers.cost.compiled_cpu import fused_kernel_items
 from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
-from roofscope.analyzers.cost.hidden_args import missing_notes, window_notes
 from roofscope.analyzers.cost.modelflops import model_flops
+from roofscope.analyzers.cost.notes import all_notes
 from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.analyzers.ingest.frames import regions_at, steps_at
@@ -222,8 +222,7 @@ def _unattributed(kernels: pd.DataFrame, graphs: GraphMap | None) -> dict[str, A
                           "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
                           "kernels": int((nc["unattributed"] == r).sum())}
                       for r in UNATTRIBUTED_REASONS},
-        "notes": (list(graphs.notes) if graphs is not None else []) + missing_notes(nc) + window_notes(nc)
-        + fused_notes(nc),
+        "notes": (list(graphs.notes) if graphs is not None else []) + all_notes(nc),
     }
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from roofscope.analyzers.cost.costmodel import missing_argument
 from roofscope.analyzers.cost.formulas.families.moe import expected_experts, moe_cost
-from roofscope.analyzers.cost.hidden_args import WINDOW_NOT_RECORDED, missing_notes, step_lengths
+from roofscope.analyzers.cost.hidden_args import WINDOW_NOT_RECORDED, step_lengths
+from roofscope.analyzers.cost.notes import missing_notes
 from tests.conftest import EXTERNAL, VENDORED
 from tests.test_costmodel import BF16, F32, check, cost
 

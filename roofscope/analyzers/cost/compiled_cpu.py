@@ -53,14 +53,3 @@ def fused_kernel_items(trace: Trace) -> pd.DataFrame:
         return empty
     return pd.DataFrame(rows, columns=list(empty.columns))
 
-
-def fused_notes(kernels: pd.DataFrame) -> list[str]:
-    """The coverage note of the compiled graphs' own time (the work items :func:`fused_kernel_items` made)."""
-    if "op_name" not in kernels:
-        return []
-    k = kernels[kernels["name"].astype(str).str.startswith(FUSED_NAME).to_numpy()
-                & kernels["op_name"].astype(str).str.startswith(GRAPH_CALL).to_numpy()]
-    if not len(k):
-        return []
-    return [f"{FUSED_NAME}: {k['dur_ns'].sum() / 1e6:.3f} ms in {len(k):,} calls of compiled graphs ran code no op "
-            "records (Inductor's fused kernels: no shapes, no cost), counted uncosted"]

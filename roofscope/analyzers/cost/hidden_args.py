@@ -360,31 +360,3 @@ def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, s
         [flops, nbytes, "" if math.isfinite(nbytes) else "no_shapes", source, estimate, *bounds]
     if dtype:
         oc.loc[i, "dtype"] = dtype
-
-
-def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
-    """Coverage notes for the serving-engine ops (not aten's) whose kernels have no cost because
-    an argument was not recorded: ``vllm::moe_forward: 12.3 ms uncosted: no Input Dims for the
-    expert weights``, longest first."""
-    if "missing" not in kernels:
-        return []
-    k = kernels[(kernels["missing"] != "") & (kernels["unattributed"] == "no_shapes")]
-    k = k[~k["missing"].astype(str).str.startswith("aten::")]
-    if not len(k):
-        return []
-    t = k.groupby(k["missing"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
-    notes = []
-    for what, ns in t.head(top).items():
-        name, _, why = what.partition(": ")
-        notes.append(f"{name}: {ns / 1e6:.3f} ms uncosted: {why or 'shapes not recorded'}")
-    return notes
-
-
-def window_notes(kernels: pd.DataFrame) -> list[str]:
-    """Coverage notes of the windowed attention costed with the user's window (an upper bound)."""
-    if "cost_source" not in kernels:
-        return []
-    k = kernels[kernels["cost_source"].to_numpy() == WINDOW_SOURCE]
-    return [f"{name}: {g['dur_ns'].sum() / 1e6:.3f} ms in {len(g):,} sliding-window kernels costed over the "
-            "window given (--attention-window): at most that many keys per query, an upper bound where a "
-            "sequence holds fewer" for name, g in k.groupby(k["cost_op_name"].astype(str))]
