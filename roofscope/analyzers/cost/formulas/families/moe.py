@@ -141,20 +141,25 @@ GROUPED = ("_C::cutlass_moe_mm", "_C::cutlass_fp4_group_mm", "_C::cutlass_mxfp8_
 @family("moe_grouped_gemm", "gemm", r"group(?:ed)?(?:gemm|mm)|moemm|moestage|moe(?:cktile)?2?stages?gemm|gmm$", GROUPED)
 def grouped_gemm(call: OpCall) -> Cost:
     """``out (M, N) = a (M, K) @ w[e] (E, N, K)`` per routed row (module docstring)."""
-    ops = operands(call)
-    ws = [t for t in ops.pools if len(t.shape) == 3]
-    acts = [t for t in ops.acts if len(t.shape) == 2]
-    if not ws or not acts:
-        raise Unmatched("no (E, N, K) weights beside (M, K) rows")
+    ts = [t for t in (a.tensor for a in call.args if a.kind == TENSOR) if t is not None and t.dtype is not None]
+    ws = [t for t in ts if len(t.shape) == 3 and t.dtype.kind == "float" or len(t.shape) == 3 and item(t) == 1]
+    if not ws:
+        raise Unmatched("no (E, N, K) weights")
     w = max(ws, key=lambda t: t.numel)
     experts, packs = w.shape[0], 2 if _bits(w) == 4 else 1
-    a = max(acts, key=lambda t: t.numel)
+    rows_in = [t for t in ts if len(t.shape) == 2 and t.shape[-1] == w.shape[-1] and t.dtype.kind != "bool"]
+    if not rows_in:
+        raise Unmatched("no (M, K) rows beside (E, N, K) weights")
+    a = max(rows_in, key=lambda t: t.numel)
+    ops = operands(call, tokens=a.shape[0])
     k = a.shape[1] * (2 if item(a) == 1 and packs == 2 else 1)
     n = w.numel // experts * packs // k if (w.numel // experts * packs) % k == 0 else w.shape[1]
-    rows = a.shape[0]
     outs = [t for t in ops.acts if t is not a]
+    # rows routed: each token's k copies, when the output is (T, k, n) (AITER's stage 1)
+    rows = a.shape[0] * next((t.shape[1] for t in outs if len(t.shape) == 3 and t.shape[-1] in (n, n // 2)), 1)
     per_expert = w.numel // experts * item(w)
-    scales = [t for t in ops.pools if t is not w] + list(ops.small)
+    # the other stacks: scales of the weights (the second weight of a two-stage op, never touched here, is not)
+    scales = [t for t in ops.pools if t is not w and t.numel * 8 <= w.numel] + list(ops.small)
     touched = expected_experts(experts, 1, rows)
     rest = nbytes([a] + outs) + (rows * n * 2 if not outs else 0) + nbytes(ops.ints) + nbytes(scales)
     flops = 2.0 * rows * n * k

@@ -52,7 +52,10 @@ def paged_attention(call: OpCall) -> Cost:
     q = query(call)
     ops = operands(call, tokens=q.shape[0])
     t_q, hq, d = q.shape
-    outs = [t for t in ops.acts if t is not q and t.shape[:2] == q.shape[:2]]
+    # the output: of the query's shape, or of its heads with the value's dim (MLA: 512 of the query's 576),
+    # not a (T, Hq, partitions) workspace
+    outs = [t for t in ops.acts if t is not q and t.shape == q.shape] or \
+        [t for t in ops.acts if t is not q and t.shape[:2] == q.shape[:2] and 2 * t.shape[-1] >= d]
     dv = outs[0].shape[-1] if outs else d
     new_kv = [t for t in ops.float_acts if len(t.shape) == 3 and t.shape[1] != hq and t.shape[-1] in (d, dv)]
     lens = {n: hint(call, n) for n in _LENGTHS}
@@ -79,6 +82,9 @@ def query(call: OpCall) -> TensorSpec:
         [t.like(shape=(t.shape[0] * t.shape[1],) + t.shape[2:]) for t in floats if len(t.shape) == 4]
     if not cands:
         raise Unmatched("no (T, Hq, D) query")
+    # a query's head dim is its output's and the cache's: a (T, Hq, partitions) workspace has no twin
+    ends = [t.shape[-1] for t in floats]
+    cands = [t for t in cands if ends.count(t.shape[-1]) >= 2] or cands
     heads = max(t.shape[1] for t in cands)
     return min((t for t in cands if t.shape[1] == heads), key=lambda t: t.numel)
 
@@ -100,24 +106,31 @@ def _token_bytes(ops: Operands, d: int, hq: int) -> tuple[float, int]:
     kv = same[:2] if len(same) >= 2 else pools[:2] if len(pools) >= 2 and pools[0].numel == pools[1].numel else pools[:1]
     if not kv:
         raise Unmatched("no cache")
-    page = _page_size(kv, d, hq, ops.int_scalars())
+    layout = next((v for v in ops.scalars if v in ("NHD", "HND")), None)
+    page = _page_size(kv, d, hq, ops.int_scalars(), layout)
     return sum(p.numel * item(p) / (_split(p.shape)[0] * page) for p in kv), page
 
 
-def _page_size(kv: list[TensorSpec], d: int, hq: int, ints: list[int]) -> int:
-    """Tokens a page holds: 1 for a token pool ``(tokens, Hkv, D)``; a page dimension an integer
-    argument names (``block_size``); else from the layout: of ``(pages, a, b, D)`` the one of ``a``,
-    ``b`` that does not divide the query heads (the other is ``Hkv``), ``a`` when both do (NHD, the
-    layout of FlashInfer and of vLLM's flash backends); vLLM's value cache ``(blocks, Hkv, D, block)``."""
+def _page_size(kv: list[TensorSpec], d: int, hq: int, ints: list[int], layout: str | None) -> int:
+    """Tokens a page holds: 1 for a token pool ``(tokens, Hkv, D)``. Of a ``(pages, a, b, D)`` cache:
+    the layout an argument names (``NHD``: ``a``; ``HND``: ``b``), else the one of the two an integer
+    argument names (``block_size``) when the other is not, else the one that does not divide the query
+    heads (the other is ``Hkv``), else ``a`` (NHD: FlashInfer's and vLLM's flash backends' layout).
+    Of others (vLLM's ``(blocks, Hkv, D/x, block, x)`` key cache): the last dimension an integer
+    argument names; vLLM's value cache ``(blocks, Hkv, D, block)``."""
     if len(kv[0].shape) == 3:
         return 1
-    named = [v for v in ints if v > 1 and any(v in _split(p.shape)[1] for p in kv)]
-    if named:
-        return named[-1]
     _, dims = _split(kv[0].shape)
+    named = [v for v in ints if v > 1 and any(v in _split(p.shape)[1] for p in kv)]
     if len(dims) == 2 and kv[0].shape[-1] == d:
         a, b = dims
+        if layout:
+            return a if layout == "NHD" else b
+        if (a in named) != (b in named):
+            return a if a in named else b
         return b if hq % a == 0 and hq % b else a
+    if named:
+        return named[-1]
     if len(kv) == 2 and len(kv[1].shape) == 4 and kv[1].shape[2] == d:
         return kv[1].shape[3]
     raise Unmatched(f"no page size in {kv[0].shape}")

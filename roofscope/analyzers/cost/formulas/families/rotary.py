@@ -36,10 +36,11 @@ def rotary(call: OpCall) -> Cost:
     positions = [t for t in ops.ints if t.numel in (ops.tokens, 3 * ops.tokens)]
     rot = tables[0].numel // tables[0].shape[0] * (2 if len(tables) == 2 else 1)
     head = _head_size(ops.int_scalars(), acts, rot)
-    rotated = sum(t.numel // head * min(rot, head) for t in acts)
-    rows = sum(ops.tokens * (t.numel // t.shape[0]) * item(t) for t in tables)
     # in place: each rotated tensor read and written; out of place: as many outputs as inputs
-    moved = nbytes(acts) * (1 if len(acts) >= 4 and len(acts) % 2 == 0 else 2)
+    out_of_place = len(acts) >= 4 and len(acts) % 2 == 0
+    rotated = sum(t.numel // head * min(rot, head) for t in acts) // (2 if out_of_place else 1)
+    rows = sum(ops.tokens * (t.numel // t.shape[0]) * item(t) for t in tables)
+    moved = nbytes(acts) * (1 if out_of_place else 2)
     per_norm = 4 * sum(t.numel for t in acts) if "norm" in squashed(call.name) else 0
     return Cost(3.0 * rotated + per_norm, nbytes(positions) + rows + moved, acts[0].dtype.precision
                 if acts[0].dtype else None)
