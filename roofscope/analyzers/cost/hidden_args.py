@@ -91,7 +91,9 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: d
     unshaped = oc["reason"].to_numpy() == "no_shapes"
     names = ops["name"].astype(str).to_numpy(dtype=object)
     moe = np.flatnonzero(in_family(ops["name"], moe_family.fused_experts) & unshaped)
-    attention = np.flatnonzero(in_family(ops["name"], paged.paged_attention) & unshaped)
+    # attention ops without lengths, or with lengths bounded by their index tensors: a step annotation's are exact
+    estimated = (oc["estimate"].to_numpy() != "") if "estimate" in oc else np.zeros(len(oc), dtype=bool)
+    attention = np.flatnonzero(in_family(ops["name"], paged.paged_attention) & (unshaped | estimated))
     done: dict[tuple, Any] = {}  # (signature, hints) -> cost: a decode step repeats each layer's call
     if moe.size:
         for row, hints in _moe_hints(trace, names, moe).items():

@@ -18,6 +18,8 @@ from roofscope.analyzers.cost.compiled_cpu import FUSED_NAME, GRAPH_CALL
 from roofscope.analyzers.cost.formulas.families import FAMILY, SIGNATURE
 from roofscope.analyzers.cost.hidden_args import WINDOW_SOURCE
 
+_LAYER_SUFFIX = r"_\d+$"
+
 
 def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
     """Coverage notes for the serving-engine ops (not aten's) whose kernels have no cost because
@@ -70,7 +72,9 @@ def costing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
         k = kernels[kernels["cost_source"].to_numpy() == source]
         if not len(k):
             continue
-        t = k.groupby([k["cost_op_name"].astype(str), k["category"].astype(str)])["dur_ns"].sum()
+        # one line for a profiler wrapper's per-layer names (sglang_profiler::attention_..._12)
+        op = k["cost_op_name"].astype(str).str.replace(_LAYER_SUFFIX, "", regex=True)
+        t = k.groupby([op, k["category"].astype(str)])["dur_ns"].sum()
         t = t.sort_values(ascending=False)
         listed = ", ".join(f"{op}{f' ({cat})' if source == FAMILY else ''} {ns / 1e6:.3f} ms"
                            for (op, cat), ns in t.head(top).items())

@@ -18,6 +18,7 @@ module             family
 ``kvcache``        KV-cache writes by slot index
 ``paged``          paged and varlen attention, decode and prefill, BF16/FP8 caches
 ``moe``            routing, permutation, grouped GEMM, fused experts, finalize
+``gemm``           dense GEMMs under serving names: FP8, INT8, FP4 (block scales), unquantized
 ``sampling``       top-k / top-p / min-p sampling
 =================  ==========================================================================
 
@@ -32,14 +33,16 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Callable
 
-from roofscope.analyzers.cost.formulas.families import activation, kvcache, moe, norms, paged, quant, rotary, sampling
+from roofscope.analyzers.cost.formulas.families import (activation, gemm, kvcache, moe, norms, paged, quant, rotary,
+                                                       sampling)
 from roofscope.analyzers.cost.formulas.families.roles import Family, Unmatched, activation_sized, nbytes, operands, squashed
 from roofscope.analyzers.cost.formulas.records import Cost, OpCall
 from roofscope.analyzers.cost.formulas.registry import _TC_CATEGORIES, Formula, register
 
 # Tried in this order: the first family whose words a name has and whose shape its tensors fit.
 FAMILIES: tuple[Family, ...] = (
-    paged.paged_attention, moe.fused_experts, moe.grouped_gemm, moe.routing, moe.permute, kvcache.kv_cache_write,
+    paged.paged_attention, moe.fused_experts, moe.grouped_gemm, gemm.dense_gemm, moe.routing, moe.permute,
+    kvcache.kv_cache_write,
     norms.rms_norm, norms.layer_norm, rotary.rotary, activation.act_and_mul, sampling.sampling, quant.quantize,
 )
 # Namespaces of PyTorch's own ops: aten's are costed by name only; the others launch no kernels of

@@ -16,7 +16,7 @@ from roofscope.analyzers.cost.formulas.records import Cost, OpCall
 ALIASES = (
     "_C::silu_and_mul", "_C::mul_and_silu", "_C::gelu_and_mul", "_C::gelu_tanh_and_mul", "_C::fatrelu_and_mul",
     "_C::swigluoai_and_mul", "_C::silu_and_mul_quant", "_C::silu_and_mul_per_block_quant",
-    "_C::silu_and_mul_nvfp4_quant", "_C::persistent_masked_m_silu_mul_quant",
+    "_C::silu_and_mul_nvfp4_quant", "_C::silu_and_mul_scaled_fp4_experts_quant", "_C::persistent_masked_m_silu_mul_quant",
     "sgl_kernel::silu_and_mul", "sgl_kernel::gelu_and_mul", "sgl_kernel::gelu_tanh_and_mul",
     "flashinfer::silu_and_mul", "flashinfer::gelu_and_mul", "flashinfer::gelu_tanh_and_mul",
     "aiter::silu_and_mul", "aiter::gelu_and_mul", "aiter::gelu_tanh_and_mul", "aiter::scaled_silu_and_mul",

@@ -113,8 +113,8 @@ PERMUTES = ("SortTokens", "_moe_C::moe_align_block_size", "_moe_C::batched_moe_a
             "trtllm::moe_permute_op", "trtllm::moe_unpermute_op")
 
 
-@family("moe_permute", "copy", r"moe(?:align|sort|permute|unpermute)|sorttokens|shufflerows|moemmdata|preparemoe"
-        r"|expertsquant", PERMUTES)
+@family("moe_permute", "copy", r"moe(?:align|sort|permute|unpermute)|sorttokens|shufflerows|moemmdata|preparemoe",
+        PERMUTES)
 def permute(call: OpCall) -> Cost:
     ts = [a.tensor for a in call.args if a.kind == TENSOR and a.tensor is not None and a.tensor.dtype]
     if not ts:

@@ -61,7 +61,7 @@ def paged_attention(call: OpCall) -> Cost:
     lens = {n: hint(call, n) for n in _LENGTHS}
     fixed = q.nbytes + (nbytes(outs[:1]) if outs else t_q * hq * dv * item(q)) + nbytes(ops.ints) + nbytes(ops.small)
     if all(isinstance(v, int) for v in lens.values()):
-        return _annotated(call, q, dv, new_kv, lens)  # type: ignore[arg-type]
+        return _annotated(call, ops, q, dv, new_kv, lens)  # type: ignore[arg-type]
     if not ops.pools:
         if len(new_kv) < 2:
             raise Unmatched("no KV cache and no keys")
@@ -189,13 +189,18 @@ def _varlen(ops: Operands, q: TensorSpec, dv: int, new_kv: list[TensorSpec], fix
                 estimate="sequences of equal length", bounds=(fl * keys, fl * _scores(t_q, 1, keys), moved, moved))
 
 
-def _annotated(call: OpCall, q: TensorSpec, dv: int, new_kv: list[TensorSpec], lens: dict[str, int]) -> Cost:
-    """vLLM's unified attention (the KV cache and lengths are attention metadata): the step
-    annotation's sums (``hint:sqsk``: the causal score area, hidden_args.step_lengths); the cache's
-    dtype from a cache write of the layer (``hint:kv_item``)."""
+def _annotated(call: OpCall, ops: Operands, q: TensorSpec, dv: int, new_kv: list[TensorSpec],
+               lens: dict[str, int]) -> Cost:
+    """The step annotation's sums (``hint:sqsk``: the causal score area, hidden_args.step_lengths): the
+    K/V of ``sk`` keys read, in the cache's layout when the cache is an argument, else (vLLM's unified
+    attention, whose cache is attention metadata) in the new keys' heads and the dtype of a cache write
+    of the layer (``hint:kv_item``)."""
     _, hq, d = q.shape
+    flops = 2.0 * hq * lens["hint:sqsk"] * (d + dv)
+    moved = item(q) * lens["hint:sq"] * hq * (d + dv)
+    if ops.pools:
+        per_token, _ = _token_bytes(ops, d, hq)
+        return Cost(flops, moved + per_token * lens["hint:sk"], q.dtype.precision if q.dtype else None)
     hkv = (new_kv[0] if new_kv else q).shape[1]
     kv_item = hint(call, "hint:kv_item") or item(q)
-    flops = 2.0 * hq * lens["hint:sqsk"] * (d + dv)
-    moved = item(q) * (lens["hint:sq"] * hq * d + lens["hint:sq"] * hq * dv) + kv_item * lens["hint:sk"] * hkv * (d + dv)
-    return Cost(flops, float(moved), q.dtype.precision if q.dtype else None)
+    return Cost(flops, float(moved + kv_item * lens["hint:sk"] * hkv * (d + dv)), q.dtype.precision if q.dtype else None)
