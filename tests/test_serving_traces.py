@@ -73,3 +73,19 @@ def test_cli_subprocess_on_the_sglang_decode(tmp_path: Path) -> None:
                         "--json", str(out), "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["summary"]["unattributed"]["share"] <= 0.20
+
+
+def test_an_fp8_kv_cache_named_by_the_attention_kernel(tmp_path: Path) -> None:
+    # vLLM unified attention with no cache write under it (the cache stored elsewhere), whose kernel names the
+    # cache's fp8 element type: K/V read at 1 byte. 4 decode tokens of 8 query / 2 KV heads x 64, 400 keys:
+    # bytes q and out 2 * 4*8*64*2 = 8,192 + K/V 400 x 2 heads x 128 x 1 B = 102,400 -> 110,592
+    from tests.kineto import TraceBuilder
+
+    b = TraceBuilder()
+    b.annotation("execute_4_context_0(sq0sk0sqsq0sqsk0)_generation_4(sq4sk400sqsq4sqsk400)", 0, 1000)
+    att = b.op("vllm::unified_attention_with_output", 10, 50, dims=[[4, 8, 64], [4, 2, 64], [4, 2, 64], [4, 8, 64]],
+               types=["c10::BFloat16"] * 4)
+    b.launch_kernel("void flashinfer::BatchDecodeWithPagedKVCacheKernel<0, 2u, 8u, 4u, __nv_fp8_e4m3, __nv_bfloat16, "
+                    "int>", 20, 100, 10, ext=att)
+    k = run(b.write(tmp_path / "fp8.json.gz")).kernels
+    assert (k["flops"].iat[0], k["bytes"].iat[0]) == (2 * 8 * 400 * 128, 110_592)

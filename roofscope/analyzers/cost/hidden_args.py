@@ -116,6 +116,8 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: d
 
 
 _BOUNDS = ["flops_lo", "flops_hi", "bytes_lo", "bytes_hi"]
+# kernels that name an fp8 element type: their cache is fp8 (FlashInfer's __nv_fp8_e4m3, CUTLASS float_e4m3_t)
+_FP8_KERNEL = r"fp8|e4m3|e5m2|float8"
 # Fused / foreach optimizer ops as streams over param-sized lists: FLOPs per element, lists read,
 # lists written (fused AdamW: p, g, m, v read; p, m, v written; docs/cost-model.md).
 _OPTIMIZER_STREAMS = {
@@ -245,14 +247,12 @@ def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, 
 
 def _cache_items(trace: Any, names: np.ndarray, rows: np.ndarray) -> dict[int, list[tuple[str, Any, str, Any]]]:
     """Per attention op row, ``hint:kv_item``: the element size of the KV cache a cache write under it
-    stores into (vLLM writes the layer's cache inside unified attention; an FP8 cache: 1 byte)."""
+    stores into (vLLM writes the layer's cache inside unified attention; an FP8 cache: 1 byte); else,
+    when a kernel it launches names an fp8 element type (FlashInfer's ``__nv_fp8_e4m3``), 1 byte."""
     ops, sigs = trace.ops, trace.signatures
-    writes = np.flatnonzero(in_family(ops["name"], kv_family.kv_cache_write))
-    if not writes.size:
-        return {}
-    owner = _under(trace, rows, writes)
     out: dict[int, list[tuple[str, Any, str, Any]]] = {}
-    for w, row in zip(writes.tolist(), owner.tolist()):
+    writes = np.flatnonzero(in_family(ops["name"], kv_family.kv_cache_write))
+    for w, row in zip(writes.tolist(), _under(trace, rows, writes).tolist() if writes.size else []):
         if row < 0 or row in out:
             continue
         g = int(ops["sig"].iat[w])
@@ -261,6 +261,16 @@ def _cache_items(trace: Any, names: np.ndarray, rows: np.ndarray) -> dict[int, l
                  if isinstance(d, list) and d and parse_dtype(str(t)) is not None]
         if sized:
             out[row] = [("hint:kv_item", [], "Scalar", str(max(sized, key=lambda x: x[0])[1].itemsize))]
+    k = trace.kernels
+    if len(k) and "op" in k:
+        launched = k["op"].to_numpy()
+        fp8 = per_name(k["name"], lambda s: s.str.contains(_FP8_KERNEL)).astype(bool) & (launched >= 0)
+        if fp8.any():
+            mask = np.zeros(len(ops), dtype=bool)
+            mask[rows] = True
+            owner = ancestor_where(ops["parent"].to_numpy(), launched[fp8], mask)  # the op itself, or above it
+            for row in set(owner[owner >= 0].tolist()) - set(out):
+                out[row] = [("hint:kv_item", [], "Scalar", "1")]
     return out
 
 
