@@ -241,3 +241,13 @@ def test_unknown_elementwise_op_is_memory_bound_from_its_signature() -> None:
     row = cost("foo::scale_shift", [[4, 8], [8], [8]], [BF16, BF16, BF16])
     check(row, 0, 96, "bf16", "other")
     assert row["source"] == "signature" and not row["tensor_core"]
+
+
+def test_autograd_functions_of_liger_and_apex_are_costed_by_their_family() -> None:
+    # torch records an autograd Function's inputs: LigerRMSNormFunction(X [4, 8], W [8], eps) is an RMSNorm
+    # (FLOPs 4 * 32, bytes 144), apex's FusedLayerNormAffineFunction(x, weight, bias, shape, eps) a LayerNorm;
+    # their backward nodes are not (a backward is not its forward's family)
+    check(cost("LigerRMSNormFunction", RMS, [BF16, BF16, "Scalar"]), 128, 144, "bf16", "normalization")
+    check(cost("FusedLayerNormAffineFunction", [[4, 8], [8], [8], [], []], [BF16, BF16, BF16, "ScalarList", "Scalar"]),
+          256, 160, "bf16", "normalization")
+    assert cost("LigerRMSNormFunctionBackward", [[4, 8]], [BF16])["reason"] == "no_formula"

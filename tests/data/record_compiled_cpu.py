@@ -1,5 +1,8 @@
 """A small MLP under torch.compile on the CPU: Inductor fuses its LayerNorm, GELU and residual
-adds into C++ kernels, which run inside `## Call CompiledFxGraph` and no op of their own."""
+adds into C++ kernels, which run inside `## Call CompiledFxGraph` and no op of their own.
+
+    roofscope run -o tests/data/cpu_compiled_mlp_run --settle 0 --no-report tests/data/record_compiled_cpu.py
+"""
 from __future__ import annotations
 
 import torch

@@ -361,8 +361,8 @@ def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, s
         except (cf.MissingShapes, ValueError, TypeError):
             done[key] = None
         else:
-            done[key] = cost_row(cost, cf.first_float_precision(call.args), formula.category,  # type: ignore[union-attr]
-                                 formula.tensor_core)  # type: ignore[union-attr]
+            done[key] = cost_row(cost, cf.first_float_precision(call.args),
+                                 formula.category, formula.tensor_core)  # type: ignore[union-attr]
     costed = done[key]
     if costed is None:
         return

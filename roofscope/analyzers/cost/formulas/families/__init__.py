@@ -35,7 +35,8 @@ from typing import Callable
 
 from roofscope.analyzers.cost.formulas.families import (activation, gemm, kvcache, moe, norms, paged, quant, rotary,
                                                        sampling)
-from roofscope.analyzers.cost.formulas.families.roles import Family, Unmatched, activation_sized, nbytes, operands, squashed
+from roofscope.analyzers.cost.formulas.families.roles import (Family, Unmatched, activation_sized, nbytes, operands,
+                                                              squashed)
 from roofscope.analyzers.cost.formulas.records import Cost, OpCall
 from roofscope.analyzers.cost.formulas.registry import _TC_CATEGORIES, Formula, register
 

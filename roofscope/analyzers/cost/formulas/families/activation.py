@@ -16,12 +16,12 @@ from roofscope.analyzers.cost.formulas.records import Cost, OpCall
 ALIASES = (
     "_C::silu_and_mul", "_C::mul_and_silu", "_C::gelu_and_mul", "_C::gelu_tanh_and_mul", "_C::fatrelu_and_mul",
     "_C::swigluoai_and_mul", "_C::silu_and_mul_quant", "_C::silu_and_mul_per_block_quant",
-    "_C::silu_and_mul_nvfp4_quant", "_C::silu_and_mul_scaled_fp4_experts_quant", "_C::persistent_masked_m_silu_mul_quant",
+    "_C::silu_and_mul_nvfp4_quant", "_C::silu_and_mul_scaled_fp4_experts_quant",
+    "_C::persistent_masked_m_silu_mul_quant",
     "sgl_kernel::silu_and_mul", "sgl_kernel::gelu_and_mul", "sgl_kernel::gelu_tanh_and_mul",
     "flashinfer::silu_and_mul", "flashinfer::gelu_and_mul", "flashinfer::gelu_tanh_and_mul",
     "aiter::silu_and_mul", "aiter::gelu_and_mul", "aiter::gelu_tanh_and_mul", "aiter::scaled_silu_and_mul",
-    "vllm::rocm_aiter_silu_and_mul", "trtllm::silu_and_mul", "liger_kernel::swiglu", "liger_kernel::geglu",
-    "te::swiglu", "te::geglu",
+    "vllm::rocm_aiter_silu_and_mul", "LigerSiLUMulFunction", "LigerGELUMulFunction",
 )
 
 
@@ -46,4 +46,5 @@ def act_and_mul(call: OpCall) -> Cost:
     quant = any(item(t) == 1 for t in outs) or "quant" in words
     per = _per_element(words) + ((2 if "static" in words else 3) if quant else 0)
     out_bytes = nbytes(outs) if outs else x.numel // 2 * item(x)
-    return Cost(float(per * (x.numel // 2)), x.nbytes + out_bytes + nbytes(scales), x.dtype.precision if x.dtype else None)
+    return Cost(float(per * (x.numel // 2)), x.nbytes + out_bytes + nbytes(scales),
+                x.dtype.precision if x.dtype else None)

@@ -15,14 +15,14 @@ from roofscope.analyzers.cost.formulas.families.roles import Unmatched, family, 
 from roofscope.analyzers.cost.formulas.records import Cost, OpCall
 
 ALIASES = (
-    "_C::cutlass_scaled_mm", "_C::cutlass_scaled_mm_azp", "_C::cutlass_scaled_fp4_mm", "_C::cutlass_scaled_mm_blockwise",
+    "_C::cutlass_scaled_mm", "_C::cutlass_scaled_mm_azp", "_C::cutlass_scaled_fp4_mm",
+    "_C::cutlass_scaled_mm_blockwise",
     "vllm::rocm_unquantized_gemm", "vllm::rocm_aiter_triton_gemm_a8w8_blockscale", "vllm::gemm_with_dynamic_quant",
     "vllm::apply_w8a8_block_fp8_linear", "vllm::cutlass_scaled_mm", "sgl_kernel::fp8_scaled_mm",
     "sgl_kernel::fp8_blockwise_scaled_mm", "sgl_kernel::int8_scaled_mm", "sgl_kernel::cutlass_scaled_fp4_mm",
     "aiter::gemm_a8w8", "aiter::gemm_a8w8_ck", "aiter::gemm_a8w8_blockscale", "aiter::gemm_a8w8_blockscale_ck",
     "aiter::gemm_a8w8_bpreshuffle", "aiter::gemm_a4w4", "aiter::gemm_a16w16", "aiter::gemm_afp4wfp4_",
-    "trtllm::cublas_scaled_mm", "trtllm::fp8_block_scaling_gemm", "trtllm::nvfp4_gemm", "flashinfer::mm_fp4",
-    "flashinfer::bmm_fp8", "torchao::scaled_mm", "te::generic_gemm",
+    "trtllm::cublas_scaled_mm", "trtllm::fp8_block_scaling_gemm", "trtllm::nvfp4_gemm",
 )
 
 
@@ -41,7 +41,8 @@ def dense_gemm(call: OpCall) -> Cost:
     a = ([t for t in rows if t.dtype == b.dtype] or rows)[-1]
     k_stored = a.shape[1]
     n = b.shape[0] if b.shape[1] == k_stored else b.shape[1]
-    packs = 2 if item(a) == 1 and ("fp4" in squashed(call.name) or (a.dtype and a.dtype.name == "float4_e2m1fn_x2")) else 1
+    fp4 = "fp4" in squashed(call.name) or (a.dtype is not None and a.dtype.name == "float4_e2m1fn_x2")
+    packs = 2 if item(a) == 1 and fp4 else 1
     m, k = a.shape[0], k_stored * packs
     outs = [t for t in ops.acts if t is not a and t.shape[-1] == n]
     rest = [t for t in ops.order if t is not a and t is not b and not any(t is o for o in outs)]

@@ -171,8 +171,9 @@ def grouped_gemm(call: OpCall) -> Cost:
 FUSED = ("vllm::inplace_fused_experts", "vllm::outplace_fused_experts", "sglang::inplace_fused_experts",
          "sglang::outplace_fused_experts", "vllm::rocm_aiter_fused_moe", "aiter::fused_moe", "aiter::fused_moe_",
          "aiter::fmoe", "aiter::fmoe_g1u1", "aiter::fmoe_fp8_blockscale_g1u1", "aiter::fmoe_int8_g1u0",
-         "flashinfer::cutlass_fused_moe", "flashinfer::trtllm_fp4_block_scale_moe", "flashinfer::trtllm_fp8_block_scale_moe",
-         "flashinfer::trtllm_fp8_per_tensor_scale_moe", "trtllm::fused_moe", "vllm::flashinfer_fused_moe_blockscale_fp8",
+         "flashinfer::cutlass_fused_moe", "flashinfer::trtllm_fp4_block_scale_moe",
+         "flashinfer::trtllm_fp8_block_scale_moe", "flashinfer::trtllm_fp8_per_tensor_scale_moe", "trtllm::fused_moe",
+         "vllm::flashinfer_fused_moe_blockscale_fp8",
          "vllm::flashinfer_fused_moe_per_tensor_scale_fp8", "vllm::moe_forward", "vllm::moe_forward_shared",
          "vllm::fused_moe", "sglang::fused_moe")
 
@@ -201,7 +202,8 @@ def fused_experts(call: OpCall) -> Cost:
     k = hint(call, "hint:topk")
     if not isinstance(k, int):
         ids = [t for t in ops.ints if len(t.shape) == 2 and t.shape[0] == x.shape[0]]
-        k = ids[0].shape[1] if ids else next((v for v in reversed(ops.int_scalars()) if 0 < v <= min(experts, 16)), None)
+        k = ids[0].shape[1] if ids else next((v for v in reversed(ops.int_scalars()) if 0 < v <= min(experts, 16)),
+                                             None)
     if not isinstance(k, int):
         raise missing("no top-k (no routing op recorded under it)")
     return expert_cost(x, weights, k)

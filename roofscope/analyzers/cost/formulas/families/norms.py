@@ -23,7 +23,8 @@ from roofscope.analyzers.cost.formulas.families.roles import (Unmatched, family,
 from roofscope.analyzers.cost.formulas.records import Cost, OpCall
 
 RMS_ALIASES = (
-    "_C::rms_norm", "_C::fused_add_rms_norm", "_C::rms_norm_static_fp8_quant", "_C::fused_add_rms_norm_static_fp8_quant",
+    "_C::rms_norm", "_C::fused_add_rms_norm", "_C::rms_norm_static_fp8_quant",
+    "_C::fused_add_rms_norm_static_fp8_quant",
     "_C::rms_norm_dynamic_per_token_quant", "_C::rms_norm_per_block_quant",
     "aiter::rmsnorm2d_fwd_with_add_ck", "aiter::rmsnorm2d_fwd_with_add", "aiter::rms_norm", "aiter::rmsnorm2d_fwd",
     "aiter::rmsnorm2d_fwd_ck", "aiter::rms_norm_cu", "aiter::fused_add_rms_norm_cu", "aiter::rmsnorm",
@@ -33,10 +34,13 @@ RMS_ALIASES = (
     "sgl_kernel::rmsnorm", "sgl_kernel::fused_add_rmsnorm", "sgl_kernel::gemma_rmsnorm",
     "sgl_kernel::gemma_fused_add_rmsnorm", "flashinfer::rmsnorm", "flashinfer::fused_add_rmsnorm",
     "flashinfer::gemma_rmsnorm", "flashinfer::gemma_fused_add_rmsnorm", "trtllm::flashinfer_rmsnorm",
-    "trtllm::flashinfer_fused_add_rmsnorm", "liger_kernel::rms_norm", "apex::fused_rms_norm",
-    "te::rmsnorm_fwd",
+    "trtllm::flashinfer_fused_add_rmsnorm",
+    # autograd Functions (torch records their inputs): Liger's Triton kernels, apex's fused CUDA norms
+    "LigerRMSNormFunction", "FusedRMSNormAffineFunction", "FusedRMSNormFunction",
+    "FusedRMSNormAffineMixedDtypesFunction",
 )
-LAYER_ALIASES = ("apex::fused_layer_norm", "te::layernorm_fwd", "liger_kernel::layer_norm", "trtllm::layernorm")
+LAYER_ALIASES = ("LigerLayerNormFunction", "FusedLayerNormAffineFunction", "FusedLayerNormFunction",
+                 "FusedLayerNormAffineMixedDtypesFunction")
 _STATIC = ("static",)
 
 

@@ -38,10 +38,8 @@ ALIASES = (
     "aiter::mha_batch_prefill", "aiter::mha_varlen_fwd", "aiter::fmha_v3_varlen_fwd", "aiter::mla_decode_fwd",
     "vllm::unified_attention", "vllm::unified_attention_with_output", "flashinfer::trtllm_paged_attention_decode",
     "flashinfer::trtllm_paged_attention_context", "flashinfer::cudnn_batch_decode_with_kv_cache",
-    "flashinfer::xqa", "sgl_kernel::fwd", "sgl_kernel::cutlass_mla_decode", "_C::cutlass_mla_decode",
-    "_C::sm100_cutlass_mla_decode", "trtllm::attention", "trtllm::attention_inplace",
-    "xformers::efficient_attention_forward_ck", "xformers_flash::flash_fwd",
-    "vllm_flash_attn_c::varlen_fwd", "_vllm_fa2_C::varlen_fwd", "_vllm_fa3_C::fwd",
+    "sgl_kernel::cutlass_mla_decode", "_C::cutlass_mla_decode", "_C::sm100_cutlass_mla_decode",
+    "trtllm::attention", "_vllm_fa2_C::varlen_fwd", "_vllm_fa3_C::fwd",
 )
 _LENGTHS = ("hint:sq", "hint:sk", "hint:sqsk")
 
@@ -103,7 +101,8 @@ def _token_bytes(ops: Operands, d: int, hq: int) -> tuple[float, int]:
     """Bytes one cached token's keys and values take (all the caches), and the page size."""
     pools = ops.pools
     same = [p for p in pools if p.shape == pools[0].shape]
-    kv = same[:2] if len(same) >= 2 else pools[:2] if len(pools) >= 2 and pools[0].numel == pools[1].numel else pools[:1]
+    kv = same[:2] if len(same) >= 2 else \
+        pools[:2] if len(pools) >= 2 and pools[0].numel == pools[1].numel else pools[:1]
     if not kv:
         raise Unmatched("no cache")
     layout = next((v for v in ops.scalars if v in ("NHD", "HND")), None)
@@ -203,4 +202,5 @@ def _annotated(call: OpCall, ops: Operands, q: TensorSpec, dv: int, new_kv: list
         return Cost(flops, moved + per_token * lens["hint:sk"], q.dtype.precision if q.dtype else None)
     hkv = (new_kv[0] if new_kv else q).shape[1]
     kv_item = hint(call, "hint:kv_item") or item(q)
-    return Cost(flops, float(moved + kv_item * lens["hint:sk"] * hkv * (d + dv)), q.dtype.precision if q.dtype else None)
+    return Cost(flops, float(moved + kv_item * lens["hint:sk"] * hkv * (d + dv)),
+                q.dtype.precision if q.dtype else None)

@@ -28,7 +28,6 @@ ALIASES = (
     "vllm::triton_per_token_group_quant_fp8", "trtllm::fp4_quantize", "trtllm::fp8_quantize_1x128",
     "trtllm::static_quantize_e4m3_per_tensor", "trtllm::quantize_e4m3_per_tensor", "flashinfer::fp4_quantize",
     "torchao::quantize_affine", "torchao::dequantize_affine", "torchao::choose_qparams_affine",
-    "te::quantize", "te::dequantize",
 )
 
 

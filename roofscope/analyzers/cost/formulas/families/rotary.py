@@ -13,7 +13,8 @@ is the integer argument that divides their width, else the query's last dimensio
 """
 from __future__ import annotations
 
-from roofscope.analyzers.cost.formulas.families.roles import Unmatched, family, item, nbytes, need_acts, operands, squashed
+from roofscope.analyzers.cost.formulas.families.roles import (Unmatched, family, item, nbytes, need_acts, operands,
+                                                              squashed)
 from roofscope.analyzers.cost.formulas.records import Cost, OpCall
 
 ALIASES = (
@@ -21,7 +22,7 @@ ALIASES = (
     "sgl_kernel::apply_rope_pos_ids_cos_sin_cache", "flashinfer::apply_rope_pos_ids_cos_sin_cache",
     "flashinfer::apply_rope_pos_ids", "flashinfer::apply_rope", "aiter::rope_cached_positions_2c_fwd_impl",
     "aiter::rope_cached_positions_fwd_impl", "aiter::rope_fwd_impl", "_C::fused_qk_norm_rope",
-    "flashinfer::fused_qk_norm_rope", "te::fused_rope_forward", "liger_kernel::rope",
+    "flashinfer::fused_qk_norm_rope", "LigerRopeFunction", "FusedRoPEFunc",
 )
 
 
