@@ -3,6 +3,7 @@ analyzed as a new user would: at most 20% of GPU time without a cost (main: 33.1
 64.5% on the vLLM/B200 NVFP4 MoE), no kernel above its roof, and the figures of their ops by hand."""
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -89,3 +90,19 @@ def test_an_fp8_kv_cache_named_by_the_attention_kernel(tmp_path: Path) -> None:
                     "int>", 20, 100, 10, ext=att)
     k = run(b.write(tmp_path / "fp8.json.gz")).kernels
     assert (k["flops"].iat[0], k["bytes"].iat[0]) == (2 * 8 * 400 * 128, 110_592)
+
+
+def test_a_replay_without_the_step_annotation_says_its_lengths_are_missing(tmp_path: Path) -> None:
+    # Without the annotation, the capture's page-index tensor is its buffer (32 x 256 pages of 16: 131,072 keys, twice
+    # the replay's 65,536): not the replay's lengths. The attention kernels stay uncosted and the note says why,
+    # rather than an estimate at 2x the memory roof.
+    replay, capture = sglang_mi300_decode(tmp_path)
+    with gzip.open(replay, "rt") as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    replay.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    r = run(replay, AnalysisSettings(graph_capture=(capture,)))
+    s = r.to_dict()
+    att = r.kernels[r.kernels["name"].str.startswith("_paged_attention_ll4mi")]
+    assert (att["unattributed"] == "no_shapes").all() and s["above_roof"]["kernels"] == 0
+    assert any("its capture's buffers" in n for n in s["unattributed"]["notes"])

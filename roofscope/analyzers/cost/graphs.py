@@ -35,6 +35,7 @@ from roofscope.analyzers.cost.attribution import BOUNDS, op_costs
 from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.cost.formulas.attention import query_of
 from roofscope.analyzers.cost.formulas.families import FAMILY, SIGNATURE
+from roofscope.analyzers.cost.formulas.families.paged import FROM_PAGES, FROM_TABLE
 from roofscope.analyzers.cost.hidden_args import WINDOW_SOURCE, windowed_attention
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.analyzers.ingest.linking import ancestor_where, take
@@ -171,6 +172,25 @@ def _paired(cap: Capture, copies: np.ndarray) -> np.ndarray:
     return out
 
 
+BUFFER_LENGTHS = ("no sequence lengths (a graph replay's index tensors are its capture's buffers, sized for the "
+                  "largest batch: give the step annotation of sequence sums)")
+
+
+def _without_buffer_lengths(t: Trace, oc: pd.DataFrame) -> None:
+    """A capture's attention ops whose keys were estimated from their index tensors' sizes: those are
+    the graph's buffers, sized for its largest batch and context, not the replay's lengths (SGLang
+    captures a (max_bs * max_pages) page-index buffer). Uncosted, unless a step annotation gave the
+    lengths (hidden_args then costed them exactly)."""
+    est = oc["estimate"].to_numpy()
+    rows = np.flatnonzero(np.isin(est, (FROM_PAGES, FROM_TABLE)))
+    if not rows.size:
+        return
+    at = oc.index[rows]
+    oc.loc[at, ["flops", "bytes", *BOUNDS]] = np.nan
+    oc.loc[at, ["reason", "cost_source", "estimate"]] = ["no_shapes", "none", ""]
+    oc.loc[at, "missing"] = t.ops["name"].astype(str).to_numpy(dtype=object)[rows] + ": " + BUFFER_LENGTHS
+
+
 def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | None = None,
                       window: int | None = None) -> GraphMap:
     """Cost the replayed kernels of ``kernels`` (attribute()'s frame, module column present) in place.
@@ -196,6 +216,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     def trace_costs(t: Trace, region: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
         if (id(t), region) not in costs:
             oc = op_costs(t, signature_costs(t.signatures), region)
+            _without_buffer_lengths(t, oc)
             has_formula = (oc["reason"] != "no_formula").to_numpy()
             parent = t.ops["parent"].to_numpy() if len(t.ops) else np.zeros(0, dtype=np.int64)
             costs[id(t), region] = (oc, has_formula, parent, module_column(t, np.arange(len(t.ops))))

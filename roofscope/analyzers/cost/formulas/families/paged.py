@@ -42,6 +42,8 @@ ALIASES = (
     "trtllm::attention", "_vllm_fa2_C::varlen_fwd", "_vllm_fa3_C::fwd",
 )
 _LENGTHS = ("hint:sq", "hint:sk", "hint:sqsk")
+# estimates of the keys from the index tensors' sizes (a graph capture's are its buffers: cost.graphs drops them)
+FROM_PAGES, FROM_TABLE = "keys from the page indices", "keys from the block table"
 
 
 @family("paged_attention", "attention", r"attention|attn|fmha|mha(?!c)|batchdecode|batchprefill|decodewith|prefillwith"
@@ -154,13 +156,13 @@ def _paged(ops: Operands, q: TensorSpec, dv: int, new_kv: list[TensorSpec], fixe
         b = indptr[0].numel - 1
         pages = max(t.numel for t in one_d)
         lo, hi = (pages - b) * page + b, pages * page
-        keys, read, what = hi - b * (page - 1) / 2, None, "keys from the page indices"
+        keys, read, what = hi - b * (page - 1) / 2, None, FROM_PAGES
     elif tables:
         b, width = tables[0].shape
         longest = [v for v in ops.int_scalars() if page < v <= width * page]
         length = max(longest) if longest else width * page
         lo, hi = b + length - 1, b * length
-        keys, read, what = float(hi), b * math.ceil(length / page) * page, "keys from the block table"
+        keys, read, what = float(hi), b * math.ceil(length / page) * page, FROM_TABLE
     else:
         raise missing("no sequence lengths (no step annotation, page indices or block table)")
     fl = 2.0 * hq * (d + dv)
