@@ -24,11 +24,12 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.cost.attribution import UNATTRIBUTED_REASONS, attribute, cpu_work_items, op_costs
+from roofscope.analyzers.cost.compiled_cpu import fused_kernel_items
 from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.cost.formulas.custom import load_all
 from roofscope.analyzers.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
-from roofscope.analyzers.cost.hidden_args import missing_notes, window_notes
 from roofscope.analyzers.cost.modelflops import model_flops
+from roofscope.analyzers.cost.notes import all_notes
 from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.analyzers.diagnose.verified import rank_verified
 from roofscope.analyzers.ingest import read as read_trace
@@ -251,7 +252,7 @@ def _unattributed(kernels: pd.DataFrame, graphs: GraphMap | None) -> dict[str, A
                           "share": float(by_reason.get(r, 0.0) / total) if total > 0 else 0.0,
                           "kernels": int((nc["unattributed"] == r).sum())}
                       for r in UNATTRIBUTED_REASONS},
-        "notes": (list(graphs.notes) if graphs is not None else []) + missing_notes(nc) + window_notes(nc),
+        "notes": (list(graphs.notes) if graphs is not None else []) + all_notes(nc),
     }
 
 
@@ -328,7 +329,22 @@ def _cpu_work(trace: Trace, sig_costs: pd.DataFrame) -> pd.DataFrame:
     k["step"] = steps_at(trace.annotations, ops["ts_ns"].to_numpy()[sel])
     k["region"] = regions_at(trace.annotations, ops["thread"].to_numpy()[sel], ops["ts_ns"].to_numpy()[sel],
                              ops["end_ns"].to_numpy()[sel], np.ones(len(sel), dtype=bool))
-    return k.reset_index(drop=True)
+    return _with_fused_kernels(trace, k.reset_index(drop=True))
+
+
+def _with_fused_kernels(trace: Trace, k: pd.DataFrame) -> pd.DataFrame:
+    """The work items and, in time order among them, the own time of compiled graphs: Inductor's
+    C++ kernels, which no op records (cost/compiled_cpu.py), uncosted."""
+    fused = fused_kernel_items(trace)
+    if not len(fused):
+        return k
+    f = fused[["name", "ts_ns", "dur_ns", "tid"]].assign(
+        flops=np.nan, bytes=np.nan, dtype="", tensor_core=False, category="other", cost_source="none",
+        cat="cpu_op", op_name=fused["op_name"], cost_op_name="", unattributed="compiled_no_metadata", op=-1,
+        step=steps_at(trace.annotations, fused["ts_ns"].to_numpy()))
+    f["region"] = regions_at(trace.annotations, fused["thread"].to_numpy(), fused["ts_ns"].to_numpy(),
+                             fused["end_ns"].to_numpy(), np.ones(len(fused), dtype=bool))
+    return pd.concat([k, f[k.columns]], ignore_index=True).sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
 def analyze(source: str | os.PathLike | Trace, *, device: str | None = None, peak_tflops: float | None = None,

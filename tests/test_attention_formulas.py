@@ -83,12 +83,18 @@ def test_vllm_paged_attention_reads_only_the_attended_pages() -> None:
     #                        block_size, max_seq_len, ...): 4 sequences, Hq 32, Hkv 8, D 128, block 16,
     # max_seq_len 100 (7 pages = 112 token slots read per sequence and KV head)
     # FLOPs 2 * 4*32*100 * 256 = 6,553,600
-    # bytes: q 4*32*128*2 = 32,768; block tables 4*8*4 = 128; K+V pages 2 * 4*8*112*128*2 = 1,835,008;
-    # out 32,768 -> 1,900,672 (the 1000-block cache itself is never read whole)
+    # bytes: q 4*32*128*2 = 32,768; block tables 4*8*4 = 128; seq_lens 4*4 = 16; K+V pages
+    # 2 * 4*8*112*128*2 = 1,835,008; out 32,768 -> 1,900,688 (the 1000-block cache itself is never read whole).
+    # The lengths are bounded, not known: the keys are an estimate, each sequence as long as the longest.
     dims = [[4, 32, 128], [4, 32, 128], [1000, 8, 16, 16, 8], [1000, 8, 128, 16], [], [], [4, 8], [4], [], []]
     types = [BF16, BF16, BF16, BF16, "Scalar", "Scalar", "int", "int", "Scalar", "Scalar"]
     row = cost("_C::paged_attention_v1", dims, types, concrete=["", "", "", "", "8", "0.08", "", "", "16", "100"])
-    check(row, 6_553_600, 32_768 + 128 + 1_835_008 + 32_768, "bf16", "attention")
+    check(row, 6_553_600, 32_768 + 128 + 16 + 1_835_008 + 32_768, "bf16", "attention")
+    # bounds: from 4 + 99 keys (one sequence of 100, three of 1) to 400: FLOPs 2 * 32 * 103 * 256 = 1,687,552;
+    # bytes: q, out, tables, lengths 65,680 + K/V of 103 tokens (8 heads x 128 x 2 B x 2) 421,888 = 487,568
+    assert row["estimate"] == "keys from the block table" and row["source"] == "formula"
+    assert (row["flops_lo"], row["flops_hi"], row["bytes_lo"], row["bytes_hi"]) == (
+        1_687_552, 6_553_600, 487_568, 1_900_688)
 
 
 @pytest.mark.parametrize("q,k,backward", [

@@ -370,10 +370,21 @@ def test_no_shapes() -> None:
     check(cost("aten::cat", [[], []], ["TensorList", "Scalar"]), math.nan, math.nan, "", "copy", "no_shapes")
 
 
-def test_unknown_op() -> None:
+def test_unknown_op_of_activation_sized_tensors_is_costed_from_its_signature() -> None:
+    # fbgemm::permute_2D_sparse_data(permute [96] int32, lengths [96, 4096] fp32): every tensor led by the
+    # 96 features: memory-bound, each read or written once: 96*4 + 96*4096*4 = 1,573,248 bytes, no FLOPs
     row = cost("fbgemm::permute_2D_sparse_data", [[96], [96, 4096]], ["int", F32])
+    check(row, 0, 1_573_248, "fp32", "other")
+    assert not row.tensor_core and row["source"] == "signature"
+
+
+def test_unknown_op_with_a_pool_is_not_costed() -> None:
+    # a (1,000,000, 128) table looked up by 96 indices: the table is no activation (its rows are not the
+    # indices' 96): the op may read any of it, so it stays uncosted
+    row = cost("fbgemm::my_lookup", [[1_000_000, 128], [96]], [F32, "long int"])
     check(row, math.nan, math.nan, "fp32", "other", "no_formula")
-    assert not row.tensor_core
+    # PyTorch's own namespaces are never costed by signature
+    check(cost("c10d::allreduce_", [[96, 4096]], [F32]), math.nan, math.nan, "fp32", "other", "no_formula")
 
 
 def test_broken_signatures_never_raise() -> None:
@@ -430,9 +441,12 @@ def test_hta_a100_trace() -> None:
     assert len(events) == 25_185 and len(sigs) == 818
     clear_cache()
     out = signature_costs(sigs)
-    assert out.reason.value_counts().to_dict() == {"": 482, "no_formula": 299, "no_shapes": 37}
+    # 11 fbgemm signatures (permute_2D_sparse_data, asynchronous_complete_cumsum, bounds_check_indices,
+    # block_bucketize_sparse_features) of activation-sized tensors are costed from their signature
+    assert out.reason.value_counts().to_dict() == {"": 493, "no_formula": 288, "no_shapes": 37}
+    assert (out.source == "signature").sum() == 11
     costed = sigs.join(out)[out.reason == ""]
-    assert (costed.category != "view").sum() == 203
+    assert (costed.category != "view").sum() == 214
     # the largest GEMM: (4096x64)@(64x2798) fp32 = 2*4096*64*2798 FLOPs,
     # (4096*64 + 64*2798 + 4096*2798) * 4 bytes
     mm = costed[(costed.name == "aten::mm") & (costed.input_dims.astype(str) == "[[4096, 64], [64, 2798]]")]

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from roofscope.analyzers.cost.costmodel import missing_argument
-from roofscope.analyzers.cost.formulas.serving import expected_experts, moe_cost
-from roofscope.analyzers.cost.hidden_args import WINDOW_NOT_RECORDED, missing_notes, step_lengths
+from roofscope.analyzers.cost.formulas.families.moe import expected_experts, moe_cost
+from roofscope.analyzers.cost.hidden_args import WINDOW_NOT_RECORDED, step_lengths
+from roofscope.analyzers.cost.notes import missing_notes
 from tests.conftest import EXTERNAL, VENDORED
 from tests.test_costmodel import BF16, F32, check, cost
 
@@ -57,10 +58,11 @@ def test_rotary_reads_only_the_cache_rows_of_its_positions() -> None:
 
 
 def test_kv_cache_write_moves_the_new_tokens_only() -> None:
-    # key, value [32, 8, 64] bf16 (32,768 B each) read, written into the cache (65,536 B), slots 32*8 = 256
+    # key, value [32, 8, 64] bf16 (32,768 B each) read, written into the cache (65,536 B), slots 32*8 = 256,
+    # the 0-d fp32 k_scale and v_scale read (8): 131,336
     dims = [[32, 8, 64], [32, 8, 64], [224304, 32, 8, 64], [224304, 32, 8, 64], [32], [], [], []]
     row = cost("_C_cache_ops::reshape_and_cache_flash", dims, [BF16] * 4 + [LONG, "", F32, F32])
-    check(row, 0, 131_328, "bf16", "copy")
+    check(row, 0, 131_336, "bf16", "copy")
 
 
 def test_silu_and_mul_and_fp8_quantization() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from roofscope.analysis import AnalysisSettings
 from roofscope.analysis import run as run_analysis
 from roofscope.analyzers.cost.formulas.custom import load_all
-from roofscope.analyzers.cost.hidden_args import window_notes
+from roofscope.analyzers.cost.notes import window_notes
 from roofscope.analyzers.job.ranks import is_job_dir
 from roofscope.commands.merge import MergeOptions
 from roofscope.commands.merge import run as merge

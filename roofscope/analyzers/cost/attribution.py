@@ -29,14 +29,18 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.cost.categories import kernel_categories
+from roofscope.analyzers.cost.formulas.families import SIGNATURE
 from roofscope.analyzers.cost.formulas.dtypes import parse_dtype
-from roofscope.analyzers.cost.hidden_args import CHUNK, enrich, windowed_attention
+from roofscope.analyzers.cost.hidden_args import enrich, windowed_attention
+from roofscope.analyzers.cost.kernelnames import fix_tensorlist_dtype, multi_tensor_streams
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.trace import Trace
 from roofscope.run.schema import Optimizer
 
 UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
+# An estimated cost's bounds (analyzers/cost/formulas/records.Cost.bounds), op and kernel columns alike.
+BOUNDS = ("flops_lo", "flops_hi", "bytes_lo", "bytes_hi")
 # Inductor's pointwise, reduction and persistent-reduction kernels: no matmul inside.
 _ELEMENTWISE_TRITON = ("triton_poi_", "triton_red_", "triton_per_")
 _COMPILED_OPS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "triton_")
@@ -52,7 +56,7 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame, region: str | None = None,
     flops = s["flops"].to_numpy(dtype=np.float64, copy=True)
     nbytes = s["bytes"].to_numpy(dtype=np.float64, copy=True)
     reason = s["reason"].fillna("no_formula").to_numpy(dtype=object)
-    source = np.where(reason == "", "formula", "none").astype(object)
+    source = np.where(reason == "", s["source"].fillna("formula").to_numpy(dtype=object), "none").astype(object)
     gb = ops["kernel_num_gb"].to_numpy()
     meta = ~np.isnan(gb)
     if meta.any():
@@ -73,9 +77,42 @@ def op_costs(trace: Trace, sig_costs: pd.DataFrame, region: str | None = None,
         "dtype": s["dtype"].fillna("").to_numpy(dtype=object),
         "tensor_core": s["tensor_core"].fillna(False).to_numpy(dtype=bool),
         "category": s["category"].fillna("other").to_numpy(dtype=object),
+        "estimate": np.where(meta, "", s["estimate"].fillna("").to_numpy(dtype=object)),
+        **{c: np.where(meta, np.nan, s[c].to_numpy(dtype=np.float64)) for c in BOUNDS},
     }, index=ops.index)
+    _signature_over_costed_ops(ops["parent"].to_numpy(), oc)
     enrich(trace, oc, region, optimizer)
     return oc
+
+
+def _estimates(k: pd.DataFrame, oc: pd.DataFrame, cost_op: np.ndarray) -> None:
+    """``estimate`` (what size was estimated, "" for exact costs) and the bounds of each kernel's
+    share of its op's estimated cost, in the proportion of its FLOPs and bytes."""
+    est = take(oc["estimate"].to_numpy(dtype=object), cost_op, "")
+    est = np.where(k["cost_source"].to_numpy() == take(oc["cost_source"].to_numpy(dtype=object), cost_op, ""),
+                   est, "")
+    k["estimate"] = est
+    for col, what in zip(BOUNDS, ("flops", "flops", "bytes", "bytes")):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = take(oc[col].to_numpy(), cost_op, np.nan) / take(oc[what].to_numpy(), cost_op, np.nan)
+        k[col] = np.where(est != "", k[what].to_numpy(dtype=np.float64) * np.where(np.isfinite(ratio), ratio, 1.0),
+                          np.nan)
+
+
+def _signature_over_costed_ops(parent: np.ndarray, oc: pd.DataFrame) -> None:
+    """Drop the signature cost of an unknown op that encloses costed ops: its arguments are what its
+    whole subtree reads and writes, which those ops already count (the op stays uncosted)."""
+    sig = (oc["cost_source"] == SIGNATURE).to_numpy()
+    if not sig.any():
+        return
+    costed = (oc["reason"] == "").to_numpy() & (oc["category"] != "view").to_numpy() & ~sig
+    up = ancestor_where(parent, np.where(costed, parent, -1), sig)
+    drop = np.zeros(len(oc), dtype=bool)
+    drop[up[up >= 0]] = True
+    if drop.any():
+        at = oc.index[drop]
+        oc.loc[at, ["flops", "bytes"]] = np.nan
+        oc.loc[at, ["reason", "cost_source"]] = ["no_formula", "none"]
 
 
 def cpu_work_items(parent: np.ndarray, oc: pd.DataFrame) -> np.ndarray:
@@ -147,8 +184,9 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: Optimizer | None
     twice_read = _add_statistics_passes(trace, oc, k["name"], cost_op, dur, nbytes)
     layout_rows = np.flatnonzero(layout & ~twice_read)  # bytes a statistics pass set are final
 
-    _fix_tensorlist_dtype(k["name"], oc, cost_op, nbytes)
-    streamed = _multi_tensor_streams(k, ~costed & ~is_comm & ~is_copy, flops, nbytes)
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    fix_tensorlist_dtype(k["name"], oc, names, cost_op, nbytes)
+    streamed = multi_tensor_streams(k, ~costed & ~is_comm & ~is_copy, flops, nbytes)
 
     # Hardware counters, where the trace has them, beat any formula for FLOPs; the formula's
     # value stays visible beside them.
@@ -179,7 +217,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: Optimizer | None
     k["flops_analytic"] = np.where(is_copy, 0.0, flops_analytic)
     k["bytes"] = nbytes
     k["cost_op"] = cost_op
-    names = ops["name"].astype(str).to_numpy(dtype=object)
+    _estimates(k, oc, cost_op)
     k["op_name"] = take(names, op, "")
     k["cost_op_name"] = take(names, cost_op, "")
     # The reasons as they are without the streams' costs, for a stream the roof rules out.
@@ -331,74 +369,6 @@ def _layout_operands(trace: Trace, oc: pd.DataFrame, ops: np.ndarray) -> dict[in
     op_bytes = oc["bytes"].to_numpy()
     return {op: np.sort(2.0 * np.asarray(_operand_bytes(trace, op, float(op_bytes[op])), dtype=float))
             for op in dict.fromkeys(ops.tolist())}
-
-
-# multi_tensor_apply functors take the element type as their first template argument.
-_FUNCTOR_HALF = re.compile(r"Functor<\s*c10::(?:BFloat16|Half)\s*,")
-
-
-def _fix_tensorlist_dtype(names: pd.Series, oc: pd.DataFrame, cost_op: np.ndarray, nbytes: np.ndarray) -> None:
-    """Kineto records no dtype for TensorList arguments, so the cost model counts their
-    elements as fp32. multi_tensor_apply kernels name their element type in their template
-    arguments; when it is a 16-bit type, the bytes were counted twice over."""
-    if not len(oc):
-        return
-    at = np.maximum(cost_op, 0)  # sized from run.json's parameter dtypes: already right
-    foreach = (oc["category"].to_numpy()[at] == "optimizer") & (oc["cost_source"].to_numpy()[at] != "run")
-    cand = np.flatnonzero((cost_op >= 0) & foreach)
-    if cand.size:
-        half = names.iloc[cand].astype(str).str.contains(_FUNCTOR_HALF).to_numpy(dtype=bool)
-        nbytes[cand[half]] *= 0.5
-
-
-# multi_tensor_apply kernels (torch's foreach / fused optimizers, apex): ``TensorListMetadata<depth>``
-# lists, chunks of 65,536 elements, one block per chunk; the functor names its element type first.
-_MULTI_TENSOR = re.compile(r"multi_tensor_apply_kernel<[^<>,]*TensorListMetadata<(\d)>\s*,\s*[^<>,]*?(\w+)<\s*"
-                           r"(?:c10::)?(\w+)")
-_ITEM = {"float": (4, "fp32"), "double": (8, "fp64"), "Half": (2, "fp16"), "__half": (2, "fp16"),
-         "BFloat16": (2, "bf16"), "__nv_bfloat16": (2, "bf16")}
-_STATEFUL = re.compile(r"Adam|Lamb|Adagrad|SGD|Novograd|Lion", re.I)
-
-
-def _multi_tensor_streams(k: pd.DataFrame, uncosted: np.ndarray, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-    """Cost multi_tensor_apply kernels that no op costs (launched with no CPU op: apex's fused Adam
-    in HTA's A100 trace, 25% of its time; or an op recorded without shapes) as streams: at most
-    ``grid.x`` chunks of 65,536 elements (an upper bound: a tensor's last chunk is partial; the
-    caller drops a bound faster than the memory roof allows), each
-    element of every list read once and of the written lists written once (optimizer functors
-    write all lists but the gradients, norms none, others one). Returns the precision of the
-    kernels it costed, "" elsewhere."""
-    out = np.full(len(k), "", dtype=object)
-    if "grid" not in k:
-        return out
-    mta = per_name(k["name"], lambda s: s.str.contains("multi_tensor_apply", regex=False)).astype(bool)
-    cand = np.flatnonzero(uncosted & np.isnan(flops) & mta)
-    if not cand.size:
-        return out
-    codes, uniques = pd.factorize(k["name"].iloc[cand].astype(str))
-    shape: dict[int, tuple[int, int, int, str]] = {}  # name code -> FLOPs/element, lists moved, itemsize, precision
-    for c, name in enumerate(uniques):
-        m = _MULTI_TENSOR.search(name)
-        if m is None or m.group(3) not in _ITEM:
-            continue
-        depth, functor = int(m.group(1)), m.group(2)
-        item, prec = _ITEM[m.group(3)]
-        if _STATEFUL.search(functor):
-            writes, per = depth - 1, 14 if "adam" in functor.lower() else 2 * depth
-        elif "norm" in functor.lower():
-            writes, per = 0, 2
-        else:
-            writes, per = 1, depth
-        shape[c] = (per, depth + writes, item, prec)
-    hit = np.isin(codes, list(shape))
-    grids = k["grid"].to_numpy(dtype=object)
-    for i, c in zip(cand[hit].tolist(), codes[hit].tolist()):
-        g = grids[i]
-        if isinstance(g, (list, tuple)) and g:
-            per, lists, item, prec = shape[c]
-            elems = float(g[0]) * CHUNK
-            flops[i], nbytes[i], out[i] = per * elems, elems * lists * item, prec
-    return out
 
 
 def _reasons(k: pd.DataFrame, ops: pd.DataFrame, oc: pd.DataFrame, nearest: np.ndarray,

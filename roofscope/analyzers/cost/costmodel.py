@@ -28,12 +28,16 @@ from roofscope.analyzers.cost.shapes import holdable
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["flops", "bytes", "dtype", "tensor_core", "category", "reason"]
+COLUMNS = ["flops", "bytes", "dtype", "tensor_core", "category", "reason", "source", "estimate", "flops_lo",
+           "flops_hi", "bytes_lo", "bytes_hi"]
 _INPUT_COLUMNS = ("name", "input_dims", "input_types", "input_strides", "concrete_inputs")
 _CACHE: dict[tuple, tuple] = {}
 _CACHE_MAX = 200_000
 
-Row = tuple[float, float, str, bool, str, str]
+Row = tuple[float, float, str, bool, str, str, str, str, float, float, float, float]
+_NAN = math.nan
+_EXACT = ("formula", "", _NAN, _NAN, _NAN, _NAN)  # source, estimate and bounds of a cost from its own formula
+_NONE = ("none", "", _NAN, _NAN, _NAN, _NAN)
 
 
 def signature_costs(signatures: pd.DataFrame) -> pd.DataFrame:
@@ -43,7 +47,8 @@ def signature_costs(signatures: pd.DataFrame) -> pd.DataFrame:
     rows = [cost_signature(*r) for r in zip(*cols)]
     out = pd.DataFrame.from_records(rows, columns=COLUMNS, index=signatures.index) if rows else \
         pd.DataFrame({c: [] for c in COLUMNS}, index=signatures.index)
-    return out.astype({"flops": "float64", "bytes": "float64", "tensor_core": "bool"})
+    return out.astype({"flops": "float64", "bytes": "float64", "tensor_core": "bool", "flops_lo": "float64",
+                       "flops_hi": "float64", "bytes_lo": "float64", "bytes_hi": "float64"})
 
 
 def cost_signature(name: Any, dims: Any, types: Any, strides: Any = None, concrete: Any = None) -> Row:
@@ -75,26 +80,34 @@ def _compute(name: Any, dims: Any, types: Any, strides: Any, concrete: Any) -> R
     formula = cf.lookup(name)
     prec = _type_precision(types)
     if formula is None:
-        return (math.nan, math.nan, prec, False, "other", "no_formula")
+        return (math.nan, math.nan, prec, False, "other", "no_formula", *_NONE)
     cat, tc = formula.category, formula.tensor_core
     if cat == "view":
-        return (0.0, 0.0, prec, False, cat, "")
+        return (0.0, 0.0, prec, False, cat, "", *_EXACT)
     if not isinstance(dims, tuple) or not dims or not isinstance(types, tuple) or len(dims) != len(types):
-        return (math.nan, math.nan, prec, tc, cat, "no_shapes")
+        return (math.nan, math.nan, prec, tc, cat, "no_shapes", *_NONE)
     try:
         call = build_call(name, dims, types, strides, concrete)
         cost = formula.fn(call)
         flops, nbytes = float(cost.flops), float(cost.bytes)   # OverflowError past a float's range
     except cf.MissingShapes as e:
         log.debug("no shapes for %s: %s", name, e)
-        return (math.nan, math.nan, prec, tc, cat, "no_shapes")
-    except Exception as e:  # a formula bug or a malformed signature: report, never raise
+        return (math.nan, math.nan, prec, tc, cat, "no_shapes", *_NONE)
+    except Exception as e:  # a formula bug, a malformed signature, no family fitting it: report, never raise
         log.debug("cost formula for %s failed on %r %r: %r", name, dims, types, e)
-        return (math.nan, math.nan, prec, tc, cat, "no_formula")
+        return (math.nan, math.nan, prec, tc, cat, "no_formula", *_NONE)
     if math.isinf(flops) or math.isinf(nbytes):   # a scalar argument past a float's range (1e400)
-        return (math.nan, math.nan, prec, tc, cat, "no_formula")
-    dtype = cost.dtype if cost.dtype is not None else cf.first_float_precision(call.args)
-    return (flops, nbytes, dtype, tc if cost.tensor_core is None else cost.tensor_core, cat, "")
+        return (math.nan, math.nan, prec, tc, cat, "no_formula", *_NONE)
+    return cost_row(cost, cf.first_float_precision(call.args), cat, tc)
+
+
+def cost_row(cost: cf.Cost, precision: str, category: str, tensor_core: bool) -> Row:
+    """A formula's Cost as a row of :data:`COLUMNS` (``precision``, ``category`` and ``tensor_core``:
+    the formula's, where the cost does not override them)."""
+    b = cost.bounds or (_NAN, _NAN, _NAN, _NAN)
+    return (float(cost.flops), float(cost.bytes), cost.dtype if cost.dtype is not None else precision,
+            tensor_core if cost.tensor_core is None else cost.tensor_core, cost.category or category, "",
+            cost.source or "formula", cost.estimate, *map(float, b))
 
 
 def missing_argument(name: Any, dims: Any, types: Any, concrete: Any = None) -> str:
@@ -220,4 +233,4 @@ def clear_cache() -> None:
 
 
 __all__ = ["signature_costs", "cost_signature", "build_call", "parse_concrete", "clear_cache", "COLUMNS",
-           "missing_argument", "freeze"]
+           "missing_argument", "freeze", "cost_row"]

@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofscope.analyzers.cost.attribution import op_costs
+from roofscope.analyzers.cost.attribution import BOUNDS, op_costs
 from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.cost.formulas.attention import query_of
+from roofscope.analyzers.cost.formulas.families import FAMILY, SIGNATURE
+from roofscope.analyzers.cost.formulas.families.paged import FROM_PAGES, FROM_TABLE
 from roofscope.analyzers.cost.hidden_args import WINDOW_SOURCE, windowed_attention
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.analyzers.ingest.linking import ancestor_where, take
@@ -170,6 +172,25 @@ def _paired(cap: Capture, copies: np.ndarray) -> np.ndarray:
     return out
 
 
+BUFFER_LENGTHS = ("no sequence lengths (a graph replay's index tensors are its capture's buffers, sized for the "
+                  "largest batch: give the step annotation of sequence sums)")
+
+
+def _without_buffer_lengths(t: Trace, oc: pd.DataFrame) -> None:
+    """A capture's attention ops whose keys were estimated from their index tensors' sizes: those are
+    the graph's buffers, sized for its largest batch and context, not the replay's lengths (SGLang
+    captures a (max_bs * max_pages) page-index buffer). Uncosted, unless a step annotation gave the
+    lengths (hidden_args then costed them exactly)."""
+    est = oc["estimate"].to_numpy()
+    rows = np.flatnonzero(np.isin(est, (FROM_PAGES, FROM_TABLE)))
+    if not rows.size:
+        return
+    at = oc.index[rows]
+    oc.loc[at, ["flops", "bytes", *BOUNDS]] = np.nan
+    oc.loc[at, ["reason", "cost_source", "estimate"]] = ["no_shapes", "none", ""]
+    oc.loc[at, "missing"] = t.ops["name"].astype(str).to_numpy(dtype=object)[rows] + ": " + BUFFER_LENGTHS
+
+
 def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | None = None,
                       window: int | None = None) -> GraphMap:
     """Cost the replayed kernels of ``kernels`` (attribute()'s frame, module column present) in place.
@@ -195,6 +216,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     def trace_costs(t: Trace, region: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
         if (id(t), region) not in costs:
             oc = op_costs(t, signature_costs(t.signatures), region)
+            _without_buffer_lengths(t, oc)
             has_formula = (oc["reason"] != "no_formula").to_numpy()
             parent = t.ops["parent"].to_numpy() if len(t.ops) else np.zeros(0, dtype=np.int64)
             costs[id(t), region] = (oc, has_formula, parent, module_column(t, np.arange(len(t.ops))))
@@ -208,7 +230,7 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
     gm.launches = len(group_starts)
     cols = {c: kernels[c].to_numpy().copy() for c in
             ("flops", "flops_analytic", "bytes", "dtype", "tensor_core", "category", "cost_source", "op_name",
-             "cost_op_name", "unattributed", "missing", "module", "attn_q")}
+             "cost_op_name", "unattributed", "missing", "module", "attn_q", "estimate") + BOUNDS}
     op_names_cache: dict[int, np.ndarray] = {}
     kernel_names = kernels["name"].astype(str).to_numpy(dtype=object)
     unmapped = np.zeros(n, dtype=bool)
@@ -243,15 +265,16 @@ def map_graph_kernels(trace: Trace, kernels: pd.DataFrame, extra: list[Trace] | 
             grp = pd.Series(dur).groupby(c)
             total, count = grp.transform("sum").to_numpy(), grp.transform("size").to_numpy()
             share = np.where(total > 0, dur / np.where(total > 0, total, 1), 1.0 / count)
-            for col in ("flops", "bytes"):
+            for col in ("flops", "bytes") + BOUNDS:
                 cols[col][m] = oc[col].to_numpy()[c] * share
+            cols["estimate"][m] = oc["estimate"].to_numpy()[c]
             cols["flops_analytic"][m] = cols["flops"][m]
             cols["dtype"][m] = oc["dtype"].to_numpy()[c]
             cols["tensor_core"][m] = oc["tensor_core"].to_numpy()[c]
             cat = oc["category"].to_numpy()[c]
             cols["category"][m] = np.where((cat != "other") & (cat != ""), cat, cols["category"][m])
-            cols["cost_source"][m] = np.where(oc["cost_source"].to_numpy()[c] == WINDOW_SOURCE, WINDOW_SOURCE,
-                                              "capture")
+            source = oc["cost_source"].to_numpy()[c]  # how it was costed, where that says more than "capture"
+            cols["cost_source"][m] = np.where(np.isin(source, (WINDOW_SOURCE, FAMILY, SIGNATURE)), source, "capture")
             cols["cost_op_name"][m] = names[c]
             cols["unattributed"][m] = ""
             dims = t.signatures["input_dims"].to_numpy()[t.ops["sig"].to_numpy()[c]] if len(t.signatures) else []

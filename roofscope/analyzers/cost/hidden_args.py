@@ -27,16 +27,19 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.cost import formulas as cf
-from roofscope.analyzers.cost.costmodel import build_call, freeze, missing_argument
+from roofscope.analyzers.cost.costmodel import build_call, cost_row, freeze, missing_argument
+from roofscope.analyzers.cost.formulas.dtypes import parse_dtype
+from roofscope.analyzers.cost.formulas.families import kvcache as kv_family
+from roofscope.analyzers.cost.formulas.families import match as family_match
+from roofscope.analyzers.cost.formulas.families import moe as moe_family
+from roofscope.analyzers.cost.formulas.families import paged
+from roofscope.analyzers.cost.formulas.families.roles import Family, squashed
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.ingest.linking import ancestor_where
+from roofscope.analyzers.ingest.names import per_name
 from roofscope.run.schema import Optimizer, ParamGroup
 
-MOE_OPS = ("vllm::moe_forward", "vllm::moe_forward_shared", "vllm::fused_moe", "sglang::fused_moe")
 ATTENTION_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")
-_ROUTERS = {"TopK": "concrete", "aten::topk": "concrete", "_moe_C::topk_softmax": "out0",
-            "sgl_kernel::topk_softmax": "out0", "vllm::rocm_aiter_topk_softmax": "out0",
-            "aiter::topk_softmax": "out0"}
 _PHASE = re.compile(r"_(?:context|generation)_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)")
 # AITER's unified attention (vLLM's ROCm backends) splits a decode call's keys into segments
 # (the 3d kernel, then reduce_segments) unless the layer has a sliding window, max_seqlen_k <= 512
@@ -92,17 +95,22 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: O
     recorded = np.array([isinstance(d, list) and isinstance(t, list)
                          for d, t in zip(sigs["input_dims"], sigs["input_types"])] + [False], dtype=bool)
     unshaped = (oc["reason"].to_numpy() == "no_shapes") & recorded[ops["sig"].to_numpy()]
-    moe = np.flatnonzero(ops["name"].isin(MOE_OPS).to_numpy() & unshaped)
-    attention = np.flatnonzero(ops["name"].isin(ATTENTION_OPS).to_numpy() & unshaped)
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    moe = np.flatnonzero(in_family(ops["name"], moe_family.fused_experts) & unshaped)
+    # attention ops without lengths, or with lengths bounded by their index tensors: a step annotation's are exact
+    estimated = (oc["estimate"].to_numpy() != "") if "estimate" in oc else np.zeros(len(oc), dtype=bool)
+    attention = np.flatnonzero(in_family(ops["name"], paged.paged_attention) & (unshaped | estimated))
     done: dict[tuple, Any] = {}  # (signature, hints) -> cost: a decode step repeats each layer's call
     if moe.size:
-        for row, hints in _moe_hints(trace, ops["name"].astype(str).to_numpy(dtype=object), moe).items():
+        for row, hints in _moe_hints(trace, names, moe).items():
             _apply(trace, oc, row, hints, done)
     if attention.size:
+        kv = _cache_items(trace, names, attention)
         for row, step in zip(attention.tolist(), _step_annotations(trace, attention, region)):
             lens = step_lengths(step)
             if lens:
-                _apply(trace, oc, row, [(f"hint:{k}", [], "Scalar", str(v)) for k, v in lens.items()], done)
+                _apply(trace, oc, row, [(f"hint:{k}", [], "Scalar", str(v)) for k, v in lens.items()]
+                       + kv.get(row, []), done)
     missing = np.flatnonzero(oc["reason"].to_numpy() == "no_shapes")
     if missing.size:
         sigs = ops["sig"].to_numpy()[missing]
@@ -113,6 +121,9 @@ def enrich(trace: Any, oc: pd.DataFrame, region: str | None = None, optimizer: O
         oc.loc[oc.index[missing], "missing"] = pd.Series(sigs).map(why).to_numpy(dtype=object)
 
 
+_BOUNDS = ["flops_lo", "flops_hi", "bytes_lo", "bytes_hi"]
+# kernels that name an fp8 element type: their cache is fp8 (FlashInfer's __nv_fp8_e4m3, CUTLASS float_e4m3_t)
+_FP8_KERNEL = r"fp8|e4m3|e5m2|float8"
 # Fused / foreach optimizer ops as streams over param-sized lists: FLOPs per element, lists read,
 # lists written (fused AdamW: p, g, m, v read; p, m, v written; docs/cost-model.md).
 _OPTIMIZER_STREAMS = {
@@ -189,16 +200,33 @@ def _chunk_reach(kernels: pd.DataFrame, rows: np.ndarray) -> dict[int, float]:
     return (pd.Series(blocks, index=k["op"].to_numpy()).groupby(level=0).sum() * CHUNK).to_dict()
 
 
+def in_family(names: pd.Series, fam: Family) -> np.ndarray:
+    """Rows of ``names`` the family takes: its aliases, and the names its words propose (not PyTorch's)."""
+    def test(s: pd.Series) -> pd.Series:
+        return s.map(lambda n: n in fam.aliases or (family_match(n) is not None and
+                                                   bool(fam.pattern.search(squashed(n)))))
+    return per_name(names, test).astype(bool) if len(names) else np.zeros(0, dtype=bool)
+
+
+def _under(trace: Any, rows: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """For each candidate op row, the row of ``rows`` it lies under (-1: none)."""
+    parent = trace.ops["parent"].to_numpy()
+    mask = np.zeros(len(parent), dtype=bool)
+    mask[rows] = True
+    return ancestor_where(parent, parent[cand], mask)
+
+
 def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, list[tuple[str, Any, str, Any]]]:
-    """Per MoE op row: ``k`` from the routing op under it, and the first two stacked ``(E, a, b)``
-    weight views under it (``E``: its router logits' width)."""
+    """Per fused-experts op row: ``k`` from the routing op under it (``TopK``'s concrete input, a
+    ``topk_*`` op's ``(T, k)`` output), and its two largest stacked ``(E, a, b)`` weights, as any op
+    under it records them (``aten::view`` of the weights, a grouped GEMM's arguments); ``E``: its
+    router logits' width."""
     ops, sigs = trace.ops, trace.signatures
     sig = ops["sig"].to_numpy()
-    cand = np.flatnonzero(np.isin(names, list(_ROUTERS) + ["aten::view"]))
-    mask = np.zeros(len(ops), dtype=bool)
-    mask[targets] = True
-    owner = ancestor_where(ops["parent"].to_numpy(), ops["parent"].to_numpy()[cand], mask)
-    keep = owner >= 0
+    routing = in_family(ops["name"], moe_family.routing) | (ops["name"] == "aten::topk").to_numpy()
+    cand = np.flatnonzero(np.ones(len(ops), dtype=bool))
+    owner = _under(trace, targets, cand)
+    keep = (owner >= 0) & ~np.isin(cand, targets)
     cand, owner = cand[keep], owner[keep]
     dims, types = sigs["input_dims"].to_numpy(), sigs["input_types"].to_numpy()
     concrete = sigs["concrete_inputs"].to_numpy() if "concrete_inputs" in sigs else np.full(len(sigs), None)
@@ -210,14 +238,45 @@ def _moe_hints(trace: Any, names: np.ndarray, targets: np.ndarray) -> dict[int, 
         weights: dict[tuple, str] = {}
         for r in cand[owner == row].tolist():
             d, t, c = dims[sig[r]] or [], types[sig[r]] or [], concrete[sig[r]] or []
-            kind = _ROUTERS.get(names[r])
-            if kind == "concrete" and not topk and len(c) > 1 and str(c[1]).isdigit():
-                topk = [("hint:topk", [], "Scalar", str(c[1]))]
-            elif kind == "out0" and not topk and d and len(d[0]) == 2:
-                topk = [("hint:topk", [], "Scalar", str(d[0][1]))]
-            elif names[r] == "aten::view" and d and len(d[0]) == 3 and d[0][0] == experts:
-                weights.setdefault(tuple(d[0]), t[0])
-        out[row] = topk + [("hint:weight", list(w), t, "") for w, t in list(weights.items())[:2]]
+            if routing[r] and not topk:
+                if names[r] in ("TopK", "aten::topk") and len(c) > 1 and str(c[1]).isdigit():
+                    topk = [("hint:topk", [], "Scalar", str(c[1]))]
+                elif names[r] not in ("TopK", "aten::topk") and d and isinstance(d[0], list) and len(d[0]) == 2:
+                    topk = [("hint:topk", [], "Scalar", str(d[0][1]))]
+            for shape, typ in zip(d, t):
+                if isinstance(shape, list) and len(shape) == 3 and shape[0] == experts and parse_dtype(str(typ)):
+                    weights.setdefault(tuple(shape), typ)
+        largest = sorted(weights.items(), key=lambda w: -math.prod(w[0]))[:2]
+        out[row] = topk + [("hint:weight", list(w), t, "") for w, t in largest]
+    return out
+
+
+def _cache_items(trace: Any, names: np.ndarray, rows: np.ndarray) -> dict[int, list[tuple[str, Any, str, Any]]]:
+    """Per attention op row, ``hint:kv_item``: the element size of the KV cache a cache write under it
+    stores into (vLLM writes the layer's cache inside unified attention; an FP8 cache: 1 byte); else,
+    when a kernel it launches names an fp8 element type (FlashInfer's ``__nv_fp8_e4m3``), 1 byte."""
+    ops, sigs = trace.ops, trace.signatures
+    out: dict[int, list[tuple[str, Any, str, Any]]] = {}
+    writes = np.flatnonzero(in_family(ops["name"], kv_family.kv_cache_write))
+    for w, row in zip(writes.tolist(), _under(trace, rows, writes).tolist() if writes.size else []):
+        if row < 0 or row in out:
+            continue
+        g = int(ops["sig"].iat[w])
+        sized = [(math.prod(d), parse_dtype(str(t))) for d, t in zip(sigs["input_dims"].iat[g] or [],
+                                                                       sigs["input_types"].iat[g] or [])
+                 if isinstance(d, list) and d and parse_dtype(str(t)) is not None]
+        if sized:
+            out[row] = [("hint:kv_item", [], "Scalar", str(max(sized, key=lambda x: x[0])[1].itemsize))]
+    k = trace.kernels
+    if len(k) and "op" in k:
+        launched = k["op"].to_numpy()
+        fp8 = per_name(k["name"], lambda s: s.str.contains(_FP8_KERNEL)).astype(bool) & (launched >= 0)
+        if fp8.any():
+            mask = np.zeros(len(ops), dtype=bool)
+            mask[rows] = True
+            owner = ancestor_where(ops["parent"].to_numpy(), launched[fp8], mask)  # the op itself, or above it
+            for row in set(owner[owner >= 0].tolist()) - set(out):
+                out[row] = [("hint:kv_item", [], "Scalar", "1")]
     return out
 
 
@@ -302,44 +361,20 @@ def _apply(trace: Any, oc: pd.DataFrame, row: int, hints: list[tuple[str, Any, s
             parsed = build_call(name, ((tuple(dims)),), (t,), None, (c,)).args[0]
             parsed.name = hname
             call.args.append(parsed)
+        formula = cf.lookup(name)
         try:
-            done[key] = cf.lookup(name).fn(call)  # type: ignore[union-attr]
+            cost = formula.fn(call)  # type: ignore[union-attr]
         except (cf.MissingShapes, ValueError, TypeError):
             done[key] = None
-    cost = done[key]
-    if cost is None:
+        else:
+            done[key] = cost_row(cost, cf.first_float_precision(call.args),
+                                 formula.category, formula.tensor_core)  # type: ignore[union-attr]
+    costed = done[key]
+    if costed is None:
         return
+    flops, nbytes, dtype, _, _, _, source, estimate, *bounds = costed
     i = oc.index[row]
-    oc.loc[i, ["flops", "bytes", "reason", "cost_source"]] = [float(cost.flops), float(cost.bytes), "", "formula"]
-    if cost.dtype:
-        oc.loc[i, "dtype"] = cost.dtype
-    if not math.isfinite(float(cost.bytes)):
-        oc.loc[i, "reason"] = "no_shapes"
-
-
-def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
-    """Coverage notes for the serving-engine ops (not aten's) whose kernels have no cost because
-    an argument was not recorded: ``vllm::moe_forward: 12.3 ms uncosted: no Input Dims for the
-    expert weights``, longest first."""
-    if "missing" not in kernels:
-        return []
-    k = kernels[(kernels["missing"] != "") & (kernels["unattributed"] == "no_shapes")]
-    k = k[~k["missing"].astype(str).str.startswith("aten::")]
-    if not len(k):
-        return []
-    t = k.groupby(k["missing"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
-    notes = []
-    for what, ns in t.head(top).items():
-        name, _, why = what.partition(": ")
-        notes.append(f"{name}: {ns / 1e6:.3f} ms uncosted: {why or 'shapes not recorded'}")
-    return notes
-
-
-def window_notes(kernels: pd.DataFrame) -> list[str]:
-    """Coverage notes of the windowed attention costed with the user's window (an upper bound)."""
-    if "cost_source" not in kernels:
-        return []
-    k = kernels[kernels["cost_source"].to_numpy() == WINDOW_SOURCE]
-    return [f"{name}: {g['dur_ns'].sum() / 1e6:.3f} ms in {len(g):,} sliding-window kernels costed over the "
-            "window given (--attention-window): at most that many keys per query, an upper bound where a "
-            "sequence holds fewer" for name, g in k.groupby(k["cost_op_name"].astype(str))]
+    oc.loc[i, ["flops", "bytes", "reason", "cost_source", "estimate", *_BOUNDS]] = \
+        [flops, nbytes, "" if math.isfinite(nbytes) else "no_shapes", source, estimate, *bounds]
+    if dtype:
+        oc.loc[i, "dtype"] = dtype

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofscope.analyzers.ingest.linking import take
 from roofscope.analyzers.model.trace import INT64_MAX, Trace
 
 # GEMM ops and how their inputs give (M, N, K); linear's weight is stored (N, K).
@@ -63,8 +64,9 @@ def gemm_table(trace: Trace, k: pd.DataFrame) -> pd.DataFrame:
     if not len(g):
         return g.assign(m=[], n=[], kk=[])
     ops = g["cost_op"].to_numpy() if "cost_op" in g else g["op"].to_numpy()
-    names = np.where(ops >= 0, trace.ops["name"].astype(str).to_numpy()[np.maximum(ops, 0)], "")
-    pairs = pd.DataFrame({"name": names, "sig": np.where(ops >= 0, trace.ops["sig"].to_numpy()[np.maximum(ops, 0)], -1)})
+    # take(): a replay-only trace has no ops at all (its GEMMs are costed from a capture's)
+    names = take(trace.ops["name"].astype(str).to_numpy(dtype=object), ops, "")
+    pairs = pd.DataFrame({"name": names, "sig": take(trace.ops["sig"].to_numpy(), ops, -1)})
     codes = pairs.groupby(["name", "sig"], sort=False).ngroup().to_numpy()
     table = trace.signatures["input_dims"].to_numpy(dtype=object)
     per_sig = [gemm_mnk(n, table[s]) if s >= 0 else None for n, s in pairs.drop_duplicates().itertuples(index=False)]

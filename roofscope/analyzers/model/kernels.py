@@ -9,7 +9,8 @@ stage                   columns
 ingest (Trace.kernels)  name, cat, ts_ns, dur_ns, dur_s, timed, stream, device, grid, block, launch,
                         op, op_name, step, region, graph, correlation
 cost (attribution)      flops, bytes, dtype, tensor_core, category, cost_source, cost_op,
-                        cost_op_name, unattributed, missing, attn_q; module; phase; io_bytes
+                        cost_op_name, estimate, flops_lo, flops_hi, bytes_lo, bytes_hi,
+                        unattributed, missing, attn_q; module; phase; io_bytes
 place (roofline)        intensity, achieved_flops, achieved_bw, roof, roof_precision, roof_bw,
                         roof_level, ridge, attainable, floor_s, efficiency, compute_bound,
                         above_roof, tc_used, cls, cls_source, mbu

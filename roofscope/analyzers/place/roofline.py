@@ -42,15 +42,15 @@ intensity against the ridge).
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.cost.formulas.dtypes import parse_dtype
-from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.ingest.runtime_names import copy_direction
 from roofscope.analyzers.model.kernels import ABOVE_ROOF_TOLERANCE, NO_CACHE_ROOF, RooflineParams
+from roofscope.analyzers.place.tensorcore import (CUDA_CORES, MATRIX_CORES, TENSOR_CORES, TF32, UNSAID, tf32_from_names,
+                                                  units)
 from roofscope.hardware.datasheets import sm_count
 from roofscope.hardware.devices import Ceilings
 
@@ -132,20 +132,6 @@ def device_sms(props: dict | None, ceilings: Ceilings) -> int | None:
     return sm_count(ceilings.datasheet.key) if ceilings.datasheet is not None else None
 
 
-# Kernel names that announce tensor-core math: cuDNN/cuBLAS xmma, hmma and (Hopper) gmma/wgmma tiles,
-# CUTLASS tensorop, a TF32 or BF16/FP16 MMA in the name. SIMT kernels ("simt_sgemm") run on CUDA cores.
-_TENSOR_CORE_NAME = re.compile(r"xmma|hmma|wgmma|gmma_|tensorop|_tf32|s16816|s1688|h16816|bf16_s", re.IGNORECASE)
-
-
-def _names_tensor_core(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per kernel: its name says it runs tensor-core math, and says TF32 (tested once per distinct name)."""
-    if "name" not in k or not len(k):
-        return np.zeros(len(k), dtype=bool), np.zeros(len(k), dtype=bool)
-    says = per_name(k["name"], lambda s: s.str.contains(_TENSOR_CORE_NAME) & ~s.str.contains("simt", case=False))
-    tf32 = per_name(k["name"], lambda s: s.str.contains("tf32", case=False, regex=False))
-    return says.astype(bool), (says & tf32).astype(bool)
-
-
 def _blocks(grid: pd.Series) -> np.ndarray:
     """Blocks in each launch's grid (NaN where the trace has no grid)."""
     return np.array([float(np.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.nan for g in grid],
@@ -207,17 +193,22 @@ def place(kernels: pd.DataFrame, ceilings: Ceilings, params: RooflineParams = Ro
     flops = k["flops"].to_numpy(dtype=np.float64)
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     dtype = k["dtype"].astype(str).to_numpy(dtype=object)
-    # A kernel whose name says tensor-core math ran on tensor cores, whatever its op's formula guessed
-    # (cuDNN runs a 3-channel first convolution as sm90_xmma_fprop_..._tf32f32: 105% of the fp32 roof).
-    named, says_tf32 = _names_tensor_core(k)
-    tc = k["tensor_core"].to_numpy(dtype=bool) | named
+    # A kernel whose name says which unit it ran on did, whatever its op's formula guessed (cuDNN runs
+    # a 3-channel first convolution as sm90_xmma_fprop_..._tf32f32: 105% of the fp32 roof); fp32 data
+    # on tensor cores are TF32 (place/tensorcore.py: an fp32 conv's cutlass_80_tensorop_s1688gemm ran
+    # at 104-108% of the fp32 roof).
+    unit = units(k["name"]) if "name" in k else np.full(len(k), UNSAID, dtype=object)
+    formula_tc = k["tensor_core"].to_numpy(dtype=bool)
+    tc = (formula_tc | np.isin(unit, (TENSOR_CORES, TF32, MATRIX_CORES))) & (unit != CUDA_CORES)
     bw, level = _memory_roof(k, ceilings, nbytes, dur)  # no ceilings: NaN, so no floor, efficiency or class
     bw, level = _host_link(k, ceilings, bw, level)
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = flops / dur
         roof, roof_key = _roofs(ceilings, dtype, tc)
         if "tf32" in ceilings.peaks:
-            tf32 = tc & (dtype == "fp32") & ((achieved > roof * _TF32_EVIDENCE) | says_tf32)
+            # speed is evidence too, even against a name (the roof is then the op's: fp32)
+            tf32 = tf32_from_names(unit, dtype) | ((tc | formula_tc) & (dtype == "fp32")
+                                                   & (achieved > roof * _TF32_EVIDENCE))
             roof = np.where(tf32, ceilings.peaks["tf32"], roof)
             roof_key = np.where(tf32, "tf32", roof_key)
         intensity = flops / nbytes

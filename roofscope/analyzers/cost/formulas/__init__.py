@@ -17,8 +17,11 @@ Importing this package imports every formula module, which registers its formula
 * ``elementwise``, ``reductions`` (also pooling, norms, softmax, losses), ``matmul``
   (gemm / conv), ``attention`` (SDPA variants, GQA, varlen, paged), ``memory`` (copies, gathers, fills, views), ``optimizer``,
   ``inductor`` (Triton kernels), ``library`` (sort / top-k, indexing, embedding bags, torchvision
-  detection ops), ``serving`` (vLLM / SGLang / AITER norms, rotary, KV-cache writes,
-  quantization, MoE routing and experts, unified attention): the formulas
+  detection ops): the formulas; ``families`` (a package): ops costed by what they are, not by
+  their name -- norms, rotary, gated activations, quantization, KV-cache writes, paged and varlen
+  attention, MoE, sampling -- under every framework's alias, and by the words of an unknown op's
+  name and the shape of its tensors; an unknown custom op of activation-sized tensors from its
+  signature
 
 No formula imports torch (``flops`` holds the GEMM/conv/attention counts of
 ``torch.utils.flop_counter`` as pure functions, roofscope/analyzers/cost/shapes.py the output
@@ -34,13 +37,13 @@ from typing import Any
 from roofscope.analyzers.cost.formulas import (  # noqa: F401
     attention,
     elementwise,
+    families,
     inductor,
     library,
     matmul,
     memory,
     optimizer,
     reductions,
-    serving,
 )
 from roofscope.analyzers.cost.formulas.dtypes import (BOOL, DTYPE_BY_NAME, DTYPES, FLOAT32, INT64, SCALAR_TYPE_CODES,
                                                       TENSORLIST_DTYPE, DType, dtype_from_code, parse_dtype,
@@ -67,7 +70,7 @@ def lookup(name: Any) -> Formula | None:
         base = name[len("aten::_foreach_"):].rstrip("_")
         if base in ELEMENTWISE or base in _FOREACH_SPECIAL:
             return Formula(_foreach, "optimizer", False)
-    return None
+    return families.match(name)
 
 
 __all__ = [

@@ -14,18 +14,18 @@ square for ``Sq == Sk``): SDPA aligns the mask top-left, the flash kernels botto
 decode step (``Sq = 1``) attends to the whole cache. Varlen ops record only the packed token
 count and the longest key sequence, so every query row is counted against ``max_k`` keys (an
 upper bound). Bytes follow the compulsory rule (every input read once, every output written
-once), except for paged KV caches, where only the pages of the attended tokens are read.
+once). Serving engines' paged attention is a family of its own (families/paged.py), which reads
+only the pages of the attended tokens.
 torch.utils.flop_counter counts the same matmuls (tests/test_attention_formulas.py checks).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from roofscope.analyzers.cost.formulas.dtypes import FLOAT32
-from roofscope.analyzers.cost.formulas.records import Cost, OpCall, TensorSpec, _bytes, _cost
+from roofscope.analyzers.cost.formulas.records import Cost, OpCall, TensorSpec, _cost
 from roofscope.analyzers.cost.formulas.registry import register
 
 TOP_LEFT, BOTTOM_RIGHT = "top_left", "bottom_right"
@@ -119,32 +119,6 @@ def _attention(call: OpCall) -> Cost:
     else:
         outs = [q.like(), k.like(), v.like()]
     return _cost(call, flops, outs)
-
-
-# Paged attention (vLLM's custom ops): query (num_seqs, Hq, D); key cache
-# (num_blocks, Hkv, D/x, block_size, x), value cache (num_blocks, Hkv, D, block_size);
-# block_tables (num_seqs, max_blocks). Positions: query, key_cache, value_cache, block_tables,
-# max_seq_len. Each sequence attends to at most max_seq_len cached tokens.
-_PAGED: dict[str, tuple[int, int, int, int, int]] = {
-    "_C::paged_attention_v1": (1, 2, 3, 6, 9),
-    "_C::paged_attention_v2": (4, 5, 6, 9, 12),
-}
-
-
-@register(*_PAGED, category="attention")
-def _paged_attention(call: OpCall) -> Cost:
-    iq, ik, iv, ibt, imax = _PAGED[call.name]
-    q, kc, vc, bt = call.need("", iq), call.need("", ik), call.need("", iv), call.need("", ibt)
-    max_len = call.need_int("", imax, missing="max_seq_len")
-    (seqs, hq, d), hkv = q.shape, kc.shape[1]
-    block = vc.shape[-1]
-    _check_heads(hq, hkv)
-    tokens = min(max_len, bt.shape[1] * block)
-    flops = attention_flops(seqs, hq, 1, tokens, d, d)
-    kv_item = kc.dtype.itemsize if kc.dtype else math.nan
-    # read: query, block tables, the attended pages of K and V; write: the output
-    kv = 2.0 * seqs * hkv * math.ceil(tokens / block) * block * d * kv_item
-    return Cost(flops, _bytes([q, bt]) + kv + _bytes([q.like()]))
 
 
 # The query's layout per attention op: (batch, heads, seq, dim) unless the op says bshd.

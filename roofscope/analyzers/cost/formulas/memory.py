@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import reduce
 from typing import Any, Callable
 
@@ -58,12 +59,19 @@ def _dense_strides(shape: tuple[int, ...], memory_format: int) -> tuple[int, ...
 
 @register("aten::cat", "aten::stack", "aten::_cat", category="copy")
 def _cat(call: OpCall) -> Cost:
+    """Inputs read, output written. Kineto gives a tensor list's elements no dtype (fp32 assumed, the
+    kernel's name corrects it: attribution._fix_tensorlist_dtype); an ``out=`` tensor's dtype is that
+    of the inputs too (cat promotes them to it)."""
     a = call.arg("tensors", 0)
     if a is None or a.kind != TENSORS or not a.tensors:
         raise MissingShapes("tensor list")
+    given = next((x.tensor.dtype for x in call.args if x.kind == TENSOR and x.tensor is not None and x.tensor.dtype),
+                 None)
+    if given is not None:
+        a.tensors = tuple(replace(t, dtype=given) for t in a.tensors)
     dt = reduce(promote_types, [t.dtype for t in a.tensors if t.dtype]) if a.tensors[0].dtype else None
     out = TensorSpec((sum(t.numel for t in a.tensors),), dt)
-    return _cost(call, 0, _outputs(call, lambda: [out]))
+    return _cost(call, 0, _outputs(call, lambda: [out]), given.precision if given is not None else None)
 
 
 def _gathered(call: OpCall, src: TensorSpec, idx: TensorSpec, out: TensorSpec) -> Cost:

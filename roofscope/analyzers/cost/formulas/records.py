@@ -106,6 +106,12 @@ class Cost:
     bytes: float
     dtype: str | None = None  # precision override; None = first floating tensor input
     tensor_core: bool | None = None  # override of the formula's class (depthwise convs: CUDA cores)
+    category: str | None = None  # override of the formula's category (a family found by signature)
+    source: str | None = None  # how it was costed, when not by its name's formula ("family", "signature")
+    # A size the arguments do not carry was estimated: what (a few words), and the bounds of
+    # (flops, bytes) it allows: (flops_lo, flops_hi, bytes_lo, bytes_hi).
+    estimate: str = ""
+    bounds: tuple[float, float, float, float] | None = None
 
 
 def first_float_precision(args: list[Arg]) -> str:
