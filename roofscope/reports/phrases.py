@@ -39,16 +39,23 @@ def above_roof_text(above: "AboveRoof") -> str:
             f" roof ({why}): {worst}; {fix}")
 
 
+def finding_head(f: "Recommendation", per_step: str = "") -> str:
+    """A finding's title and what it saves (``per_step``: the words after "ms"): a blocked fix and
+    advice save nothing, and say so (analyzers/diagnose/blockers.py, analyzers/model/findings.KINDS)."""
+    if f.status == "blocked":
+        return f"{f.title}: blocked"
+    if f.kind == "advice":
+        return f"{f.title}: advice, no saving by itself"
+    return f"{f.title}: -{f.saving_s * 1e3:.3f} ms{per_step} ({pct(f.saving_pct)}), {f.confidence} confidence"
+
+
 def finding_lines(findings: "list[Recommendation]", top: int = 5) -> list[str]:
     """The top recommendations, each with its saving, evidence and fix, wrapped to 80 columns."""
     if not findings:
         return []
     out = [f"Recommendations (estimated saving per step; savings overlap){'' if len(findings) <= top else f', top {top} of {len(findings)}'}"]
     for f in findings[:top]:
-        # A blocked fix offers no saving: say what blocks it instead (analyzers/diagnose/blockers.py).
-        out.append(f"  {f.rank}. {f.title}: blocked" if f.extra.get("status") == "blocked" else
-                   f"  {f.rank}. {f.title}: -{f.saving_s * 1e3:.3f} ms ({pct(f.saving_pct)}),"
-                   f" {f.confidence} confidence")
+        out.append(f"  {f.rank}. {finding_head(f)}")
         out += textwrap.wrap(f.summary, 78, initial_indent="     ", subsequent_indent="     ")
         code = (f.fix.snippet or "").splitlines()
         if code:
