@@ -52,6 +52,8 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out.append(f"  time      {ms(total)} ms summed over {what}"
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s.total_flops, 'FLOP')}, {si(s.total_bytes, 'B')} attributed")
+    if s.gpu_job_host_only:
+        out.append(f"  note      the CPU side of a GPU job ({s.gpu_job_host_only}): its GPU activity was not recorded")
     if s.skipped_events:
         out.append(f"  note      {skipped_line(s.skipped_events)}")
     out += _run_lines(s)

@@ -53,6 +53,8 @@ MASK_INDEXING = frozenset(("aten::index", "aten::index_put_", "aten::index_put",
 SIZE_READERS = DATA_DEPENDENT | MASK_INDEXING
 # Ops that read a device value on the host: what a user's own code calls (not a library's).
 READS = frozenset(("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"))
+# Ops that copy a device tensor to the host (a blocking .cpu(), .tolist(), .numpy()).
+COPIES = frozenset(("aten::to", "aten::_to_copy", "aten::copy_"))
 # CPU work under this share of the step is noise (a scalar's arithmetic), not a blocker.
 CPU_WORK_MIN_SHARE = 0.02
 
@@ -290,7 +292,7 @@ def graph_fix(ctx: Context, blockers: list[Blocker]) -> tuple[str, str]:
             b.op in READS for b in blockers if b.kind == "data_dependent_shape"):
         fix += (" Move the host reads and blocking copies out of the step (log every N steps, copy with"
                 " non_blocking=True), then capture it.")
-        return fix, host_read_code(p, blockers) + "\n" + compile_code(p, "reduce-overhead")[0]
+        return fix, host_read_code(p, read_kinds(blockers)) + "\n" + compile_code(p, "reduce-overhead")[0]
     if "dynamic_shape" in kinds:
         fix += " Pad inputs to a few fixed sizes (bucket lengths) so each shape is captured once."
         return fix, ("x = torch.nn.functional.pad(x, (0, bucket - x.shape[-1]))   # a few fixed lengths\n"
@@ -299,14 +301,21 @@ def graph_fix(ctx: Context, blockers: list[Blocker]) -> tuple[str, str]:
     return fix, compile_code(p)[0] + "   # fuses; no graphs while the step has host work"
 
 
-def host_read_code(p: Program, blockers: list[Blocker]) -> str:
-    """The code that keeps a step's host reads off the GPU's critical path, naming what this program reads:
-    a loss only where a backward ran (there is one), else the value the step reads."""
-    ops = {b.op for b in blockers}
-    if ops & READS:
-        if p.training:
-            return "loss_sum += loss.detach()          # instead of loss.item() every step"
-        return "total += out.detach()              # instead of out.item() every step; read it every N steps"
-    if ops & {"aten::to", "aten::_to_copy", "aten::copy_"}:
-        return "out.to('cpu', non_blocking=True)    # or keep it on the GPU and read it every N steps"
-    return "# torch.cuda.synchronize() in the step: time with torch.cuda.Event instead, or drop it"
+def read_kinds(blockers: list[Blocker]) -> set[str]:
+    """What the host-sync blockers do, as timeline.py's sync kinds: item, dtoh_copy, or a runtime sync."""
+    return {"item" if b.op in READS else "dtoh_copy" if b.op in COPIES else "device_sync"
+            for b in blockers if b.kind == "host_sync"}
+
+
+def host_read_code(p: Program, kinds: set[str]) -> str:
+    """The code that keeps a step's host reads (timeline.py's sync kinds) off the GPU's critical path,
+    naming what this program reads: a loss only where a backward ran (there is one)."""
+    lines = []
+    if "item" in kinds:
+        lines.append("loss_sum += loss.detach()          # instead of loss.item() every step" if p.training else
+                     "total += out.detach()              # instead of out.item() every step; read it every N steps")
+    if "dtoh_copy" in kinds:
+        lines.append("out.to('cpu', non_blocking=True)    # or keep it on the GPU and read it every N steps")
+    if kinds & {"device_sync", "stream_sync", "event_sync"} or not lines:
+        lines.append("# torch.cuda.synchronize() in the step: drop it, or time with torch.cuda.Event")
+    return "\n".join(lines)

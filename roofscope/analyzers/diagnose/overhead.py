@@ -154,7 +154,7 @@ class HostSyncs(Rule):
             fix = ("Keep values on the GPU: drop .item()/.cpu()/print of tensors in the step, read them every N steps,"
                    " use non_blocking copies and torch.cuda.Event instead of synchronize()."
                    + ("" if p.training else " (The step runs no backward: there is no loss to accumulate.)"))
-            snippet = host_read_code(p, origin)
+            snippet = host_read_code(p, set(syncs["kind"].astype(str)))
         return [Finding(
             rule=self.name, title="Host-device syncs inside the step",
             binding=self.binding, saving_s=0.0 if advice else saving, confidence="medium" if not library else "low",

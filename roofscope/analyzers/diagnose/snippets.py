@@ -52,7 +52,8 @@ def decode_graph_code(p: Program) -> tuple[str, str]:
     generate = ('model.generation_config.cache_implementation = "static"'
                 '   # generate() then compiles each decode step (mode="reduce-overhead")')
     own_hf = ("from transformers import StaticCache\n"
-              "cache = StaticCache(config=model.config, max_cache_len=prompt_len + new_tokens)   # preallocated\n"
+              "cache = StaticCache(config=model.config, max_cache_len=prompt_len + new_tokens)"
+              "   # preallocated (transformers < 4.56 also takes max_batch_size=B)\n"
               'model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)\n'
               "logits = model(input_ids=token, past_key_values=cache, cache_position=pos).logits   # in your loop")
     own = ("# a KV cache preallocated at its full length (static shapes), then the step captured once:\n"
@@ -62,9 +63,9 @@ def decode_graph_code(p: Program) -> tuple[str, str]:
                 " torch.compile model.forward).", generate)
     if p.kind == "decode_loop":
         if p.hf_model:
-            return ("The program decodes in a loop of its own over the model's forward (no generate()): give the"
-                    " forward a static cache and compile it with CUDA graphs; a growing cache changes shapes every"
-                    " token and cannot be captured.", own_hf)
+            return ("The program decodes in a loop of its own over the model's forward: give the forward a static"
+                    " cache and compile it with CUDA graphs; a growing cache changes shapes every token and cannot be"
+                    " captured.", own_hf)
         return ("The program decodes in a loop of its own: preallocate the KV cache at its full length so every"
                 " token's step has the same shapes, then capture the step (torch.compile mode=\"reduce-overhead\","
                 " or torch.cuda.graph around it).", own)
