@@ -8,6 +8,7 @@ Ceilings are test_rules' TOY (fp32 10 TFLOP/s, 1 TB/s); times in the builder are
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from roofscope.analyzers.ingest import read
 from roofscope.analyzers.model.findings import APPLY_NAMES
 
 from .kineto import TraceBuilder
+from .test_fixes_apply import _launch_bound
 from .test_rules import F32, TOY, Step, _eltwise_chain
 
 DATA = Path(__file__).parent / "data"
@@ -257,7 +259,6 @@ def test_a_bare_decode_trace_says_both_ways() -> None:
 
 
 def read_meta(run_dir: Path) -> dict:
-    import json
     return json.loads((run_dir / "run.json").read_text())
 
 
@@ -265,8 +266,6 @@ def read_meta(run_dir: Path) -> dict:
 
 def test_a_loop_without_backward_gets_no_loss_fix(tmp_path: Path) -> None:
     # The Triton-loop row: the step reads a value back (aten::item) and runs no backward: no loss exists.
-    from .test_fixes_apply import _launch_bound
-
     r = _launch_bound(tmp_path, sync_ops=("aten::item",)).result
     assert not r.diagnosis.program["training"]
     f = _findings(r)
@@ -350,6 +349,24 @@ def test_chains_in_the_optimizer_are_not_the_models_to_fuse(tmp_path: Path) -> N
     assert "fusion" not in _findings(run(step(True), ceilings=TOY))
     fwd = _findings(run(step(False), ceilings=TOY))["fusion"]
     assert fwd["saving_s"] == pytest.approx(468.7e-6, rel=1e-3) and fwd["fix"]["apply"] == "compile:default"
+
+
+def test_cudnn_layout_transposes_around_convolutions_are_a_channels_last_fix(tmp_path: Path) -> None:
+    # An fp16 conv net in NCHW: each cudnn_convolution transposes its input (30 us) and output (20 us)
+    # around the NHWC tensor-core kernel (100 us), 4 convolutions a step: 200 us of transposes.
+    # The host launches ahead (10 us apart): the GPU runs them back to back, never waiting on it.
+    b = TraceBuilder()
+    gpu = 50.0
+    for i in range(4):
+        t = 10 * i
+        ext = b.op("aten::cudnn_convolution", t, 8, [[32, 64, 56, 56], [64, 64, 3, 3]], ["c10::Half"] * 2)
+        for name, dur in (("nchwToNhwcKernel", 30), ("sm80_xmma_fprop_implicit_gemm", 100), ("nhwcToNchwKernel", 20)):
+            b.launch_kernel(name, t + 2, gpu, dur, ext=ext)
+            gpu += dur
+    b.annotation("ProfilerStep#1", 0, gpu + 5)
+    f = _findings(run(b.write(tmp_path / "conv.json"), ceilings=TOY))["channels_last"]
+    assert f["saving_s"] == pytest.approx(200e-6) and f["fix"]["apply"] == "channels_last"
+    assert "memory_format=torch.channels_last" in f["fix"]["snippet"]
 
 
 # -- apply names ----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from roofscope.analyzers.diagnose.base import Context, Rule, run_cpu_rules, run_
 from roofscope.analyzers.diagnose.communication import ExposedCommunication
 from roofscope.analyzers.diagnose.cpu import CpuChannelsLast, CpuFusion, CpuThreads
 from roofscope.analyzers.diagnose.fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
-from roofscope.analyzers.diagnose.hardware import SmallGrid, Throttling, Underutilized
+from roofscope.analyzers.diagnose.hardware import ChannelsLast, SmallGrid, Throttling, Underutilized
 from roofscope.analyzers.diagnose.idle import IdleOther
 from roofscope.analyzers.diagnose.inference import KvBoundDecode, LaunchBoundDecode, WeightBoundDecode
 from roofscope.analyzers.diagnose.inputs import CpuFacts, DiagnosisInput, OptimizerFacts, ProgramMeta, RunFacts
@@ -16,8 +16,8 @@ from roofscope.analyzers.model.findings import Diagnosis, Finding
 
 RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), DataLoaderWorkers(), ElementwiseFusion(),
                      UnfusedAttention(), UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(),
-                     SmallGrid(), Underutilized(), ExposedCommunication(), IdleOther(), WeightBoundDecode(),
-                     KvBoundDecode(), LaunchBoundDecode()]
+                     SmallGrid(), ChannelsLast(), Underutilized(), ExposedCommunication(), IdleOther(),
+                     WeightBoundDecode(), KvBoundDecode(), LaunchBoundDecode()]
 # On a CPU-only trace (its ops are the kernels): threads, layout, fusion, the input pipeline.
 CPU_RULES: list[Rule] = [CpuThreads(), CpuChannelsLast(), CpuFusion(), DataLoaderWorkers()]
 

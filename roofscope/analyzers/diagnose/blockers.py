@@ -38,7 +38,7 @@ import pandas as pd
 from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.diagnose.base import Context
 from roofscope.analyzers.diagnose.program import Program
-from roofscope.analyzers.diagnose.snippets import compile_code
+from roofscope.analyzers.diagnose.fixes import compile_code
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.modules import module_column

@@ -24,7 +24,7 @@ import pandas as pd
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.fusion import FUSIBLE
-from roofscope.analyzers.diagnose.snippets import channels_last_code, compile_apply, compile_code, threads_code
+from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code, threads_code
 from roofscope.analyzers.model.findings import Finding
 
 # Of the threads' runnable time, the share waiting for a core above which the threads contend.

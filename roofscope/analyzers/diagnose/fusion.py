@@ -9,7 +9,7 @@ from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import library_ops
 from roofscope.analyzers.diagnose.sdpa import SDPA, SdpaCall, sdpa_calls
 from roofscope.analyzers.diagnose.shapes import first_numel, gemm_table, op_dims
-from roofscope.analyzers.diagnose.snippets import compile_apply, compile_code, optimizer_code
+from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, optimizer_code
 from roofscope.analyzers.ingest.linking import ancestor_where
 from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.findings import Finding

@@ -8,7 +8,8 @@ import pandas as pd
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import graph_blockers, library_ops
-from roofscope.analyzers.diagnose.snippets import compile_apply, compile_code
+from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code
+from roofscope.analyzers.ingest.linking import ancestor_where
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.model.trace import Trace
 from roofscope.hardware.devices import Ceilings
@@ -175,3 +176,39 @@ class Underutilized(Rule):
             f" their floor would take {gap * 1e3:.3f} ms/step off, by a fix it finds.",
             snippet=command,
             kernels=top_kernels(sel, ctx.steps), figures={"kernels": len(heavy), "gap_to_half_floor_s": gap})]
+
+
+# cuDNN's layout transposes around a convolution whose tensors are NCHW (tensor-core kernels compute NHWC).
+_TRANSPOSE = r"nchwToNhwc|nhwcToNchw|NchwToNhwc|NhwcToNchw"
+_CONV_OPS = ("aten::cudnn_convolution", "aten::convolution_backward", "aten::cudnn_convolution_transpose",
+             "aten::_convolution", "aten::convolution")
+
+
+class ChannelsLast(Rule):
+    """cuDNN transposes NCHW tensors to NHWC and back around each convolution: channels_last removes
+    those kernels (their time is the saving; the results are the same)."""
+
+    name = "channels_last"
+    binding = "memory"
+    min_share = 0.02
+
+    def match(self, ctx: Context) -> list[Finding]:
+        k = ctx.kernels
+        t = k[k["name"].astype(str).str.contains(_TRANSPOSE, regex=True)]
+        if not len(t):
+            return []
+        ops = ctx.inp.trace.ops
+        conv = ops["name"].astype(str).isin(_CONV_OPS).to_numpy()
+        t = t[ancestor_where(ops["parent"].to_numpy(), t["op"].to_numpy(dtype=np.int64), conv) >= 0]
+        if not len(t):
+            return []
+        saving = float(t["dur_s"].sum()) / ctx.steps
+        snippet, framework = channels_last_code(ctx.program)
+        return [Finding(
+            rule=self.name, title="Convolutions on NCHW tensors: use channels_last", binding=self.binding,
+            saving_s=saving, confidence="medium",
+            summary=f"{len(t) / ctx.steps:.0f} layout transposes/step around convolutions, {saving * 1e3:.3f} ms/step",
+            fix="cuDNN's tensor-core convolutions compute NHWC: on NCHW tensors each call transposes its input and"
+            " output. Convert the model and each batch once; the transposes go and the results stay the same.",
+            snippet=snippet, framework=framework, apply="channels_last", kernels=top_kernels(t, ctx.steps),
+            figures={"transpose_s": saving})]

@@ -8,7 +8,7 @@ its many short kernels, launches (CUDA graphs).
 from __future__ import annotations
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
-from roofscope.analyzers.diagnose.snippets import decode_graph_code
+from roofscope.analyzers.diagnose.fixes import decode_graph_code
 from roofscope.analyzers.model.findings import Finding
 
 # A CUDA graph replays the step with one launch; what remains of the launch cost.

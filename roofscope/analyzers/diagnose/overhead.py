@@ -10,7 +10,7 @@ from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import (READS, SIZE_READERS, Blocker, graph_blockers, graph_fix,
                                                    host_read_code, host_syncs)
 from roofscope.analyzers.diagnose.program import LOADER_SPAN
-from roofscope.analyzers.diagnose.snippets import compile_apply, compile_code, loader_code
+from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, loader_code
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.diagnose.inference import GRAPH_LAUNCH_S, is_inference
 from roofscope.analyzers.ingest.runtime_names import GRAPH_LAUNCHES

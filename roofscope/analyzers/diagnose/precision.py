@@ -6,7 +6,7 @@ import numpy as np
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.shapes import gemm_table
-from roofscope.analyzers.diagnose.snippets import tf32_code
+from roofscope.analyzers.diagnose.fixes import tf32_code
 from roofscope.analyzers.model.findings import Finding
 
 _ELT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}

@@ -1,4 +1,4 @@
-"""What the program is, so that its fixes are written for it (snippets.py): how it runs, the names it
+"""What the program is, so that its fixes are written for it (fixes.py): how it runs, the names it
 has, what it already does.
 
 * **How it runs** (:attr:`Program.kind`): Hugging Face ``generate()``; a decode loop of its own over

@@ -8,8 +8,8 @@ machine's CPU roofline (analysis.py gives it no ceilings).
 
 The evidence is what only a CUDA program records on its host side: ops that exist only for CUDA
 tensors or kernels (``aten::record_stream``, cuDNN and fused-attention launchers, CUDA-graph and
-NCCL calls), GPU optimizers' spans (apex's or DeepSpeed's ``FusedAdam``), CUDA runtime events, or a
-GPU in the trace's device properties.
+NCCL calls), GPU optimizers' spans (apex's or DeepSpeed's ``FusedAdam``), CUDA runtime events, a device in the
+trace's properties (an MTIA's too), or a process group on NCCL (HCCL, RCCL).
 """
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ _GPU_NAMES = re.compile(
     r"|fbgemm::split_embedding_codegen_lookup_\w+_function)$")
 
 
+# Collective backends of device memory (NVIDIA's, AMD's, Habana's and MTIA's): gloo alone is a CPU job's.
+_DEVICE_BACKENDS = re.compile(r"\b(?:\w+:)?[nrh]ccl\b")
+
+
 def gpu_job_evidence(trace: Trace) -> str:
     """Why a trace with no GPU activity is the host side of a GPU job ("" when nothing says so): the
     GPU-only names it holds, most frequent first, with their counts."""
@@ -33,7 +37,10 @@ def gpu_job_evidence(trace: Trace) -> str:
     said = []
     props = trace.meta.device.properties or {}
     if props.get("name") or trace.meta.device.name:
-        said.append(f"the trace names the GPU {props.get('name') or trace.meta.device.name}")
+        said.append(f"the trace names the device {props.get('name') or trace.meta.device.name}")
+    backend = (trace.meta.distributed.backend or "") if trace.meta.distributed else ""
+    if _DEVICE_BACKENDS.search(backend):
+        said.append(f"process group backend {backend}")
     if len(trace.runtime):
         said.append(f"{len(trace.runtime):,} CUDA runtime calls")
     names = [trace.annotations["name"], trace.ops["name"]] if len(trace.annotations) else [trace.ops["name"]]
