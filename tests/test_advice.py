@@ -40,18 +40,23 @@ def _code(snippet: str) -> str:
     return "\n".join(line.split("#", 1)[0] for line in snippet.splitlines())
 
 
+def _forward_backward(s: Step, n: int) -> None:
+    """A forward of ``n`` elementwise kernels on the main thread, then a backward of ``n`` on the autograd
+    engine's thread, every kernel 2 us and launched 20 us after the GPU went idle (launch-bound)."""
+    for _ in range(n):
+        s.kernel("aten::add", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<add>", 2, host_gap=20)
+    s.b.op("autograd::engine::evaluate_function: AddBackward0", s.cpu, 40 * n, tid=ENGINE)
+    for _ in range(n):
+        s.kernel("aten::mul", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<mul>", 2, host_gap=20,
+                 tid=ENGINE)
+
+
 def _accumulating(tmp_path: Path, micro: int) -> Path:
-    """One optimizer step of ``micro`` micro-batches: each a forward of 10 elementwise kernels on the main
-    thread, then a backward of 10 on the autograd engine's thread, every kernel 2 us and launched 20 us
-    after the GPU went idle (launch-bound); then a foreach optimizer step."""
+    """One optimizer step of ``micro`` micro-batches (each :func:`_forward_backward` of 10 kernels), then a
+    foreach optimizer step."""
     s = Step()
     for _ in range(micro):
-        for _ in range(10):
-            s.kernel("aten::add", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<add>", 2, host_gap=20)
-        s.b.op("autograd::engine::evaluate_function: AddBackward0", s.cpu, 400, tid=ENGINE)
-        for _ in range(10):
-            s.kernel("aten::mul", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<mul>", 2, host_gap=20,
-                     tid=ENGINE)
+        _forward_backward(s, 10)
         s.cpu += 5
     s.b.annotation("Optimizer.step#AdamW.step", s.cpu, 30)
     s.kernel("aten::_foreach_add_", [[[256]] * 4, [[256]] * 4], ["TensorList", "TensorList"],
@@ -83,6 +88,14 @@ def test_one_forward_per_step_leaves_the_graph_fix_applicable(tmp_path: Path) ->
     assert f["status"] == "ok" and f["saving_s"] > 0
     assert f["fix"]["apply"] == "compile:reduce-overhead"
     assert f["fix"]["snippet"] == 'model = torch.compile(model, mode="reduce-overhead")'
+
+
+def test_micro_batches_counted_on_a_real_run() -> None:
+    # benchmarks/real_clients/lora_accum.py on this machine's CPU (tests/data/cpu_lora_accum_run: 1 layer,
+    # d 64, 4 micro-batches of gradient accumulation per AdamW step): 4 forwards per optimizer step.
+    p = run(DATA / "cpu_lora_accum_run").diagnosis.program
+    assert p["forwards_per_step"] == 4.0 and p["training"] and p["optimizer"] == "AdamW"
+    assert p["root_module"] == "LoraLM" and p["kind"] == "training_loop" and p["generate"] is False
 
 
 def test_a_runs_forward_spans_count_the_micro_batches(tmp_path: Path) -> None:
@@ -276,12 +289,7 @@ def test_a_loop_without_backward_gets_no_loss_fix(tmp_path: Path) -> None:
 
 def test_a_training_loop_is_told_to_accumulate_its_loss(tmp_path: Path) -> None:
     s = Step()
-    for _ in range(20):
-        s.kernel("aten::add", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<add>", 2, host_gap=20)
-    s.b.op("autograd::engine::evaluate_function: AddBackward0", s.cpu, 400, tid=ENGINE)
-    for _ in range(20):
-        s.kernel("aten::mul", [[256], [256]], [F32, F32], "vectorized_elementwise_kernel<mul>", 2, host_gap=20,
-                 tid=ENGINE)
+    _forward_backward(s, 20)
     t = s.cpu
     s.b.op("aten::item", t, 30, [[]], [F32])
     s.b._corr += 1

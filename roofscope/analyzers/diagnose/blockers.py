@@ -42,6 +42,7 @@ from roofscope.analyzers.diagnose.fixes import compile_code
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.modules import module_column
+from roofscope.analyzers.ingest.names import per_name
 
 # Ops whose output size depends on the values of their inputs (they read a count back).
 DATA_DEPENDENT = frozenset(("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::is_nonzero",
@@ -84,9 +85,8 @@ class Blocker:
 
 def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """The outermost op of a library's own namespace (not aten, not a profiler label) around each row."""
-    names = ops["name"].astype(str)
-    ns = names.str.extract(r"^(\w+)::", expand=False).fillna("")
-    lib = (~ns.isin(("", "aten", "prim", "c10d", "cuda", "profiler"))).to_numpy()
+    lib = per_name(ops["name"], lambda s: ~s.str.extract(r"^(\w+)::", expand=False).fillna("").isin(
+        ("", "aten", "prim", "c10d", "cuda", "profiler")))
     parent = ops["parent"].to_numpy()
     found = ancestor_where(parent, rows, lib)
     while True:  # outermost: the library's entry point, not its inner helpers
@@ -94,7 +94,10 @@ def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         if not (up >= 0).any():
             break
         found = np.where(up >= 0, up, found)
-    return take(names.to_numpy(dtype=object), found, "")
+    out = np.full(len(found), "", dtype=object)
+    hit = found >= 0
+    out[hit] = [str(n) for n in ops["name"].to_numpy(dtype=object)[found[hit]]]
+    return out
 
 
 def library_ops(ctx: Context, k: pd.DataFrame) -> np.ndarray:
@@ -172,7 +175,14 @@ def data_dependent(ctx: Context) -> list[Blocker]:
 
 
 def dynamic_shapes(ctx: Context) -> list[Blocker]:
-    """Ops launching GPU work whose input dims differ between the analyzed steps."""
+    """Ops launching GPU work whose input dims differ between the analyzed steps (read once per diagnosis:
+    the graph fix and the fusion fix both ask)."""
+    if "dynamic_shapes" not in ctx.memo:
+        ctx.memo["dynamic_shapes"] = _dynamic_shapes(ctx)
+    return list(ctx.memo["dynamic_shapes"])
+
+
+def _dynamic_shapes(ctx: Context) -> list[Blocker]:
     ops, step = _profiled_ops(ctx)
     launched = ctx.kernels["op"].to_numpy(dtype=np.int64)
     rows = np.unique(launched[launched >= 0])

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
-from roofscope.analyzers.diagnose.blockers import library_ops
+from roofscope.analyzers.diagnose.blockers import dynamic_shapes, library_ops
 from roofscope.analyzers.diagnose.sdpa import SDPA, SdpaCall, sdpa_calls
 from roofscope.analyzers.diagnose.shapes import first_numel, gemm_table, op_dims
 from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, optimizer_code
@@ -74,13 +74,18 @@ class ElementwiseFusion(Rule):
         fix = ("Compile the model so Inductor fuses each chain into one kernel that reads inputs and writes"
                " outputs once; saving = the intermediate traffic at the measured bandwidth (chains of the forward"
                " and backward only: the optimizer and what runs after the backward stay eager).")
+        # Shapes that change between steps make a compile recompile (then compile shape-generic kernels).
+        dynamic = dynamic_shapes(ctx)
+        if dynamic:
+            fix += (f" Input shapes change between steps ({dynamic[0].text()}): torch.compile recompiles for new"
+                    " shapes, then compiles shape-generic kernels; pad inputs to a few fixed sizes first.")
         if p.compiled:
             fix = ("The model is already compiled: these chains run eagerly outside its graphs (graph breaks, or"
                    " code outside the compiled module). Find the breaks and compile the code around them.")
             snippet, framework = "torch._dynamo.explain(model)(*example_inputs)   # lists the graph breaks", ""
         return [Finding(
             rule=self.name, title="Fuse memory-bound elementwise chains (torch.compile)",
-            binding=self.binding, saving_s=saving, confidence="medium",
+            binding=self.binding, saving_s=saving, confidence="low" if dynamic else "medium",
             summary=f"{len(per) / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} kernels,"
             f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step, {avoided / 1e9:.3g} GB/step of intermediates"
             f" (e.g. {example})",

@@ -28,6 +28,7 @@ import pandas as pd
 
 from roofscope.analyzers.diagnose.inputs import DiagnosisInput
 from roofscope.analyzers.ingest.frames import steps_at
+from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.ingest.runtime_names import GRAPH_LAUNCHES
 from roofscope.labels import FORWARD_LABEL
 
@@ -36,6 +37,9 @@ from roofscope.labels import FORWARD_LABEL
 FRAMEWORKS = ("hf_trainer", "lightning", "torchtitan", "deepspeed", "accelerate", "fsdp2")
 # Names in a trace that say torch.compile ran (Dynamo's regions, Inductor's launches).
 COMPILED_NAMES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")
+# Inductor's generated kernels (pointwise, reduction, persistent reduction, template); a user's own
+# Triton kernel has its own name.
+INDUCTOR_KERNELS = r"triton_(?:poi|red|per|tem)_"
 _OPTIMIZER_SPAN = re.compile(r"^Optimizer\.step#(\w+)\.step")
 LOADER_SPAN = "enumerate(DataLoader)#"
 
@@ -115,7 +119,7 @@ def program_of(inp: DiagnosisInput, kernels: pd.DataFrame) -> Program:
         kind = "training_loop" if training else "inference_loop"
     compiled = ""
     if any(n.startswith(COMPILED_NAMES) for n in names) or "OptimizedModule" in meta.wrappers \
-            or kernels["name"].astype(str).str.startswith("triton_").any():
+            or per_name(kernels["name"], lambda s: s.str.match(INDUCTOR_KERNELS)).any():
         rt = inp.trace.runtime
         graphs = bool(len(rt) and rt["name"].astype(str).isin(GRAPH_LAUNCHES).any())
         compiled = "inductor+graphs" if graphs else "inductor"
@@ -133,9 +137,14 @@ def program_of(inp: DiagnosisInput, kernels: pd.DataFrame) -> Program:
 
 
 def _names(inp: DiagnosisInput) -> set[str]:
-    trace = inp.trace
-    names = set(trace.annotations["name"].astype(str).unique()) if len(trace.annotations) else set()
-    return names | (set(trace.ops["name"].astype(str).unique()) if len(trace.ops) else set())
+    """Every distinct op and annotation name (a categorical column's categories: no pass over its rows)."""
+    out: set[str] = set()
+    for col in (inp.trace.annotations["name"], inp.trace.ops["name"]):
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            out |= set(map(str, col.cat.categories))
+        elif len(col):
+            out |= set(map(str, col.unique()))
+    return out
 
 
 def _generate(inp: DiagnosisInput) -> bool | None:
