@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from roofscope.analysis import run
+from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code
+from roofscope.analyzers.diagnose.program import Program
 from roofscope.analyzers.diagnose.sdpa import sdpa_calls
 from roofscope.analyzers.ingest import read
 from roofscope.analyzers.model.findings import APPLY_NAMES
@@ -237,6 +239,20 @@ def test_compile_fixes_are_written_in_the_programs_terms(tmp_path: Path, meta, g
     f = _findings(run(_host_bound_chain(tmp_path), ceilings=TOY, run_meta=meta))
     assert f["cuda_graphs"]["fix"]["snippet"] == graphs and f["cuda_graphs"]["fix"]["apply"] == "compile:reduce-overhead"
     assert f["fusion"]["fix"]["snippet"] == fusion and f["fusion"]["fix"]["apply"] == "compile:default"
+
+
+@pytest.mark.parametrize("kind, compiled, code, apply", [
+    # generate() calls the module's eager forward even when the module is compiled: its compile is the static cache
+    ("generate", "", 'model.generation_config.cache_implementation = "static"', "static_cache"),
+    ("decode_loop", "", 'model.forward = torch.compile(model.forward, mode="reduce-overhead")', "compile:reduce-overhead"),
+    ("training_loop", "", 'model = torch.compile(model, mode="reduce-overhead")', "compile:reduce-overhead"),
+    # a program that compiles itself is told its mode, and nothing is injected over it
+    ("training_loop", "inductor", 'model = torch.compile(model, mode="reduce-overhead")', ""),
+])
+def test_compile_code_and_apply_by_program_kind(kind, compiled, code, apply) -> None:
+    p = Program(kind, compiled=compiled)
+    assert compile_code(p, "reduce-overhead")[0].startswith(code)
+    assert compile_apply(p, "reduce-overhead") == apply
 
 
 def test_generate_gets_the_static_cache_and_can_apply_it() -> None:

@@ -94,7 +94,8 @@ def cpu_facts(start: dict[str, Any] | None, end: dict[str, Any] | None = None) -
     window = None
     if start is not None:
         wall = (end["wall_ns"] - start["wall_ns"]) / 1e9
-        delay = (end["run_delay_ns"] - start["run_delay_ns"]) / 1e9 \
+        # Threads that ended between the snapshots take their counts with them: never below 0.
+        delay = max(0, end["run_delay_ns"] - start["run_delay_ns"]) / 1e9 \
             if end["run_delay_ns"] is not None and start["run_delay_ns"] is not None else None
         window = {"wall_s": round(wall, 6), "cpu_s": round(end["cpu_s"] - start["cpu_s"], 6),
                   "run_delay_s": None if delay is None else round(delay, 6),

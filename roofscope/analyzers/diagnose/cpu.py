@@ -178,7 +178,7 @@ class CpuFusion(Rule):
             " assumes the fused loop takes as long as the chain's longest op.",
             snippet=snippet, framework=framework, kernels=top_kernels(c, ctx.steps),
             figures={"chains_per_step": ops.size / ctx.steps, "chain_time_s": float(c["dur_s"].sum()) / ctx.steps},
-            apply=compile_apply("default"))]
+            apply=compile_apply(ctx.program))]
 
 
 __all__ = ["CHANNELS_LAST_GAIN", "CpuChannelsLast", "CpuFusion", "CpuThreads"]

@@ -30,9 +30,12 @@ FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
 _HF_OPTIM = {"AdamW": "adamw_torch_fused", "Adam": "adamw_torch_fused"}
 
 
-def compile_apply(mode: str = "default") -> str:
-    """The ``apply`` name of compiling the root module in ``mode``."""
-    return f"compile:{mode}"
+def compile_apply(p: Program, mode: str = "default") -> str:
+    """The ``apply`` name of compiling the root module in ``mode``: a ``generate()`` program's is its static
+    cache (generate() then compiles the forward itself); none for a program that compiles already."""
+    if p.compiled:
+        return ""
+    return "static_cache" if p.kind == "generate" else f"compile:{mode}"
 
 
 def compile_code(p: Program, mode: str = "") -> tuple[str, str]:
@@ -53,6 +56,11 @@ def compile_code(p: Program, mode: str = "") -> tuple[str, str]:
                 + ")   # after deepspeed.initialize(...)", "deepspeed")
     if p.kind == "torchtitan":
         return '[compile]\nenable = true\ncomponents = ["model", "loss"]   # in the job\'s .toml', "torchtitan"
+    if p.kind == "generate":   # compiling the module leaves generate() calling its eager forward
+        return ('model.generation_config.cache_implementation = "static"   # generate() then compiles the'
+                ' forward itself (fusion, CUDA graphs)'), ""
+    if p.kind == "decode_loop":
+        return f"model.forward = torch.compile(model.forward{kw})   # the forward your loop calls", ""
     if p.step_function.startswith("__main__."):
         fn = p.step_function.rsplit(".", 1)[-1]
         return f"{fn} = torch.compile({fn}{kw})   # the function each step runs", ""

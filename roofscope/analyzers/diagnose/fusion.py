@@ -89,7 +89,7 @@ class ElementwiseFusion(Rule):
             summary=f"{len(per) / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} kernels,"
             f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step, {avoided / 1e9:.3g} GB/step of intermediates"
             f" (e.g. {example})",
-            fix=fix, snippet=snippet, framework=framework, apply="" if p.compiled else compile_apply("default"),
+            fix=fix, snippet=snippet, framework=framework, apply="" if dynamic else compile_apply(p),
             kernels=top_kernels(c, ctx.steps),
             figures={"chains_per_step": len(per) / ctx.steps, "kernels_per_step": len(c) / ctx.steps,
              "chain_time_s": float(c["dur_s"].sum()) / ctx.steps, "intermediate_bytes": avoided,

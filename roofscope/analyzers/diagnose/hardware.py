@@ -142,7 +142,7 @@ class SmallGrid(Rule):
             fix="Give these kernels more parallel work: a larger batch, split-K GEMMs, or torch.compile"
             f" (max-autotune) to pick other tilings{also}; confirm occupancy with {tool}.",
             snippet=snippet, framework=framework,
-            apply="" if p.compiled else compile_apply(mode if mode != "max-autotune" else "max-autotune-no-cudagraphs"),
+            apply=compile_apply(p, "max-autotune-no-cudagraphs"),
             kernels=top_kernels(small[tunable], ctx.steps), figures=figures)]
 
 

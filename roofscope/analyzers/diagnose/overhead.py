@@ -69,7 +69,7 @@ class CudaGraphs(Rule):
             fix="Replay the step as a CUDA graph so the CPU launches it once: torch.compile with"
             " mode=\"reduce-overhead\" (also fuses); nothing on this trace blocks capture (one forward per step,"
             " no syncs, static shapes, no host work). Saving ~ the host-bound idle time." + already,
-            snippet=snippet, framework=framework, apply="" if p.compiled else compile_apply("reduce-overhead"),
+            snippet=snippet, framework=framework, apply=compile_apply(p, "reduce-overhead"),
             kernels=top_kernels(k, ctx.steps),
             figures={"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
              "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host")})]
