@@ -7,6 +7,7 @@ torch 2.13 CPU) on 2026-11-28, with other engineers' tests running beside them (
     roofscope run -o threads2 benchmarks/real_clients/cpu_cnn.py --threads 2 --steps 16
     roofscope run -o threads1 benchmarks/real_clients/cpu_cnn.py --threads 1 --steps 16
     roofscope run -o threads1_channels_last benchmarks/real_clients/cpu_cnn.py --threads 1 --steps 16 --channels-last
+    roofscope run -o threads1_loading benchmarks/real_clients/cpu_cnn.py --threads 1 --decode 4 --steps 14
 """
 from __future__ import annotations
 
@@ -78,6 +79,24 @@ def test_cpu_fusion_names_the_models_chains_and_compiles_the_root_module() -> No
     assert f.snippet == "model = torch.compile(model)   # your SmallCNN"
     assert "aten::threshold_backward" in f.summary   # a backward chain: the model's, not the optimizer's
     assert 0 < f.saving_pct < 0.2
+
+
+def test_a_dataloader_without_workers_needs_a_free_core_for_one() -> None:
+    # --decode 4: each sample resized 4x up and back in the main process, 1.14 s of the step; the machine
+    # (load average 10.1 on 2 cores) leaves no core for a worker: blocked, no saving claimed.
+    loading = RUNS / "threads1_loading"
+    f = _findings(run(loading))["dataloader"]
+    assert f.status == "blocked" and f.saving_s == 0.0 and f.apply == ""
+    assert [b["kind"] for b in f.blockers] == ["no_free_core"]
+    load = f.figures["unblocked_saving_s"]
+    assert load == pytest.approx(1.1376, abs=1e-3)
+    # The same Run on a quiet 8-core machine (load 1.0): 4 workers build the batches meanwhile.
+    meta = json.loads((loading / "run.json").read_text())
+    meta["cpu"] = {**meta["cpu"], "cores": 8, "affinity": 8, "load_avg": [1.0, 1.0, 1.0]}
+    quiet = _findings(run(loading, run_meta=meta))["dataloader"]
+    assert quiet.status == "ok" and quiet.apply == "dataloader:workers=4"
+    assert quiet.snippet == "DataLoader(dataset, batch_size=B, num_workers=4)"
+    assert quiet.figures["profiled_saving_s"] == pytest.approx(load)
 
 
 def test_the_program_is_named_from_the_run() -> None:

@@ -1,6 +1,7 @@
-"""Checks the advice roofscope gives the issue-37 clients (docs/diagnosis.md): reads each Run's summary.json
-under rc/ (recomputed if an older analysis wrote it) and prints, per client, the program roofscope saw, the top findings (status, kind, saving,
-apply, the snippet's first line) and PASS/FAIL for what must hold:
+"""Checks the advice roofscope gives the issue-37 clients (docs/diagnosis.md): reads each Run
+under rc/ (its summary recomputed if an older analysis wrote it) and prints, per client, the program
+roofscope saw, the top findings (status, kind, saving, apply, the snippet's first line) and PASS/FAIL
+for what must hold:
 
 * lora_accum: CUDA graphs blocked by several forwards per step (outputs_reused); nothing applies reduce-overhead;
 * unet_attention: SDPA's math fallback named with its reason (strides); no fix sets is_causal;

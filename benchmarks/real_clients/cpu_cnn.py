@@ -6,6 +6,7 @@ the convolutions, DataLoader workers. Prints its own steady step time (own_clock
     python benchmarks/real_clients/cpu_cnn.py --threads 2
     roofscope run -o cnn2 benchmarks/real_clients/cpu_cnn.py --threads 2
     roofscope run -o cnn1 benchmarks/real_clients/cpu_cnn.py --threads 1 --channels-last
+    roofscope run -o load benchmarks/real_clients/cpu_cnn.py --threads 1 --decode 4   # batches built in the step
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ p.add_argument("--size", type=int, default=64, help="image side in pixels")
 p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
 p.add_argument("--channels-last", action="store_true")
 p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
+p.add_argument("--decode", type=int, default=0, help="resize passes per sample: host work a dataset's decoding costs")
 args = p.parse_args()
 if args.threads:
     torch.set_num_threads(args.threads)
@@ -41,6 +43,9 @@ class Images(Dataset):
     def __getitem__(self, i: int):
         g = torch.Generator().manual_seed(i)
         x = torch.rand(3, self.size, self.size, generator=g)
+        for _ in range(args.decode):   # decoding and augmentation stand-in: a 4x bicubic resize and back
+            x = torch.nn.functional.avg_pool2d(torch.nn.functional.interpolate(x[None], scale_factor=4,
+                                                                               mode="bicubic"), 4)[0]
         x = (x - 0.5) / 0.25     # normalization, per sample
         return x, i % 10
 

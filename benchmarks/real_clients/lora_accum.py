@@ -8,8 +8,8 @@ overwritten by a subsequent run"): roofscope must block that fix (several forwar
     python benchmarks/real_clients/lora_accum.py --compile             # fusion only
     python benchmarks/real_clients/lora_accum.py --compile reduce-overhead --mark-step   # graphs, marked per forward
     roofscope run benchmarks/real_clients/lora_accum.py
-    roofscope run benchmarks/real_clients/lora_accum.py --device cpu --steps 6 --batch 1 --seq 32 --layers 1 --d-model 64
-        # the CPU Run in tests/data/cpu_lora_accum_run
+    roofscope run benchmarks/real_clients/lora_accum.py --device cpu --steps 6 --batch 1 --seq 32 \
+        --layers 1 --d-model 64      # the CPU Run in tests/data/cpu_lora_accum_run
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ p.add_argument("--seq", type=int, default=256)
 p.add_argument("--layers", type=int, default=6)
 p.add_argument("--d-model", type=int, default=512)
 p.add_argument("--compile", nargs="?", const="default", metavar="MODE", help="model = torch.compile(model, mode=MODE)")
-p.add_argument("--mark-step", action="store_true", help="torch.compiler.cudagraph_mark_step_begin() before each forward")
+p.add_argument("--mark-step", action="store_true",
+               help="torch.compiler.cudagraph_mark_step_begin() before each forward")
 p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 args = p.parse_args()
 dev = args.device

@@ -102,7 +102,7 @@ def tf32_code(p: Program) -> tuple[str, str]:
 
 def optimizer_code(p: Program) -> tuple[str, str, str]:
     """(snippet, framework, apply) of a fused (or, for other classes, foreach) optimizer."""
-    cls = p.optimizer or "AdamW"
+    cls = p.optimizer
     arg = "fused=True" if cls in FUSED_OPTIMIZERS else "foreach=True"
     apply = "fused_optimizer" if p.optimizer else ""
     if p.kind == "hf_trainer" and cls in _HF_OPTIM:
@@ -110,7 +110,9 @@ def optimizer_code(p: Program) -> tuple[str, str, str]:
     if p.kind == "deepspeed":
         return ('"optimizer": {"type": "AdamW", "params": {"torch_adam": false}}   # DeepSpeed\'s fused Adam',
                 "deepspeed", "")
-    line = f"torch.optim.{cls}(params, lr=lr, {arg})" + ("" if p.optimizer else "   # your optimizer, with " + arg)
+    # An optimizer of a class the trace does not name is called by no name of ours.
+    line = (f"torch.optim.{cls}(params, lr=lr, {arg})" if p.optimizer else
+            "YourOptimizer(params, lr=lr, fused=True)   # fused=True for Adam, AdamW, SGD, Adagrad; else foreach=True")
     if p.kind == "lightning":
         return ("def configure_optimizers(self):\n    return " + line.replace("params", "self.parameters()")
                 .replace("lr=lr", "lr=self.lr"), "lightning", apply)

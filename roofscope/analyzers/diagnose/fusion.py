@@ -134,7 +134,8 @@ class UnfusedAttention(Rule):
         names = set(sxs["op_name"].astype(str))
         mask = bool(names & {"aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::add", "aten::add_"})
         dropout = bool(names & {"aten::dropout", "aten::native_dropout", "aten::bernoulli_"})
-        args = "".join((", attn_mask=mask" if mask else "", ", dropout_p=p if self.training else 0.0" if dropout else ""))
+        args = "".join((", attn_mask=mask" if mask else "",
+                        ", dropout_p=p if self.training else 0.0" if dropout else ""))
         note = ("   # mask: what your code adds to (or fills in) the scores; is_causal=True in its place only if it"
                 " is the causal triangle" if mask else "   # your code masks nothing: no mask, not causal")
         return [Finding(

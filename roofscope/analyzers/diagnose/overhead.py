@@ -279,7 +279,7 @@ class DataLoaderWorkers(Rule):
                 binding=binding, saving_s=0.0, confidence="low", status="blocked", summary=said,
                 fix=f"Worker processes would load the next batches meanwhile, but the step's {busy} thread(s) and the"
                 " machine's other load leave no core for one: a worker would slow the step as much as it saves"
-                " (fewer compute threads would leave one).", snippet=snippet, framework=framework,
+                " (fewer compute threads would leave one).",
                 blockers=[{"kind": "no_free_core", "op": "DataLoader", "per_step": 1.0, "library": "", "module": "",
                            "detail": f"{free if free is not None else '?'} cores free, {busy} used by the step"}],
                 figures={**figures, "unblocked_saving_s": saving})]
