@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from roofscope.analyzers.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
-from roofscope.reports.phrases import (above_roof_text, finding_lines, memory_text, savings_note, step_time_lines,
-                                       utilization_note)
+from roofscope.reports.phrases import (above_roof_text, finding_lines, memory_text, program_note, savings_note,
+                                       step_time_lines, utilization_note)
 from roofscope.text import ms, pct, shorten, si, step_range, table
 from roofscope.text_safety import clean
 
@@ -93,6 +93,7 @@ def render_summary(a: "Result", top: int = Presentation.top) -> str:
     out += finding_lines(s.findings)
     if s.findings:
         out += savings_note(s.diagnosis.extra.get("program_time"))
+        out += program_note(s.diagnosis.extra.get("program"))
     if s.diagnosis.capture_steps:
         out += [f"  {step_range(s.diagnosis.capture_steps).capitalize()} captured a CUDA graph (warm-up): left out"
                 " of these estimates", ""]

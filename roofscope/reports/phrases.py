@@ -119,3 +119,11 @@ def savings_note(program_time: dict[str, Any] | None) -> list[str]:
             f" profiled step ({ms(program_time['profiled_step_s'])} ms) to the unprofiled one"
             f" ({ms(program_time['unprofiled_step_s'])} ms); no host-side saving exceeds"
             f" {ms(program_time['bound_s'])} ms (the step less {ms(program_time['busy_s'])} ms of kernels)"]
+
+
+def program_note(program: dict[str, Any] | None) -> list[str]:
+    """What the fixes assume the program is (analyzers/diagnose/program.py), so a wrong guess shows."""
+    if not program or not program.get("words"):
+        return []
+    return textwrap.wrap(f"Fixes written for: {program['words']}", 78, initial_indent="  ",
+                         subsequent_indent="    ") + [""]
