@@ -34,6 +34,7 @@ from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.analyzers.diagnose.verified import rank_verified
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.analyzers.ingest.frames import drop_impossible_shapes, regions_at, steps_at
+from roofscope.analyzers.ingest.gpujob import gpu_job_evidence
 from roofscope.analyzers.ingest.linking import take
 from roofscope.analyzers.ingest.modules import module_column
 from roofscope.analyzers.model.findings import Diagnosis
@@ -153,6 +154,12 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     if ceilings is None and kernels_lost and settings.ceilings == CeilingOverrides():
         ceilings = Ceilings.none(device.name, f"no ceilings: the trace of {device.name} was cut short before its"
                                  " GPU kernels: its CPU ops are judged on no device's ceilings")
+    gpu_job = gpu_job_evidence(trace) if cpu_only else ""
+    if gpu_job and ceilings is None:
+        # Its host ops last as long as their launches: no CPU roof (nor any other) says anything of them.
+        ceilings = Ceilings.none("cpu", f"CPU-only trace of a GPU job ({gpu_job}): its GPU activity was not"
+                                 " recorded, and its host ops are not judged against a CPU's roofs; profile it with"
+                                 " CUDA activities (roofscope run records them)")
     if ceilings is None:
         ceilings = resolve_ceilings("cpu" if cpu_only else device.name, settings.ceilings,
                                     memory_bytes=device.memory_bytes, props=None if cpu_only else device.properties,
@@ -177,12 +184,12 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
     communicates = bool((kernels["category"] == "communication").any())
     diagnosis = diagnose(DiagnosisInput(
         trace=trace, kernels=kernels, steps=steps, timeline=tl, ceilings=ceilings, params=params,
-        run=RunFacts.of(info, own), cpu_only=cpu_only, inference=inference, telemetry=tel,
+        run=RunFacts.of(info, own), cpu_only=cpu_only, gpu_job=gpu_job, inference=inference, telemetry=tel,
         # Listing the collectives reads every op's tensor sizes: only where a kernel communicates.
         collectives=kernel_collectives(trace, kernels, steps) if communicates else None))
     verified = rank_verified(diagnosis, src.verification)
 
-    summary = _summary(trace, ceilings, params, kernels, cpu_only, partial, graphs, inference,
+    summary = _summary(trace, ceilings, params, kernels, cpu_only, gpu_job, partial, graphs, inference,
                        inference_note(kernels, phases_of_steps, inference), phase_summary(phases),
                        counters_summary(kernels, src.counters.meta) if "m_flops" in kernels else None,
                        step_metrics, own, tel, tl, src.run_meta, diagnosis, verified)
@@ -257,7 +264,7 @@ def _unattributed(kernels: pd.DataFrame, graphs: GraphMap | None) -> dict[str, A
 
 
 def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.DataFrame, cpu_only: bool,
-             partial: list[int], graphs: GraphMap | None, inference: dict[str, Any] | None,
+             gpu_job: str, partial: list[int], graphs: GraphMap | None, inference: dict[str, Any] | None,
              inference_text: str | None, phases: dict[str, Any], counters: dict[str, Any] | None,
              step_metrics: dict[str, Any], own: dict[str, Any] | None, tel: dict[str, Any] | None,
              tl: Timeline, meta: dict[str, Any] | None, diagnosis: Diagnosis,
@@ -270,6 +277,7 @@ def _summary(trace: Trace, ceilings: Ceilings, params: RooflineParams, k: pd.Dat
         "trace": trace.path,
         "device": ceilings.device if cpu_only else (trace.meta.device.name or ceilings.device),
         "cpu_only": cpu_only,
+        "gpu_job_host_only": gpu_job or None,   # a CPU-only trace of a GPU job: what says so (ingest/gpujob.py)
         "ceilings": ceilings.to_dict(),
         "params": {"latency_floor_s": params.latency_floor_s, "underutilized_below": params.underutilized_below},
         "events": trace.meta.events,

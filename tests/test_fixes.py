@@ -1,5 +1,5 @@
 """Findings grouped by the change a user makes, with a combined saving, and fix snippets in the
-framework's terms (analyzers/diagnose/fixes.py, collectors/frameworks.py)."""
+framework's terms (analyzers/diagnose/program.py, fixes.py, collectors/frameworks.py)."""
 from __future__ import annotations
 
 import pytest

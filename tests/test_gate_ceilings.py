@@ -24,16 +24,16 @@ MEASURED = Ceilings(device="toy", source="measured", peaks={"fp32": 20e12, "tf32
 REMEASURED = Ceilings(device="toy", source="measured", peaks={"fp32": 5.6e12, "tf32": 22e12}, bandwidth=0.31e12)
 
 
-def trace(path, slow: float = 1.0, dtype: str = "float"):
-    """Eight steps of one GEMM each (fp32 unless ``dtype``); ``slow`` stretches every time (steps,
-    kernels) by that factor."""
+def trace(path, slow: float = 1.0, dtype: str = "float", kernel: str = "volta_sgemm_128x64_nn"):
+    """Eight steps of one GEMM each (fp32 unless ``dtype``, on the GEMM ``kernel`` names); ``slow`` stretches
+    every time (steps, kernels) by that factor."""
     b = TraceBuilder()
     t = 0.0
     for i, spacing in enumerate(SPACING):
         s = spacing * slow
         b.annotation(f"ProfilerStep#{i + 1}", t, s * 0.98)
         ext = b.op("aten::mm", t + 10, 20, [[T, D], [D, D]], [dtype, dtype])
-        b.launch_kernel("volta_sgemm_128x64_nn", t + 11, t + 50, s * 0.8, ext=ext)
+        b.launch_kernel(kernel, t + 11, t + 50, s * 0.8, ext=ext)
         t += s
     return b.write(path)
 

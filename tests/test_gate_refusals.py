@@ -91,7 +91,9 @@ def test_a_baseline_of_another_precision_is_refused(tmp_path, capsys):
     # The same eight steps of one 4096x1024x1024 GEMM in fp32 (baseline) and bf16 (run) on the H100
     # the traces name: MFU of the fp32 peak (67 TFLOP/s) against MFU of the bf16 one (990). Before, the
     # run was put on the baseline's bf16 peak and compared with an fp32 share: "MFU fell", FAIL, exit 1.
-    fp32, bf16 = trace(tmp_path / "fp32.json"), trace(tmp_path / "bf16.json", dtype="c10::BFloat16")
+    # (the bf16 GEMM on a tensor-core kernel: an sgemm kernel is CUDA-core fp32 whatever the op's dtype)
+    fp32 = trace(tmp_path / "fp32.json")
+    bf16 = trace(tmp_path / "bf16.json", dtype="c10::BFloat16", kernel="ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_nn")
     assert (run(fp32).summary.metrics.peak_roof, run(bf16).summary.metrics.peak_roof) == ("fp32", "bf16")
     path = tmp_path / "b.json"
     write_baseline(fp32, path)

@@ -404,10 +404,11 @@ def test_cpu_main_job_says_every_rule_was_skipped(tmp_path):
     from roofscope.reports.html import render_html
 
     a = _cpu_run(tmp_path, "a")
-    assert "No recommendations: 13 rules skipped: CPU-only trace: the rules read GPU kernels" in \
-        " ".join(render_summary(a).split()) or "rules skipped: CPU-only trace" in render_summary(a)
+    # The CPU rules ran (analyzers/diagnose/cpu.py): a bare trace of matmuls gives them nothing to say.
+    text = " ".join(render_summary(a).split())
+    assert "No recommendations (4 rules skipped)" in text and "run.json records no thread count" in text
     html = render_html(a)
-    assert "every rule was skipped" in html and "CPU-only trace: the rules read GPU kernels" in html
+    assert "every rule was skipped" in html and "no DataLoader with num_workers=0 in the steps" in html
 
 
 def test_one_step_reads_as_one_step_everywhere(tmp_path):

@@ -55,6 +55,10 @@ ANALYZED = {
     "hta_a100_alexnet_cupti_counters.json.gz": (False, "datasheet", "a100-sxm4-40gb", 77),
     "hta_a100_rank0.json.gz": (False, "datasheet", "a100-sxm4-80gb", 7747),
 }
+# CPU-only traces of GPU (or MTIA) jobs: their device activity was not recorded (ingest/gpujob.py).
+GPU_JOBS = {"hta/distributed_info_unavailable/distributed_info_not_found.json.gz", "hta/mixed_files/rank_non_gpu.json.gz",
+            "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz", "hta/mtia_trace_single_rank/mtia_rank_0.json.gz",
+            "hta/rank_non_gpu/rank_non_gpu.json.gz", "hta/rank_unavailable/rank_not_found.json.gz"}
 REFUSED = {
     "hta/execution_trace/benchmark_simple_add_et.json.gz": "not a Kineto trace: a PyTorch execution trace",
     "hta/memory_analysis/memory_timeline.raw.gz": "not a Kineto trace: a memory timeline",
@@ -83,13 +87,23 @@ def test_every_trace_is_analyzed(rel):
     assert n is not None or len(a.kernels) > 0
     assert s["skipped_events"] == {}
     if source == "none":
-        # one line says what needs ceilings and how to give them; the rest is still computed
+        # one line says what needs ceilings and how to give them, or that the trace is the CPU side of a GPU
+        # job, whose host ops no ceilings judge (ingest/gpujob.py); the rest is still computed
         line = console_field(text, "ceilings")
-        assert "no ceilings" in line and "--datasheet" in line and "--peak-tflops" in line
+        if s["gpu_job_host_only"]:
+            assert "CPU-only trace of a GPU job" in line and rel in GPU_JOBS
+        else:
+            assert "no ceilings" in line and "--datasheet" in line and "--peak-tflops" in line
         assert set(a.kernels["cls"]) <= {"unknown", "communication"}
         if not a.cpu_only:
             reasons = {r["rule"]: r["reason"] for r in s["diagnosis"]["skipped"]}
             assert reasons["fusion"].startswith("needs ceilings") and reasons["tf32"].startswith("needs ceilings")
+
+
+def test_gpu_jobs_cpu_sides_are_named_and_only_they() -> None:
+    cpu_only = [rel for rel in AT_HAND if ANALYZED.get(rel, (False,))[0]]
+    named = {rel for rel in cpu_only if roofscope.analyze(external(rel)).to_dict()["gpu_job_host_only"]}
+    assert named == GPU_JOBS & set(AT_HAND)
 
 
 @pytest.mark.parametrize("rel", [rel for rel in AT_HAND if rel in REFUSED])

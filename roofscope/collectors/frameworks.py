@@ -3,7 +3,7 @@
 Recorded in ``run.json`` as ``frameworks`` (a list of keys below), so fixes can be written
 in the framework's own terms (``TrainingArguments(torch_compile=True)`` for a Hugging Face
 Trainer, not ``torch.compile(model)``). Plain traces without a Run fall back on op and
-annotation names (analyzers/diagnose/fixes.py).
+annotation names (analyzers/diagnose/program.py).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ FRAMEWORK_MODULES: dict[str, tuple[str, ...]] = {
     "deepspeed": ("deepspeed",),
 }
 # FSDP2 is not listed: torch loads its module without it being used; its ``FSDP::`` spans in
-# the trace say it ran (analyzers/diagnose/fixes.py).
+# the trace say it ran (analyzers/diagnose/program.py).
 
 
 def _accelerator_created(modules: Mapping[str, object]) -> bool:

@@ -305,6 +305,10 @@ class Session:
         self._provisional_telemetry: Any = None
         self._settle_rearmed = False       # profiled again once the steps settled after the first profile
         self._round_rearmed = False        # profiled again in a second generate() call
+        # The process's clocks where the profiled steps began and ended (metadata.cpu_snapshot): run.json's cpu.
+        self._cpu_marks: dict[str, Any] = {}
+        self._cpu_start: dict[str, Any] | None = None   # ... and where the session began
+        self._program: dict[str, Any] | None = None   # StepHooks.facts(), read before the hooks go
 
     # -- start -------------------------------------------------------------------------------
 
@@ -351,6 +355,7 @@ class Session:
 
         self._started_at = datetime.now().astimezone().isoformat(timespec="seconds")
         self._t0 = time.perf_counter()
+        self._cpu_start = metadata.cpu_snapshot()
         self.inductor = enable_inductor_metadata()
         # Not a TemporaryDirectory: its finalizer would also run in a forked child at exit.
         self._tmp = Path(tempfile.mkdtemp(prefix="roofscope-"))
@@ -454,6 +459,7 @@ class Session:
             return
         window_open = c.fallback == "recording"
         c.step()
+        self._mark_cpu(c.phase)
         if window_open:
             self.timer.restart()   # closing the step-less window is no step's time
         if self._sampler is not None and c.recording_next:
@@ -464,6 +470,13 @@ class Session:
             self.timer.restart()   # writing the trace out is no step's time
             if self.config.exit_after_profile:
                 raise ProfileComplete()
+
+    def _mark_cpu(self, phase: str) -> None:
+        """The process's clocks as the profiled steps begin (again, after a rearm) and end."""
+        if phase == "recording" and self._cpu_marks.get("phase") != "recording":
+            self._cpu_marks = {"phase": phase, "start": metadata.cpu_snapshot()}
+        elif phase == "done" and self._cpu_marks.get("phase") == "recording":
+            self._cpu_marks.update(phase=phase, end=metadata.cpu_snapshot())
 
     def _settled(self) -> bool:
         """The collector's steady-state test (collectors/steptimes.py), bounded in steps and seconds.
@@ -552,6 +565,7 @@ class Session:
             self._hook.remove()
             self._hook = None
         if self._step_hooks is not None:
+            self._program = self._step_hooks.facts()
             self._step_hooks.remove()
             self._step_hooks = None
         self._stop_aids()
@@ -610,6 +624,10 @@ class Session:
         if self.part is not None:
             fields["distributed"] = self.part.meta()
         fields["frameworks"] = loaded_frameworks()
+        fields["program"] = {**(self._program or {}), "backends": metadata.backend_flags()}
+        # Over the profiled steps; a profile that never ended them (a time window, the program's end) over the session.
+        marks = self._cpu_marks
+        fields["cpu"] = metadata.cpu_facts(marks.get("start", self._cpu_start), marks.get("end"))
         return Collected(trace=c.trace_path, fields=fields, telemetry=self.telemetry,
                          captures=list(g.files) if g is not None else [], warnings=self.warnings)
 

@@ -30,6 +30,9 @@ from roofscope.errors import RoofscopeError
 from roofscope.labels import FORWARD_LABEL
 
 MODES = ("forward", "generate")
+# Modules that wrap the model, and the attribute holding what they wrap.
+WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module",
+            "FullyShardedDataParallel": "_fsdp_wrapped_module"}
 SCRIPT = "__main__."           # --step-on __main__.FUNC: a function of the script being run
 _WATCH_S = 0.02
 _ROOFSCOPE_DIR = str(Path(__file__).resolve().parents[1])
@@ -171,6 +174,18 @@ class StepHooks:
     @property
     def source(self) -> str:
         return "forward" if self.mode in (None, "forward") else "generate" if self.mode == "generate" else "function"
+
+    def facts(self) -> dict[str, Any]:
+        """run.json's ``program``: the outermost module the program called (its class, the package
+        that defines it, the wrappers around it: ``torch.compile``'s, DDP's), how many forwards of it
+        ran and how many of its ``generate()`` calls drove them, so fixes are written for this program."""
+        root, wrappers = self._root, []
+        while root is not None and type(root).__name__ in WRAPPERS:
+            wrappers.append(type(root).__name__)
+            root = getattr(root, WRAPPERS[type(root).__name__], None)
+        return {"root_module": type(root).__name__ if root is not None else None,
+                "root_package": type(root).__module__.split(".")[0] if root is not None else None,
+                "wrappers": wrappers, "forwards": self.forwards, "generate_calls": self.rounds}
 
     def remove(self) -> None:
         if self._script_fn is not None:

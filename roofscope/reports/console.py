@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from roofscope.analyzers.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
-from roofscope.reports.phrases import (above_roof_text, ceilings_kind, ceilings_sentences, finding_lines, savings_note,
-                                       step_time_lines, unplaced, utilization_note, verification_lines)
+from roofscope.reports.phrases import (above_roof_text, ceilings_kind, ceilings_sentences, finding_lines,
+                                       program_note, savings_note, step_time_lines, unplaced, utilization_note,
+                                       verification_lines)
 from roofscope.text import field_lines, ms, pct, prose_width, shorten, si, step_range, table
 from roofscope.text_safety import clean
 
@@ -55,6 +56,8 @@ def render_summary(result: "Result", top: int = Presentation.top) -> str:
     out.append(f"  time      {ms(total)} ms summed over {what}"
                + (f" ({pct(comm / total)} communication)" if total > 0 and comm > 0 else ""))
     out.append(f"  work      {si(s.total_flops, 'FLOP')}, {si(s.total_bytes, 'B')} attributed")
+    if s.gpu_job_host_only:
+        out.append(f"  note      the CPU side of a GPU job ({s.gpu_job_host_only}): its GPU activity was not recorded")
     if s.skipped_events:
         out.append(f"  note      {skipped_line(s.skipped_events)}")
     out += _run_lines(s, ceilings_kind(result.ceilings))
@@ -96,6 +99,7 @@ def render_summary(result: "Result", top: int = Presentation.top) -> str:
     out += finding_lines(s.findings)
     if s.findings:
         out += savings_note(s.diagnosis.extra.get("program_time"))
+        out += program_note(s.diagnosis.extra.get("program"))
     out += verification_lines(unplaced(s.extra.get("verification")))
     if s.diagnosis.capture_steps:
         out += [f"  {step_range(s.diagnosis.capture_steps).capitalize()} captured a CUDA graph (warm-up): left out"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from roofscope.reports.gate import evidence_text
+from roofscope.reports.phrases import finding_head
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analyzers.model.result import Result
@@ -77,9 +78,7 @@ def diagnosis_xml(result: "Result") -> str:
         by_rule.setdefault(f.rule, []).append(f)
     cases = []
     for rule, found in by_rule.items():
-        heads = [f"{f.title}: blocked" if f.extra.get("status") == "blocked" else
-                 f"{f.title}: -{f.saving_s * 1e3:.3f} ms per step ({100 * f.saving_pct:.1f}%),"
-                 f" {f.confidence} confidence" for f in found]
+        heads = [finding_head(f, " per step") for f in found]
         text = "\n\n".join(f"{head}. {f.summary}. Fix: {f.fix.text}" for head, f in zip(heads, found))
         cases.append(Case(rule, "fail", heads[0], text=text, kind=found[0].binding))
     cases += [Case(r.rule, "skip", r.reason) for r in s.diagnosis.skipped]

@@ -74,7 +74,7 @@ def _ceilings(s: dict[str, Any]) -> str:
 def _finding_rows(findings: list[dict[str, Any]], verified: bool) -> list[list[str]]:
     rows = []
     for i, f in enumerate(findings, 1):
-        saving = ("blocked" if f.get("status") == "blocked" else
+        saving = ("blocked" if f.get("status") == "blocked" else "advice" if f.get("kind") == "advice" else
                   f"{ms(f['saving_s'])} ms ({pct(f.get('saving_pct'))})" if _num(f.get("saving_s")) else "-")
         fix = (f.get("fix") or {}).get("text") or ""
         rows.append([str(f.get("rank", i)), f"**{md_text(f['title'])}**<br>{md_text(f.get('summary', ''))}",

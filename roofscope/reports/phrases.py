@@ -64,16 +64,23 @@ def above_roof_text(above: "AboveRoof") -> str:
             f" roof ({why}): {worst}; {fix}")
 
 
+def finding_head(f: "Recommendation", per_step: str = "") -> str:
+    """A finding's title and what it saves (``per_step``: the words after "ms"): a blocked fix and
+    advice save nothing, and say so (analyzers/diagnose/blockers.py, analyzers/model/findings.KINDS)."""
+    if f.status == "blocked":
+        return f"{f.title}: blocked"
+    if f.kind == "advice":
+        return f"{f.title}: advice, no saving by itself"
+    return f"{f.title}: -{f.saving_s * 1e3:.3f} ms{per_step} ({pct(f.saving_pct)}), {f.confidence} confidence"
+
+
 def finding_lines(findings: "list[Recommendation]", top: int = 5) -> list[str]:
     """The top recommendations, each with its saving, evidence and fix, wrapped to 80 columns."""
     if not findings:
         return []
     out = [f"Recommendations (estimated saving per step; savings overlap){'' if len(findings) <= top else f', top {top} of {len(findings)}'}"]
     for f in findings[:top]:
-        # A blocked fix offers no saving: say what blocks it instead (analyzers/diagnose/blockers.py).
-        out.append(f"  {f.rank}. {f.title}: blocked" if f.extra.get("status") == "blocked" else
-                   f"  {f.rank}. {f.title}: -{f.saving_s * 1e3:.3f} ms ({pct(f.saving_pct)}),"
-                   f" {f.confidence} confidence")
+        out.append(f"  {f.rank}. {finding_head(f)}")
         out += textwrap.wrap(f.summary, 78, initial_indent="     ", subsequent_indent="     ")
         code = (f.fix.snippet or "").splitlines()
         if code:
@@ -169,3 +176,11 @@ def savings_note(program_time: dict[str, Any] | None) -> list[str]:
             f" profiled step ({ms(program_time['profiled_step_s'])} ms) to the unprofiled one"
             f" ({ms(program_time['unprofiled_step_s'])} ms); no host-side saving exceeds"
             f" {ms(program_time['bound_s'])} ms (the step less {ms(program_time['busy_s'])} ms of kernels)"]
+
+
+def program_note(program: dict[str, Any] | None) -> list[str]:
+    """What the fixes assume the program is (analyzers/diagnose/program.py), so a wrong guess shows."""
+    if not program or not program.get("words"):
+        return []
+    return textwrap.wrap(f"Fixes written for: {program['words']}", 78, initial_indent="  ",
+                         subsequent_indent="    ") + [""]

@@ -24,7 +24,9 @@ from roofscope.run.layout import SUMMARY_FILE
 # 6: the run block names the recorded steps on a Run's first analysis too (it had them only on re-analysis)
 # 7: windowed attention costed over the window the user gives (--attention-window); the uncosted note says how;
 # a kernel above a memory roof without cache levels names that level (above_roof.top[].level)
-ANALYSIS_VERSION = 7
+# 8: fixes written for the program (diagnosis.program, findings' fix.apply and kind, blocked compile and graph
+# fixes), the CPU rules, a CPU-only trace of a GPU job named and given no ceilings (issue 37)
+ANALYSIS_VERSION = 8
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 

@@ -170,6 +170,10 @@ class RunMeta(_Doc):
     model_flops_per_step: float | None = None
     frameworks: list[str] | None = None   # None: not recorded (an older Run), which is not "none loaded"
     optimizer: Optimizer | None = None
+    # The outermost module, its forwards and generate() calls, backend flags (collectors/steps.py
+    # StepHooks.facts, metadata.backend_flags); the cores, threads and load (metadata.cpu_facts).
+    program: dict[str, Any] | None = None
+    cpu: dict[str, Any] | None = None
     distributed: Distributed | None = None
     telemetry: TelemetryEntry | None = None
     counters: CountersEntry | None = None

@@ -18,7 +18,7 @@ additive.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,6 +26,7 @@ import pandas as pd
 
 from roofscope.analyzers.diagnose import fixes
 from roofscope.analyzers.diagnose.inputs import DiagnosisInput
+from roofscope.analyzers.diagnose.program import Program, program_of
 from roofscope.analyzers.model.findings import Diagnosis, Finding
 from roofscope.analyzers.model.kernels import CLASSES
 from roofscope.analyzers.views.programtime import ProgramTime
@@ -48,6 +49,8 @@ class Context:
     step_s: float                # median step wall time
     terms: dict[str, float]      # seconds per step by term
     gpu_bound: float             # share of the step the GPU is not waiting on the host
+    program: Program = field(default_factory=lambda: Program("training_loop"))   # how it runs (program.py)
+    memo: dict[str, Any] = field(default_factory=dict)   # what several rules read, computed once (graph blockers)
 
     def per_step(self, seconds: float) -> float:
         return seconds / self.steps
@@ -115,11 +118,58 @@ def step_terms(tl: Timeline, kernels: pd.DataFrame, steps: int,
     return terms, wall
 
 
+def _kept(f: Finding) -> bool:
+    """A finding worth saying: a saving, a blocked fix (what blocks it), or advice (saves nothing itself)."""
+    return f.saving_s > 0 or f.status == "blocked" or f.kind == "advice"
+
+
+def _rank(findings: list[Finding]) -> None:
+    fixes.apply(findings)
+    findings.sort(key=lambda f: (f.kind == "advice", -f.saving_s))
+    for i, f in enumerate(findings, 1):
+        f.rank = i
+
+
+def run_cpu_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
+    """The CPU rules (cpu.py) on a CPU-only trace, whose "kernels" are its CPU ops: terms by roofline
+    class, and ``host`` the rest of the step (Python, the framework, ops without a cost). Savings are
+    scaled from the profiled step to the program's own (the profiler slows every op alike)."""
+    if inp.gpu_job:
+        why = f"CPU-only trace of a GPU job ({inp.gpu_job}): its GPU activity was not recorded"
+        return Diagnosis([], {}, 0.0, [{"rule": r.name, "reason": why} for r in rules])
+    k = inp.kernels
+    in_steps = k["step"] >= 0
+    kernels = k[in_steps & k["dur_s"].notna()] if in_steps.any() else k[k["dur_s"].notna()]
+    steps = max(1, int(kernels["step"].nunique())) if in_steps.any() else 1
+    wall = float(np.median(inp.steps["dur_s"])) if len(inp.steps) else float(kernels["dur_s"].sum())
+    terms = (kernels.groupby("cls")["dur_s"].sum() / steps).to_dict()
+    terms["host"] = max(0.0, wall - sum(terms.values()))
+    program = program_of(inp, kernels)
+    ctx = Context(inp, kernels, steps, wall, terms, 1.0, program)
+    own = _unprofiled_step(inp)
+    scale = own / wall if own and wall > 0 else 1.0
+    step = own or wall
+    findings: list[Finding] = []
+    skipped: list[dict[str, str]] = []
+    for rule in rules:
+        why = rule.precondition(ctx)
+        found = [] if why else [f for f in rule.match(ctx) if _kept(f)]
+        if why or not found:
+            skipped.append({"rule": rule.name, "reason": why or "no matching ops with a saving"})
+        for f in found:
+            if scale != 1.0:
+                f.figures["profiled_saving_s"] = f.saving_s
+            f.saving_s = min(f.saving_s * scale, step)
+            f.saving_pct = f.saving_s / step if step > 0 else 0.0
+        findings.extend(found)
+    _rank(findings)
+    terms = {t: v * scale for t, v in terms.items()}
+    return Diagnosis(findings, terms, step, skipped, fixes.group(findings, terms, step), list(program.frameworks),
+                     program=program.to_dict())
+
+
 def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     """Run every rule whose binding term holds enough of the step; rank findings by saving."""
-    if inp.cpu_only:
-        return Diagnosis([], {}, 0.0, [{"rule": r.name, "reason": "CPU-only trace: the rules read GPU kernels"}
-                                       for r in rules])
     k = inp.kernels
     in_steps = k["step"] >= 0
     skip = inp.timeline.capture_steps if in_steps.any() else []
@@ -131,7 +181,8 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     pt = ProgramTime.of(_unprofiled_step(inp), terms, wall)
     step, own_terms = (pt.unprofiled_step_s, pt.terms(terms)) if pt is not None else (wall, terms)
     gpu_bound = max(0.0, 1.0 - own_terms["host"] / step) if step > 0 else 1.0
-    ctx = Context(inp, kernels, steps, wall, terms, gpu_bound)
+    program = program_of(inp, kernels)
+    ctx = Context(inp, kernels, steps, wall, terms, gpu_bound, program)
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
     for rule in rules:
@@ -150,7 +201,7 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
         if why:
             skipped.append({"rule": rule.name, "reason": why})
             continue
-        found = [f for f in rule.match(ctx) if f.saving_s > 0 or f.status == "blocked"]
+        found = [f for f in rule.match(ctx) if _kept(f)]
         if not found:
             skipped.append({"rule": rule.name, "reason": "no matching kernels with a saving"})
         for f in found:
@@ -161,18 +212,14 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
             f.saving_s = min(f.saving_s, step) if step > 0 else f.saving_s
             f.saving_pct = f.saving_s / step if step > 0 else 0.0
         findings.extend(found)
-    frameworks = fixes.detect_frameworks(inp)
-    fixes.apply(findings, frameworks)
-    findings.sort(key=lambda f: -f.saving_s)
-    for i, f in enumerate(findings, 1):
-        f.rank = i
+    _rank(findings)
     changes = fixes.group(findings, own_terms, step)
     if pt is not None:
         for c in changes:   # a change's combined saving is bounded like its findings'
             c["saving_s"] = min(c["saving_s"], step)
             c["saving_pct"] = c["saving_s"] / step if step > 0 else 0.0
-    return Diagnosis(findings, own_terms, step, skipped, changes, frameworks, skip,
-                     program_time=pt.to_dict() if pt is not None else None)
+    return Diagnosis(findings, own_terms, step, skipped, changes, list(program.frameworks), skip,
+                     program_time=pt.to_dict() if pt is not None else None, program=program.to_dict())
 
 
 def _unprofiled_step(inp: DiagnosisInput) -> float | None:

@@ -11,7 +11,18 @@ it has:
 * **dynamic shapes across steps**: one op with other input dims in another step (a graph
   replays one shape; ``torch.compile`` captures again, and recompiles, for each new one);
 * **CPU work**: arithmetic on host tensors (ops with FLOPs and no GPU work beneath them), which
-  a graph does not contain (``mode="reduce-overhead"`` skips graphs for CPU tensors).
+  a graph does not contain (``mode="reduce-overhead"`` skips graphs for CPU tensors);
+* **outputs reused across replays**: several forwards per step (micro-batches of gradient
+  accumulation, program.py). A CUDA graph's outputs live in memory the next replay overwrites:
+  with ``mode="reduce-overhead"`` a second forward before the step ends overwrote the first's
+  outputs ("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run",
+  PEFT LoRA with 4 micro-batches on an H200). Mark each forward as a new graph step
+  (``torch.compiler.cudagraph_mark_step_begin()``) or compile without graphs.
+
+Compile fusion has a precondition of its own: Inductor fuses PyTorch's elementwise and reduction
+ops; a library's kernels (``torchvision::nms``, ``roi_align``, custom ops) stay as they are
+(:func:`library_ops`), and so does what runs outside the compiled model (the optimizer, gradient
+clipping, the loss scaler).
 
 Each blocker names its op, how often per step, and where it runs: the library op around it
 (``torchvision::nms``) and the module (with ``--modules``), so the fix can be said in its terms.
@@ -26,9 +37,12 @@ import pandas as pd
 
 from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.diagnose.base import Context
+from roofscope.analyzers.diagnose.program import Program
+from roofscope.analyzers.diagnose.fixes import compile_code
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.modules import module_column
+from roofscope.analyzers.ingest.names import per_name
 
 # Ops whose output size depends on the values of their inputs (they read a count back).
 DATA_DEPENDENT = frozenset(("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::is_nonzero",
@@ -40,13 +54,15 @@ MASK_INDEXING = frozenset(("aten::index", "aten::index_put_", "aten::index_put",
 SIZE_READERS = DATA_DEPENDENT | MASK_INDEXING
 # Ops that read a device value on the host: what a user's own code calls (not a library's).
 READS = frozenset(("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"))
+# Ops that copy a device tensor to the host (a blocking .cpu(), .tolist(), .numpy()).
+COPIES = frozenset(("aten::to", "aten::_to_copy", "aten::copy_"))
 # CPU work under this share of the step is noise (a scalar's arithmetic), not a blocker.
 CPU_WORK_MIN_SHARE = 0.02
 
 
 @dataclass
 class Blocker:
-    kind: str          # host_sync, data_dependent_shape, dynamic_shape, cpu_work
+    kind: str          # host_sync, data_dependent_shape, dynamic_shape, cpu_work, outputs_reused, library_kernel
     op: str            # the op that blocks
     per_step: float
     library: str = ""  # the library op around it (torchvision::nms), "" for the user's own code
@@ -69,9 +85,8 @@ class Blocker:
 
 def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """The outermost op of a library's own namespace (not aten, not a profiler label) around each row."""
-    names = ops["name"].astype(str)
-    ns = names.str.extract(r"^(\w+)::", expand=False).fillna("")
-    lib = (~ns.isin(("", "aten", "prim", "c10d", "cuda", "profiler"))).to_numpy()
+    lib = per_name(ops["name"], lambda s: ~s.str.extract(r"^(\w+)::", expand=False).fillna("").isin(
+        ("", "aten", "prim", "c10d", "cuda", "profiler")))
     parent = ops["parent"].to_numpy()
     found = ancestor_where(parent, rows, lib)
     while True:  # outermost: the library's entry point, not its inner helpers
@@ -79,7 +94,17 @@ def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         if not (up >= 0).any():
             break
         found = np.where(up >= 0, up, found)
-    return take(names.to_numpy(dtype=object), found, "")
+    out = np.full(len(found), "", dtype=object)
+    hit = found >= 0
+    out[hit] = [str(n) for n in ops["name"].to_numpy(dtype=object)[found[hit]]]
+    return out
+
+
+def library_ops(ctx: Context, k: pd.DataFrame) -> np.ndarray:
+    """Per kernel of ``k``: the library op it runs in ("torchvision::roi_align"), "" for PyTorch's own."""
+    ops = ctx.inp.trace.ops
+    rows = k["op"].to_numpy(dtype=np.int64) if "op" in k else np.full(len(k), -1, dtype=np.int64)
+    return _library(ops, rows) if len(ops) else np.full(len(k), "", dtype=object)
 
 
 def _profiled_ops(ctx: Context) -> tuple[pd.DataFrame, np.ndarray]:
@@ -150,7 +175,14 @@ def data_dependent(ctx: Context) -> list[Blocker]:
 
 
 def dynamic_shapes(ctx: Context) -> list[Blocker]:
-    """Ops launching GPU work whose input dims differ between the analyzed steps."""
+    """Ops launching GPU work whose input dims differ between the analyzed steps (read once per diagnosis:
+    the graph fix and the fusion fix both ask)."""
+    if "dynamic_shapes" not in ctx.memo:
+        ctx.memo["dynamic_shapes"] = _dynamic_shapes(ctx)
+    return list(ctx.memo["dynamic_shapes"])
+
+
+def _dynamic_shapes(ctx: Context) -> list[Blocker]:
     ops, step = _profiled_ops(ctx)
     launched = ctx.kernels["op"].to_numpy(dtype=np.int64)
     rows = np.unique(launched[launched >= 0])
@@ -204,9 +236,21 @@ def cpu_work(ctx: Context) -> list[Blocker]:
     return _counted(ctx, "cpu_work", rows, "runs on the host, outside any graph")
 
 
+def several_forwards(ctx: Context) -> list[Blocker]:
+    """Several forwards per step: a graph's outputs are overwritten by the next replay before the step is done."""
+    n = ctx.program.forwards_per_step
+    if n <= 1:
+        return []
+    return [Blocker("outputs_reused", "forward", n, detail=f"{n:g} forwards per optimizer step (gradient"
+                    " accumulation): each replay overwrites the previous one's outputs")]
+
+
 def graph_blockers(ctx: Context) -> list[Blocker]:
     """Everything on this trace that keeps the step from being captured as one CUDA graph."""
-    return host_syncs(ctx) + data_dependent(ctx) + dynamic_shapes(ctx) + cpu_work(ctx)
+    if "graph_blockers" not in ctx.memo:
+        ctx.memo["graph_blockers"] = (several_forwards(ctx) + host_syncs(ctx) + data_dependent(ctx)
+                                      + dynamic_shapes(ctx) + cpu_work(ctx))
+    return list(ctx.memo["graph_blockers"])
 
 
 def clean_modules(ctx: Context, blockers: list[Blocker]) -> list[str]:
@@ -223,7 +267,16 @@ def clean_modules(ctx: Context, blockers: list[Blocker]) -> list[str]:
 
 
 def graph_fix(ctx: Context, blockers: list[Blocker]) -> tuple[str, str]:
-    """(fix, snippet) in the blockers' terms."""
+    """(fix, snippet) in the blockers' terms and the program's (program.py)."""
+    p = ctx.program
+    if blockers and all(b.kind == "outputs_reused" for b in blockers):
+        fix = (f"The step runs {p.forwards_per_step:g} forwards before its optimizer step: a CUDA graph's outputs"
+               " are overwritten by the next replay (mode=\"reduce-overhead\" crashes or reads them overwritten)."
+               " Mark each forward as a new graph step, or compile without CUDA graphs (fusion only).")
+        snippet, _ = compile_code(p, "max-autotune-no-cudagraphs")
+        return fix, ("torch.compiler.cudagraph_mark_step_begin()   # before each micro-batch's forward, with"
+                     ' mode="reduce-overhead"\n# or, without CUDA graphs:\n' + snippet)
+    blockers = [b for b in blockers if b.kind != "outputs_reused"] or blockers
     kinds = {b.kind for b in blockers}
     libs = sorted({b.library.split("::")[0] for b in blockers if b.library})
     top = "; ".join(b.text() for b in blockers[:3])
@@ -231,6 +284,8 @@ def graph_fix(ctx: Context, blockers: list[Blocker]) -> tuple[str, str]:
     what = ("they cannot be captured" if kinds & {"host_sync", "data_dependent_shape"}
             else "a graph replays one shape" if "dynamic_shape" in kinds else "a graph holds GPU work only")
     fix = f"The step cannot be captured whole: {top}; {what}."
+    if p.forwards_per_step > 1:
+        fix += f" It also runs {p.forwards_per_step:g} forwards per step (torch.compiler.cudagraph_mark_step_begin())."
     if clean:
         part = clean[0].split(".", 1)[1]
         fix += f" Capture the part without them alone ({', '.join(clean[:3])})."
@@ -247,11 +302,30 @@ def graph_fix(ctx: Context, blockers: list[Blocker]) -> tuple[str, str]:
             b.op in READS for b in blockers if b.kind == "data_dependent_shape"):
         fix += (" Move the host reads and blocking copies out of the step (log every N steps, copy with"
                 " non_blocking=True), then capture it.")
-        return fix, ("loss_sum += loss.detach()          # instead of loss.item() every step\n"
-                     'model = torch.compile(model, mode="reduce-overhead")')
+        return fix, host_read_code(p, read_kinds(blockers)) + "\n" + compile_code(p, "reduce-overhead")[0]
     if "dynamic_shape" in kinds:
         fix += " Pad inputs to a few fixed sizes (bucket lengths) so each shape is captured once."
         return fix, ("x = torch.nn.functional.pad(x, (0, bucket - x.shape[-1]))   # a few fixed lengths\n"
-                     'model = torch.compile(model, mode="reduce-overhead")')
+                     + compile_code(p, "reduce-overhead")[0])
     fix += " Keep the step's tensors on the GPU, or capture only the part after the host work."
-    return fix, 'model = torch.compile(model)   # fuses; no graphs while the step has host work'
+    return fix, compile_code(p)[0] + "   # fuses; no graphs while the step has host work"
+
+
+def read_kinds(blockers: list[Blocker]) -> set[str]:
+    """What the host-sync blockers do, as timeline.py's sync kinds: item, dtoh_copy, or a runtime sync."""
+    return {"item" if b.op in READS else "dtoh_copy" if b.op in COPIES else "device_sync"
+            for b in blockers if b.kind == "host_sync"}
+
+
+def host_read_code(p: Program, kinds: set[str]) -> str:
+    """The code that keeps a step's host reads (timeline.py's sync kinds) off the GPU's critical path,
+    naming what this program reads: a loss only where a backward ran (there is one)."""
+    lines = []
+    if "item" in kinds:
+        lines.append("loss_sum += loss.detach()          # instead of loss.item() every step" if p.training else
+                     "total += out.detach()              # instead of out.item() every step; read it every N steps")
+    if "dtoh_copy" in kinds:
+        lines.append("out.to('cpu', non_blocking=True)    # or keep it on the GPU and read it every N steps")
+    if kinds & {"device_sync", "stream_sync", "event_sync"} or not lines:
+        lines.append("# torch.cuda.synchronize() in the step: drop it, or time with torch.cuda.Event")
+    return "\n".join(lines)

@@ -4,8 +4,12 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
+from roofscope.analyzers.diagnose.blockers import graph_blockers, library_ops
+from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code
+from roofscope.analyzers.ingest.linking import ancestor_where
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.model.trace import Trace
 from roofscope.hardware.devices import Ceilings
@@ -101,18 +105,45 @@ class SmallGrid(Rule):
         f = frac[frac < 0.5]
         if not len(small) or small["dur_s"].sum() / ctx.steps < 0.05 * ctx.step_s:
             return []
+        # A compile retunes PyTorch's own kernels (autotuned GEMM and Triton tilings); a library's ops
+        # (torchvision's NMS and ROI kernels, custom ops) it leaves as they are.
+        lib = library_ops(ctx, small)
+        tunable = lib == ""
         # Spread over all SMs the same work could run up to SMs/blocks times faster.
-        saving = float((small["dur_s"].to_numpy() * (1 - f)).sum()) / ctx.steps
+        gain = small["dur_s"].to_numpy() * (1 - f)
+        saving = float(gain[tunable].sum()) / ctx.steps
         tool, _ = counters_command(ctx.inp.trace, ctx.inp.ceilings, "")
+        p = ctx.program
+        summary = (f"{len(small) / ctx.steps:.0f} kernels/step of >= 20 us use < half of the {sms} SMs"
+                   f" (median {np.median(f * sms):.0f} blocks), {small['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step")
+        figures = {"sms": sms, "median_blocks": float(np.median(f * sms)),
+                   "library_s": float(small["dur_s"].to_numpy()[~tunable].sum()) / ctx.steps}
+        libs = pd.Series(lib[~tunable]).value_counts()
+        if not tunable.any():
+            return [Finding(
+                rule=self.name, title="Kernels with fewer blocks than SMs, in a library's ops",
+                binding=self.binding, saving_s=0.0, confidence="low", status="blocked", summary=summary,
+                fix=f"These kernels run inside {', '.join(libs.index[:3])}: torch.compile leaves a library's ops as"
+                " they are, so no compile mode retunes them. Give each call more work (batch more images per call)"
+                f" and confirm their occupancy with {tool}.",
+                kernels=top_kernels(small, ctx.steps),
+                blockers=[{"kind": "library_kernel", "op": name, "per_step": float(n) / ctx.steps, "library": name,
+                           "module": "", "detail": "a library's kernel: compile does not touch it"}
+                          for name, n in libs.items()],
+                figures={**figures, "unblocked_saving_s": float(gain.sum()) / ctx.steps})]
+        # CUDA graphs come with max-autotune: without them where the step cannot be captured.
+        mode = "max-autotune-no-cudagraphs" if p.compiled or graph_blockers(ctx) else "max-autotune"
+        snippet, framework = compile_code(p, mode)
+        also = (f" ({', '.join(libs.index[:3])}'s kernels among them stay as they are: no saving counted)"
+                if len(libs) else "")
         return [Finding(
             rule=self.name, title="Kernels with fewer blocks than SMs",
-            binding=self.binding, saving_s=saving, confidence="low",
-            summary=f"{len(small) / ctx.steps:.0f} kernels/step of >= 20 us use < half of the {sms} SMs"
-            f" (median {np.median(f * sms):.0f} blocks), {small['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
+            binding=self.binding, saving_s=saving, confidence="low", summary=summary,
             fix="Give these kernels more parallel work: a larger batch, split-K GEMMs, or torch.compile"
-            f" (max-autotune) to pick other tilings; confirm occupancy with {tool}.",
-            snippet='model = torch.compile(model, mode="max-autotune")',
-            kernels=top_kernels(small, ctx.steps), figures={"sms": sms, "median_blocks": float(np.median(f * sms))})]
+            f" (max-autotune) to pick other tilings{also}; confirm occupancy with {tool}.",
+            snippet=snippet, framework=framework,
+            apply=compile_apply(p, "max-autotune-no-cudagraphs"),
+            kernels=top_kernels(small[tunable], ctx.steps), figures=figures)]
 
 
 class Underutilized(Rule):
@@ -130,16 +161,54 @@ class Underutilized(Rule):
         heavy = per[per["time_s"] / ctx.steps >= 0.03 * ctx.step_s]
         if not len(heavy):
             return []
-        saving = float(np.maximum(0.0, heavy["time_s"] - heavy["floor_s"] / TARGET_EFFICIENCY).sum()) / ctx.steps
+        # Not a saving: inspecting them finds out why, and the fix depends on what it finds.
+        gap = float(np.maximum(0.0, heavy["time_s"] - heavy["floor_s"] / TARGET_EFFICIENCY).sum()) / ctx.steps
         names = set(heavy.index)
         sel = k[k["name"].astype(str).isin(names)]
         tool, command = counters_command(ctx.inp.trace, ctx.inp.ceilings, kernel_function(heavy["time_s"].idxmax()))
         return [Finding(
             rule=self.name, title=f"Under-utilized heavy kernels: inspect with {tool.split(' (')[0]}",
-            binding=self.binding, saving_s=saving, confidence="low",
+            binding=self.binding, saving_s=0.0, confidence="low", kind="advice",
             summary=f"{len(heavy)} kernels below {ctx.inp.params.underutilized_below:.0%} of their roofline floor,"
             f" {heavy['time_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
             fix="These kernels neither hit a roof nor are too small to; measure them with hardware counters"
-            f" ({tool}: occupancy, stalls, L2/DRAM traffic). Saving assumes reaching 50% of the floor.",
+            f" ({tool}: occupancy, stalls, L2/DRAM traffic). An inspection saves nothing by itself: reaching 50% of"
+            f" their floor would take {gap * 1e3:.3f} ms/step off, by a fix it finds.",
             snippet=command,
-            kernels=top_kernels(sel, ctx.steps), figures={"kernels": len(heavy)})]
+            kernels=top_kernels(sel, ctx.steps), figures={"kernels": len(heavy), "gap_to_half_floor_s": gap})]
+
+
+# cuDNN's layout transposes around a convolution whose tensors are NCHW (tensor-core kernels compute NHWC).
+_TRANSPOSE = r"nchwToNhwc|nhwcToNchw|NchwToNhwc|NhwcToNchw"
+_CONV_OPS = ("aten::cudnn_convolution", "aten::convolution_backward", "aten::cudnn_convolution_transpose",
+             "aten::_convolution", "aten::convolution")
+
+
+class ChannelsLast(Rule):
+    """cuDNN transposes NCHW tensors to NHWC and back around each convolution: channels_last removes
+    those kernels (their time is the saving; the results are the same)."""
+
+    name = "channels_last"
+    binding = "memory"
+    min_share = 0.02
+
+    def match(self, ctx: Context) -> list[Finding]:
+        k = ctx.kernels
+        t = k[k["name"].astype(str).str.contains(_TRANSPOSE, regex=True)]
+        if not len(t):
+            return []
+        ops = ctx.inp.trace.ops
+        conv = ops["name"].astype(str).isin(_CONV_OPS).to_numpy()
+        t = t[ancestor_where(ops["parent"].to_numpy(), t["op"].to_numpy(dtype=np.int64), conv) >= 0]
+        if not len(t):
+            return []
+        saving = float(t["dur_s"].sum()) / ctx.steps
+        snippet, framework = channels_last_code(ctx.program)
+        return [Finding(
+            rule=self.name, title="Convolutions on NCHW tensors: use channels_last", binding=self.binding,
+            saving_s=saving, confidence="medium",
+            summary=f"{len(t) / ctx.steps:.0f} layout transposes/step around convolutions, {saving * 1e3:.3f} ms/step",
+            fix="cuDNN's tensor-core convolutions compute NHWC: on NCHW tensors each call transposes its input and"
+            " output. Convert the model and each batch once; the transposes go and the results stay the same.",
+            snippet=snippet, framework=framework, apply="channels_last", kernels=top_kernels(t, ctx.steps),
+            figures={"transpose_s": saving})]

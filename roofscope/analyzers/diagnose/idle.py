@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.diagnose.base import Context, Rule
+from roofscope.analyzers.diagnose.fixes import loader_code
+from roofscope.analyzers.diagnose.program import Program
 from roofscope.analyzers.model.findings import Finding
 
 RECOVERABLE_SHARE = 0.5
@@ -73,7 +75,7 @@ def _sum_by_name(values: np.ndarray, names: pd.Series) -> pd.Series:
     return pd.Series(sums[present], index=pd.Index(uniques[present], dtype=object)).sort_index()
 
 
-def _fix(by_call: pd.Series, idle_s: float, pageable_share: float) -> tuple[str, str, str]:
+def _fix(by_call: pd.Series, idle_s: float, pageable_share: float, program: Program) -> tuple[str, str, str]:
     """(title, fix text, snippet) for the host activity that fills most of the idle time."""
     copies = float(by_call[by_call.index.isin(COPY_CALLS)].sum())
     syncs = float(by_call[by_call.index.isin(SYNC_CALLS)].sum())
@@ -84,7 +86,9 @@ def _fix(by_call: pd.Series, idle_s: float, pageable_share: float) -> tuple[str,
         if pageable_share > 0.5:
             # Pageable host memory makes every copy synchronous for the host: pinning is the lever.
             text += "; most copies read pageable memory, which blocks the host: pin it"
-            snippet = "loader = DataLoader(ds, batch_size=B, pin_memory=True)\n" + snippet
+            pin = (loader_code(program, pin=True)[0] if program.dataloader
+                   else "x = x.pin_memory()   # where the batch is made")
+            snippet = pin + "\n" + snippet
         return "GPU idle while the host copies memory", text + ".", snippet
     if syncs >= 0.25 * idle_s:
         return ("GPU idle around synchronizations",
@@ -118,7 +122,7 @@ class IdleOther(Rule):
         by_op, by_call = host_activity(ctx, gaps)
         h2d = (tl.overall.get("copies") or {}).get("HtoD") or {}
         pageable = h2d.get("pageable_time_s", 0.0) / h2d["time_s"] if h2d.get("time_s") else 0.0
-        title, text, snippet = _fix(by_call, idle, pageable)
+        title, text, snippet = _fix(by_call, idle, pageable, ctx.program)
         ops = ", ".join(f"{name} {1e3 * t:.3f} ms" for name, t in by_op.head(3).items() if t > 0)
         calls = ", ".join(f"{name} {1e3 * t:.3f} ms" for name, t in by_call.head(3).items() if t > 0)
         longest = float(gaps["dur_s"].max())

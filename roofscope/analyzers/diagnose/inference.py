@@ -8,6 +8,7 @@ its many short kernels, launches (CUDA graphs).
 from __future__ import annotations
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
+from roofscope.analyzers.diagnose.fixes import decode_graph_code
 from roofscope.analyzers.model.findings import Finding
 
 # A CUDA graph replays the step with one launch; what remains of the launch cost.
@@ -68,7 +69,8 @@ class WeightBoundDecode(_Decode):
             summary=f"decode reads {w / 1e6:,.1f} MB of weights per step ({100 * share:.0f}% of its bytes) for {batch} "
             f"token{'s' if batch != 1 else ''}; MBU {100 * (inf['decode_mbu'] or 0):.0f}%",  fix=# type: ignore[index]
             f"Batch more sequences per decode step (the weights are read once for the whole batch: weight bytes per "
-            f"token fall by the batch factor), or quantize the weights only: INT8/FP8 halves them "
+            f"token fall by the batch factor), or quantize the weights only (this changes the model's outputs: check "
+            f"its accuracy): INT8/FP8 halves them "
             f"({w / 1e6:,.1f} -> {w * INT8_KEEPS / 1e6:,.1f} MB per step, saving shown), INT4 quarters them "
             f"(-> {w * INT4_KEEPS / 1e6:,.1f} MB).",
             snippet="from torchao.quantization import quantize_, int8_weight_only\nquantize_(model, int8_weight_only())",
@@ -94,9 +96,11 @@ class KvBoundDecode(_Decode):
             rule=self.name, title="KV-bound decode: a smaller KV cache",
             binding=self.binding, saving_s=saving, confidence="medium",
             summary=f"decode reads {kv / 1e6:,.1f} MB of KV cache per step ({100 * share:.0f}% of its bytes)",
-            fix="Quantize the KV cache (FP8/INT8 halves the bytes read per token, saving shown), or use fewer key/value "
-            "heads (grouped-query attention: Hq/Hkv times fewer KV bytes) in models you train.",
-            snippet='model.generation_config.cache_implementation = "quantized"  # HF; vLLM: kv_cache_dtype="fp8"',
+            fix="Quantize the KV cache (FP8/INT8 halves the bytes read per token, saving shown; it changes the outputs:"
+            " check their accuracy), or use fewer key/value heads (grouped-query attention: Hq/Hkv times fewer KV"
+            " bytes) in models you train.",
+            snippet='model.generation_config.cache_implementation = "quantized"   # generate()'
+            if ctx.program.kind == "generate" else "",
             kernels=top_kernels(k, ctx.steps), figures={"kv_bytes_per_step": kv, "kv_share": share})]
 
 
@@ -119,6 +123,7 @@ class LaunchBoundDecode(Rule):
         idle = ctx.terms["host"]
         saving = max(0.0, idle - GRAPH_LAUNCH_S)
         k = ctx.kernels[ctx.kernels["cat"] == "kernel"]
+        text, snippet = decode_graph_code(ctx.program)
         return [Finding(
             rule=self.name, title="Launch-bound decode: replay each token's step as a CUDA graph",
             binding=self.binding, saving_s=saving,
@@ -126,11 +131,7 @@ class LaunchBoundDecode(Rule):
             summary=f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches; "
             f"{d['kernels_per_step']:.0f} kernels per decode step, {d['gpu_busy_s'] * 1e3:.3f} ms of them busy",
             fix="Capture the decode step once and replay it per token (static shapes: a preallocated KV cache). "
-            "Hugging Face: a static cache, with which generate() compiles the decode step into CUDA graphs itself "
-            "(do not also torch.compile model.forward); your own loop: "
-            "torch.cuda.graph around a step with static inputs (examples/decode.py --cuda-graph). Saving ~ the "
-            "host-bound idle time.",
-            snippet='model.generation_config.cache_implementation = "static"'
-            '  # generate() then compiles each decode step (mode="reduce-overhead")',
+            + text + " Saving ~ the host-bound idle time.",
+            snippet=snippet, apply="static_cache" if ctx.program.kind == "generate" else "",
             kernels=top_kernels(k, ctx.steps), figures={"host_idle_s": idle, "host_idle_share": ctx.share("host"),
                                         "kernels_per_step": d["kernels_per_step"]})]

@@ -1,11 +1,17 @@
 """Rules for time the GPU spends waiting on the host: launches, synchronizations, copies."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
-from roofscope.analyzers.diagnose.blockers import READS, SIZE_READERS, Blocker, graph_blockers, graph_fix, host_syncs
+from roofscope.analyzers.diagnose.blockers import (READS, SIZE_READERS, Blocker, graph_blockers, graph_fix,
+                                                   host_read_code, host_syncs)
+from roofscope.analyzers.diagnose.program import LOADER_SPAN
+from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, loader_code
+from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.diagnose.inference import GRAPH_LAUNCH_S, is_inference
 from roofscope.analyzers.ingest.runtime_names import GRAPH_LAUNCHES
 from roofscope.analyzers.model.findings import Finding
@@ -50,6 +56,10 @@ class CudaGraphs(Rule):
         found = graph_blockers(ctx)
         if found:
             return [_blocked_graphs(ctx, found, saving, idle, per_step, median_us, k)]
+        p = ctx.program
+        snippet, framework = compile_code(p, "reduce-overhead")
+        already = (" The model is already compiled, without CUDA graphs (mode default or"
+                   " max-autotune-no-cudagraphs): compile it with mode=\"reduce-overhead\" instead." if p.compiled else "")
         return [Finding(
             rule=self.name, title="Launch-bound: capture the step in a CUDA graph",
             binding=self.binding, saving_s=saving, confidence=conf,
@@ -57,10 +67,9 @@ class CudaGraphs(Rule):
             f" {min(idle, captured) * 1e3:.3f} ms of it inside forward/backward; {per_step:.0f} kernels/step,"
             f" median {median_us:.1f} us",
             fix="Replay the step as a CUDA graph so the CPU launches it once: torch.compile with"
-            " mode=\"reduce-overhead\" (also fuses), or torch.cuda.graphs for static shapes. Saving ~ the"
-            " host-bound idle time.",
-            snippet='model = torch.compile(model, mode="reduce-overhead")\n'
-            "# or: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): out = step(static_input)",
+            " mode=\"reduce-overhead\" (also fuses); nothing on this trace blocks capture (one forward per step,"
+            " no syncs, static shapes, no host work). Saving ~ the host-bound idle time." + already,
+            snippet=snippet, framework=framework, apply=compile_apply(p, "reduce-overhead"),
             kernels=top_kernels(k, ctx.steps),
             figures={"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
              "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host")})]
@@ -121,24 +130,38 @@ class HostSyncs(Rule):
         origin = host_syncs(ctx)
         # Syncs inside a library's ops or in ops that read a size back: no .item() of the user's to drop.
         library = [b for b in origin if b.library or (b.op in SIZE_READERS and b.op not in READS)]
+        p = ctx.program
+        framework = ""
+        advice = p.kind == "generate" and not library   # generate()'s own reads: nothing of the user's to drop
         if library:
             fix, snippet = _library_sync_fix(library)
+        elif p.kind == "generate":
+            fix = ("The syncs are generate()'s own: it reads the stop condition (EOS, length) back every token;"
+                   " a loop of your own can check it every N tokens instead.")
+            snippet = ""
         elif is_inference(ctx):  # a decode loop has no loss to accumulate
             fix = ("Keep generated tokens on the GPU: check stop conditions (EOS, length) every N tokens instead "
                    "of every token, and avoid .item()/.cpu()/.tolist() of logits or tokens inside the loop.")
             snippet = ("done = (tokens == eos).any(-1)            # stays on the GPU\n"
                        "if step % 16 == 0 and done.all().item(): break")
+        elif p.kind in ("hf_trainer", "lightning"):
+            fix = ("The loop reads the loss back when it logs: log less often (the framework's logging interval).")
+            snippet, framework = (("TrainingArguments(..., logging_steps=100)   # the loss is read back at each log",
+                                   "hf_trainer") if p.kind == "hf_trainer" else
+                                  ("Trainer(..., log_every_n_steps=100)   # and self.log(..., sync_dist=False)",
+                                   "lightning"))
         else:
-            fix = ("Keep values on the GPU: drop .item()/.cpu()/print of tensors in the step, log every N steps,"
-                   " use non_blocking copies and torch.cuda.Event instead of synchronize().")
-            snippet = ("loss_sum += loss.detach()          # instead of loss.item() every step\n"
-                       "if step % 100 == 0: print(loss_sum.item() / 100)")
+            fix = ("Keep values on the GPU: drop .item()/.cpu()/print of tensors in the step, read them every N steps,"
+                   " use non_blocking copies and torch.cuda.Event instead of synchronize()."
+                   + ("" if p.training else " (The step runs no backward: there is no loss to accumulate.)"))
+            snippet = host_read_code(p, set(syncs["kind"].astype(str)))
         return [Finding(
             rule=self.name, title="Host-device syncs inside the step",
-            binding=self.binding, saving_s=saving, confidence="medium" if not library else "low",
+            binding=self.binding, saving_s=0.0 if advice else saving, confidence="medium" if not library else "low",
             summary=f"{len(syncs) / ctx.steps:g} syncs/step ({where}); GPU idle {bubble * 1e3:.3f} ms/step after them,"
             f" the host blocked {blocked * 1e3:.3f} ms/step in them (the most removing them saves)",
-            fix=fix, snippet=snippet, kernels=[], blockers=[b.to_dict() for b in origin],
+            fix=fix, snippet=snippet, framework=framework, kernels=[], blockers=[b.to_dict() for b in origin],
+            kind="advice" if advice else "fix",
             figures={"syncs_per_step": len(syncs) / ctx.steps, "sync_bubble_s": bubble, "sync_blocked_s": blocked})]
 
 
@@ -195,6 +218,10 @@ class HostCopies(Rule):
         # Pinning is advice only where pageable copies hold a real part of the saving (0.016 ms of
         # 4.231 ms is not worth a word); otherwise the lever is overlap alone.
         pin = pageable * (1 - 1 / PAGEABLE_SLOWDOWN) >= PIN_MIN_SHARE * saving
+        p = ctx.program
+        # A DataLoader pins its batches itself; without one the program pins what it copies.
+        pin_code, framework = (loader_code(p, pin=True) if p.dataloader else
+                               ("x = x.pin_memory()   # once, where the batch is made on the host", ""))
         return [Finding(
             rule=self.name,
             title="Host-to-device copies: " + ("pin memory and overlap them" if pin else "overlap them with compute"),
@@ -204,7 +231,61 @@ class HostCopies(Rule):
             fix=("Load batches into pinned memory and copy them asynchronously, ahead of use." if pin else
              "The copies already come from pinned memory; issue them ahead of use (non_blocking, on a side stream"
              " or a step early) so kernels run while they transfer."),
-            snippet=("loader = DataLoader(ds, batch_size=B, pin_memory=True, num_workers=4)\n" if pin else "")
-            + "x = x.to('cuda', non_blocking=True)   # the next batch, while this one computes",
+            snippet=(pin_code + "\n" if pin else "") + "x = x.to('cuda', non_blocking=True)   # the next batch,"
+            " while this one computes", framework=framework if pin else "",
+            apply="dataloader:pin_memory" if pin and p.dataloader else "",
             kernels=top_kernels(k, n),
             figures={"h2d_s": copies["time_s"] / n, "pageable_s": pageable, "exposed_s": exposed})]
+
+
+class DataLoaderWorkers(Rule):
+    """A DataLoader without worker processes (``num_workers=0``) loads every batch in the step: the
+    main process builds it while the model waits. Workers build the next batches meanwhile; they
+    need cores the step's own threads leave free (run.json's ``cpu``, on a CPU run)."""
+
+    name = "dataloader"
+    binding = "data"
+    min_share = 0.05
+
+    def precondition(self, ctx: Context) -> str | None:
+        return None if ctx.program.dataloader == "workers=0" else "no DataLoader with num_workers=0 in the steps"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        a = ctx.inp.trace.annotations
+        spans = a[a["name"].astype(str).str.startswith(LOADER_SPAN)]
+        step = steps_at(a, spans["ts_ns"].to_numpy())
+        steps = ctx.kernels["step"].unique()
+        spans = spans[np.isin(step, steps[steps >= 0])] if (steps >= 0).any() else spans
+        load = float(spans["dur_ns"].sum()) / 1e9 / ctx.steps
+        if load < self.min_share * ctx.step_s:
+            return []
+        # A GPU step gains only what the GPU waited for meanwhile (its host-bound and other idle).
+        binding = "data" if ctx.inp.cpu_only else "host"
+        saving = load if ctx.inp.cpu_only else min(load, ctx.terms["host"] + ctx.terms["idle_other"])
+        cpu = ctx.inp.run.cpu
+        # On the CPU the step's threads hold cores; a GPU step's main thread holds one.
+        busy = (cpu.threads or 1) if ctx.inp.cpu_only and cpu is not None else 1
+        free = cpu.cores_free if cpu is not None else None
+        spare = int(math.floor(free)) - busy if free is not None else 4
+        workers = max(0, min(4, spare))
+        p = ctx.program
+        snippet, framework = loader_code(p, workers=max(workers, 1))
+        said = (f"the DataLoader builds each batch in the main process: {load * 1e3:.3f} ms/step"
+                f" ({100 * load / ctx.step_s:.0f}% of the step)")
+        figures = {"load_s": load, "cores_free": free, "step_threads": busy, "workers": workers}
+        if workers < 1:
+            return [Finding(
+                rule=self.name, title="Batches loaded in the step, and no free core for a worker",
+                binding=binding, saving_s=0.0, confidence="low", status="blocked", summary=said,
+                fix=f"Worker processes would load the next batches meanwhile, but the step's {busy} thread(s) and the"
+                " machine's other load leave no core for one: a worker would slow the step as much as it saves"
+                " (fewer compute threads would leave one).",
+                blockers=[{"kind": "no_free_core", "op": "DataLoader", "per_step": 1.0, "library": "", "module": "",
+                           "detail": f"{free if free is not None else '?'} cores free, {busy} used by the step"}],
+                figures={**figures, "unblocked_saving_s": saving})]
+        return [Finding(
+            rule=self.name, title=f"Batches loaded in the step: DataLoader(num_workers={workers})",
+            binding=binding, saving_s=saving, confidence="medium", summary=said,
+            fix=f"With {workers} worker process{'es' if workers > 1 else ''} the next batches are built while the"
+            " step runs; the step then only takes a finished batch.", snippet=snippet, framework=framework,
+            figures=figures, apply=f"dataloader:workers={workers}")]

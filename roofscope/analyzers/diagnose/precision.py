@@ -6,6 +6,7 @@ import numpy as np
 
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.shapes import gemm_table
+from roofscope.analyzers.diagnose.fixes import tf32_code
 from roofscope.analyzers.model.findings import Finding
 
 _ELT = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -28,12 +29,20 @@ class Tf32(Rule):
     binding = "compute"
 
     def precondition(self, ctx: Context) -> str | None:
-        return None if ctx.inp.ceilings.peaks.get("tf32") else "the device has no TF32 tensor cores"
+        if not ctx.inp.ceilings.peaks.get("tf32"):
+            return "the device has no TF32 tensor cores"
+        precision = ctx.inp.run.program.backends.get("float32_matmul_precision")
+        if precision in ("high", "medium"):
+            return f"TF32 already allowed (float32_matmul_precision {precision!r}): the fp32 kernels are cuDNN's or torch's own"
+        return None
 
     def match(self, ctx: Context) -> list[Finding]:
         k = ctx.kernels
         c = ctx.inp.ceilings
-        g = k[k["category"].isin(("gemm", "conv")) & (k["dtype"] == "fp32") & (k["roof_precision"] == "fp32")
+        # cuDNN runs fp32 convolutions on TF32 already unless the program turned it off (torch's default):
+        # set_float32_matmul_precision changes matmuls only.
+        cats = ("gemm", "conv") if ctx.inp.run.program.backends.get("cudnn_allow_tf32") is False else ("gemm",)
+        g = k[k["category"].isin(cats) & (k["dtype"] == "fp32") & (k["roof_precision"] == "fp32")
               & ~k["cls"].isin(("latency", "unknown"))]
         if not len(g):
             return []
@@ -47,16 +56,19 @@ class Tf32(Rule):
         if c.peaks.get("bf16"):
             new_bf16 = t * _floor(f, b / 2, c.peaks["bf16"], c.bandwidth) / old
             figures["bf16_saving_s"] = float((t - new_bf16).sum()) / ctx.steps
+        snippet, framework = tf32_code(ctx.program)
+        if "conv" in cats:
+            snippet += "\ntorch.backends.cudnn.allow_tf32 = True   # the program turned it off for convolutions"
         return [Finding(
-            rule=self.name, title="fp32 matmuls on CUDA cores: enable TF32 or bf16 autocast",
+            rule=self.name, title="fp32 matmuls on CUDA cores: allow TF32",
             binding=self.binding, saving_s=saving, confidence="high",
             summary=f"{len(g) / ctx.steps:.0f} fp32 GEMM/conv kernels/step,"
             f" {figures['fp32_gemm_s'] * 1e3:.3f} ms/step at"
             f" the fp32 roof ({c.peaks['fp32'] / 1e12:.0f} TFLOP/s) vs TF32 {c.peaks['tf32'] / 1e12:.0f}",
-            fix="Allow TF32 tensor cores for fp32 matmuls (10-bit mantissa inputs, fp32 accumulate), or run the"
-            " model under bf16 autocast for the bf16 roof and half the bytes.",
-            snippet='torch.set_float32_matmul_precision("high")   # TF32\n'
-            "with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)",
+            fix="Allow TF32 tensor cores for fp32 matmuls: inputs rounded to a 10-bit mantissa, fp32 accumulate. It"
+            " changes results in the low bits: check the loss or outputs (roofscope verify compares them). bf16"
+            " autocast (the bf16 roof, half the bytes) changes them more.",
+            snippet=snippet, framework=framework, apply="tf32",
             kernels=top_kernels(g, ctx.steps), figures=figures)]
 
 
@@ -136,7 +148,8 @@ class WeightBoundGemm(Rule):
             summary=f"{len(g) / ctx.steps:.0f} memory-bound GEMM kernels/step (median M = {m_med:.0f} rows),"
             f" {t.sum() / ctx.steps * 1e3:.3f} ms/step, intensity {g['flops'].sum() / g['bytes'].sum():.1f} FLOP/B",
             fix="With few rows the GEMM reads every weight to do little work: weight-only INT8 (saving shown)"
-            " or INT4/FP8 cuts the bytes; a larger batch raises FLOPs per byte (more tokens/s per step).",
+            " or INT4/FP8 cuts the bytes (it changes the outputs: check the model's accuracy); a larger batch raises"
+            " FLOPs per byte (more tokens/s per step).",
             snippet="# torchao: from torchao.quantization import quantize_, int8_weight_only\n"
             "quantize_(model, int8_weight_only())",
             kernels=top_kernels(g, ctx.steps),

@@ -10,12 +10,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CONFIDENCE = ("high", "medium", "low")
+# What a finding asks: a change that saves time ("fix"), or a step that finds out more and saves
+# nothing by itself ("advice": inspect kernels with ncu; its saving is 0).
+KINDS = ("fix", "advice")
+# The fixes roofscope can inject into a program without editing it (``roofscope verify``): a finding's
+# ``apply`` is ``NAME`` or ``NAME:ARG``, several joined by ";" ("" when the fix needs a source edit).
+APPLY_NAMES = ("tf32", "cudnn_benchmark", "channels_last", "compile", "static_cache", "fused_optimizer", "threads",
+               "dataloader")
 
 
 @dataclass(kw_only=True)
 class Finding:
     """One recommendation: what binds, the evidence, the estimated saving, the fix (keywords only:
-    fourteen fields, several of them strings, are easy to pass in the wrong order)."""
+    eighteen fields, several of them strings, are easy to pass in the wrong order)."""
 
     rule: str
     title: str
@@ -37,15 +44,19 @@ class Finding:
     blockers: list[dict[str, Any]] = field(default_factory=list)
     # What `roofscope verify` measured of its fix (a verify.json entry; analyzers/diagnose/verified.py), if it did
     verify: dict[str, Any] | None = None
+    kind: str = "fix"            # one of KINDS
+    # The fix as roofscope injects it (APPLY_NAMES: "compile:reduce-overhead", "threads:1;channels_last"),
+    # set only where its preconditions hold on this trace; "" when it needs an edit of the program's source.
+    apply: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         return {"rule": d["rule"], "title": d["title"], "binding": d["binding"], "saving_s": d["saving_s"],
                 "saving_pct": d["saving_pct"], "confidence": d["confidence"], "summary": d["summary"],
                 "evidence": {"kernels": d["kernels"], "figures": d["figures"]},
-                "fix": {"text": d["fix"], "snippet": d["snippet"], "framework": d["framework"]},
+                "fix": {"text": d["fix"], "snippet": d["snippet"], "framework": d["framework"], "apply": d["apply"]},
                 "change": d["change"], "rank": d["rank"], "status": d["status"], "blockers": d["blockers"],
-                **({"verify": d["verify"]} if d["verify"] is not None else {})}
+                "kind": d["kind"], **({"verify": d["verify"]} if d["verify"] is not None else {})}
 
 
 @dataclass
@@ -60,14 +71,15 @@ class Diagnosis:
     frameworks: list[str] = field(default_factory=list)
     capture_steps: list[int] = field(default_factory=list)  # left out of the terms (Timeline.capture_steps)
     program_time: dict[str, Any] | None = None  # ProgramTime.to_dict(): savings in the program's own time
+    program: dict[str, Any] | None = None  # how the program runs, as the fixes assume it (diagnose/program.py)
 
     def to_dict(self) -> dict[str, Any]:
         share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
         return {"step_s": self.step_s, "terms_s": self.terms, "binding": share, "skipped": self.skipped,
                 "changes": self.changes, "frameworks": self.frameworks, "capture_steps": self.capture_steps,
-                "program_time": self.program_time,
+                "program_time": self.program_time, "program": self.program,
                 "note": "savings are estimates per step and overlap: they do not add up; each change's"
                         " saving counts its findings' overlapping time once"}
 
 
-__all__ = ["CONFIDENCE", "Diagnosis", "Finding"]
+__all__ = ["APPLY_NAMES", "CONFIDENCE", "KINDS", "Diagnosis", "Finding"]

@@ -226,6 +226,7 @@ class Fix(Part):
     text: str = ""
     snippet: str = ""
     framework: str = ""
+    apply: str = ""     # the fix as roofscope injects it (analyzers/model/findings.APPLY_NAMES), "" for a source edit
 
 
 @dataclass(kw_only=True)
@@ -243,6 +244,8 @@ class Recommendation(Part):
     fix: Fix = field(default_factory=Fix)
     change: str = ""
     rank: int = 0
+    status: str = "ok"     # "blocked": a precondition fails (its blockers say which); no saving claimed
+    kind: str = "fix"      # "advice": a step that finds out more, saving nothing by itself
 
 
 @dataclass(kw_only=True)
@@ -271,6 +274,7 @@ class Summary(Part):
     trace: str | None = None
     device: str | None = None
     cpu_only: bool = False
+    gpu_job_host_only: str | None = None    # a CPU-only trace of a GPU job: the names that say so
     ceilings: CeilingsBlock = field(default_factory=CeilingsBlock)
     events: int | None = None
     skipped_events: dict[str, Any] = field(default_factory=dict)

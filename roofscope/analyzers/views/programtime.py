@@ -60,6 +60,13 @@ def _steady(df: pd.DataFrame, steps: Steps, traced: Sequence[int] = ()) -> tuple
     phase = df["phase"]
     in_trace = df["index"].isin(list(traced))
     restored = bool(in_trace.any()) and bool((phase[in_trace] == "dropped").all())
+    settle = steps.settle or {}
+    k = int(settle.get("k") or 0) if settle.get("outcome") == "settled" else 0
+    # The settling steps are the k unprofiled ones just before the warm-up of the profile that followed
+    # them: the later one, also when it did not complete and the earlier one is kept.
+    later = df.loc[phase.isin(("warmup", "active")), "index"]
+    settled = ((phase == "unprofiled") & (df["index"] >= int(later.min()) - k) & (df["index"] < int(later.min()))
+               if k and len(later) else phase == "")
     if restored:
         phase = phase.where(~phase.isin(("warmup", "active")), "dropped").where(~in_trace, "active")
     unprof = phase == "unprofiled"
@@ -70,12 +77,11 @@ def _steady(df: pd.DataFrame, steps: Steps, traced: Sequence[int] = ()) -> tuple
     first, last = int(profiled.min()), int(profiled.max())
     after = unprof & (df["index"] > last)
     before = unprof & (df["index"] < first)
-    settle = steps.settle or {}
-    # Settled steps came after the earlier profile, when it is the one kept: none lie before it.
-    k = int(settle.get("k") or 0) if settle.get("outcome") == "settled" and not restored else 0
-    # The settling steps are the k unprofiled ones just before the profile's warm-up.
-    settled = before & (df["index"] >= first - k) if k else before & False
-    steady = after | settled
+    # Steps the settle judged warm are the program's steady steps; without them, every step after the profile.
+    if restored and settled.any():
+        steady = settled & unprof
+        return steady, unprof & ~steady & (df["index"] < int(df.loc[steady, "index"].min())), phase == "active"
+    steady = after | (settled & before)
     if not steady.any():   # a program that ended with the profile: the waited steps are all there is
         steady = before & (df["index"] > _wait(steps))
     return steady, before & ~steady, phase == "active"

@@ -1,0 +1,184 @@
+"""Rules for programs that run on the CPU: threads against the cores the process gets, the memory
+layout of convolutions, elementwise chains a compile fuses (docs/diagnosis.md, "CPU runs").
+
+Their "kernels" are the trace's CPU ops (analysis.py ``_cpu_work``); the engine (base.run_cpu_rules)
+scales their savings from the profiled step to the program's own.
+
+**Threads.** torch's intra-op pool runs each op on ``torch.get_num_threads()`` threads that meet at
+a barrier at its end: when a thread has no core (more threads than cores, or other processes on
+them), every other thread of the op waits for it. run.json's ``cpu`` (collectors/metadata.py) keeps
+the cores the process may run on, the machine's load, and the process's clocks over the profiled
+steps: its CPU time ``c`` and the time its threads waited, runnable, for a core ``d`` (the
+scheduler's run delay). Per step, ``T`` threads spend about ``(c + d) / T`` each; with ``N`` threads
+that do not wait, ``c / N``. The saving is the difference, ``d / T - c (1/N - 1/T)``, where ``N`` is
+the cores left to the process (those it may use, less the machine's other load), at least 1. On this
+project's 2-core machine with a busy neighbour (docs/diagnosis.md) a CNN ran 2.2x slower with 2
+threads than with 1.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
+from roofscope.analyzers.diagnose.fusion import FUSIBLE
+from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code, threads_code
+from roofscope.analyzers.model.findings import Finding
+
+# Of the threads' runnable time, the share waiting for a core above which the threads contend.
+WAIT_SHARE = 0.2
+# What channels_last saves of the time of each op on an NCHW input, measured on this project's 2-core
+# AMD EPYC (torch 2.13, one thread, the CNN of benchmarks/real_clients/cpu_cnn.py, 2026-11-28): oneDNN
+# reorders an NCHW input to its blocked layout and back on every call; max-pooling runs in place on NHWC.
+CHANNELS_LAST_GAIN = {"aten::mkldnn_convolution": 0.15, "aten::convolution_backward": 0.15,
+                      "aten::max_pool2d_with_indices": 0.8}
+
+
+class CpuThreads(Rule):
+    """More intra-op threads than the cores the process gets: the threads wait for each other."""
+
+    name = "cpu_threads"
+    binding = "threads"
+
+    def precondition(self, ctx: Context) -> str | None:
+        f = ctx.inp.run.cpu
+        if f is None or not f.threads:
+            return "run.json records no thread count (a bare trace, or a Run older than the cpu block)"
+        return None
+
+    def match(self, ctx: Context) -> list[Finding]:
+        f = ctx.inp.run.cpu
+        assert f is not None
+        t = int(f.threads or 1)
+        free = f.cores_free
+        have = f.affinity or f.cores or t
+        wait = f.run_delay_s / (f.cpu_s + f.run_delay_s) if f.run_delay_s is not None and f.cpu_s else None
+        over = t > have or (wait is not None and wait >= WAIT_SHARE)
+        figures = {"threads": t, "cores": f.cores, "affinity": f.affinity, "load1": f.load1, "cores_free": free,
+                   "wait_share": wait, "cpu_s": f.cpu_s, "run_delay_s": f.run_delay_s, "window_s": f.wall_s}
+        load = (f"load average {f.load1:g} on {f.cores} cores" if f.load1 is not None else "")
+        waited = (f"its threads waited {100 * wait:.0f}% of their runnable time for a core" if wait is not None else "")
+        said = "; ".join(x for x in (f"{t} threads on {have} cores it may use", load, waited) if x)
+        n = max(1, min(t - 1, int(math.floor(free)) if free is not None else have, have))
+        if not over:
+            return []
+        if t == 1 or n >= t:
+            return [Finding(
+                rule=self.name, title="Busy machine: the process waits for cores", binding=self.binding,
+                saving_s=0.0, confidence="low", kind="advice", summary=said,
+                fix="Other processes hold the cores: this run's times include waiting for them. Profile on a quiet"
+                " machine (or pin the process to free cores with taskset) before judging its speed.",
+                snippet="taskset -c 0 python train.py   # cores no other process uses", figures=figures)]
+        steps = (f.wall_s / ctx.step_s) if f.wall_s and ctx.step_s > 0 else None
+        if steps and f.cpu_s is not None and f.run_delay_s is not None:
+            c, d = f.cpu_s / steps, f.run_delay_s / steps
+            saving = max(0.0, d / t - c * (1 / n - 1 / t))
+            saving = min(saving, max(0.0, ctx.step_s - c / n))
+        else:   # no clocks (not Linux): only the cores the threads outnumber
+            saving = ctx.step_s * (1 - have / t)
+        snippet, _ = threads_code(n)
+        return [Finding(
+            rule=self.name, title=f"{t} threads for {n} free core{'s' if n > 1 else ''}: use {n}",
+            binding=self.binding, saving_s=saving, confidence="medium" if t > have else "low", summary=said,
+            fix=f"torch's intra-op threads meet at the end of every op; a thread without a core stalls the others."
+            f" With {n} thread{'s' if n > 1 else ''} (the cores left after the machine's other load) none waits."
+            " The saving assumes the other load stays as it was.",
+            snippet=snippet, figures=figures, apply=f"threads:{n}")]
+
+
+def _nchw(strides: object, dims: object) -> bool:
+    """A 4-D contiguous (NCHW) tensor with more than one channel: not channels_last."""
+    if not (isinstance(dims, list) and len(dims) == 4 and isinstance(strides, list) and len(strides) == 4):
+        return False
+    n, c, h, w = dims
+    return c > 1 and h * w > 1 and strides[3] == 1 and strides[1] == h * w
+
+
+class CpuChannelsLast(Rule):
+    """Convolutions and max-pooling on NCHW (contiguous) inputs: oneDNN reorders them every call."""
+
+    name = "channels_last"
+    binding = "layout"
+
+    def match(self, ctx: Context) -> list[Finding]:
+        k = ctx.kernels[ctx.kernels["name"].astype(str).isin(list(CHANNELS_LAST_GAIN))]
+        if not len(k):
+            return []
+        trace = ctx.inp.trace
+        sig = trace.ops["sig"].to_numpy()[k["op"].to_numpy()]
+        table = trace.signatures
+        nchw = np.array([_nchw(_first(table["input_strides"].iat[s]), _first(table["input_dims"].iat[s]))
+                         for s in sig], dtype=bool)
+        k = k[nchw]
+        if not len(k):
+            return []
+        gain = k["name"].astype(str).map(CHANNELS_LAST_GAIN).to_numpy(dtype=float)
+        saving = float((k["dur_s"].to_numpy() * gain).sum()) / ctx.steps
+        snippet, framework = channels_last_code(ctx.program)
+        return [Finding(
+            rule=self.name, title="Convolutions on NCHW tensors: use channels_last",
+            binding=self.binding, saving_s=saving, confidence="medium",
+            summary=f"{len(k) / ctx.steps:.0f} convolution/pooling ops/step take NCHW inputs,"
+            f" {k['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step",
+            fix="oneDNN computes convolutions in a channels-last (blocked) layout: on NCHW tensors it reorders"
+            " every input and output, and max-pooling runs a slower path. Convert the model and each batch once;"
+            " results stay the same.",
+            snippet=snippet, framework=framework, kernels=top_kernels(k, ctx.steps),
+            figures={"nchw_time_s": float(k["dur_s"].sum()) / ctx.steps, "gain": CHANNELS_LAST_GAIN},
+            apply="channels_last")]
+
+
+def _first(v: object) -> object:
+    return v[0] if isinstance(v, list) and v else None
+
+
+class CpuFusion(Rule):
+    """Consecutive elementwise/normalization ops of the model on one thread: Inductor's C++ backend
+    runs each chain as one loop over the data."""
+
+    name = "fusion"
+    binding = "fusion"
+
+    def precondition(self, ctx: Context) -> str | None:
+        if ctx.program.compiled:
+            return "already compiled: the chains left run outside its graphs"
+        return None
+
+    def match(self, ctx: Context) -> list[Finding]:
+        k = ctx.kernels
+        model = k["phase"].isin(("forward", "backward")).to_numpy() if "phase" in k else np.ones(len(k), bool)
+        k = k[model & k["category"].isin(FUSIBLE).to_numpy() & k["op_name"].astype(str).str.startswith("aten::")]
+        if not len(k):
+            return []
+        k = k.sort_values(["tid", "ts_ns"], kind="stable")
+        # Consecutive in the model's op order on one thread: no other costed op between them.
+        order = ctx.kernels.sort_values(["tid", "ts_ns"], kind="stable").index
+        pos = pd.Series(np.arange(len(order)), index=order).reindex(k.index).to_numpy()
+        tid = k["tid"].to_numpy()
+        joined = np.r_[False, (pos[1:] == pos[:-1] + 1) & (tid[1:] == tid[:-1])]
+        cid = np.cumsum(~joined)
+        size = np.bincount(cid)[cid]
+        c = k.assign(chain=cid)[size >= 2]
+        if not len(c):
+            return []
+        g = c.groupby("chain")["dur_s"]
+        # One fused loop costs about its longest member (one pass over the data); the rest goes.
+        saving = float((g.sum() - g.max()).sum()) / ctx.steps
+        ops = c.groupby("chain")["op_name"].agg(lambda s: " -> ".join(dict.fromkeys(map(str, s))))
+        example = "; ".join(f"{o} (x{n / ctx.steps:g})" for o, n in ops.value_counts().head(2).items())
+        snippet, framework = compile_code(ctx.program)
+        return [Finding(
+            rule=self.name, title="Fuse elementwise chains (torch.compile)", binding=self.binding,
+            saving_s=saving, confidence="low",
+            summary=f"{ops.size / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} ops,"
+            f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step (e.g. {example})",
+            fix="Compiled, each chain is one C++ loop that reads its inputs and writes its output once; the saving"
+            " assumes the fused loop takes as long as the chain's longest op.",
+            snippet=snippet, framework=framework, kernels=top_kernels(c, ctx.steps),
+            figures={"chains_per_step": ops.size / ctx.steps, "chain_time_s": float(c["dur_s"].sum()) / ctx.steps},
+            apply=compile_apply(ctx.program))]
+
+
+__all__ = ["CHANNELS_LAST_GAIN", "CpuChannelsLast", "CpuFusion", "CpuThreads"]
