@@ -31,7 +31,7 @@ from roofscope.analyzers.cost.graphs import GraphMap, load_captures, map_graph_k
 from roofscope.analyzers.cost.modelflops import model_flops
 from roofscope.analyzers.cost.notes import all_notes
 from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
-from roofscope.analyzers.diagnose.verified import rank_verified
+from roofscope.analyzers.compare.verified import rank_verified
 from roofscope.analyzers.ingest import read as read_trace
 from roofscope.analyzers.ingest.frames import drop_impossible_shapes, regions_at, steps_at
 from roofscope.analyzers.ingest.gpujob import gpu_job_evidence

@@ -86,10 +86,13 @@ class Collection(Bounded):
     stepless_after: float = option(10.0, "Without a step boundary this many seconds after the first GPU work, record "
                                          "a 5 s time window from there, replacing the one recorded from the first GPU "
                                          "work (0: no step-less windows at all).", metavar="SECONDS", min=0)
-    step_on: str | None = option(None, "What one step is when the script has no optimizer or roofscope.step(): one "
-                                       "outermost nn.Module forward (the default then), one generate() call, or one "
-                                       "call of MODULE.FUNC (__main__.FUNC: a function of the script itself).",
-                                 metavar="forward|generate|MODULE.FUNC")
+    step_on: str | None = option(None, "What one step is when the script has no optimizer or roofscope.step() (by "
+                                       "default one iteration of the script's own loop that holds the work, or one "
+                                       "outermost nn.Module forward where one comes every iteration): forward, "
+                                       "generate (one generate() call), loop (the script's loop, even over forwards), "
+                                       "FILE:LINE (the loop at that line), or one call of MODULE.FUNC (__main__.FUNC: "
+                                       "a function of the script itself).",
+                                 metavar="forward|generate|loop|FILE:LINE|MODULE.FUNC")
 
 
 @dataclass(kw_only=True)

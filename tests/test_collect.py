@@ -182,17 +182,17 @@ def test_missing_script_and_module(tmp_path: Path, capsys) -> None:
     assert "no module named 'no_such_module_xyz'" in capsys.readouterr().err
 
 
-def test_no_steps_warns_and_duration_window_works(tmp_path: Path, capsys) -> None:
+def test_a_plain_loop_steps_on_its_iterations_and_a_duration_window_works(tmp_path: Path, capsys) -> None:
     s = tmp_path / "infer.py"
     s.write_text("import torch, time\nx = torch.randn(64, 64)\nt = time.time()\n"
                  "while time.time() - t < 2:\n    x = torch.tanh(x @ x)\n")
     out = tmp_path / "run"
-    # No boundary in 2 s: the Run holds the opening step-less window (tests/test_stepless.py), and
-    # the warning names the ways to mark steps or ask for a window.
-    assert main(["run", "-o", str(tmp_path / "stepless"), *PEAKS, str(s)]) == 0
-    err = capsys.readouterr().err
-    assert "recorded a time window instead of steps" in err and "no step boundary arrived" in err
-    assert "--duration" in err and "--step-on" in err
+    # No hook marks a boundary: the loop's iterations are the steps (docs/steps.md; a program without a
+    # loop of its own gets a step-less window, tests/test_stepless.py)
+    assert main(["run", "-o", str(tmp_path / "looped"), *PEAKS, str(s)]) == 0
+    steps = _meta(tmp_path / "looped")["steps"]
+    assert steps["source"] == "loop" and (steps["loop"]["line"], steps["loop"]["text"]) == (4, "while time.time() - t < 2")
+    assert "no step boundary arrived" not in capsys.readouterr().err
     assert main(["run", "-o", str(out), *PEAKS, "--duration", "0.2", "--delay", "0.1", str(s)]) == 0
     meta = _meta(out)
     assert meta["steps"]["requested"] == {"duration_s": 0.2, "delay_s": 0.1}

@@ -71,8 +71,6 @@ def test_a_stepless_window_waits_for_a_compilation_to_end(tmp_path: Path):
 
 def test_a_stepless_window_closes_when_a_compilation_starts(tmp_path: Path):
     c = TorchCollector(tmp_path / "trace.json", Schedule(1, 1, 1), duration_s=None, stepless_after_s=0.05)
-    refused: list[int] = []
-    c.on_no_window = lambda: refused.append(1)   # the session then steps on the script's looped function
     c.start()
     try:
         _spin(2.0, until=lambda: c.window == "recording")
@@ -81,8 +79,8 @@ def test_a_stepless_window_closes_when_a_compilation_starts(tmp_path: Path):
             # Closed and held in Dynamo's start callback, before anything of the compilation ran.
             assert c.window is None and c.fallback == "held" and c.held.path is not None
         assert c.window_cut == "a torch.compile compilation began"
-        # a program that compiles gets no step-less window again, and the session is told once
-        assert refused == [1] and c.no_window == "the program imported torch.compile's Dynamo"
+        # a program that compiles gets no step-less window again, and says why
+        assert c.no_window == "the program imported torch.compile's Dynamo"
     finally:
         c.stop()
     assert c.trace_ready and c.kept_window == "recorded" and (tmp_path / "trace.json").stat().st_size > 0
@@ -212,3 +210,19 @@ def test_a_duration_window_is_not_cut_by_dynamos_import(tmp_path: Path, monkeypa
     finally:
         c.stop()
     assert c.trace_ready and c.shortfall() is None
+
+
+def test_a_library_that_imported_dynamo_is_named_not_the_program(monkeypatch):
+    # transformers imports torch._dynamo at its own import, compiling nothing: the step-less window's refusal
+    # names it (the importer the meta path watch saw), not "the program compiles"
+    monkeypatch.setattr(compiling, "_importer", None)
+    assert compiling.dynamo_cause() == "the program imported torch.compile's Dynamo"
+    monkeypatch.setattr(compiling, "_importer", "transformers.utils.import_utils")
+    assert compiling.dynamo_cause() == ("transformers imported torch.compile's Dynamo (transformers.utils.import_utils;"
+                                        " that alone compiles nothing)")
+    # the watch (a meta path finder that finds nothing) notes the module whose import statement asked for
+    # Dynamo, then leaves: here one named fakelib asks
+    monkeypatch.setattr(compiling, "_importer", None)
+    monkeypatch.setattr(sys, "meta_path", [compiling._watch, *sys.meta_path])
+    exec("spec = find('torch._dynamo')", {"__name__": "fakelib", "find": compiling._watch.find_spec})
+    assert compiling._importer == "fakelib" and compiling._watch not in sys.meta_path

@@ -91,6 +91,29 @@ def test_step_time_splits_decode_from_prefill() -> None:
     assert st["decode_median_s"] == pytest.approx(0.005) and st["prefill_median_s"] == pytest.approx(0.030)
 
 
+def test_a_cold_outer_iteration_is_a_stretch_apart_and_inflation_is_like_with_like() -> None:
+    # Loop steps of a decode's 3 rounds (the outer loop's iterations 0, 1, 2); the profile was of round 0,
+    # cold (40 ms a token), and never made again: the steps after it are the rest of round 0 and rounds 1-2.
+    host = [40, 41, 40, 60, 62, 61, 61, 60, 40, 39, 41, 10, 11, 10, 10, 9, 10, 11, 10]
+    phases = ["unprofiled"] * 3 + ["warmup"] * 2 + ["active"] * 3 + ["unprofiled"] * 11
+    outer = [0] * 11 + [1] * 4 + [2] * 4
+    meta = _meta(host, phases)
+    meta["step_times"]["outer"] = outer
+    st = step_time(meta)
+    # round 0's unprofiled median (40 ms) is 4x round 2's (10 ms): a cold stretch, apart from the median of
+    # rounds 1-2 (10 ms); the profiled steps (61 ms) against their own round's unprofiled steps (40 ms)
+    assert st["unprofiled_median_s"] == pytest.approx(0.010) and st["unprofiled_steps"] == 8
+    assert st["cold_stretches"] == [{"outer": 0, "steps": 6, "median_s": pytest.approx(0.040)}]
+    assert st["inflation"] == pytest.approx(61 / 40) and st["inflation_outer"] == 0
+    from roofscope.reports.phrases import step_time_lines
+
+    lines = step_time_lines(st, {"loop": {"outer": [{"text": "for r in range(rounds)"}]}})
+    assert "(1.52x iteration 0's unprofiled steps)" in lines[0]
+    assert lines[1].strip() == "cold: iteration 0 of `for r in range(rounds)`, 6 steps at 40.000 ms (left out of the median)"
+    # without the outer column (every other step source) nothing changes
+    assert "cold_stretches" not in step_time(_meta(host, phases)) and "inflation_outer" not in step_time(_meta(host, phases))
+
+
 def test_no_step_times_no_block() -> None:
     assert step_time(typed_meta({"steps": {}})) is None and step_time(None) is None
 

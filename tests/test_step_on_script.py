@@ -1,5 +1,6 @@
-"""`--step-on __main__.FUNC`: a step per call of the script's own function, and the step-less hint
-that names the function the script calls in a loop (collectors/steps.py)."""
+"""`--step-on __main__.FUNC`: a step per call of the script's own function, wrapped right after the
+statement that defines it (collectors/steps.py, collectors/loops/); without --step-on, the script's own
+loop is the step (collectors/loops/tracker.py), also in a program that imported torch.compile's Dynamo."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from roofscope.cli import main
-from roofscope.collectors.steps import check_script_step_on, looped_functions
+from roofscope.collectors.steps import check_script_step_on, direct_forward_calls
 from roofscope.errors import RoofscopeError
 
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0"]
@@ -57,25 +58,15 @@ def script(tmp_path: Path) -> Path:
     return p
 
 
-def test_looped_functions_are_the_scripts_own_calls_inside_loops(script: Path, tmp_path: Path) -> None:
-    # line 23 `report(add(x, x))`: both in main()'s loop, the outer call first; main() itself is
-    # called once (not in a loop), Runner.step through an instance (not a name of the script)
-    assert looped_functions(script) == [("report", 23), ("add", 23)]
-    other = tmp_path / "other.py"
-    other.write_text("import math\nfor i in range(3):\n    def f():\n        pass\n    math.sqrt(i)\n"
-                     "while True:\n    g()\n    break\n\ndef g():\n    pass\n")
-    # f is defined in the loop, not called by it; math.sqrt is not the script's; g is called at line 7
-    assert looped_functions(other) == [("g", 7)]
-    # a name bound to torch.compile of the script's function is a function too; a module bound to a
-    # name (model = Net()) is not: wrapping it would hide its attributes
-    compiled = tmp_path / "compiled.py"
-    compiled.write_text("import torch\ndef g(x):\n    return x\nfast = torch.compile(g)\nmodel = torch.nn.Linear(2, 2)\n"
-                        "for _ in range(3):\n    model(fast(torch.ones(2)))\n")
-    assert looped_functions(compiled) == [("fast", 7)]
-    check_script_step_on("__main__.fast", compiled)
+def test_direct_forward_calls_are_the_scripts_own_calls_inside_loops(tmp_path: Path) -> None:
+    # what the messages name when module hooks saw fewer forwards than the decode made: model.forward(...)
+    # in a loop (line 4), not the one outside any loop (line 2)
+    p = tmp_path / "decode.py"
+    p.write_text("import torch\nmodel.forward(x)\nfor t in range(3):\n    y = model.forward(y)\n    z = model(y)\n")
+    assert direct_forward_calls(p) == [("model.forward", 4)]
     bad = tmp_path / "bad.py"
     bad.write_text("def (:\n")
-    assert looped_functions(bad) == [] and looped_functions(None) == []
+    assert direct_forward_calls(bad) == [] and direct_forward_calls(None) == []
 
 
 def test_a_script_target_is_checked_before_anything_runs(script: Path) -> None:
@@ -86,16 +77,21 @@ def test_a_script_target_is_checked_before_anything_runs(script: Path) -> None:
         check_script_step_on("__main__.ad", script)
     with pytest.raises(RoofscopeError, match=r"class Runner of loop.py defines no method 'stop'"):
         check_script_step_on("__main__.Runner.stop", script)
+    # FILE:LINE names a loop: line 22 is main()'s `for`, line 23 its body
+    check_script_step_on(f"{script}:22", script)
+    with pytest.raises(RoofscopeError, match=r"--step-on .*loop.py:23: line 23 of loop.py starts no for or while loop"):
+        check_script_step_on(f"{script}:23", script)
+    with pytest.raises(RoofscopeError, match=r"no such file"):
+        check_script_step_on("nope.py:3", script)
 
 
 def test_step_on_a_function_of_the_script_counts_its_calls(script: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, "--step-on", "__main__.add", "-q", str(script)]) == 0
     steps = json.loads((out / "run.json").read_text())["steps"]
-    # add() runs 12 times in main()'s loop and 5 times through Runner.step: 17 calls. The watcher
-    # looks for add every 20 ms, so a call within 20 ms of its def can go uncounted: here the
-    # first, when the script reaches main() at once (16 boundaries seen); never a later one.
-    assert steps["source"] == "function" and steps["boundaries_seen"] in (16, 17)
+    # add() runs 12 times in main()'s loop and 5 times through Runner.step: 17 calls, every one counted
+    # (add is wrapped right after its def, before main() runs)
+    assert steps["source"] == "function" and steps["boundaries_seen"] == 17
     assert steps["recorded"] == [3, 4, 5]   # after 1 wait and 2 warm-up steps
     # the script's function is the script's again afterwards: nothing of roofscope's is left in __main__
     method = tmp_path / "method"
@@ -103,12 +99,19 @@ def test_step_on_a_function_of_the_script_counts_its_calls(script: Path, tmp_pat
     assert json.loads((method / "run.json").read_text())["steps"]["boundaries_seen"] == 5
 
 
-def test_the_stepless_hint_names_the_looped_function(script: Path, tmp_path: Path, capsys) -> None:
-    assert main(["run", "-o", str(tmp_path / "run"), *PEAKS, "-q", str(script)]) == 0
-    err = " ".join(capsys.readouterr().err.split())
-    assert ("no step boundary arrived (no optimizer.step(), roofscope.step(), prof.step() or outermost forward "
-            "without gradients): loop.py calls report() in a loop (line 23; also add()): --step-on "
-            "__main__.report makes each of its calls a step; or call roofscope.step()") in err
+def test_without_flags_the_scripts_loop_is_the_step(script: Path, tmp_path: Path) -> None:
+    # main()'s `for _ in range(12)` (line 22): each iteration 30 ms of sleep around add() and report(); the
+    # loop is the step once 4 iterations were seen (3 timed in a row), so 12 - 4 = 8 boundaries. The later
+    # loop over Runner.step (5 short iterations) never ran longer than it: it does not take the steps over.
+    out = tmp_path / "run"
+    assert main(["run", "-o", str(out), *PEAKS, "-q", str(script)]) == 0
+    steps = json.loads((out / "run.json").read_text())["steps"]
+    assert (steps["source"], steps["step_on"], steps["boundaries_seen"]) == ("loop", f"{script}:22", 8)
+    loop = steps["loop"]
+    assert (loop["line"], loop["text"], loop["function"], loop["role"]) == (22, "for _ in range(12)", "main", "step")
+    assert loop["outer"] == [] and steps["recorded"] == [3, 4, 5]
+    st = json.loads((out / "summary.json").read_text())["step_time"]
+    assert 0.03 <= st["unprofiled_median_s"] < 0.045
 
 
 def test_cli_subprocess_refuses_a_name_the_script_does_not_define(script: Path, tmp_path: Path) -> None:
@@ -121,7 +124,7 @@ def test_cli_subprocess_refuses_a_name_the_script_does_not_define(script: Path, 
     r = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, "--step-on",
                         "__main__.add", "-q", str(script)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert json.loads((out / "run.json").read_text())["steps"]["boundaries_seen"] in (16, 17)
+    assert json.loads((out / "run.json").read_text())["steps"]["boundaries_seen"] == 17
 
 
 @pytest.mark.gpu
@@ -137,7 +140,7 @@ def test_step_on_a_script_function_records_its_kernels_on_the_gpu(tmp_path: Path
                         "--step-on", "__main__.step", str(script)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     steps = json.loads((out / "run.json").read_text())["steps"]
-    assert steps["source"] == "function" and steps["boundaries_seen"] in (29, 30) and steps["recorded"] == [3, 4, 5]
+    assert steps["source"] == "function" and steps["boundaries_seen"] == 30 and steps["recorded"] == [3, 4, 5]
     import roofscope
 
     k = roofscope.analyze(out).kernels
@@ -147,40 +150,40 @@ def test_step_on_a_script_function_records_its_kernels_on_the_gpu(tmp_path: Path
     assert k.loc[k["op_name"] == "aten::mm", "flops"].sum() == pytest.approx(3 * 2 * 1024 ** 3)
 
 
-def test_a_compiling_program_without_steps_steps_on_its_looped_function(script: Path, tmp_path: Path,
-                                                                        monkeypatch, capsys) -> None:
-    # A program that imported Dynamo gets no step-less window (collectors/windows.py): instead of no Run,
-    # each call of the function it calls in a loop (report(), line 23) becomes the step. 12 calls, the
-    # ones made before the alarm 1 ms after the start excepted
+def test_a_program_that_imported_dynamo_steps_on_its_loop(script: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    # A program that imported Dynamo gets no step-less window (collectors/windows.py); its loop is the step all
+    # the same, and nothing says it compiles
     from roofscope.collectors import windows
 
     monkeypatch.setattr(windows, "dynamo_imported", lambda: True)
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, "-q", str(script)]) == 0
     steps = json.loads((out / "run.json").read_text())["steps"]
-    assert (steps["source"], steps["step_on"], steps["recorded"]) == ("function", "__main__.report", [3, 4, 5])
-    assert 10 <= steps["boundaries_seen"] <= 12
-    err = " ".join(capsys.readouterr().err.split())
-    assert ("no step boundary arrived and the program compiles (no step-less time window): each call of loop.py's "
-            "report() (called in a loop, line 23) is a step, as --step-on __main__.report makes it") in err
+    assert (steps["source"], steps["step_on"], steps["recorded"]) == ("loop", f"{script}:22", [3, 4, 5])
+    assert "compiles" not in capsys.readouterr().err
 
 
 def test_the_first_automatic_step_source_is_the_only_one() -> None:
     from roofscope.collectors.session import StepRule
 
-    # an adopted looped function that runs forwards: its forwards' boundaries must not count too
+    # the script's loop and the forwards it makes: the first of them is the only one
     rule = StepRule()
-    assert rule.automatic("function") and not rule.automatic("forward") and rule.automatic("function")
+    assert rule.automatic("loop") and not rule.automatic("forward") and rule.automatic("loop")
     rule = StepRule()
     assert rule.automatic("forward") and not rule.automatic("function")
+    # the loop tracker hands over the loop where forwards came less than once an iteration: it takes over
+    assert rule.loop() and rule.source == "loop" and not rule.automatic("forward")
+    # never once an optimizer or roofscope.step() came
+    rule = StepRule()
+    assert rule.explicit() and not rule.loop()
     # --step-on forces its one kind, as before
     rule = StepRule("__main__.f")
     assert rule.automatic("function")
 
 
 def test_an_optimizer_still_ends_the_steps_of_a_compiling_program(tmp_path: Path, monkeypatch, capsys) -> None:
-    # The looped function is adopted at the start (no boundary yet), but the optimizer's steps end
-    # the steps as soon as one comes: the run is said to step on the optimizer, not on batch()
+    # The optimizer's steps end the steps from the first one on: the script's loop, found after three
+    # iterations, is not taken for the step
     from roofscope.collectors import windows
 
     monkeypatch.setattr(windows, "dynamo_imported", lambda: True)
@@ -203,9 +206,8 @@ def test_an_optimizer_still_ends_the_steps_of_a_compiling_program(tmp_path: Path
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, "-q", str(s)]) == 0
     steps = json.loads((out / "run.json").read_text())["steps"]
-    # 10 optimizer steps, and the first batch() call's boundary before the first of them
-    assert (steps["source"], steps["step_on"], steps["boundaries_seen"]) == ("optimizer", None, 11)
-    assert "program compiles" not in capsys.readouterr().err
+    assert (steps["source"], steps["step_on"], steps["boundaries_seen"]) == ("optimizer", None, 10)
+    assert "loop" not in steps and "compiles" not in capsys.readouterr().err
 
 
 def test_the_file_run_as_main_is_known_for_modules_and_packages(tmp_path: Path, monkeypatch) -> None:
@@ -220,6 +222,6 @@ def test_the_file_run_as_main_is_known_for_modules_and_packages(tmp_path: Path, 
     monkeypatch.chdir(tmp_path)
     main_file = check_target("pkg", True)
     assert main_file == (tmp_path / "pkg" / "__main__.py").resolve()
-    assert looped_functions(main_file) == [("work", 5)]
+    check_script_step_on("__main__.work", main_file)
     assert check_target("mod", True) == (tmp_path / "mod.py").resolve()
     assert check_target(str(tmp_path / "mod.py"), False) == (tmp_path / "mod.py").resolve()

@@ -1,6 +1,7 @@
 """Every script gets a Run: `roofscope run` records a step-less window from the first GPU work (the
 start, on a CPU) and keeps it when the step schedule records nothing: no boundary, or too few
-(collectors/windows.py). CPU, subprocess and in-process."""
+(collectors/windows.py): a program whose work runs in a library's loop, not its own. CPU, subprocess
+and in-process."""
 from __future__ import annotations
 
 import json
@@ -20,23 +21,45 @@ from roofscope.collectors.windows import STEPLESS_WINDOW_S
 
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0"]  # exact step counts
 
-# A user's own kernel in a plain loop: no module, no optimizer, no roofscope.step().
-LOOP = textwrap.dedent('''
-    import sys, time
+# A kernel in a library's loop (outside the script's folder: no loop of the program's own, so no loop
+# steps, collectors/loops/), no module, no optimizer, no roofscope.step().
+LIB = textwrap.dedent('''
+    import time
     import torch
-    x = torch.randn(64, 64)
-    # Loop for argv[1] s of its own time: the profiler's first start (seconds on a busy machine,
-    # inside the alarm) does not count, so the window always sees the rest of the loop.
-    busy, last = 0.0, time.time()
-    while busy < float(sys.argv[1]):
-        x = torch.tanh(x @ x)
-        now = time.time()
-        busy, last = busy + min(now - last, 0.01), now
+
+
+    def spin(seconds, device="cpu"):
+        # Loop for `seconds` of its own time: the profiler's first start (seconds on a busy machine,
+        # inside the alarm) does not count, so the window always sees the rest of the loop.
+        x = torch.randn(64, 64, device=device)
+        busy, last = 0.0, time.time()
+        while busy < seconds:
+            x = torch.tanh(x @ x)
+            now = time.time()
+            busy, last = busy + min(now - last, 0.01), now
+        return x
+''')
+LOOP = textwrap.dedent('''
+    import sys
+    import torch
+    sys.path.insert(0, LIBDIR)
+    from worklib import spin
+    x = spin(float(sys.argv[1]), DEVICE)
     import roofscope
     for _ in range(int(sys.argv[2])):   # steps that come late (after the window opened)
         x = torch.tanh(x @ x)
         roofscope.step()
 ''')
+
+
+def _script(tmp_path: Path, name: str, device: str = "cpu") -> Path:
+    """The script in tmp_path/app, its library's loop in tmp_path/lib."""
+    (tmp_path / "lib").mkdir(exist_ok=True)
+    (tmp_path / "lib" / "worklib.py").write_text(LIB)
+    (tmp_path / "app").mkdir(exist_ok=True)
+    script = tmp_path / "app" / name
+    script.write_text(LOOP.replace("LIBDIR", repr(str(tmp_path / "lib"))).replace("DEVICE", repr(device)))
+    return script
 
 
 def _meta(run: Path) -> dict:
@@ -50,8 +73,7 @@ def _said(run: Path) -> str:
 def test_a_short_stepless_loop_gets_its_opening_window(tmp_path: Path) -> None:
     # 0.3 s of work and no step: the script ends long before --stepless-after's 10 s, and its Run
     # holds the opening window, from the start (a CPU machine) to the script's end.
-    script = tmp_path / "loop.py"
-    script.write_text(LOOP)
+    script = _script(tmp_path, "loop.py")
     out = tmp_path / "run"
     res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, "--no-report",
                           str(script), "0.3", "0"], capture_output=True, text=True, timeout=300)
@@ -74,8 +96,7 @@ def test_a_long_stepless_loop_is_recorded_again_after_stepless_after(tmp_path: P
     # a busy machine); with no boundary by 3 s a second one records 3-3.4 s and replaces it (the
     # loop runs 4 s of its own time).
     monkeypatch.setattr(windows, "STEPLESS_WINDOW_S", 0.4)
-    script = tmp_path / "loop.py"
-    script.write_text(LOOP)
+    script = _script(tmp_path, "loop.py")
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", "--stepless-after", "3", str(script),
                  "4", "0"]) == 0
@@ -93,8 +114,7 @@ def test_a_long_stepless_loop_is_recorded_again_after_stepless_after(tmp_path: P
 def test_steps_after_the_opening_window_get_the_schedule(tmp_path: Path, monkeypatch) -> None:
     # 0.6 s without steps (the opening window closes at 0.3 s), then 8 steps: wait 1 + warmup 2 + active 3.
     monkeypatch.setattr(windows, "STEPLESS_WINDOW_S", 0.3)
-    script = tmp_path / "late.py"
-    script.write_text(LOOP)
+    script = _script(tmp_path, "late.py")
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", str(script), "0.6", "8"]) == 0
     meta = _meta(out)
@@ -106,8 +126,7 @@ def test_steps_after_the_opening_window_get_the_schedule(tmp_path: Path, monkeyp
 def test_too_few_steps_keep_the_opening_window(tmp_path: Path) -> None:
     # 0.3 s of work, then 2 boundaries where the schedule needs 6: the steps record nothing, so the
     # Run keeps the window from the start to the first boundary (it held the loop's mm and tanh).
-    script = tmp_path / "few.py"
-    script.write_text(LOOP)
+    script = _script(tmp_path, "few.py")
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", str(script), "0.3", "2"]) == 0
     meta = _meta(out)
@@ -120,8 +139,7 @@ def test_too_few_steps_keep_the_opening_window(tmp_path: Path) -> None:
 
 
 def test_a_boundary_at_once_keeps_the_schedule(tmp_path: Path) -> None:
-    script = tmp_path / "steps.py"
-    script.write_text(LOOP)
+    script = _script(tmp_path, "steps.py")
     out = tmp_path / "run"
     assert main(["run", "-o", str(out), *PEAKS, "--no-report", "-q", str(script), "0", "8"]) == 0
     meta = _meta(out)
@@ -132,8 +150,7 @@ def test_a_boundary_at_once_keeps_the_schedule(tmp_path: Path) -> None:
 def test_no_window_when_turned_off_or_the_schedule_starts_at_once(tmp_path: Path, flags: list[str]) -> None:
     # --wait 0 and --warmup 0 would have the step profiler record inside the boundary that ends the
     # window's session (collectors/torchprof.py): their schedule is kept as asked, with no window.
-    script = tmp_path / "loop.py"
-    script.write_text(LOOP)
+    script = _script(tmp_path, "loop.py")
     out = tmp_path / "run"
     res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *PEAKS, "--no-report",
                           *flags, str(script), "0.2", "0"], capture_output=True, text=True, timeout=300)
@@ -222,8 +239,7 @@ def test_a_window_without_captures_files_nothing(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_a_short_stepless_cuda_loop_counts_from_the_first_gpu_work(tmp_path: Path) -> None:
     # On a CUDA machine the opening window starts at the first GPU work, not at start-up.
-    script = tmp_path / "cuda_loop.py"
-    script.write_text(LOOP.replace("torch.randn(64, 64)", "torch.randn(1024, 1024, device='cuda')"))
+    script = _script(tmp_path, "cuda_loop.py", device="cuda")
     out = tmp_path / "run"
     res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), "--no-report",
                           str(script), "0.5", "0"], capture_output=True, text=True, timeout=600)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from roofscope.analyzers.model.findings import Diagnosis, Finding
-from roofscope.analyzers.diagnose.verified import rank_verified
+from roofscope.analyzers.compare.verified import rank_verified
 from roofscope.cli import main
 from roofscope.collectors.inject import bootstrap
 from roofscope.errors import RoofscopeError
@@ -399,10 +399,10 @@ def test_a_verify_file_that_does_not_read_is_a_one_line_error(tmp_path):
 
 
 def _run_dir(tmp_path: Path, command: list[str] | None = None, source: str = "optimizer", cwd: Path = DATA,
-             **more) -> Path:
+             trace: Path = CPU_TRACE, **more) -> Path:
     meta = new_meta(command or ["roofscope", "run", TRAIN.name], cwd=str(cwd),
                     steps={"requested": {"wait": 1, "warmup": 2, "active": 3}, "source": source}, **more)
-    return write_run(tmp_path / "run", meta=meta, trace=CPU_TRACE).path
+    return write_run(tmp_path / "run", meta=meta, trace=trace).path
 
 
 @pytest.mark.parametrize("case, args, message", [
@@ -418,6 +418,8 @@ def _run_dir(tmp_path: Path, command: list[str] | None = None, source: str = "op
 def test_bad_input_is_a_one_line_error_before_any_run(tmp_path, capsys, case, args, message):
     run = _run_dir(tmp_path, ["python", "x.py"] if case == "not run" else None,
                    source="none" if case == "no steps" else "optimizer", cwd=tmp_path if case == "moved" else DATA,
+                   # an H100 trace no rule finds anything in (the CPU block gets the CPU fusion rule's compile)
+                   trace=ROOT / "tests" / "data" / "h100_graph_eager.json.gz" if case == "no recommendation" else CPU_TRACE,
                    **({"distributed": {"rank": 1, "world_size": 2}} if case == "rank" else {}))
     if case == "exists":
         (run / "verify.json").write_text("{}")

@@ -1,6 +1,6 @@
 """A host-bound loop of the script's own function on the CPU: no optimizer, no nn.Module, no step
-markers. The step for `roofscope run --step-on __main__.step` (or the one roofscope adopts for a
-compiling program); prints its own per-call time for comparison with roofscope's own time.
+markers. The step for `roofscope run --step-on __main__.step`, and with no flags the script's loop
+(docs/steps.md), compiled or not; prints its own per-call time for comparison with roofscope's own time.
 
     python benchmarks/real_clients/cpu_function_loop.py
     roofscope run --step-on __main__.step benchmarks/real_clients/cpu_function_loop.py
@@ -18,8 +18,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=400)
 p.add_argument("--n", type=int, default=256)
 p.add_argument("--compile", action="store_true", help="torch.compile step() (the eager backend: Dynamo without "
-                                                     "Inductor): roofscope then opens no step-less window and "
-                                                     "steps on step() itself")
+                                                     "Inductor): roofscope then opens no step-less window; the "
+                                                     "script's loop is the step all the same")
 args = p.parse_args()
 torch.set_num_threads(1)
 
@@ -35,7 +35,6 @@ if args.compile:
 x = torch.randn(args.n, args.n)
 w = torch.randn(args.n, args.n) / args.n ** 0.5
 times = []
-time.sleep(0.1)   # the watcher of --step-on __main__.step has wrapped step() by now
 step(x, w)        # the compile, if any, outside the timed steps
 for i in range(args.steps):
     t = time.perf_counter()

@@ -14,8 +14,9 @@ for d in rc/*/; do
 import json, sys
 d = sys.argv[1]; m = json.load(open(f"{d}/run.json")); s = m.get("steps", {})
 w = [x for x in m.get("warnings", []) if "window" in x or "outside roofscope" in x]
-print(f"{d}: exit {m.get('exit_status')}, boundaries {s.get('boundaries_seen')}, recorded {s.get('recorded')},"
-      f" stepless_window {s.get('stepless_window')}; {w[:1]}")
+print(f"{d}: exit {m.get('exit_status')}, source {s.get('source')}, boundaries {s.get('boundaries_seen')},"
+      f" recorded {s.get('recorded')}, stepless_window {s.get('stepless_window')},"
+      f" loop {(s.get('loop') or {}).get('text')}; {w[:1]}")
 PY
 done | tee "$OUT/clients.txt"
 cat "$OUT/log.txt" | tee -a "$OUT/clients.txt"

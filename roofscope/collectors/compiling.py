@@ -10,7 +10,8 @@ runs nor stays open when one starts (collectors/windows.py).
 Both read Dynamo's compilation callbacks (``torch._dynamo.callback_handler``: its start and end
 callbacks bracket every Dynamo compilation, Inductor's included, and cudagraph trees' recording)
 and AOTAutograd's tracing context (a backward compiled lazily at the first backward). Nothing here
-imports Dynamo: a program that has not imported it is compiling nothing.
+imports Dynamo: a program that has not imported it is compiling nothing. A library may import it
+without compiling anything (transformers does, at its import): :func:`dynamo_cause` names who did.
 """
 from __future__ import annotations
 
@@ -54,6 +55,49 @@ def dynamo_imported() -> bool:
     if _own_import < 0:   # imported by the program, or no registry to tell its torch.compile by
         return True
     return _backend_count() > _own_import
+
+
+class _DynamoImport:
+    """A meta path finder that finds nothing: it notes which module imports Dynamo, then leaves."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        global _importer
+        if name == _DYNAMO:
+            _importer = _importing_module(sys._getframe(1))
+            unwatch_dynamo_import()
+
+
+_watch = _DynamoImport()
+_importer: str | None = None   # the module whose import statement imported Dynamo, when it was seen
+
+
+def _importing_module(frame: Any) -> str | None:
+    """The module of the first frame up the stack that is not the import system's."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if isinstance(name, str) and not name.startswith(("importlib", "_frozen_importlib")):
+            return name
+        frame = frame.f_back
+    return None
+
+
+def watch_dynamo_import() -> None:
+    """Note who imports Dynamo from now on (nothing to note once it is imported)."""
+    if _DYNAMO not in sys.modules and _watch not in sys.meta_path:
+        sys.meta_path.insert(0, _watch)
+
+
+def unwatch_dynamo_import() -> None:
+    if _watch in sys.meta_path:
+        sys.meta_path.remove(_watch)
+
+
+def dynamo_cause() -> str:
+    """Why the program counts as one that compiles: who imported torch.compile's Dynamo."""
+    package = (_importer or "").split(".")[0]
+    if package and package not in ("__main__", "torch", "roofscope"):
+        return f"{package} imported torch.compile's Dynamo ({_importer}; that alone compiles nothing)"
+    return "the program imported torch.compile's Dynamo"
 
 
 def compiling() -> bool:

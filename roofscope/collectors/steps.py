@@ -7,8 +7,10 @@ call of any importable function. Every outermost forward is also wrapped in the 
 tells prefill from decode in the analysis (analyzers/views/inference.py).
 
 ``--step-on __main__.FUNC`` names a function (or ``__main__.Class.method``) of the script itself,
-which does not exist until the script has run its ``def``: a watcher thread looks for it every
-20 ms and wraps it then (:class:`_ScriptFunction`); the calls made before that are not counted.
+which does not exist until the script has run its ``def``: the script's loop watch (collectors/loops/)
+wraps it right after the statement that binds it, before any call (``defined``); one the program
+defined before ``roofscope.profile()`` started is wrapped at once. ``--step-on loop`` or ``FILE:LINE``
+make the script's own loop the step (collectors/loops/): no hook here marks a boundary then.
 
 Forward steps end where the next outermost forward begins, so a token's step holds the host
 work around its forward (sampling, stopping criteria) and a training script's forwards, whose
@@ -21,11 +23,14 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import os
+import re
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from roofscope.collectors.loops.model import file_loops
 from roofscope.errors import RoofscopeError
 from roofscope.labels import FORWARD_LABEL
 
@@ -34,8 +39,15 @@ MODES = ("forward", "generate")
 WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module",
             "FullyShardedDataParallel": "_fsdp_wrapped_module"}
 SCRIPT = "__main__."           # --step-on __main__.FUNC: a function of the script being run
-_WATCH_S = 0.02
+LOOP = "loop"                  # --step-on loop: the script's own loop, even where forwards came once per iteration
+_LOOP_AT = re.compile(r"^(?P<file>.+\.py):(?P<line>\d+)$")   # --step-on FILE:LINE: the loop at that line
 _ROOFSCOPE_DIR = str(Path(__file__).resolve().parents[1])
+Bind = Callable[[list[str], Callable[[Any, str, Any], None]], bool]
+
+
+def loop_spec(spec: str | None) -> bool:
+    """``--step-on`` names the script's own loop: ``loop`` or ``FILE:LINE``."""
+    return spec == LOOP or (spec is not None and _LOOP_AT.match(spec) is not None)
 
 
 def resolve_function(spec: str) -> tuple[Any, str, Any]:
@@ -99,9 +111,12 @@ class StepHooks:
     nor an explicit ``roofscope.step()`` has been seen."""
 
     def __init__(self, mode: str | None, on_boundary: Callable[[str], None],
-                 on_round: Callable[[int], None] | None = None, script: Path | None = None) -> None:
+                 on_round: Callable[[int], None] | None = None, script: Path | None = None,
+                 defined: Bind | None = None) -> None:
         self.mode = mode
         self.script = script     # the file `roofscope run` runs as __main__ (None: this process's own)
+        # Wraps a name of the script once bound (the loop watch's when_defined), for __main__.FUNC.
+        self.defined = defined
         self.on_boundary = on_boundary
         # Called with the count of the root model's generate() calls as each begins.
         self.on_round = on_round
@@ -110,12 +125,12 @@ class StepHooks:
         self.label = True                # annotate forwards (off once nothing is profiled any more)
         self._generate_owner: Any = None
         self.forwards = 0
+        self.free_forwards = 0           # outermost forwards with gradients off: the ones that may be steps
         self._depth = 0
         self._root: Any = None
         self._handles: list[Any] = []
         self._open: list[Any] = []
         self._patched: tuple[Any, str, Any] | None = None
-        self._script_fn: _ScriptFunction | None = None
         self._compiled_root: Any = None
         self._narrowed = False
         self._thread = threading.get_ident()
@@ -123,19 +138,21 @@ class StepHooks:
     def install(self) -> None:
         from torch.nn.modules import module as nn_module
 
-        if self.mode not in (None, "forward"):
+        if self.mode not in (None, "forward") and not loop_spec(self.mode):
             self._patch(self.mode)
-        elif self.script is not None:
-            # Started now, armed later by adopt(), which runs in a signal handler: starting a thread
-            # there could wait on a threading lock the interrupted main thread holds.
-            self._script_fn = _ScriptFunction(lambda *f: self._wrap(*f, source="function"), self.script)
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
                          nn_module.register_module_forward_hook(self._post, always_call=True)]
 
     def _patch(self, mode: str) -> None:
         if mode.startswith(SCRIPT):
-            self._script_fn = _ScriptFunction(self._wrap, self.script)
-            self._script_fn.arm(mode)
+            attrs = mode[len(SCRIPT):].split(".")
+            if self.defined is not None and self.defined(attrs, self._wrap):
+                return
+            found = _script_attribute(attrs, self.script)
+            if found is None:
+                raise RoofscopeError(f"--step-on {mode}: not defined when the profile started (define it before"
+                                     " roofscope.profile(), or run the script with `roofscope run`)")
+            self._wrap(*found)
             return
         if mode == "generate":
             try:
@@ -147,17 +164,11 @@ class StepHooks:
             owner, name, fn = resolve_function(mode)
         self._wrap(owner, name, fn)
 
-    def adopt(self, name: str) -> None:
-        """Make each call of the script's own function ``name`` a step from now on (the program
-        gets no step-less window and no boundary has come: session.py). Safe in a signal handler."""
-        if self._script_fn is not None and self._patched is None:
-            self._script_fn.arm(SCRIPT + name)
-
-    def _wrap(self, owner: Any, name: str, fn: Any, source: str | None = None) -> None:
+    def _wrap(self, owner: Any, name: str, fn: Any) -> None:
         """Make each call of ``owner.name`` (``fn``) end a step."""
         import torch
 
-        hooks, source = self, source or self.source
+        hooks, source = self, self.source
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if torch.compiler.is_compiling():   # traced into by a compiled caller: no step inside a graph
@@ -187,10 +198,12 @@ class StepHooks:
                 "root_package": type(root).__module__.split(".")[0] if root is not None else None,
                 "wrappers": wrappers, "forwards": self.forwards, "generate_calls": self.rounds}
 
+    def root_forward(self) -> str | None:
+        """``MODULE.CLASS.forward`` of the outermost module seen (its --step-on), or None."""
+        root = self._root
+        return None if root is None else f"{type(root).__module__}.{type(root).__qualname__}.forward"
+
     def remove(self) -> None:
-        if self._script_fn is not None:
-            self._script_fn.stop()
-            self._script_fn = None
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -276,9 +289,11 @@ class StepHooks:
         # The global hook gets no keyword arguments, so the first call may show no shape.
         shape = _first_shape(args, kwargs or {})
         self.tokens = shape[1] if shape is not None and len(shape) > 1 else None
-        if self.forwards and self.mode in (None, "forward") and not torch.is_grad_enabled():
+        free = not torch.is_grad_enabled()
+        if self.forwards and self.mode in (None, "forward") and free:
             self.on_boundary(self.source)
         self.forwards += 1
+        self.free_forwards += free
         if not self.label:
             return
         rf = torch.autograd.profiler.record_function(f"{FORWARD_LABEL}{shape if shape is not None else '[]'}")
@@ -307,38 +322,6 @@ class StepHooks:
         self._handles = [self._root.register_forward_pre_hook(self._pre, with_kwargs=True),
                          self._root.register_forward_hook(self._post, always_call=True)]
         self._narrowed = True
-
-
-class _ScriptFunction(threading.Thread):
-    """Once armed with ``__main__.FUNC`` (or ``__main__.Class.method``), waits for the script to
-    define it, then hands it to ``wrap(owner, name, fn)`` once, from this thread: rebinding a module
-    global or a class attribute is one store, and the script's next call looks the name up again."""
-
-    def __init__(self, wrap: Callable[[Any, str, Any], None], script: Path | None) -> None:
-        super().__init__(name="roofscope-step-on", daemon=True)
-        self.attrs: list[str] = []
-        self.wrap = wrap
-        self.script = script
-        self._armed = threading.Event()
-        self._halt = threading.Event()   # not _stop: threading.Thread has a _stop() it calls after a fork
-        self.start()
-
-    def arm(self, spec: str) -> None:
-        self.attrs = spec[len(SCRIPT):].split(".")
-        self._armed.set()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self._armed.set()
-
-    def run(self) -> None:
-        self._armed.wait()
-        while not self._halt.is_set():
-            found = _script_attribute(self.attrs, self.script)
-            if found is not None:
-                self.wrap(*found)
-                return
-            self._halt.wait(_WATCH_S)
 
 
 def _script_attribute(attrs: list[str], script: Path | None) -> tuple[Any, str, Any] | None:
@@ -390,9 +373,24 @@ def _parse(script: Path) -> ast.Module | None:
         return None
 
 
+def loop_target(spec: str | None) -> str | None:
+    """A loop ``--step-on`` as the tracker matches it: ``loop``, or ``FILE:LINE`` with FILE made absolute."""
+    m = _LOOP_AT.match(spec or "")
+    return f"{os.path.abspath(m['file'])}:{m['line']}" if m else LOOP if spec == LOOP else None
+
+
 def check_script_step_on(spec: str | None, script: Path | None) -> None:
-    """``--step-on __main__.FUNC`` names something the script defines at its top level: else a
-    one-line error before anything runs (a typo would otherwise profile nothing)."""
+    """``--step-on __main__.FUNC`` names something the script defines at its top level, ``FILE:LINE``
+    a line of a file that starts a loop: else a one-line error before anything runs (a typo would
+    otherwise profile nothing)."""
+    m = _LOOP_AT.match(spec or "")
+    if m:
+        path = Path(m["file"])
+        if not path.is_file():
+            raise RoofscopeError(f"--step-on {spec}: no such file {m['file']}")
+        if not any(h.line == int(m["line"]) for h in file_loops(str(path.resolve()))):
+            raise RoofscopeError(f"--step-on {spec}: line {m['line']} of {path.name} starts no for or while loop")
+        return
     if not spec or not spec.startswith(SCRIPT) or script is None:
         return
     attrs = spec[len(SCRIPT):].split(".")
@@ -407,26 +405,13 @@ def check_script_step_on(spec: str | None, script: Path | None) -> None:
         raise RoofscopeError(f"--step-on {spec}: class {attrs[0]} of {script.name} defines no method {attrs[1]!r}")
 
 
-def looped_functions(script: Path | None) -> list[tuple[str, int]]:
-    """The script's own top-level functions that it calls inside a ``for`` or ``while`` loop (at
-    module level or in its functions), with the line of the first such call, in line order: what
-    ``--step-on __main__.FUNC`` can make a step of when no step boundary arrived (one line's outer
-    call first: ``report(add(x))`` names report)."""
+def direct_forward_calls(script: Path | None) -> list[tuple[str, int]]:
+    """``NAME.forward(...)`` calls inside the script's loops, with their lines: module hooks see only
+    calls through the module (``NAME(...)``), so these make no forward steps."""
     tree = None if script is None else _parse(script)
     if tree is None:
         return []
-    defs = {n for n, node in _top_level(tree).items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    first: dict[str, tuple[int, int]] = {}
-    for loop in ast.walk(tree):
-        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
-            continue
-        todo: list[ast.AST] = list(loop.body)
-        while todo:
-            node = todo.pop()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                continue   # defined in the loop, not called by it
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs:
-                at = (node.lineno, node.col_offset)
-                first[node.func.id] = min(first.get(node.func.id, at), at)
-            todo.extend(ast.iter_child_nodes(node))
-    return [(name, at[0]) for name, at in sorted(first.items(), key=lambda kv: kv[1])]
+    found = {(ast.unparse(n.func), n.lineno) for loop in ast.walk(tree) if isinstance(loop, (ast.For, ast.While))
+             for n in ast.walk(loop) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "forward"}
+    return sorted(found, key=lambda f: f[1])

@@ -12,7 +12,7 @@ is the bottleneck), its host time the time between the timestamps.
 
 :meth:`StepTimer.settled` is the steady-state test: the last ``k`` unprofiled steps within
 ``tolerance`` of their median. When the steps after the first profile pass it, the session
-profiles again on them (collectors/session.py). On a CUDA machine it reads only the events that
+profiles again on them (collectors/recording/policy.py). On a CUDA machine it reads only the events that
 have completed (``Event.query``, no sync).
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ class StepTime:
     host_s: float
     gpu_s: float | None        # None without CUDA events (a CPU run) or when an event never completed
     tokens: int | None = None  # tokens per sequence of the forward that started the step (forward steps)
+    outer: int | None = None   # the iteration of the step loop's outer loop the step ended in (loop steps)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +50,7 @@ class StepTimer:
         self._events: list[Any] = []
         self._phases: list[str] = []      # the phase of the step that *ends* at each boundary
         self._tokens: list[int | None] = []
+        self._outer: list[int | None] = []
         self._done_upto = 0               # events known complete (settle checks, no sync)
         # Where the step after a boundary began, when not at the boundary itself (restart()).
         self._start_host: dict[int, int] = {}
@@ -58,14 +60,16 @@ class StepTimer:
     def __len__(self) -> int:
         return len(self._host)
 
-    def mark(self, phase: str, tokens: int | None = None) -> None:
-        """A boundary: the step ending here ran in ``phase``; ``tokens`` describe the step starting here."""
+    def mark(self, phase: str, tokens: int | None = None, outer: int | None = None) -> None:
+        """A boundary: the step ending here ran in ``phase`` (in iteration ``outer`` of the step loop's
+        outer loop); ``tokens`` describe the step starting here."""
         if len(self._host) >= MAX_STEPS:
             self.dropped += 1
             return
         self._host.append(time.perf_counter_ns())
         self._phases.append(phase)
         self._tokens.append(tokens)
+        self._outer.append(outer)
         if self.cuda:
             self._events.append(self._event())
 
@@ -144,5 +148,5 @@ class StepTimer:
         for i in range(1, len(self._host)):
             gpu = self._gpu_interval(i) if self.cuda else None
             out.append(StepTime(i, self._phases[i], self._host_interval(i),
-                                None if gpu is None else round(gpu, 9), self._tokens[i - 1]))
+                                None if gpu is None else round(gpu, 9), self._tokens[i - 1], self._outer[i]))
         return out

@@ -100,9 +100,6 @@ class TorchCollector(TimeWindows):
         self.kept_window: str | None = None
         # Why no step-less window opens any more (a program that compiles), for the shortfall.
         self.no_window: str | None = None
-        # Called (main thread) when the program gets no step-less window: the session makes the
-        # script's own looped function the step instead (collectors/steps.py).
-        self.on_no_window: Callable[[], None] | None = None
         self.trace_ready = False
         self.window: str | None = None  # time-window mode: None, "waiting", "recording", "done"
         self._window_ends = 0.0        # time.monotonic() when the recording window closes

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roofscope.collectors import cupti
-from roofscope.collectors.compiling import another_profiler, compiling, dynamo_imported
+from roofscope.collectors.compiling import another_profiler, compiling, dynamo_cause, dynamo_imported
 
 # The step-less windows' trace is held beside the step schedule's: the latest window is exported
 # aside and becomes the Run's trace only when the step schedule records none of its own. A stopped
@@ -174,13 +174,10 @@ class TimeWindows:
                 signal.setitimer(signal.ITIMER_REAL, min(WINDOW_TICK_S, self._window_ends - time.monotonic()))
 
     def _refuse_windows(self) -> None:
-        """No more step-less windows in this program (it imported Dynamo): say why, once, and let the
-        session step on the script's looped function instead (``on_no_window``)."""
-        if self.no_window is not None:
-            return
-        self.no_window = "the program imported torch.compile's Dynamo"
-        if self.on_no_window is not None:
-            self.on_no_window()
+        """No more step-less windows in this program (it imported Dynamo): say why, once (the steps then
+        come from the script's own loop, collectors/loops/, or none)."""
+        if self.no_window is None:
+            self.no_window = dynamo_cause()
 
     def _open_window(self, seconds: float) -> None:
         self._dynamo_at_open = dynamo_imported()

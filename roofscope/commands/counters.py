@@ -54,6 +54,11 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
     begun = steps.get("profiled_from") if isinstance(steps, dict) else None
     wait = begun - requested["warmup"] if isinstance(begun, int) else requested["wait"]
     step_on = steps.get("step_on") if isinstance(steps, dict) else None
+    loop = steps.get("loop") if isinstance(steps, dict) else None
+    if isinstance(loop, dict) and loop.get("role") == "step" and isinstance(loop.get("first_edge"), int):
+        # The pass steps on that loop (--step-on FILE:LINE) from its first iteration on; the Run's steps
+        # began after the loop's first_edge iterations, and after the boundaries of whatever came before it.
+        wait += loop["first_edge"] - 1 - int(loop.get("boundaries_before") or 0)
     return Target(target=params["target"], args=tuple(params.get("args") or ()), module=bool(params.get("module")),
                   schedule=Schedule(wait, requested["warmup"], requested["active"]),
                   step_on=step_on if isinstance(step_on, str) else None)

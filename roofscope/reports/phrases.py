@@ -151,7 +151,8 @@ def step_time_lines(block: dict[str, Any] | None, steps_meta: dict[str, Any] | N
     if p is not None:
         line += f"; {ms(p)} profiled"
         if block.get("inflation"):
-            line += f" ({block['inflation']:.2f}x)"
+            line += f" ({block['inflation']:.2f}x" + (f" iteration {block['inflation_outer']}'s unprofiled steps)"
+                                                      if block.get("inflation_outer") is not None else ")")
     out = [line + f" [{block.get('source', 'host')} clock]"]
     if block.get("decode_median_s") is not None:
         out.append(f"            decode {ms(block['decode_median_s'])} ms/token"
@@ -159,7 +160,14 @@ def step_time_lines(block: dict[str, Any] | None, steps_meta: dict[str, Any] | N
                    + " without the profiler")
     cold = block.get("cold_steps") or []
     settle = (steps_meta or {}).get("settle") or {}
-    if cold:
+    stretches = block.get("cold_stretches") or []
+    if stretches:
+        # Loop steps: the outer loop's iterations that ran cold (a decode's first round), apart from the median.
+        outer = (((steps_meta or {}).get("loop") or {}).get("outer") or [{}])[0].get("text")
+        out.append("            cold: " + "; ".join(
+            f"iteration {c['outer']}{f' of `{outer}`' if outer else ''}, {c['steps']} steps at {ms(c['median_s'])} ms"
+            for c in stretches) + " (left out of the median)")
+    elif cold:
         out.append(f"            {len(cold)} cold step{'s' if len(cold) != 1 else ''} skipped before the profile"
                    f" (median {ms(block.get('cold_median_s'))} ms)"
                    + (": the step times never settled" if settle.get("outcome") == "never settled" else ""))

@@ -72,6 +72,8 @@ class Steps(_Doc):
     profiled_from: int | None = None
     settle: dict[str, Any] | None = None
     rearmed: str | None = None
+    # The script's loop that made the steps, or held the forward steps (collectors/loops/tracker.py facts).
+    loop: dict[str, Any] | None = None
 
 
 class StepTimes(_Doc):
@@ -86,6 +88,8 @@ class StepTimes(_Doc):
     gpu_s: list[float | None] = []
     tokens: list[int | None] = []
     dropped: int = 0
+    # Loop steps inside an outer loop (collectors/loops/): the outer loop's iteration each step ended in.
+    outer: list[int | None] = []
 
     def __post_init__(self) -> None:
         n = len(self.index)
@@ -93,8 +97,9 @@ class StepTimes(_Doc):
         self.host_s = self.host_s or [math.nan] * n
         self.gpu_s = self.gpu_s or [None] * n
         self.tokens = self.tokens or [None] * n
+        self.outer = self.outer or [None] * n
         # ValueError: msgspec reports it as the document's ValidationError (a malformed Run file).
-        if any(len(c) != n for c in (self.phase, self.host_s, self.gpu_s, self.tokens)):
+        if any(len(c) != n for c in (self.phase, self.host_s, self.gpu_s, self.tokens, self.outer)):
             raise ValueError(f"step_times: columns of different lengths (index has {n})")
 
 

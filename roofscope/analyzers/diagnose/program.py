@@ -125,8 +125,7 @@ def program_of(inp: DiagnosisInput, kernels: pd.DataFrame) -> Program:
         compiled = "inductor+graphs" if graphs else "inductor"
     optimizer = inp.run.optimizer.cls if inp.run.optimizer is not None and inp.run.optimizer.cls else ""
     if not optimizer:
-        found = [m.group(1) for n in names if (m := _OPTIMIZER_SPAN.match(n))]
-        optimizer = found[0] if found else ""
+        optimizer = _traced_optimizer(inp, names)
     loader = [n for n in names if n.startswith(LOADER_SPAN)]
     dataloader = ("workers=0" if any("_SingleProcess" in n for n in loader) else "workers") if loader else ""
     step_fn = meta.step_on if meta.step_on not in ("", "forward", "generate") else ""
@@ -134,6 +133,18 @@ def program_of(inp: DiagnosisInput, kernels: pd.DataFrame) -> Program:
                    forwards_per_step=forwards_per_step(inp, kernels) if training else 1.0, optimizer=optimizer,
                    root_module=meta.root_module, root_package=meta.root_package, step_function=step_fn,
                    generate=generate, compiled=compiled, dataloader=dataloader)
+
+
+def _traced_optimizer(inp: DiagnosisInput, names: set[str]) -> str:
+    """The optimizer class whose ``Optimizer.step#CLASS.step`` spans the trace holds most often (the earliest
+    first on a tie): a wrapper (an EMA around Shampoo) and the optimizer it wraps both leave spans."""
+    spans = {n: m.group(1) for n in names if (m := _OPTIMIZER_SPAN.match(n))}
+    if not spans:
+        return ""
+    seen = pd.concat([inp.trace.annotations[["name", "ts_ns"]], inp.trace.ops[["name", "ts_ns"]]])
+    seen = seen[seen["name"].astype(str).isin(spans)]
+    by = seen.assign(cls=seen["name"].astype(str).map(spans)).groupby("cls")["ts_ns"].agg(["size", "min"])
+    return str(by.sort_values(["size", "min"], ascending=[False, True]).index[0])
 
 
 def _names(inp: DiagnosisInput) -> set[str]:

@@ -42,7 +42,7 @@ class Finding:
     # what blocks it, offers no saving (saving_s 0; the saving it would have is figures["unblocked_saving_s"])
     status: str = "ok"
     blockers: list[dict[str, Any]] = field(default_factory=list)
-    # What `roofscope verify` measured of its fix (a verify.json entry; analyzers/diagnose/verified.py), if it did
+    # What `roofscope verify` measured of its fix (a verify.json entry; analyzers/compare/verified.py), if it did
     verify: dict[str, Any] | None = None
     kind: str = "fix"            # one of KINDS
     # The fix as roofscope injects it (APPLY_NAMES: "compile:reduce-overhead", "threads:1;channels_last"),

@@ -6,7 +6,11 @@ its GPU time (CUDA events at the boundaries) where known, else its host time. Fr
 * :func:`step_time` is summary.json's ``step_time`` block. Its steady samples are the steps run
   without the profiler *after* the profiled window, and the settled steps just before it (the
   ones the collector waited for); steps before those are the cold ones, listed and left out.
-  ``inflation`` is the profiled steps' median over the unprofiled one: what the profiler added.
+  Steps of the script's own loop carry the iteration of its outer loop (a round, an epoch): an
+  outer iteration whose steps ran at :data:`COLD_RATIO` of the last one's median or slower is a
+  cold stretch, reported apart (``cold_stretches``) and left out of the steady samples.
+  ``inflation`` is the profiled steps' median over the unprofiled one of the same stretch (their
+  outer iteration, where known): what the profiler added, like against like.
 * :class:`ProgramTime` carries a diagnosis into the program's time. The kernels' busy time
   ``B`` is what the profiler barely changes; the idle rest of a step is host time, and the
   profiler inflates it. Host-side terms (``host``, ``sync``, ``idle_other``) measured on the
@@ -34,6 +38,9 @@ HOST_TERMS = frozenset(("host", "sync", "idle_other"))
 # H100 when eager; a whole graph's launch about 10 us): the residual of a launch-bound fix.
 GRAPH_REPLAY_S = 10e-6
 GRAPH_RULES = frozenset(("cuda_graphs", "launch_bound_decode"))
+# An outer iteration (a decode's round, an epoch) whose steps' median is this many times the last one's
+# is a cold stretch.
+COLD_RATIO = 1.5
 
 
 def step_frame(st: StepTimes | None) -> pd.DataFrame | None:
@@ -42,9 +49,22 @@ def step_frame(st: StepTimes | None) -> pd.DataFrame | None:
         return None
     df = pd.DataFrame({"index": st.index, "phase": st.phase, "host_s": st.host_s,
                        "gpu_s": pd.to_numeric(pd.Series(st.gpu_s), errors="coerce"),
-                       "tokens": pd.to_numeric(pd.Series(st.tokens), errors="coerce")})
+                       "tokens": pd.to_numeric(pd.Series(st.tokens), errors="coerce"),
+                       "outer": pd.to_numeric(pd.Series(st.outer), errors="coerce")})
     df["time_s"] = df["gpu_s"].fillna(df["host_s"])
     return df
+
+
+def _cold_stretches(df: pd.DataFrame, steady: pd.Series) -> pd.Series:
+    """The steady steps of outer iterations that ran at COLD_RATIO of the last outer iteration's median
+    or slower (loop steps only: others carry no outer iteration)."""
+    outer = df["outer"].where(steady)
+    if outer.isna().all():
+        return steady & False
+    medians = df["time_s"].groupby(outer).median()
+    last = medians.iloc[-1]
+    cold = medians.index[(medians >= COLD_RATIO * last) & (last > 0)]
+    return steady & df["outer"].isin(cold)
 
 
 def _wait(steps: Steps) -> int:
@@ -84,7 +104,8 @@ def _steady(df: pd.DataFrame, steps: Steps, traced: Sequence[int] = ()) -> tuple
     steady = after | (settled & before)
     if not steady.any():   # a program that ended with the profile: the waited steps are all there is
         steady = before & (df["index"] > _wait(steps))
-    return steady, before & ~steady, phase == "active"
+    stretches = _cold_stretches(df, steady)
+    return steady & ~stretches, (before & ~steady) | stretches, phase == "active"
 
 
 def step_time(run: RunMeta | None, traced: Sequence[int] = ()) -> dict[str, Any] | None:
@@ -94,9 +115,14 @@ def step_time(run: RunMeta | None, traced: Sequence[int] = ()) -> dict[str, Any]
         return None
     steady, cold, profiled = _steady(df, run.steps or Steps(), traced)
     t = df.loc[steady, "time_s"].dropna()
-    active = df.loc[profiled, "time_s"].dropna()
+    is_active = profiled
+    active = df.loc[is_active, "time_s"].dropna()
     unprof = float(t.median()) if len(t) else None
     prof = float(active.median()) if len(active) else None
+    # Like against like: the unprofiled steps of the profiled steps' own outer iteration, where known.
+    profiled_outer = df.loc[is_active, "outer"].dropna().unique()
+    same = df.loc[(df["phase"] == "unprofiled") & df["outer"].isin(profiled_outer), "time_s"].dropna()
+    alike = float(same.median()) if len(same) else unprof
     out: dict[str, Any] = {
         "source": "gpu" if df.loc[steady, "gpu_s"].notna().all() and steady.any() else "host",
         "unprofiled_median_s": unprof,
@@ -105,10 +131,17 @@ def step_time(run: RunMeta | None, traced: Sequence[int] = ()) -> dict[str, Any]
         "unprofiled_steps": int(len(t)),
         "profiled_median_s": prof,
         "profiled_steps": int(len(active)),
-        "inflation": prof / unprof if prof and unprof else None,
+        "inflation": prof / alike if prof and alike else None,
         "cold_steps": [int(i) for i in df.loc[cold, "index"]],
         "cold_median_s": float(df.loc[cold, "time_s"].median()) if cold.any() else None,
     }
+    if len(same) and len(profiled_outer) == 1:
+        out["inflation_outer"] = int(profiled_outer[0])   # the outer iteration inflation was taken in
+    if unprof and df.loc[cold, "outer"].notna().any():   # the outer iterations that ran cold, apart
+        whole = df.loc[df["phase"] == "unprofiled"].groupby("outer")["time_s"].median()
+        per = df.loc[cold].groupby("outer")["time_s"]
+        out["cold_stretches"] = [{"outer": int(o), "steps": int(g.size), "median_s": float(g.median())}
+                                 for o, g in per if whole.get(o, 0.0) >= COLD_RATIO * unprof]
     # Forward steps (inference): a step that began with a one-token forward is a decode token,
     # a longer one a prefill (its time runs to the first token's forward: the time to first token).
     tok = df.loc[steady, "tokens"]

@@ -7,19 +7,21 @@ ncu runs this with ``--profile-from-start off``, so it profiles only the kernels
 where the Kineto collector (torchprof.py) starts and ends recording, after the same
 ``torch.cuda.synchronize()``, so ncu sees the kernels of the same steps the trace holds.
 Steps come from ``roofscope.step()``, the first optimizer's ``step()`` or, in an inference
-loop, the outermost forwards (``--step-on``: generate() calls or MODULE.FUNC), by the rules of
-session.py and with its hooks (collectors/steps.py), and the script ends once the recorded steps are profiled (exit code 0). No torch.profiler here: Kineto and ncu both need CUPTI, and under ncu Kineto
+loop, the outermost forwards (``--step-on``: generate() calls, MODULE.FUNC, or FILE:LINE: the
+script's loop the Run's steps were the iterations of, collectors/loops/), by the rules of
+recording/rules.py and with its hooks (collectors/steps.py), and the script ends once the recorded steps are profiled (exit code 0). No torch.profiler here: Kineto and ncu both need CUPTI, and under ncu Kineto
 records no GPU activity at all.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from roofscope.collectors.recording.counter import StepCounter
 from roofscope.collectors.script import ScriptError, check_target, run_target
-from roofscope.collectors.session import ProfileComplete, StepCounter
+from roofscope.collectors.session import ProfileComplete
 from roofscope.collectors.torchprof import Schedule, enable_inductor_metadata
+from roofscope.errors import RoofscopeError
 
 
 class CounterRange(StepCounter):
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait", type=int, required=True)
     ap.add_argument("--warmup", type=int, required=True)
     ap.add_argument("--active", type=int, required=True)
-    ap.add_argument("--step-on", dest="step_on", default=None, help="the Run's --step-on (forward, generate, MODULE.FUNC)")
+    ap.add_argument("--step-on", dest="step_on", default=None,
+                    help="the Run's --step-on (forward, generate, MODULE.FUNC, FILE:LINE: its loop)")
     ap.add_argument("-m", dest="module", action="store_true", help="TARGET is a module (python -m)")
     ap.add_argument("target")
     ap.add_argument("args", nargs=argparse.REMAINDER)
@@ -98,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         with rng.watching(script):
             rng.begin()
             outcome = run_target(ns.target, ns.args, module=ns.module)
+    except RoofscopeError as e:
+        print(f"roofscope: error: {e}", file=sys.stderr)
+        return e.exit_code
     finally:
         rng.end()
     sys.stdout.flush()

@@ -28,7 +28,8 @@ from typing import Any
 
 from roofscope.collectors.inject.probe import ResultProbe
 from roofscope.collectors.script import Outcome, check_target, exit_forked_child, run_target
-from roofscope.collectors.session import ProfileComplete, StepCounter
+from roofscope.collectors.recording.counter import StepCounter
+from roofscope.collectors.session import ProfileComplete
 from roofscope.collectors.steptimes import StepTimer
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
