@@ -11,6 +11,7 @@ cd "$(dirname "$0")/../.."
 final=${OUT:-out}; mkdir -p "$final"; final=$(cd "$final" && pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 src=$PWD
+. benchmarks/real_clients/device_env.sh   # the wheels installed once, before the chains share /tmp/site
 chain() {  # GPU, name, commands...
   local gpu=$1 name=$2; shift 2
   rm -rf "/tmp/c$gpu" && cp -r "$src" "/tmp/c$gpu"
