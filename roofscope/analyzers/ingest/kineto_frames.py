@@ -11,21 +11,21 @@ and orjson.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Union
+from operator import attrgetter, itemgetter
+from typing import Any, Sequence
 
 import msgspec
 import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.ingest.frames import thread_codes
-from roofscope.analyzers.ingest.kineto import META_KEYS, TraceFile, as_dims, as_int, clean_meta
+from roofscope.analyzers.ingest.kineto import as_dims, as_int, clean_meta
 from roofscope.analyzers.ingest.kineto import Args as _Args
 from roofscope.analyzers.ingest.kineto import Event as _Event
-from roofscope.analyzers.ingest.kineto import decode as _decode
-from roofscope.analyzers.ingest.source import read_bytes
+from roofscope.analyzers.ingest.kineto_stream import Stream
+from roofscope.analyzers.ingest.source import read_chunks
 from roofscope.analyzers.model.trace import (ANNOTATION_COLUMNS, COMM_ARG_COLUMNS, KERNEL_COLUMNS, OPS_COLUMNS,
                                              RUNTIME_COLUMNS, empty_comm_args)
 from roofscope.errors import TraceError
@@ -40,17 +40,30 @@ def _to_ns(arr: np.ndarray, t0: float) -> np.ndarray:
     return np.rint((arr - t0) * 1000.0).astype(np.int64)
 
 
+def _floats(values: list) -> np.ndarray:
+    """Optional floats as an array, None as NaN."""
+    if values.count(None) == len(values):
+        return np.full(len(values), np.nan)
+    return np.fromiter(values, dtype=np.float64, count=len(values))
+
+
 def _dur_ns(values: list[float | None]) -> np.ndarray:
-    arr = np.asarray([0.0 if v is None else v for v in values], dtype=np.float64)
-    # Corrupt durations (negative, NaN, centuries) become 0 or the timestamp limit.
-    return np.rint(np.clip(np.nan_to_num(arr), 0.0, _TS_LIMIT_US) * 1000.0).astype(np.int64)
+    # Corrupt durations (missing, negative, NaN, centuries) become 0 or the timestamp limit.
+    return np.rint(np.clip(np.nan_to_num(_floats(values)), 0.0, _TS_LIMIT_US) * 1000.0).astype(np.int64)
 
 
 def _opt_ints(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Optional ints (int or None) as values and a missing mask: what pd.array(..., "Int64")
     makes of the list, without its per-element type inference. An id beyond int64 is corrupt:
     unknown."""
-    arr = np.empty(len(values), dtype=object)
+    n = len(values)
+    if values.count(None) == n:
+        return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+    try:
+        return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)
+    except (OverflowError, TypeError, ValueError):
+        pass  # some are missing (None), or beyond int64
+    arr = np.empty(n, dtype=object)
     arr[:] = values
     missing = np.equal(arr, None)
     arr[missing] = 0
@@ -71,14 +84,12 @@ def _ids(values: list) -> np.ndarray | list:
         return values
 
 
-def _floats(values: list) -> np.ndarray:
-    return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-
-
-def _codes(values: list[str], registry: dict[str, int]) -> np.ndarray:
-    """Codes of ``values`` in ``registry`` (order of first appearance, grown as needed)."""
-    add = registry.setdefault
-    return np.asarray([add(v, len(registry)) for v in values], dtype=np.int64)
+def _codes(values: list, registry: dict) -> np.ndarray:
+    """Codes of ``values`` in ``registry`` (order of first appearance, grown as needed), hashing
+    each value once."""
+    for v in dict.fromkeys(values):
+        registry.setdefault(v, len(registry))
+    return np.fromiter(map(registry.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def _categorical(codes: np.ndarray, registry: dict[str, int], text: bool) -> pd.Categorical:
@@ -93,52 +104,89 @@ def _categorical(codes: np.ndarray, registry: dict[str, int], text: bool) -> pd.
     return pd.Categorical.from_codes(rank[codes] if len(names) else codes, categories=categories)
 
 
-def _interval_piece(evs: list[_Event], names: dict[str, int] | None = None) -> dict[str, Any]:
+def _interval_piece(evs: Sequence[_Event], ts_us: np.ndarray, names: dict[str, int] | None = None) -> dict[str, Any]:
     """Columns common to every table, from one batch of events (timestamps still in µs:
     the trace's origin is known only once every batch is read); names as codes in ``names``
     for the tables whose name column is categorical."""
     name_list = [e.name for e in evs]
     return {"name": name_list if names is None else _codes(name_list, names),
             "pid": _ids([e.pid for e in evs]), "tid": _ids([e.tid for e in evs]),
-            "ts_us": np.asarray([e.ts for e in evs], dtype=np.float64), "dur_ns": _dur_ns([e.dur for e in evs])}
+            "ts_us": ts_us, "dur_ns": _dur_ns([e.dur for e in evs])}
 
 
-def _ops_piece(evs: list[_Event], sig_ids: dict[tuple, int], names: dict[str, int]) -> dict[str, Any]:
-    sig_col = []
-    for e in evs:
-        a = e.args
-        key = (e.name, bytes(a.input_dims), bytes(a.input_types), bytes(a.input_strides),
-               bytes(a.concrete_inputs))
-        sig_col.append(sig_ids.setdefault(key, len(sig_ids)))
+class _Signatures:
+    """Op signatures (name and the four shape arguments' raw JSON) numbered in order of first
+    appearance. Each op's shapes are joined into one bytes key in C and numbered with its name's
+    code; a signature's own bytes are copied out only for its first op."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[bytes, int] = {}
+        self.ids: dict[int, int] = {}
+        self.rows: list[tuple[str, bytes, bytes, bytes, bytes]] = []
+
+    def codes(self, names: list[str], name_codes: np.ndarray, args: list[_Args]) -> np.ndarray:
+        shapes = _codes([b"\0".join((a.input_dims, a.input_types, a.input_strides, a.concrete_inputs)) for a in args],
+                        self.shapes)
+        pairs = (name_codes << 32) + shapes
+        keys = pairs.tolist()
+        if any(k not in self.ids for k in dict.fromkeys(keys)):
+            unique, first = np.unique(pairs, return_index=True)
+            for i in np.sort(first[~np.isin(unique, np.fromiter(self.ids, np.int64, len(self.ids)))]).tolist():
+                a = args[i]
+                self.ids[keys[i]] = len(self.rows)
+                self.rows.append((names[i], bytes(a.input_dims), bytes(a.input_types), bytes(a.input_strides),
+                                  bytes(a.concrete_inputs)))
+        return np.fromiter(map(self.ids.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+def _ops_piece(evs: Sequence[_Event], ts_us: np.ndarray, sigs: _Signatures, names: dict[str, int]) -> dict[str, Any]:
     args = [e.args for e in evs]
-    return {**_interval_piece(evs, names),
+    piece = _interval_piece(evs, ts_us, names)
+    return {**piece,
             "external_id": _opt_ints([a.external_id for a in args]), "rf_id": _opt_ints([a.rf_id for a in args]),
-            "seq": _opt_ints([a.seq for a in args]), "sig": np.asarray(sig_col, dtype=np.int64),
+            "seq": _opt_ints([a.seq for a in args]), "sig": sigs.codes([e.name for e in evs], piece["name"], args),
             "kernel_num_gb": _floats([a.kernel_num_gb for a in args]),
             "kernel_flop": _floats([a.kernel_flop for a in args])}
 
 
-def _runtime_piece(evs: list[_Event], names: dict[str, int]) -> dict[str, Any]:
-    return {**_interval_piece(evs, names), "correlation": _opt_ints([e.args.correlation for e in evs]),
-            "external_id": _opt_ints([e.args.external_id for e in evs]), "size": _floats([e.args.size for e in evs])}
+def _runtime_piece(evs: Sequence[_Event], ts_us: np.ndarray, names: dict[str, int]) -> dict[str, Any]:
+    args = [e.args for e in evs]
+    return {**_interval_piece(evs, ts_us, names), "correlation": _opt_ints([a.correlation for a in args]),
+            "external_id": _opt_ints([a.external_id for a in args]), "size": _floats([a.size for a in args])}
 
 
-def _annotation_piece(evs: list[_Event]) -> dict[str, Any]:
-    return {**_interval_piece(evs), "external_id": _opt_ints([e.args.external_id for e in evs])}
+def _annotation_piece(evs: Sequence[_Event], ts_us: np.ndarray) -> dict[str, Any]:
+    return {**_interval_piece(evs, ts_us), "external_id": _opt_ints([e.args.external_id for e in evs])}
 
 
-def _kernel_piece(evs: list[_Event], names: dict[str, int]) -> dict[str, Any]:
-    return {**_interval_piece(evs, names),
-            "correlation": _opt_ints([e.args.correlation for e in evs]),
-            "external_id": _opt_ints([e.args.external_id for e in evs]),
-            "cat": [_CAT_ALIASES.get(e.cat, e.cat) for e in evs],
-            "device": _opt_ints([as_int(e.args.device) if e.args.device is not None else
-                                 (e.pid if type(e.pid) is int else None) for e in evs]),
-            "stream": _opt_ints([as_int(e.args.stream) if e.args.stream is not None else
-                                 (e.tid if type(e.tid) is int else None) for e in evs]),
-            "bytes": _floats([e.args.bytes for e in evs]),
-            "counter_flops": np.asarray([_counter_flops(e.args) for e in evs], dtype=np.float64),
-            "grid": [as_dims(e.args.grid) for e in evs], "block": [as_dims(e.args.block) for e in evs]}
+def _kernel_piece(evs: Sequence[_Event], ts_us: np.ndarray, names: dict[str, int], cat: str) -> dict[str, Any]:
+    args = [e.args for e in evs]
+    return {**_interval_piece(evs, ts_us, names),
+            "correlation": _opt_ints([a.correlation for a in args]),
+            "external_id": _opt_ints([a.external_id for a in args]),
+            "cat": [cat] * len(evs),
+            "device": _opt_ints(_where([a.device for a in args], evs, "pid")),
+            "stream": _opt_ints(_where([a.stream for a in args], evs, "tid")),
+            "bytes": _floats([a.bytes for a in args]),
+            "counter_flops": _counter_flops(args),
+            "grid": _dims([a.grid for a in args]), "block": _dims([a.block for a in args])}
+
+
+_NONE = type(None)
+
+
+def _where(values: list, evs: Sequence[_Event], fallback: str) -> list:
+    """A kernel's device (stream) as an int: its args' value ("0x0" read as a number), else its
+    pid (tid) when that is an int, else None."""
+    if set(map(type, values)) == {int}:
+        return values
+    return [as_int(v) if v is not None else (getattr(e, fallback) if type(getattr(e, fallback)) is int else None)
+            for v, e in zip(values, evs)]
+
+
+def _dims(values: list) -> list:
+    """Launch dimensions as lists of ints (kineto.as_dims), None when absent or unreadable."""
+    return values if set(map(type, values)) <= {list, _NONE} else [as_dims(v) for v in values]
 
 
 _OPT_INT = {"external_id", "rf_id", "seq", "correlation", "device", "stream"}
@@ -186,8 +234,7 @@ def _parse_raw(raw: bytes) -> Any:
     return msgspec.json.decode(raw) if raw else None
 
 
-def _signature_table(sig_ids: dict[tuple, int]) -> pd.DataFrame:
-    rows = list(sig_ids)
+def _signature_table(rows: list[tuple[str, bytes, bytes, bytes, bytes]]) -> pd.DataFrame:
     return pd.DataFrame({
         "name": [r[0] for r in rows],
         "input_dims": [_parse_raw(r[1]) for r in rows],
@@ -197,9 +244,10 @@ def _signature_table(sig_ids: dict[tuple, int]) -> pd.DataFrame:
     }, index=pd.RangeIndex(len(rows), name="sig"))
 
 
-def _comm_frame(evs: list[_Event]) -> pd.DataFrame:
-    # A handful of events per step: decoding their raw values one by one costs nothing.
-    rows = [e.args for e in evs if e.name == "record_param_comms" and e.args.comm_in_nelems]
+def _comm_frame(evs: Sequence[_Event]) -> pd.DataFrame:
+    """The collective arguments of record_param_comms ops (``evs``). A handful of events per step:
+    decoding their raw values one by one costs nothing."""
+    rows = [e.args for e in evs if e.args.comm_in_nelems]
     raw = {"collective": [a.comm_collective for a in rows], "in_nelems": [a.comm_in_nelems for a in rows],
            "out_nelems": [a.comm_out_nelems for a in rows], "dtype": [a.comm_dtype for a in rows],
            "group_size": [a.comm_group_size for a in rows]}
@@ -209,10 +257,21 @@ def _comm_frame(evs: list[_Event]) -> pd.DataFrame:
                         index=pd.Index([a.external_id for a in rows], name="external_id", dtype=object))
 
 
-def _counter_flops(a: _Args) -> float:
-    counts = [a.sass_dadd, a.sass_dmul, a.sass_dfma, a.sass_hadd, a.sass_hmul, a.sass_hfma,
-              a.sass_fadd, a.sass_fmul, a.sass_ffma]
-    if all(c is None for c in counts):
+_SASS = attrgetter("sass_dadd", "sass_dmul", "sass_dfma", "sass_hadd", "sass_hmul", "sass_hfma",
+                   "sass_fadd", "sass_fmul", "sass_ffma")
+_NO_SASS = (None,) * 9
+
+
+def _counter_flops(args: list[_Args]) -> np.ndarray:
+    """FLOPs from CUPTI range-profiler SASS counts (kineto.Args), NaN where an event has none."""
+    counts = list(map(_SASS, args))
+    if counts.count(_NO_SASS) == len(counts):
+        return np.full(len(counts), np.nan)
+    return np.asarray([_flops(c) for c in counts], dtype=np.float64)
+
+
+def _flops(counts: tuple[float | None, ...]) -> float:
+    if counts == _NO_SASS:
         return np.nan
     c = [x or 0.0 for x in counts]
     return c[0] + c[1] + 2 * c[2] + c[3] + c[4] + 2 * c[5] + c[6] + c[7] + 2 * c[8]
@@ -220,57 +279,75 @@ def _counter_flops(a: _Args) -> float:
 
 # Timestamps (µs) beyond this are corrupt: their ns offsets would not fit in int64.
 _TS_LIMIT_US = 4e15
-# Events decoded at a time: the typed structs of one batch live only while its columns are taken.
-BATCH_EVENTS = 1 << 16
 _KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_profiler_range")
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+# The tables' activity types, then GPU-side annotation spans (they make no table; they count for
+# the trace's origin only), by their number in _Columns.add.
+_CATS = ("cpu_op", "user_annotation", *_RUNTIME_CATS, *_KERNEL_CATS, "gpu_user_annotation")
+_CAT_CODES = {**{c: i for i, c in enumerate(_CATS)}, **{old: _CATS.index(new) for old, new in _CAT_ALIASES.items()}}
+_COMM_OP = "record_param_comms"
+SUB = 4096
+
+
+def _pick(evs: list[_Event], rows: np.ndarray) -> Sequence[_Event]:
+    if len(rows) == len(evs):
+        return evs
+    return [evs[rows[0]]] if len(rows) == 1 else itemgetter(*rows.tolist())(evs)
 
 
 class _Columns:
     """The tables' columns, filled one batch of events at a time (so that a million events
-    never exist as a million typed structs at once)."""
+    never exist as a million typed structs at once), each column of a batch in one pass."""
 
     def __init__(self) -> None:
         self.t0: float | None = None
         self.bad_ts = 0
         self.events = 0
-        self.sig_ids: dict[tuple, int] = {}
+        self.sigs = _Signatures()
         self.op_names: dict[str, int] = {}
         self.kernel_names: dict[str, int] = {}
         self.runtime_names: dict[str, int] = {}
-        self.pieces: dict[str, list[dict[str, Any]]] = {c: [] for c in
-                                                        ("cpu_op", "user_annotation", *_RUNTIME_CATS, *_KERNEL_CATS)}
+        self.pieces: dict[str, list[dict[str, Any]]] = {c: [] for c in _CATS[:-1]}
         self.comm: list[pd.DataFrame] = []
 
     def add(self, evs: list[_Event]) -> None:
-        self.events += len(evs)
-        buckets: dict[str, list[_Event]] = {c: [] for c in self.pieces}
-        # GPU-side annotation spans make no table; they count for the trace's origin only.
-        buckets["gpu_user_annotation"] = []
-        t0 = self.t0
-        for e in evs:
-            ts = e.ts
-            if e.ph != "X" or ts is None:
+        for i in range(0, len(evs), SUB):
+            self._add(evs[i:i + SUB])
+
+    def _add(self, evs: list[_Event]) -> None:
+        n = len(evs)
+        self.events += n
+        get = _CAT_CODES.get
+        cat = np.fromiter([get(e.cat, -1) if e.ph == "X" else -1 for e in evs], dtype=np.int64, count=n)
+        ts_list = [e.ts for e in evs]
+        ts = _floats(ts_list)
+        keep = cat >= 0
+        unknown = np.flatnonzero(keep & np.isnan(ts))
+        keep[unknown[[ts_list[i] is None for i in unknown]]] = False  # no time: no event
+        bad = keep & ~((ts >= -_TS_LIMIT_US) & (ts <= _TS_LIMIT_US))  # also true for NaN
+        if bad.any():
+            self.bad_ts += int(bad.sum())
+            keep &= ~bad
+        if keep.any():
+            first = float(ts[keep].min())
+            self.t0 = first if self.t0 is None or first < self.t0 else self.t0
+        for code, name in enumerate(_CATS[:-1]):
+            rows = np.flatnonzero(keep & (cat == code))
+            if not len(rows):
                 continue
-            cat = _CAT_ALIASES.get(e.cat, e.cat)
-            bucket = buckets.get(cat)
-            if bucket is not None:
-                if not -_TS_LIMIT_US <= ts <= _TS_LIMIT_US:  # also false for NaN
-                    self.bad_ts += 1
-                    continue
-                bucket.append(e)
-                if t0 is None or ts < t0:
-                    t0 = ts
-        self.t0 = t0
-        build = {"cpu_op": lambda b: _ops_piece(b, self.sig_ids, self.op_names), "user_annotation": _annotation_piece,
-                 **{c: lambda b: _runtime_piece(b, self.runtime_names) for c in _RUNTIME_CATS},
-                 **{c: lambda b: _kernel_piece(b, self.kernel_names) for c in _KERNEL_CATS}}
-        for cat, fn in build.items():
-            if buckets[cat]:
-                self.pieces[cat].append(fn(buckets[cat]))
-        comm = _comm_frame(buckets["cpu_op"])
-        if len(comm):
-            self.comm.append(comm)
+            batch, at = _pick(evs, rows), ts[rows]
+            if name == "cpu_op":
+                piece = _ops_piece(batch, at, self.sigs, self.op_names)
+                comm = self.op_names.get(_COMM_OP)
+                if comm is not None and (piece["name"] == comm).any():
+                    self.comm.append(_comm_frame(_pick(evs, rows[piece["name"] == comm])))
+            elif name == "user_annotation":
+                piece = _annotation_piece(batch, at)
+            elif name in _RUNTIME_CATS:
+                piece = _runtime_piece(batch, at, self.runtime_names)
+            else:
+                piece = _kernel_piece(batch, at, self.kernel_names, name)
+            self.pieces[name].append(piece)
 
     def tables(self) -> tuple[pd.DataFrame, ...]:
         """ops, signatures, runtime, kernels, annotations, comm_args (the Trace's raw tables)."""
@@ -292,41 +369,7 @@ class _Columns:
         if self.comm:
             comm = pd.concat(self.comm)
             comm.index = comm.index.astype(object)
-        return ops, _signature_table(self.sig_ids), runtime, kernels, annotations, comm
-
-
-class _Unclean(Exception):
-    """The fast batched decoding met something only the whole-file decoder handles."""
-
-
-class _RawEvents(TraceFile):
-    """The file with its events left as raw JSON slices: one C pass finds every event's bytes."""
-
-    traceEvents: Union[list[msgspec.Raw], None] = None
-
-
-_RAW_DECODER = msgspec.json.Decoder(Union[_RawEvents, list[msgspec.Raw]], strict=False)
-_BATCH_DECODER = msgspec.json.Decoder(list[_Event], strict=False)
-
-
-def _decode_batched(data: bytes, columns: _Columns) -> tuple[TraceFile, Counter]:
-    """Decode a clean file batch by batch into ``columns``; raises :class:`_Unclean` for anything
-    the whole-file decoder (kineto.decode: repairs, skipped events, refusals) must see."""
-    try:
-        loose = _RAW_DECODER.decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        raise _Unclean from None
-    raws = loose if isinstance(loose, list) else loose.traceEvents
-    if not raws:
-        raise _Unclean
-    for i in range(0, len(raws), BATCH_EVENTS):
-        try:
-            batch = _BATCH_DECODER.decode(b"[" + b",".join(raws[i:i + BATCH_EVENTS]) + b"]")
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            raise _Unclean from None
-        columns.add(batch)
-    meta = TraceFile() if isinstance(loose, list) else TraceFile(**{k: getattr(loose, k) for k in META_KEYS})
-    return meta, Counter()
+        return ops, _signature_table(self.sigs.rows), runtime, kernels, annotations, comm
 
 
 @dataclass
@@ -349,20 +392,10 @@ def read_frames(path: str | os.PathLike) -> KinetoFrames:
     """Decode a Kineto trace (``.json`` or ``.json.gz``) into its tables; one-line
     :class:`TraceError` for what is no Kineto trace."""
     path_s = str(path)
-    data = read_bytes(path)
     columns = _Columns()
-    try:
-        doc, skipped = _decode_batched(data, columns)
-    except _Unclean:
-        columns = _Columns()
-        decoded = _decode(path_s, data)
-        doc, skipped, events = decoded.doc, decoded.skipped, decoded.doc.traceEvents
-        del decoded
-        for i in range(0, len(events), BATCH_EVENTS):
-            columns.add(events[i:i + BATCH_EVENTS])
-        doc.traceEvents = None
-        del events
-    del data
+    stream = Stream(path_s, read_chunks(path))
+    stream.read(columns.add)
+    skipped = stream.skipped
     if columns.bad_ts:
         skipped["ts not a time"] += columns.bad_ts
     if columns.t0 is None:
@@ -370,5 +403,5 @@ def read_frames(path: str | os.PathLike) -> KinetoFrames:
                          " is this a Kineto trace?")
     ops, signatures, runtime, kernels, annotations, comm_args = columns.tables()
     return KinetoFrames(ops=ops, signatures=signatures, runtime=runtime, kernels=kernels, annotations=annotations,
-                        comm_args=comm_args, meta=clean_meta(doc), t0_us=columns.t0, events=columns.events,
+                        comm_args=comm_args, meta=clean_meta(stream.meta), t0_us=columns.t0, events=columns.events,
                         skipped=dict(skipped))
