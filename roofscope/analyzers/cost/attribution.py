@@ -32,7 +32,7 @@ from roofscope.analyzers.cost.categories import kernel_categories
 from roofscope.analyzers.cost.formulas.dtypes import parse_dtype
 from roofscope.analyzers.cost.hidden_args import CHUNK, enrich, windowed_attention
 from roofscope.analyzers.ingest.linking import ancestor_where, take
-from roofscope.analyzers.ingest.names import per_name
+from roofscope.analyzers.ingest.names import as_text, lookup, per_name
 from roofscope.analyzers.model.trace import Trace
 
 UNATTRIBUTED_REASONS = ("no_launch_op", "compiled_no_metadata", "no_shapes", "no_formula", "graph_replay")
@@ -178,7 +178,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: dict | None = No
     k["flops_analytic"] = np.where(is_copy, 0.0, flops_analytic)
     k["bytes"] = nbytes
     k["cost_op"] = cost_op
-    names = ops["name"].astype(str).to_numpy(dtype=object)
+    names = as_text(ops["name"])
     k["op_name"] = take(names, op, "")
     k["cost_op_name"] = take(names, cost_op, "")
     # The reasons as they are without the streams' costs, for a stream the roof rules out.
@@ -218,10 +218,7 @@ _WORK_CATEGORIES = ("gemm", "conv", "attention")
 
 def _layout_kernels(names: pd.Series) -> np.ndarray:
     """Kernels whose names say they only move data (see :data:`_LAYOUT_BASE`)."""
-    codes, uniques = pd.factorize(names.astype(str))
-    by_name = np.array([bool(_LAYOUT_BASE.search(_base_name(u)) or _LAYOUT_ANYWHERE.search(u)) for u in uniques]
-                       or [False], dtype=bool)
-    return by_name[np.maximum(codes, 0)]
+    return lookup(names, lambda u: bool(_LAYOUT_BASE.search(_base_name(u)) or _LAYOUT_ANYWHERE.search(u))).astype(bool)
 
 
 def _split_costs(cost_op: np.ndarray, costed: np.ndarray, layout: np.ndarray, dur: np.ndarray,

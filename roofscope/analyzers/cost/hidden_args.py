@@ -317,7 +317,7 @@ def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
     expert weights``, longest first."""
     if "missing" not in kernels:
         return []
-    k = kernels[(kernels["missing"] != "") & (kernels["unattributed"] == "no_shapes")]
+    k = kernels.loc[(kernels["missing"] != "") & (kernels["unattributed"] == "no_shapes"), ["missing", "dur_ns"]]
     k = k[~k["missing"].astype(str).str.startswith("aten::")]
     if not len(k):
         return []

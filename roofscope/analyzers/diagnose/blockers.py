@@ -29,6 +29,7 @@ from roofscope.analyzers.diagnose.base import Context
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.modules import module_column
+from roofscope.analyzers.ingest.names import as_text, per_name
 
 # Ops whose output size depends on the values of their inputs (they read a count back).
 DATA_DEPENDENT = frozenset(("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::is_nonzero",
@@ -69,9 +70,8 @@ class Blocker:
 
 def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """The outermost op of a library's own namespace (not aten, not a profiler label) around each row."""
-    names = ops["name"].astype(str)
-    ns = names.str.extract(r"^(\w+)::", expand=False).fillna("")
-    lib = (~ns.isin(("", "aten", "prim", "c10d", "cuda", "profiler"))).to_numpy()
+    lib = per_name(ops["name"], lambda s: ~s.str.extract(r"^(\w+)::", expand=False).fillna("")
+                   .isin(("", "aten", "prim", "c10d", "cuda", "profiler")))
     parent = ops["parent"].to_numpy()
     found = ancestor_where(parent, rows, lib)
     while True:  # outermost: the library's entry point, not its inner helpers
@@ -79,7 +79,7 @@ def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         if not (up >= 0).any():
             break
         found = np.where(up >= 0, up, found)
-    return take(names.to_numpy(dtype=object), found, "")
+    return take(as_text(ops["name"]), found, "")
 
 
 def _profiled_ops(ctx: Context) -> tuple[pd.DataFrame, np.ndarray]:
@@ -114,7 +114,7 @@ def _counted(ctx: Context, kind: str, rows: np.ndarray, detail: str = "") -> lis
     if not len(rows):
         return []
     ops = ctx.inp.trace.ops
-    df = pd.DataFrame({"op": ops["name"].astype(str).to_numpy()[rows], "library": _library(ops, rows),
+    df = pd.DataFrame({"op": as_text(ops["name"])[rows], "library": _library(ops, rows),
                        "module": module_column(ctx.inp.trace, rows)})
     n = df.groupby(["op", "library", "module"], sort=False).size().sort_values(ascending=False)
     return [Blocker(kind, op, float(c) / ctx.steps, lib, mod, detail) for (op, lib, mod), c in n.items()]
