@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import roofscope.analyzers.ingest.kineto_frames as frames_mod
+import roofscope.analyzers.ingest.kineto_columns as columns_mod
 import roofscope.analyzers.ingest.kineto_stream as stream_mod
 from roofscope.analyzers.ingest.kineto_reader import load_trace
 from roofscope.errors import TraceError
@@ -29,12 +29,13 @@ def _read(path: Path):
 
 
 def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None) -> tuple:
-    """The file read as one region (every fixture is smaller than REGION_BYTES), then in regions of
+    """The file read as one region (every fixture is smaller than BUFFER_BYTES), then in regions of
     about 2 kB (some 6 events) tabulated 5 events at a time (``regions``: the events of each)."""
     whole = _read(path)
     with monkeypatch.context() as m:
         m.setattr(stream_mod, "REGION_BYTES", 2000)
-        m.setattr(frames_mod, "SUB", 5)
+        m.setattr(stream_mod, "BUFFER_BYTES", 5000)
+        m.setattr(columns_mod, "SUB", 5)
         emit = stream_mod.Stream._emit
         m.setattr(stream_mod.Stream, "_emit", lambda self, events, add: (
             (regions if regions is not None else []).append(len(events)), emit(self, events, add))[-1])
@@ -125,6 +126,7 @@ def test_broken_files_streamed_as_decoded_whole(case, tmp_path, monkeypatch):
 def test_offsets_of_a_cut_and_a_refusal_are_the_files(tmp_path, monkeypatch):
     """The byte offsets said are the file's, not a region's."""
     monkeypatch.setattr(stream_mod, "REGION_BYTES", 2000)
+    monkeypatch.setattr(stream_mod, "BUFFER_BYTES", 5000)
     data, _ = CASES["a stray character between events"]
     (p := tmp_path / "stray.json").write_bytes(data)
     with pytest.raises(TraceError, match=rf"invalid character \(byte {data.index(b'@')}\)\)$"):

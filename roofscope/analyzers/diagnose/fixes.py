@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roofscope.analyzers.diagnose.inputs import DiagnosisInput
+from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.findings import Finding
 
 
@@ -94,8 +95,9 @@ def detect_frameworks(inp: DiagnosisInput) -> list[str]:
 
 def _from_trace(inp: DiagnosisInput, lightning: bool) -> set[str]:
     trace = inp.trace
-    names = set(trace.annotations["name"].astype(str).unique()) if len(trace.annotations) else set()
-    names |= set(trace.ops["name"].astype(str).unique()) if len(trace.ops) else set()
+    # The distinct names (a categorical's in C), not a string per row.
+    names = set(map(str, trace.annotations["name"].unique())) if len(trace.annotations) else set()
+    names |= set(map(str, trace.ops["name"].unique())) if len(trace.ops) else set()
     found = set()
     if any(n.startswith("FSDP::") for n in names):
         found.add("fsdp2")
@@ -104,7 +106,7 @@ def _from_trace(inp: DiagnosisInput, lightning: bool) -> set[str]:
     k = inp.kernels
     # Forward kernels launched inside optimizer.step: the closure Lightning passes it.
     if lightning and "phase" in k and "region" in k:
-        in_step = k["region"].astype(str).str.startswith("Optimizer.step#")
+        in_step = per_name(k["region"], lambda s: s.str.startswith("Optimizer.step#"))
         if (in_step & (k["phase"] == "backward")).any():
             found.add("lightning")
     return found

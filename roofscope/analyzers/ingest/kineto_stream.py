@@ -22,12 +22,15 @@ from typing import Callable, Iterator
 
 import msgspec
 
-from roofscope.analyzers.ingest.kineto import (CONTROL, CUT_TRIES, MARK, Event, TraceFile, decode, mark,
+from roofscope.analyzers.ingest.kineto import (CONTROL, CUT_TRIES, MARK, Decoded, Event, TraceFile, decode, mark,
                                                no_events, one_by_one, valid_utf8)
 from roofscope.errors import TraceError
 
-# JSON decoded at a time (about 45,000 events): its typed structs live only while their columns are taken.
-REGION_BYTES = 8 << 20
+# JSON decoded at a time (about 1,300 events): its typed structs live only while their columns are taken,
+# and stay in the processor's cache for it.
+REGION_BYTES = 256 << 10
+# JSON read ahead of the regions.
+BUFFER_BYTES = 8 << 20
 # Where the events must begin for the file to be read as a stream.
 HEAD_LIMIT = 16 << 20
 # An event boundary: the ``}`` of one event before the ``,`` and ``{`` of the next.
@@ -52,7 +55,8 @@ class Stream:
         self.path = path
         self._chunks = chunks
         self._buf = b""
-        self._base = 0            # where _buf begins in the file, as repaired so far
+        self._pos = 0              # where the unread bytes of _buf begin
+        self._at = 0               # where they are in the file, as repaired so far
         self._eof = False
         self.meta = TraceFile()
         self.skipped: Counter = Counter()
@@ -66,8 +70,8 @@ class Stream:
             self._whole(add)
             return
         while True:
-            if not self._eof and len(self._buf) < REGION_BYTES:
-                self._fill(REGION_BYTES)
+            if not self._eof and self._left() < 2 * REGION_BYTES:
+                self._fill(BUFFER_BYTES)
             elif self._eof:
                 break
             elif not self._region(add):
@@ -76,9 +80,12 @@ class Stream:
 
     # --- reading -----------------------------------------------------------------------------
 
+    def _left(self) -> int:
+        return len(self._buf) - self._pos
+
     def _fill(self, size: int) -> None:
-        """Read until the buffer holds ``size`` bytes, or the file ends."""
-        parts, n = [self._buf], len(self._buf)
+        """Read until the buffer holds ``size`` unread bytes, or the file ends."""
+        parts, n = [memoryview(self._buf)[self._pos:]], self._left()
         while n < size:
             chunk = next(self._chunks, None)
             if chunk is None:
@@ -86,25 +93,25 @@ class Stream:
                 break
             parts.append(chunk)
             n += len(chunk)
-        self._buf = b"".join(parts)
+        self._buf, self._pos = b"".join(parts), 0
 
-    def _drop(self, n: int) -> None:
-        """The first ``n`` bytes of the buffer are read."""
-        self._base += n
-        self._buf = self._buf[n:]
+    def _drop(self, n: int, repaired: int | None = None) -> None:
+        """The next ``n`` bytes are read (``repaired``: their length as repaired)."""
+        self._pos += n
+        self._at += n if repaired is None else repaired
 
     # --- the head ----------------------------------------------------------------------------
 
     def _head(self) -> tuple[int, bytes | None]:
         """Where the head begins in the file and its bytes through the events' ``[``, which are
-        dropped from the buffer; None for a file to read whole."""
+        read; None for a file to read whole."""
         while True:
-            self._fill(len(self._buf) + REGION_BYTES)
+            self._fill(self._left() + BUFFER_BYTES)
             start = _NOT_SPACE.search(self._buf)
             if start is None:  # whitespace so far: nothing to keep
                 if self._eof:
                     raise TraceError(f"{self.path}: empty file")
-                self._drop(len(self._buf))
+                self._drop(self._left())
                 continue
             at = start.start()
             if self._buf[at:at + 1] == b"[":
@@ -114,9 +121,9 @@ class Stream:
             else:
                 return at, None
             if end is not None:
-                head = self._buf[at:end]
+                head_at = self._at + at
                 self._drop(end)
-                return self._base - len(head), head
+                return head_at, self._buf[at:end]
             if self._eof or len(self._buf) > HEAD_LIMIT:
                 return at, None
 
@@ -138,40 +145,20 @@ class Stream:
         what is left holds the boundaries kineto.decode tries when the file turns out cut short."""
         end = len(self._buf)
         for _ in range(CUT_TRIES + 1):
-            end = self._buf.rfind(b"}", 0, end)
+            end = self._buf.rfind(b"}", self._pos, end)
             if end < 0:
-                return 0
+                return self._pos
         return end
 
     def _boundaries(self, end: int) -> Iterator[int]:
-        """Event boundaries (the ``}`` positions) before ``end``, from the last."""
-        window = 1 << 16
-        while end > 0:
-            lo = max(0, end - window)
+        """Event boundaries (the ``}`` positions) of the unread bytes before ``end``, from the last."""
+        window = 1 << 14
+        while end > self._pos:
+            lo = max(self._pos, end - window)
             found = [m.start() for m in _BOUNDARY.finditer(self._buf, lo, min(len(self._buf), end + 256))
                      if m.start() < end]
             yield from reversed(found)
             end, window = lo, window * 4
-
-    def _region(self, add: Add) -> bool:
-        """Decode the events up to the last boundary within :data:`REGION_BYTES` (past them, the
-        first: an event larger than a region) that ends a decodable region; False when none of
-        the :data:`_TRIES` boundaries tried does."""
-        end = self._limit()
-        cut = min(end, REGION_BYTES)
-        boundaries = chain(self._boundaries(cut), islice(self._after(cut, end), 1))
-        for _ in range(_TRIES):
-            at = next(boundaries, None)
-            if at is None or at >= end:
-                return False
-            got = self._decode(at + 1, add)
-            if got is True:  # the next region begins at the next event's "{"
-                self._drop(self._buf.index(b"{", at + 1))
-                return True
-            if got is not None:  # a bad byte: a region must end before it
-                end = min(end, got)
-                boundaries = self._boundaries(min(end, at))
-        return False
 
     def _after(self, start: int, end: int) -> Iterator[int]:
         """Event boundaries from ``start`` on, before ``end``."""
@@ -180,10 +167,31 @@ class Stream:
                 return
             yield m.start()
 
+    def _region(self, add: Add) -> bool:
+        """Decode the events up to the last boundary within :data:`REGION_BYTES` (past them, the
+        first: an event larger than a region) that ends a decodable region; False when none of
+        the :data:`_TRIES` boundaries tried does."""
+        end = self._limit()
+        cut = min(end, self._pos + REGION_BYTES)
+        boundaries = chain(self._boundaries(cut), islice(self._after(cut, end), 1))
+        for _ in range(_TRIES):
+            at = next(boundaries, None)
+            if at is None or at >= end:
+                return False
+            got = self._decode(at + 1, add)
+            if got is not None and got is not True:  # a bad byte: a region must end before it
+                end = min(end, got)
+                boundaries = self._boundaries(min(end, at))
+            elif got:  # the next region begins at the next event's "{"
+                self._drop(self._buf.index(b"{", at + 1) - (at + 1))
+                return True
+        return False
+
     def _decode(self, end: int, add: Add) -> bool | int | None:
-        """Decode ``_buf[:end]`` as complete events: True when it did, None when ``end`` is no event
-        boundary after all, or where (about) a byte no repair fixes is."""
-        data = b"".join((b"[", memoryview(self._buf)[:end], b"]"))
+        """Decode the unread bytes up to ``end`` as complete events: True when it did (they are
+        read), None when ``end`` is no event boundary after all, or where (about) a byte no repair
+        fixes is."""
+        data = b"".join((b"[", memoryview(self._buf)[self._pos:end], b"]"))
         try:
             events = _EVENTS.decode(data)
         except msgspec.ValidationError:
@@ -197,6 +205,7 @@ class Stream:
                 return self._repaired(data[1:-1], add)
             events = self._one_by_one(raws, False)
         self._emit(events, add)
+        self._drop(end - self._pos)
         return True
 
     def _repaired(self, region: bytes, add: Add) -> bool | int | None:
@@ -210,9 +219,9 @@ class Stream:
             cleaned = data.translate(CONTROL)
             raws, error_after = _raws(cleaned)
             if raws is None:
-                return _byte(error_after) - 1
+                return self._pos + _byte(error_after) - 1
             if self._first_error is None:
-                self._first_error = self._moved(error, self._base - 1)
+                self._first_error = self._moved(error, self._at - 1)
             data = cleaned
         if MARK in data:
             events = self._one_by_one(raws, True)
@@ -222,28 +231,29 @@ class Stream:
             except msgspec.ValidationError:
                 events = self._one_by_one(raws, False)
         self._emit(events, add)
-        self._base += len(data) - 2 - len(region)  # the file as repaired is longer (marks, U+FFFD)
+        self._drop(len(region), len(data) - 2)  # the file as repaired is longer (marks, U+FFFD)
         return True
 
     def _stuck(self) -> None:
-        """No region decodes before the buffer's end: whitespace (a sparse file's zeros) is dropped,
+        """No region decodes before the buffer's end: whitespace (a sparse file's zeros) is read,
         a valid beginning read on (an event larger than a region, the events' end), and a byte no
         repair fixes refused, as decoding the file whole would."""
-        data = b"[" + mark(_utf8(self._buf))
+        rest = self._buf[self._pos:]
+        data = b"[" + mark(_utf8(rest))
         _, error = _raws(data)
         if _truncated(error) or "trailing characters" in str(error):
-            self._fill(2 * len(self._buf))
+            self._fill(2 * len(rest))
             return
         cleaned = data.translate(CONTROL)
         _, error_after = _raws(cleaned)
         if not _truncated(error_after):
-            raise TraceError(f"{self.path}: not valid JSON ({self._first_error or self._moved(error, self._base - 1)})")
+            raise TraceError(f"{self.path}: not valid JSON ({self._first_error or self._moved(error, self._at - 1)})")
         if self._first_error is None:
-            self._first_error = self._moved(error, self._base - 1)
+            self._first_error = self._moved(error, self._at - 1)
         if cleaned[1:].isspace():
-            self._drop(len(self._buf))
+            self._drop(len(rest))
         else:
-            self._fill(2 * len(self._buf))
+            self._fill(2 * len(rest))
 
     def _one_by_one(self, raws: list[msgspec.Raw], marked: bool) -> list[Event]:
         self._entries += len(raws)
@@ -261,8 +271,8 @@ class Stream:
 
     def _last(self, head_at: int, head: bytes, add: Add) -> None:
         """The events left, with the head and what follows them: one document."""
-        data = head + self._buf
-        base = self._base
+        data = head + self._buf[self._pos:]
+        base = self._at
 
         def at(i: int) -> int:
             return head_at + i if i < len(head) else base + i - len(head)
@@ -272,7 +282,12 @@ class Stream:
     def _whole(self, add: Add) -> None:
         """A file whose events were not found in its head: decoded whole, once the bytes read so
         far are JSON (checked each time they double, so that garbage is refused early)."""
-        parts, size, check = [self._buf], len(self._buf), 2 * HEAD_LIMIT
+        parts, size, check = [self._buf[self._pos:]], self._left(), 2 * HEAD_LIMIT
+        base = self._at
+
+        def at(i: int) -> int:
+            return base + i
+
         while not self._eof:
             chunk = next(self._chunks, None)
             if chunk is None:
@@ -280,16 +295,14 @@ class Stream:
             parts.append(chunk)
             size += len(chunk)
             if size > check:
-                self._buf = b"".join(parts)
-                parts, check = [self._buf], 2 * size
-                data = b"[" + self._buf
-                if not _truncated(_raws(mark(_utf8(data)).translate(CONTROL))[1]):
-                    decode(self.path, self._buf)  # refuses it, as it would the whole file
+                parts, check = [b"".join(parts)], 2 * size
+                if not _truncated(_raws(mark(_utf8(b"[" + parts[0])).translate(CONTROL))[1]):
+                    decode(self.path, parts[0], at)  # refuses it, as it would the whole file
         data = b"".join(parts)
-        self._buf = b""
-        self._finish(data, decode(self.path, data), add)
+        self._buf, self._pos = b"", 0
+        self._finish(data, decode(self.path, data, at), add)
 
-    def _finish(self, data: bytes, decoded, add: Add) -> None:
+    def _finish(self, data: bytes, decoded: Decoded, add: Add) -> None:
         self.skipped.update(decoded.skipped)
         self._entries += decoded.entries
         events = decoded.doc.traceEvents or []

@@ -320,10 +320,9 @@ def _copies(kernels: pd.DataFrame, act: _Activities, scope: np.ndarray) -> dict[
         a, b = act.ts[sel[mine]], act.end[sel[mine]]
         exposed[mine] = (b - a) - _overlap(seg_s, seg_e, a, b)
     rows = kernels.iloc[act.pos[sel]]
-    names = rows["name"].astype(str)
-    df = pd.DataFrame({"direction": _directions(names), "time_s": (act.end[sel] - act.ts[sel]) / 1e9,
+    df = pd.DataFrame({"direction": _directions(rows["name"]), "time_s": (act.end[sel] - act.ts[sel]) / 1e9,
                        "bytes": rows["bytes"].to_numpy(dtype=np.float64),
-                       "pageable": names.str.contains("Pageable").to_numpy(dtype=bool),
+                       "pageable": per_name(rows["name"], lambda s: s.str.contains("Pageable")).astype(bool),
                        "exposed_time_s": exposed / 1e9})
     df["pageable_time_s"] = df["time_s"] * df["pageable"]
     g = df.groupby("direction").agg(count=("time_s", "size"), time_s=("time_s", "sum"), bytes=("bytes", "sum"),
