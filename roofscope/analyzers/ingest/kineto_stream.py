@@ -37,6 +37,8 @@ HEAD_LIMIT = 16 << 20
 _BOUNDARY = re.compile(rb"\}(?=\s*,\s*\{)")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NOT_SPACE = re.compile(rb"\S")
+_SPACE = b" \t\r\n"
+_BLANK = bytes(range(33))  # JSON's whitespace and the control characters kineto.CONTROL makes spaces
 # Event boundaries tried back from a region's end before reading on: one falls inside a string
 # or an event's arguments only in files made to (a name holding "}, {").
 _TRIES = 8
@@ -172,6 +174,8 @@ class Stream:
         first: an event larger than a region) that ends a decodable region; False when none of
         the :data:`_TRIES` boundaries tried does."""
         end = self._limit()
+        if end <= self._pos:
+            return False
         cut = min(end, self._pos + REGION_BYTES)
         boundaries = chain(self._boundaries(cut), islice(self._after(cut, end), 1))
         for _ in range(_TRIES):
@@ -239,6 +243,12 @@ class Stream:
         a valid beginning read on (an event larger than a region, the events' end), and a byte no
         repair fixes refused, as decoding the file whole would."""
         rest = self._buf[self._pos:]
+        if not rest.translate(None, _BLANK):  # whitespace and control characters only: read, remembering the first
+            if self._first_error is None and rest.strip(_SPACE):
+                at = len(rest) - len(rest.lstrip(_SPACE))
+                self._first_error = self._moved(_raws(b"[" + rest[at:at + 1])[1], self._at + at - 1)
+            self._drop(len(rest))
+            return
         data = b"[" + mark(_utf8(rest))
         _, error = _raws(data)
         if _truncated(error) or "trailing characters" in str(error):
@@ -250,10 +260,7 @@ class Stream:
             raise TraceError(f"{self.path}: not valid JSON ({self._first_error or self._moved(error, self._at - 1)})")
         if self._first_error is None:
             self._first_error = self._moved(error, self._at - 1)
-        if cleaned[1:].isspace():
-            self._drop(len(rest))
-        else:
-            self._fill(2 * len(rest))
+        self._fill(2 * len(rest))
 
     def _one_by_one(self, raws: list[msgspec.Raw], marked: bool) -> list[Event]:
         self._entries += len(raws)

@@ -9,8 +9,10 @@ exceeds and real traces never do.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import stat
+import threading
 import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -28,8 +30,9 @@ GZIP_RATIO = 250
 _GZIP_FLOOR = 256 << 20
 # What the readers sniff: the first bytes (gunzipped), enough for Kineto's distributedInfo too.
 HEAD_BYTES = 1 << 16
-# What is read from the file at a time.
+# What is read from the file at a time, and how many pieces may wait read ahead.
 READ_BYTES = 1 << 20
+AHEAD = 4
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -97,7 +100,54 @@ def read_chunks(path: str | os.PathLike) -> Iterator[bytes]:
     """The file's bytes in pieces as they are read, gunzipped when needed, after the checks of the
     module docstring: a reader holds what it has not parsed yet, never the whole file. A gzip stream
     cut short (a process killed while writing ``.json.gz``) or damaged gives what it holds up to the
-    damage; the reader then reads up to its last complete event and reports the cut."""
+    damage; the reader then reads up to its last complete event and reports the cut. The pieces are
+    read and inflated by a thread, ahead of their use: zlib and the file system release the GIL, so
+    that work overlaps the parsing of the pieces before."""
+    return _ahead(_chunks(path))
+
+
+_END = object()
+
+
+def _ahead(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``chunks`` produced by a thread, at most :data:`AHEAD` pieces before the one in use; what it
+    raises is raised here."""
+    q: queue.Queue = queue.Queue(AHEAD)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                while not stop.is_set():
+                    try:
+                        q.put(chunk, timeout=0.05)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the reader, which raises it
+            q.put(e)
+        finally:
+            chunks.close()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=produce, name="roofscope-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _chunks(path: str | os.PathLike) -> Iterator[bytes]:
     p = Path(path)
     limit = max_trace_bytes()
     _checked(p, limit)
