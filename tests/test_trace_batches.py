@@ -11,7 +11,10 @@ import pandas as pd
 import pytest
 
 import roofscope.analyzers.ingest.kineto_columns as columns_mod
+import roofscope.analyzers.ingest.kineto_frames as frames_mod
+import roofscope.analyzers.ingest.kineto_helper as helper_mod
 import roofscope.analyzers.ingest.kineto_stream as stream_mod
+import roofscope.analyzers.ingest.source as source_mod
 from roofscope.analyzers.ingest.kineto_reader import load_trace
 from roofscope.errors import TraceError
 
@@ -28,17 +31,23 @@ def _read(path: Path):
         return str(e)
 
 
-def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None) -> tuple:
+def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None, helper: bool = False) -> tuple:
     """The file read as one region (every fixture is smaller than BUFFER_BYTES), then in regions of
-    about 2 kB (some 6 events) tabulated 5 events at a time (``regions``: the events of each)."""
+    about 2 kB (some 6 events) tabulated 5 events at a time (``regions``: the events of each), in
+    blocks of 5 kB, or with a helper process (``helper``) regions of 5 kB in blocks of 30 kB, two of
+    three the helper's; the file read 4 kB or inflated 512 bytes at a time, so that blocks
+    follow one another."""
     whole = _read(path)
     with monkeypatch.context() as m:
-        m.setattr(stream_mod, "REGION_BYTES", 2000)
-        m.setattr(stream_mod, "BUFFER_BYTES", 5000)
+        m.setattr(stream_mod, "REGION_BYTES", 5000 if helper else 2000)
+        m.setattr(stream_mod, "BUFFER_BYTES", 30_000 if helper else 5000)
+        m.setattr(source_mod, "READ_BYTES", 4096)
+        m.setattr(source_mod, "HEAD_BYTES", 512)
         m.setattr(columns_mod, "SUB", 5)
+        m.setattr(frames_mod, "wanted", lambda path: helper)
         emit = stream_mod.Stream._emit
-        m.setattr(stream_mod.Stream, "_emit", lambda self, events, add: (
-            (regions if regions is not None else []).append(len(events)), emit(self, events, add))[-1])
+        m.setattr(stream_mod.Stream, "_emit", lambda self, events, sink: (
+            (regions if regions is not None else []).append(len(events)), emit(self, events, sink))[-1])
         streamed = _read(path)
     return whole, streamed
 
@@ -51,6 +60,19 @@ def _same(a, b) -> None:
     for name in TABLES:
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
     assert a.meta == b.meta
+
+
+def test_helper_process_decodes_two_blocks_of_three(monkeypatch):
+    """Read with a helper process (kineto_helper.py): it is sent two blocks of three, and the merged
+    tables (names, signatures numbered in file order, kernels in time order) are the one-process ones."""
+    sent: list[int] = []
+    send = helper_mod.Helper.send
+    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (sent.append(block),
+                                                                             send(self, block, data))[-1])
+    whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
+    _same(whole, streamed)
+    # 244 kB in blocks of about 30 kB: 5 blocks sent, numbered 1, 2, 4, 5, ... (every third read here)
+    assert len(sent) >= 4 and sent[:4] == [1, 2, 4, 5]
 
 
 @pytest.mark.parametrize("fixture", ["h100_eager_block.json.gz", "cpu_block.json.gz", "h100_conv_block.json.gz"])
@@ -109,12 +131,14 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("helper", [False, True], ids=["one process", "with a helper"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_broken_files_streamed_as_decoded_whole(case, tmp_path, monkeypatch):
+def test_broken_files_streamed_as_decoded_whole(case, helper, tmp_path, monkeypatch):
+    """The same with a helper process: a broken block sends the file back to one process."""
     data, outcome = CASES[case]
     p = tmp_path / "t.json"
     p.write_bytes(data)
-    whole, streamed = _whole_and_streamed(p, monkeypatch)
+    whole, streamed = _whole_and_streamed(p, monkeypatch, helper=helper)
     _same(whole, streamed)
     if outcome == "refused":
         assert whole.startswith(f"{p}: ") and "\n" not in whole, whole

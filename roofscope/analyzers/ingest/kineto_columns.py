@@ -30,6 +30,8 @@ _CAT_CODES = {**{c: i for i, c in enumerate(_CATS)}, **{old: _CATS.index(new) fo
 _COMM_OP = "record_param_comms"
 # Timestamps (µs) beyond this are corrupt: their ns offsets would not fit in int64.
 TS_LIMIT_US = 4e15
+# A piece's block of the file (not a column: the kernels' "block" is their launch's).
+PART = "file block"
 # Events of one table converted to arrays at a time.
 FLUSH_EVENTS = 1 << 16
 # Events of a batch routed at a time (a whole file decoded at once comes as one batch).
@@ -145,6 +147,32 @@ class Signatures:
                 self.rows.append((names[i], *shapes[i].split(b"\0")))
         return np.fromiter(map(self.ids.__getitem__, keys), dtype=np.int64, count=len(keys))
 
+    def adopt(self, other: Signatures, name_codes: dict[str, int]) -> np.ndarray:
+        """``other``'s signatures numbered here (their op names' codes in ``name_codes``, grown as
+        needed): the new number of each of ``other``'s."""
+        out = np.empty(len(other.rows), dtype=np.int64)
+        for i, (name, *shapes) in enumerate(other.rows):
+            shape = self.shapes.setdefault(b"\0".join(shapes), len(self.shapes))
+            key = (name_codes.setdefault(name, len(name_codes)) << 32) + shape
+            if key not in self.ids:
+                self.ids[key] = len(self.rows)
+                self.rows.append(other.rows[i])
+            out[i] = self.ids[key]
+        return out
+
+    def renumber(self, pieces: list[dict[str, Any]]) -> None:
+        """Signatures numbered again in order of first appearance in ``pieces`` (the ops' pieces in
+        file order), as one process reading the file numbers them."""
+        sig = np.concatenate([p["sig"] for p in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+        unique, first = np.unique(sig, return_index=True)
+        order = unique[np.argsort(first, kind="stable")]
+        new = np.empty(len(self.rows), dtype=np.int64)
+        new[order] = np.arange(len(order))
+        for p in pieces:
+            p["sig"] = new[p["sig"]]
+        self.rows = [self.rows[i] for i in order.tolist()]
+        self.ids = {k: int(new[v]) for k, v in self.ids.items()}
+
 
 class _Table:
     """One table's values waiting as lists, and its pieces (dicts of column arrays) so far."""
@@ -177,6 +205,9 @@ class Columns:
         self.runtime_names: dict[str, int] = {}
         self.tables = {c: _Table(c) for c in _CATS[:-1]}
         self.comm: list[tuple[Any, ...]] = []
+        # The block of the file being read: pieces and collective rows carry it, so that two
+        # processes' columns merge in file order (kineto_helper.py).
+        self.block = 0
 
     def add(self, evs: list[Event]) -> None:
         for i in range(0, len(evs), SUB):
@@ -222,7 +253,7 @@ class Columns:
                        kernel_num_gb=[a.kernel_num_gb for a in args], kernel_flop=[a.kernel_flop for a in args])
             if _COMM_OP in out["name"]:
                 # A handful of events per step: decoding their raw values one by one costs nothing.
-                self.comm += [(a.external_id, *(_parse_raw(v) for v in (a.comm_collective, a.comm_in_nelems,
+                self.comm += [(self.block, a.external_id, *(_parse_raw(v) for v in (a.comm_collective, a.comm_in_nelems,
                                                                          a.comm_out_nelems, a.comm_dtype,
                                                                          a.comm_group_size)))
                               for e, a in zip(evs, args) if e.name == _COMM_OP and a.comm_in_nelems]
@@ -256,8 +287,39 @@ class Columns:
                          cat=[cat] * table.n, device=_opt_ints(_where(v["device"], v["pid"])),
                          stream=_opt_ints(_where(v["stream"], v["tid"])), bytes=floats(v["bytes"]),
                          counter_flops=_counter_flops(v["sass"]), grid=_dims(v["grid"]), block=_dims(v["block"]))
+        piece[PART] = self.block
         table.pieces.append(piece)
         table.lists, table.ts, table.n = {}, [], 0
+
+    def end_block(self) -> None:
+        """The block read so far ends: its waiting values become pieces of it."""
+        for table in self.tables.values():
+            self._flush(table)
+
+    def merge(self, other: Columns) -> None:
+        """``other``'s columns (another process's blocks of the same file) merged into these, in
+        file order: names and signatures numbered here, pieces and rows sorted by block."""
+        self.end_block()
+        registries = {"cpu_op": self.op_names, **dict.fromkeys(RUNTIME_CATS, self.runtime_names),
+                      **dict.fromkeys(KERNEL_CATS, self.kernel_names)}
+        theirs = {"cpu_op": other.op_names, **dict.fromkeys(RUNTIME_CATS, other.runtime_names),
+                  **dict.fromkeys(KERNEL_CATS, other.kernel_names)}
+        sigs = self.sigs.adopt(other.sigs, self.op_names)
+        for cat, table in self.tables.items():
+            pieces = other.pieces(cat)
+            if cat in registries:
+                remap = np.fromiter((registries[cat].setdefault(n, len(registries[cat])) for n in theirs[cat]),
+                                    dtype=np.int64, count=len(theirs[cat]))
+                for p in pieces:
+                    p["name"] = remap[p["name"]]
+                    if cat == "cpu_op":
+                        p["sig"] = sigs[p["sig"]]
+            table.pieces = sorted(table.pieces + pieces, key=itemgetter(PART))
+        self.sigs.renumber(self.tables["cpu_op"].pieces)
+        self.comm = sorted(self.comm + other.comm, key=itemgetter(0))
+        self.t0 = min(t for t in (self.t0, other.t0) if t is not None) if other.t0 is not None else self.t0
+        self.bad_ts += other.bad_ts
+        self.events += other.events
 
     def pieces(self, cat: str) -> list[dict[str, Any]]:
         """Table ``cat``'s pieces, everything waiting converted."""
@@ -267,5 +329,5 @@ class Columns:
     def comm_columns(self) -> tuple[dict[str, np.ndarray], list]:
         """record_param_comms' collective arguments by column, and their ops' External ids."""
         # The trailing None keeps numpy from building a 2-D array when every value is a list.
-        return ({c: np.array([row[i + 1] for row in self.comm] + [None], dtype=object)[:-1]
-                 for i, c in enumerate(COMM_ARG_COLUMNS)}, [row[0] for row in self.comm])
+        return ({c: np.array([row[i + 2] for row in self.comm] + [None], dtype=object)[:-1]
+                 for i, c in enumerate(COMM_ARG_COLUMNS)}, [row[1] for row in self.comm])

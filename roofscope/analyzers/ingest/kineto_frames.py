@@ -23,7 +23,8 @@ import pandas as pd
 from roofscope.analyzers.ingest.frames import thread_codes
 from roofscope.analyzers.ingest.kineto import clean_meta
 from roofscope.analyzers.ingest.kineto_columns import KERNEL_CATS, RUNTIME_CATS, Columns
-from roofscope.analyzers.ingest.kineto_stream import Stream
+from roofscope.analyzers.ingest.kineto_helper import Helper, wanted
+from roofscope.analyzers.ingest.kineto_stream import Fallback, Stream
 from roofscope.analyzers.ingest.source import read_chunks
 from roofscope.analyzers.model.trace import (ANNOTATION_COLUMNS, KERNEL_COLUMNS, OPS_COLUMNS,
                                              RUNTIME_COLUMNS, empty_comm_args)
@@ -143,11 +144,22 @@ class KinetoFrames:
 
 def read_frames(path: str | os.PathLike) -> KinetoFrames:
     """Decode a Kineto trace (``.json`` or ``.json.gz``) into its tables; one-line
-    :class:`TraceError` for what is no Kineto trace."""
+    :class:`TraceError` for what is no Kineto trace. A large file is read by two processes where
+    that is safe (kineto_helper.py), and again by one when it needs repairs."""
     path_s = str(path)
-    columns = Columns()
-    stream = Stream(path_s, read_chunks(path))
-    stream.read(columns.add)
+    helper = Helper.start() if wanted(path) else None
+    try:
+        columns, stream = _read(path_s, helper)
+    except (Fallback, TraceError) as e:
+        # An error with blocks sent may come of a block boundary that was none: read alone, which says.
+        if helper is None or isinstance(e, TraceError) and not helper.blocks:
+            raise
+        helper.stop()
+        helper = None
+        columns, stream = _read(path_s, None)
+    finally:
+        if helper is not None:
+            helper.stop()
     skipped = stream.skipped
     if columns.bad_ts:
         skipped["ts not a time"] += columns.bad_ts
@@ -158,3 +170,16 @@ def read_frames(path: str | os.PathLike) -> KinetoFrames:
     return KinetoFrames(ops=ops, signatures=signatures, runtime=runtime, kernels=kernels, annotations=annotations,
                         comm_args=comm_args, meta=clean_meta(stream.meta), t0_us=columns.t0, events=columns.events,
                         skipped=dict(skipped))
+
+
+def _read(path: str, helper: Helper | None) -> tuple[Columns, Stream]:
+    columns = Columns()
+    chunks = read_chunks(path)
+    try:  # closed here, not when a traceback that holds it is collected: it stops the read-ahead thread
+        stream = Stream(path, chunks, helper)
+        stream.read(columns)
+    finally:
+        chunks.close()  # type: ignore[attr-defined]
+    if helper is not None and helper.blocks:
+        helper.merge(columns)
+    return columns, stream

@@ -18,12 +18,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from itertools import chain, islice
-from typing import Callable, Iterator
+from typing import Iterator, Protocol
 
 import msgspec
 
 from roofscope.analyzers.ingest.kineto import (CONTROL, CUT_TRIES, MARK, Decoded, Event, TraceFile, decode, mark,
                                                no_events, one_by_one, valid_utf8)
+from roofscope.analyzers.ingest.kineto_columns import Columns
 from roofscope.errors import TraceError
 
 # JSON decoded at a time (about 1,300 events): its typed structs live only while their columns are taken,
@@ -34,7 +35,7 @@ BUFFER_BYTES = 8 << 20
 # Where the events must begin for the file to be read as a stream.
 HEAD_LIMIT = 16 << 20
 # An event boundary: the ``}`` of one event before the ``,`` and ``{`` of the next.
-_BOUNDARY = re.compile(rb"\}(?=\s*,\s*\{)")
+BOUNDARY = re.compile(rb"\}(?=\s*,\s*\{)")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NOT_SPACE = re.compile(rb"\S")
 _SPACE = b" \t\r\n"
@@ -46,15 +47,25 @@ _EVENTS = msgspec.json.Decoder(list[Event], strict=False)
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _HEAD = msgspec.json.Decoder(TraceFile)
 
-Add = Callable[[list[Event]], None]
+
+
+class Fallback(Exception):
+    """Read with a helper (kineto_helper.py), the file turned out to need what only one process
+    reading it whole does (repairs, skipped events): read it again so."""
+
+
+class Helper(Protocol):
+    def send(self, block: int, data: memoryview) -> None: ...
 
 
 class Stream:
-    """One file's events, decoded into ``add`` by :meth:`read`; then ``meta`` (the top-level keys),
+    """One file's events, decoded into a Columns by :meth:`read`; then ``meta`` (the top-level keys),
     ``skipped`` (malformed events by reason)."""
 
-    def __init__(self, path: str, chunks: Iterator[bytes]) -> None:
+    def __init__(self, path: str, chunks: Iterator[bytes], helper: Helper | None = None) -> None:
         self.path = path
+        self._helper = helper      # takes two blocks of three (kineto_helper.py)
+        self._block = 0
         self._chunks = chunks
         self._buf = b""
         self._pos = 0              # where the unread bytes of _buf begin
@@ -66,19 +77,41 @@ class Stream:
         self._entries = 0          # entries decoded one by one, kept or skipped
         self._kept = 0             # events decoded
 
-    def read(self, add: Add) -> None:
+    def read(self, sink: Columns) -> None:
         head_at, head = self._head()
         if head is None:
-            self._whole(add)
+            self._whole(sink)
             return
         while True:
             if not self._eof and self._left() < 2 * REGION_BYTES:
                 self._fill(BUFFER_BYTES)
+                if self._helper is not None:
+                    self._next_block(sink)
             elif self._eof:
                 break
-            elif not self._region(add):
+            elif not self._region(sink):
                 self._stuck()
-        self._last(head_at, head, add)
+        self._last(head_at, head, sink)
+
+    def _next_block(self, sink: Columns) -> None:
+        """A new buffer's events: two of three to the helper, up to the last event boundary before
+        the buffer's end (this process also inflates the file and merges); the others here,
+        numbered for the merge."""
+        self._block += 1
+        if self._block % 3 and not self._eof:
+            end = self._limit()
+            at = next(self._boundaries(end), None) if end > self._pos else None
+            if at is not None:
+                self._helper.send(self._block, memoryview(self._buf)[self._pos:at + 1])  # type: ignore[union-attr]
+                self._drop(self._buf.index(b"{", at + 1) - self._pos)
+                return
+        sink.end_block()
+        sink.block = self._block
+
+    def _alone(self) -> None:
+        """What is about to happen needs the file read by one process (see :class:`Fallback`)."""
+        if self._helper is not None:
+            raise Fallback
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -157,19 +190,19 @@ class Stream:
         window = 1 << 14
         while end > self._pos:
             lo = max(self._pos, end - window)
-            found = [m.start() for m in _BOUNDARY.finditer(self._buf, lo, min(len(self._buf), end + 256))
+            found = [m.start() for m in BOUNDARY.finditer(self._buf, lo, min(len(self._buf), end + 256))
                      if m.start() < end]
             yield from reversed(found)
             end, window = lo, window * 4
 
     def _after(self, start: int, end: int) -> Iterator[int]:
         """Event boundaries from ``start`` on, before ``end``."""
-        for m in _BOUNDARY.finditer(self._buf, start):
+        for m in BOUNDARY.finditer(self._buf, start):
             if m.start() >= end:
                 return
             yield m.start()
 
-    def _region(self, add: Add) -> bool:
+    def _region(self, sink: Columns) -> bool:
         """Decode the events up to the last boundary within :data:`REGION_BYTES` (past them, the
         first: an event larger than a region) that ends a decodable region; False when none of
         the :data:`_TRIES` boundaries tried does."""
@@ -182,7 +215,7 @@ class Stream:
             at = next(boundaries, None)
             if at is None or at >= end:
                 return False
-            got = self._decode(at + 1, add)
+            got = self._decode(at + 1, sink)
             if got is not None and got is not True:  # a bad byte: a region must end before it
                 end = min(end, got)
                 boundaries = self._boundaries(min(end, at))
@@ -191,7 +224,7 @@ class Stream:
                 return True
         return False
 
-    def _decode(self, end: int, add: Add) -> bool | int | None:
+    def _decode(self, end: int, sink: Columns) -> bool | int | None:
         """Decode the unread bytes up to ``end`` as complete events: True when it did (they are
         read), None when ``end`` is no event boundary after all, or where (about) a byte no repair
         fixes is."""
@@ -201,24 +234,25 @@ class Stream:
         except msgspec.ValidationError:
             events = None
         except (msgspec.DecodeError, UnicodeDecodeError):
-            return self._repaired(data[1:-1], add)
+            return self._repaired(data[1:-1], sink)
         if events is None:
             try:
                 raws = _RAWS.decode(data)
             except (msgspec.DecodeError, UnicodeDecodeError):
-                return self._repaired(data[1:-1], add)
+                return self._repaired(data[1:-1], sink)
             events = self._one_by_one(raws, False)
-        self._emit(events, add)
+        self._emit(events, sink)
         self._drop(end - self._pos)
         return True
 
-    def _repaired(self, region: bytes, add: Add) -> bool | int | None:
+    def _repaired(self, region: bytes, sink: Columns) -> bool | int | None:
         """``region`` with the repairs of kineto._repaired, in their order, then decoded (see _decode)."""
+        self._alone()
         fixed = _utf8(region)
         data = b"[" + mark(fixed) + b"]"
         raws, error = _raws(data)
         if raws is None:
-            if _truncated(error) or _byte(error) >= len(data) - 1:
+            if _truncated(error, data):
                 return None  # the "]" closed something inside an event: no boundary
             cleaned = data.translate(CONTROL)
             raws, error_after = _raws(cleaned)
@@ -234,7 +268,7 @@ class Stream:
                 events = _EVENTS.decode(data)
             except msgspec.ValidationError:
                 events = self._one_by_one(raws, False)
-        self._emit(events, add)
+        self._emit(events, sink)
         self._drop(len(region), len(data) - 2)  # the file as repaired is longer (marks, U+FFFD)
         return True
 
@@ -245,38 +279,40 @@ class Stream:
         rest = self._buf[self._pos:]
         if not rest.translate(None, _BLANK):  # whitespace and control characters only: read, remembering the first
             if self._first_error is None and rest.strip(_SPACE):
+                self._alone()
                 at = len(rest) - len(rest.lstrip(_SPACE))
                 self._first_error = self._moved(_raws(b"[" + rest[at:at + 1])[1], self._at + at - 1)
             self._drop(len(rest))
             return
         data = b"[" + mark(_utf8(rest))
         _, error = _raws(data)
-        if _truncated(error) or "trailing characters" in str(error):
+        if _truncated(error, data) or "trailing characters" in str(error):
             self._fill(2 * len(rest))
             return
         cleaned = data.translate(CONTROL)
         _, error_after = _raws(cleaned)
-        if not _truncated(error_after):
+        if not _truncated(error_after, cleaned):
             raise TraceError(f"{self.path}: not valid JSON ({self._first_error or self._moved(error, self._at - 1)})")
         if self._first_error is None:
             self._first_error = self._moved(error, self._at - 1)
         self._fill(2 * len(rest))
 
     def _one_by_one(self, raws: list[msgspec.Raw], marked: bool) -> list[Event]:
+        self._alone()
         self._entries += len(raws)
         return one_by_one(raws, marked, self.skipped)
 
-    def _emit(self, events: list[Event], add: Add) -> None:
+    def _emit(self, events: list[Event], sink: Columns) -> None:
         self._kept += len(events)
         if events:
-            add(events)
+            sink.add(events)
 
     def _moved(self, error: Exception, shift: int) -> str:
         return _BYTE_AT.sub(lambda m: f"(byte {int(m.group(1)) + shift})", str(error))
 
     # --- the end -----------------------------------------------------------------------------
 
-    def _last(self, head_at: int, head: bytes, add: Add) -> None:
+    def _last(self, head_at: int, head: bytes, sink: Columns) -> None:
         """The events left, with the head and what follows them: one document."""
         data = head + self._buf[self._pos:]
         base = self._at
@@ -284,9 +320,9 @@ class Stream:
         def at(i: int) -> int:
             return head_at + i if i < len(head) else base + i - len(head)
 
-        self._finish(data, decode(self.path, data, at, self._first_error), add)
+        self._finish(data, decode(self.path, data, at, self._first_error), sink)
 
-    def _whole(self, add: Add) -> None:
+    def _whole(self, sink: Columns) -> None:
         """A file whose events were not found in its head: decoded whole, once the bytes read so
         far are JSON (checked each time they double, so that garbage is refused early)."""
         parts, size, check = [self._buf[self._pos:]], self._left(), 2 * HEAD_LIMIT
@@ -303,18 +339,21 @@ class Stream:
             size += len(chunk)
             if size > check:
                 parts, check = [b"".join(parts)], 2 * size
-                if not _truncated(_raws(mark(_utf8(b"[" + parts[0])).translate(CONTROL))[1]):
+                data = mark(_utf8(b"[" + parts[0])).translate(CONTROL)
+                if not _truncated(_raws(data)[1], data):
                     decode(self.path, parts[0], at)  # refuses it, as it would the whole file
         data = b"".join(parts)
         self._buf, self._pos = b"", 0
-        self._finish(data, decode(self.path, data, at), add)
+        self._finish(data, decode(self.path, data, at), sink)
 
-    def _finish(self, data: bytes, decoded: Decoded, add: Add) -> None:
+    def _finish(self, data: bytes, decoded: Decoded, sink: Columns) -> None:
+        if decoded.entries:
+            self._alone()
         self.skipped.update(decoded.skipped)
         self._entries += decoded.entries
         events = decoded.doc.traceEvents or []
         for i in range(0, len(events), _LAST_BATCH):
-            self._emit(events[i:i + _LAST_BATCH], add)
+            self._emit(events[i:i + _LAST_BATCH], sink)
         decoded.doc.traceEvents = None
         self.meta = decoded.doc
         if self._entries and not self._kept:
@@ -341,8 +380,10 @@ def _raws(data: bytes) -> tuple[list[msgspec.Raw] | None, Exception | None]:
         return None, e
 
 
-def _truncated(error: Exception | None) -> bool:
-    return error is None or "truncated" in str(error)
+def _truncated(error: Exception | None, data: bytes) -> bool:
+    """Whether ``data`` decoded to ``error`` is JSON as far as it goes (msgspec says "invalid number"
+    of one cut after its "." or "e", at the end)."""
+    return error is None or "truncated" in str(error) or _byte(error) >= len(data) - 1
 
 
 def _byte(error: Exception | None) -> int:

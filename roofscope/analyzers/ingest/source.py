@@ -115,20 +115,24 @@ def _ahead(chunks: Iterator[bytes]) -> Iterator[bytes]:
     q: queue.Queue = queue.Queue(AHEAD)
     stop = threading.Event()
 
+    def put(item: object) -> bool:
+        """``item`` queued, unless the reader stopped first (then False)."""
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for chunk in chunks:
-                while not stop.is_set():
-                    try:
-                        q.put(chunk, timeout=0.05)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(chunk):
                     return
-            q.put(_END)
+            put(_END)
         except BaseException as e:  # noqa: BLE001 - handed to the reader, which raises it
-            q.put(e)
+            put(e)
         finally:
             chunks.close()  # type: ignore[attr-defined]
 
