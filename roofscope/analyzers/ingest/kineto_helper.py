@@ -23,13 +23,16 @@ import pickle
 import signal
 import sys
 import threading
-from multiprocessing.connection import Connection, Pipe
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from roofscope.analyzers.ingest.kineto import Event
 from roofscope.analyzers.ingest.kineto_columns import Columns
 from roofscope.analyzers.ingest.kineto_stream import BOUNDARY, REGION_BYTES, Fallback
+
+if TYPE_CHECKING:  # pragma: no cover
+    from multiprocessing.connection import Connection  # start-up time
 
 # Estimated JSON below which one process reads alone (the fork and the merge cost ~0.1 s).
 MIN_BYTES = 48 << 20
@@ -60,6 +63,8 @@ class Helper:
 
     @classmethod
     def start(cls) -> Helper:
+        from multiprocessing.connection import Pipe  # start-up time: only a large trace needs it
+
         blocks_in, blocks_out = Pipe(duplex=False)
         results_in, results_out = Pipe(duplex=False)
         pid = os.fork()
