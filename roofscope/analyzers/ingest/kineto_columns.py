@@ -44,7 +44,7 @@ _NONE = type(None)
 
 def floats(values: list) -> np.ndarray:
     """Optional floats as an array, None as NaN."""
-    if values.count(None) == len(values):
+    if values and values[0] is None and values.count(None) == len(values):  # a field no event has
         return np.full(len(values), np.nan)
     return np.fromiter(values, dtype=np.float64, count=len(values))
 
@@ -59,7 +59,7 @@ def _opt_ints(values: list) -> tuple[np.ndarray, np.ndarray]:
     makes of the list, without its per-element type inference. An id beyond int64 is corrupt:
     unknown."""
     n = len(values)
-    if values.count(None) == n:
+    if values and values[0] is None and values.count(None) == n:  # a field no event has
         return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
     try:
         return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import stat
 import sys
 import threading
 from typing import TYPE_CHECKING
@@ -44,11 +45,14 @@ _EVENTS = msgspec.json.Decoder(list[Event], strict=False)
 def wanted(path: str | os.PathLike) -> bool:
     """Whether a helper would pay for itself, and may be forked here."""
     try:
-        size = os.stat(path).st_size
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # source.py refuses it; opening a FIFO here would block
+            return False
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
     except OSError:
         return False
+    size = st.st_size
     return (size * (_GZIP_RATIO if gz else 1) >= MIN_BYTES and sys.platform.startswith("linux")
             and threading.active_count() == 1 and "torch" not in sys.modules
             and len(os.sched_getaffinity(0)) >= 2)
