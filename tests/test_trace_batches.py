@@ -75,6 +75,18 @@ def test_helper_process_decodes_two_blocks_of_three(monkeypatch):
     assert len(sent) >= 4 and sent[:4] == [1, 2, 4, 5]
 
 
+def test_no_helper_when_the_system_refuses_a_process(monkeypatch):
+    def refuse() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(helper_mod.os, "fork", refuse)
+    sent: list[int] = []
+    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: sent.append(block))
+    whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
+    _same(whole, streamed)
+    assert sent == []  # read alone
+
+
 @pytest.mark.parametrize("fixture", ["h100_eager_block.json.gz", "cpu_block.json.gz", "h100_conv_block.json.gz"])
 def test_streamed_in_small_regions_same_tables(fixture, monkeypatch):
     regions: list[int] = []

@@ -66,12 +66,18 @@ class Helper:
         self.blocks = 0  # blocks sent
 
     @classmethod
-    def start(cls) -> Helper:
+    def start(cls) -> Helper | None:
+        """The helper, forked; None where the system refuses a process (the file is read alone)."""
         from multiprocessing.connection import Pipe  # start-up time: only a large trace needs it
 
         blocks_in, blocks_out = Pipe(duplex=False)
         results_in, results_out = Pipe(duplex=False)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for end in (blocks_in, blocks_out, results_in, results_out):
+                end.close()
+            return None
         if pid == 0:  # the helper: never returns
             blocks_out.close()
             results_in.close()
