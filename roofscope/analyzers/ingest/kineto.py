@@ -9,7 +9,8 @@ reason ("args.bytes not a number"); so is an event holding a token that is not J
 Infinity, a lone surrogate escape: Python's json writes them). Shape arguments stay raw JSON
 bytes so that identical op signatures are deduplicated before anything is parsed. Files that
 are not Kineto traces (execution traces, memory timelines, rocprof output) are refused in one
-line.
+line. kineto_stream.py applies the same repairs region by region, and decodes the end of a file
+with its head here, byte offsets given as the file's.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A Kineto file read as a stream: its events decoded a region at a time as the bytes arrive
-(source.read_chunks), so that memory holds the tables being built and one region of JSON, never
-the file.
+(source.read_chunks), so that memory holds the tables being built and one buffer of JSON
+(:data:`BUFFER_BYTES`), never the file.
 
 A file is a head (up to its ``"traceEvents": [``, or the ``[`` of a bare list of events), the
 events, and what follows them. The head is found in the first bytes and checked as JSON. Each
@@ -46,7 +46,9 @@ _TRIES = 8
 _EVENTS = msgspec.json.Decoder(list[Event], strict=False)
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _HEAD = msgspec.json.Decoder(TraceFile)
-
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+# The last document's events are tabulated this many at a time (a whole file's may be many).
+_LAST_BATCH = 1 << 16
 
 
 class Fallback(Exception):
@@ -277,7 +279,7 @@ class Stream:
         a valid beginning read on (an event larger than a region, the events' end), and a byte no
         repair fixes refused, as decoding the file whole would."""
         rest = self._buf[self._pos:]
-        if not rest.translate(None, _BLANK):  # whitespace and control characters only: read, remembering the first
+        if not rest.translate(None, _BLANK):  # whitespace and controls only: read, the first bad one kept
             if self._first_error is None and rest.strip(_SPACE):
                 self._alone()
                 at = len(rest) - len(rest.lstrip(_SPACE))
@@ -359,10 +361,6 @@ class Stream:
         if self._entries and not self._kept:
             raise no_events(self.path, data, self._entries)
 
-
-# The last document's events are tabulated this many at a time (a whole file's may be many).
-_LAST_BATCH = 1 << 16
-_BYTE_AT = re.compile(r"\(byte (\d+)\)")
 
 
 def _utf8(data: bytes) -> bytes:
