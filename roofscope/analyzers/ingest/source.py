@@ -1,5 +1,5 @@
 """A trace file's bytes, read within bounds whatever its format: its first bytes for the readers'
-sniffing, and the whole of it, gunzipped when needed.
+sniffing, and the whole of it in pieces as it is read, gunzipped when needed.
 
 Refused in one line before anything large is read: what is missing, a directory, what is not a
 regular file (a FIFO would block, /dev/zero never ends), and what holds more than
