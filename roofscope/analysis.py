@@ -16,9 +16,11 @@ keywords: ``roofscope.analyze``, the public API.
 """
 from __future__ import annotations
 
+import functools
+import gc
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,7 +31,7 @@ from roofscope.analyzers.cost.costmodel import signature_costs
 from roofscope.analyzers.cost.formulas.custom import load_all
 from roofscope.analyzers.cost.graphs import GraphMap, load_captures, map_graph_kernels, run_captures
 from roofscope.analyzers.cost.modelflops import model_flops
-from roofscope.analyzers.cost.notes import all_notes
+from roofscope.analyzers.cost.notes import NOTE_COLUMNS, all_notes
 from roofscope.analyzers.diagnose import DiagnosisInput, RunFacts, diagnose
 from roofscope.analyzers.compare.verified import rank_verified
 from roofscope.analyzers.ingest import read as read_trace
@@ -134,6 +136,23 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
                   str(run.ceilings_path) if run.ceilings_path is not None else None, load_verification(run.path))
 
 
+def _gc_paused(fn: Callable[..., Result]) -> Callable[..., Result]:
+    """``fn`` with the cyclic garbage collector paused: reading and the stages allocate millions of
+    short-lived containers, and each full collection walks every object the trace holds (0.1-0.3 s
+    on a million events) to find the few cycles pandas makes, which are freed once it resumes."""
+    @functools.wraps(fn)
+    def paused(*args: Any, **kwargs: Any) -> Result:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+    return paused
+
+
+@_gc_paused
 def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = AnalysisSettings(), *,
         ceilings: Ceilings | None = None, telemetry: Telemetry | None = None,
         run_meta: Mapping[str, Any] | None = None) -> Result:
@@ -248,7 +267,9 @@ def _complete_steps(steps: pd.DataFrame, info: RunMeta | None) -> tuple[list[int
 
 def _unattributed(kernels: pd.DataFrame, graphs: GraphMap | None) -> dict[str, Any]:
     """Share of non-communication kernel time without a cost, by reason."""
-    nc = kernels[kernels["category"] != "communication"]
+    # The columns read here and by the notes: a copy of every column costs more than the sums.
+    cols = [c for c in dict.fromkeys(("dur_s", "unattributed", *NOTE_COLUMNS)) if c in kernels]
+    nc = kernels.loc[kernels["category"] != "communication", cols]
     total = float(nc["dur_s"].sum())
     by_reason = nc[nc["unattributed"] != ""].groupby("unattributed")["dur_s"].sum()
     return {

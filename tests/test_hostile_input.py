@@ -325,6 +325,20 @@ def test_bomb_of_zeros_and_sparse_file_are_refused_by_their_first_bytes(tmp_path
         del os.environ["ROOFSCOPE_MAX_TRACE_SIZE"]
 
 
+def test_sparse_file_after_a_trace_head_is_read_in_bounded_memory(tmp_path):
+    """Issue 40: a 3.5 GB sparse file beginning with '{"traceEvents": [' took 48 s and 7.1 GB of memory
+    before "invalid character". The reader holds what it has not parsed yet, not the file: under 480 MiB
+    of address space (reading the file whole would fail) a 1 GiB one is refused at its first zero, as
+    decoding it whole refused it (byte 17: the zero after the 17 bytes of the head)."""
+    sparse = tmp_path / "sparse.json"
+    with open(sparse, "wb") as f:
+        f.write(b'{"traceEvents": [')
+        f.truncate(1 << 30)                                         # 1 GiB, no block on disk
+    r = _cli("analyze", str(sparse), env={"OPENBLAS_NUM_THREADS": "1"}, preexec=_limit_memory(480))
+    assert r.returncode == 2, r.stderr
+    _one_line_error(r.stderr, "sparse.json: not valid JSON (JSON is malformed: invalid character (byte 17))")
+
+
 def test_bad_bound_setting_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ROOFSCOPE_MAX_TRACE_SIZE", "lots")
     assert main(["analyze", str(REAL)]) == 2

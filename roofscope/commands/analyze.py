@@ -11,8 +11,6 @@ from roofscope.analysis import run as run_analysis
 from roofscope.analyzers.cost.formulas.custom import load_all
 from roofscope.analyzers.cost.notes import window_notes
 from roofscope.analyzers.job.ranks import is_job_dir
-from roofscope.commands.merge import MergeOptions
-from roofscope.commands.merge import run as merge
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
 from roofscope.fileio import atomic_write, check_writable
@@ -37,6 +35,9 @@ class AnalyzeOptions(CeilingOptions, Presentation):
 
 def run(opts: AnalyzeOptions) -> int:
     if is_job_dir(opts.trace):  # the ranks of a distributed job: the cross-rank summary
+        from roofscope.commands.merge import MergeOptions  # start-up time: a trace's analysis needs no merge
+        from roofscope.commands.merge import run as merge  # start-up time
+
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
     to_stdout = opts.markdown_out == "-"

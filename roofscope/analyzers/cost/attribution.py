@@ -34,7 +34,7 @@ from roofscope.analyzers.cost.formulas.dtypes import parse_dtype
 from roofscope.analyzers.cost.hidden_args import enrich, windowed_attention
 from roofscope.analyzers.cost.kernelnames import fix_tensorlist_dtype, multi_tensor_streams
 from roofscope.analyzers.ingest.linking import ancestor_where, take
-from roofscope.analyzers.ingest.names import per_name
+from roofscope.analyzers.ingest.names import as_text, lookup, per_name
 from roofscope.analyzers.model.trace import Trace
 from roofscope.run.schema import Optimizer
 
@@ -184,7 +184,7 @@ def attribute(trace: Trace, sig_costs: pd.DataFrame, optimizer: Optimizer | None
     twice_read = _add_statistics_passes(trace, oc, k["name"], cost_op, dur, nbytes)
     layout_rows = np.flatnonzero(layout & ~twice_read)  # bytes a statistics pass set are final
 
-    names = ops["name"].astype(str).to_numpy(dtype=object)
+    names = as_text(ops["name"])
     fix_tensorlist_dtype(k["name"], oc, names, cost_op, nbytes)
     streamed = multi_tensor_streams(k, ~costed & ~is_comm & ~is_copy, flops, nbytes)
 
@@ -257,10 +257,7 @@ _WORK_CATEGORIES = ("gemm", "conv", "attention")
 
 def _layout_kernels(names: pd.Series) -> np.ndarray:
     """Kernels whose names say they only move data (see :data:`_LAYOUT_BASE`)."""
-    codes, uniques = pd.factorize(names.astype(str))
-    by_name = np.array([bool(_LAYOUT_BASE.search(_base_name(u)) or _LAYOUT_ANYWHERE.search(u)) for u in uniques]
-                       or [False], dtype=bool)
-    return by_name[np.maximum(codes, 0)]
+    return lookup(names, lambda u: bool(_LAYOUT_BASE.search(_base_name(u)) or _LAYOUT_ANYWHERE.search(u))).astype(bool)
 
 
 def _split_costs(cost_op: np.ndarray, costed: np.ndarray, layout: np.ndarray, dur: np.ndarray,

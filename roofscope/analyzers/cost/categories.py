@@ -10,6 +10,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from roofscope.analyzers.ingest.names import as_text, lookup
+
 CATEGORIES = ("gemm", "conv", "attention", "elementwise", "reduction", "normalization", "softmax",
               "optimizer", "copy", "embedding", "memcpy", "memset", "communication", "other")
 
@@ -60,10 +62,8 @@ def category_of(name: str) -> str:
 
 def kernel_categories(names: pd.Series, cats: pd.Series | None = None) -> np.ndarray:
     """Category per kernel row: memcpy/memset from the activity type, else from the name."""
-    codes, uniques = pd.factorize(names.astype(str))
-    by_name = np.array([category_of(u) for u in uniques] or ["other"], dtype=object)
-    out = by_name[np.maximum(codes, 0)]
+    out = lookup(names, category_of)
     if cats is not None:
-        c = cats.astype(str).to_numpy()
+        c = as_text(cats)
         out = np.where(c == "gpu_memcpy", "memcpy", np.where(c == "gpu_memset", "memset", out))
     return out

@@ -21,6 +21,12 @@ from roofscope.analyzers.cost.hidden_args import WINDOW_SOURCE
 _LAYER_SUFFIX = r"_\d+$"
 
 
+# The kernels frame's columns the notes read (the analysis hands them these alone: a copy of every column
+# of a million-kernel frame costs more than the notes).
+NOTE_COLUMNS = ("dur_ns", "unattributed", "missing", "cost_source", "cost_op_name", "op_name", "name", "category",
+                "estimate", "flops", "flops_lo", "flops_hi", "bytes", "bytes_lo", "bytes_hi")
+
+
 def missing_notes(kernels: pd.DataFrame, top: int = 5) -> list[str]:
     """Coverage notes for the serving-engine ops (not aten's) whose kernels have no cost because
     an argument was not recorded: ``vllm::moe_forward: 12.3 ms uncosted: no Input Dims for the

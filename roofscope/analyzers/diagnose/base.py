@@ -27,6 +27,7 @@ import pandas as pd
 from roofscope.analyzers.diagnose import fixes
 from roofscope.analyzers.diagnose.inputs import DiagnosisInput
 from roofscope.analyzers.diagnose.program import Program, program_of
+from roofscope.analyzers.ingest.names import as_text
 from roofscope.analyzers.model.findings import Diagnosis, Finding
 from roofscope.analyzers.model.kernels import CLASSES
 from roofscope.analyzers.views.programtime import ProgramTime
@@ -80,9 +81,9 @@ def top_kernels(k: pd.DataFrame, steps: int, n: int = 5) -> list[dict[str, Any]]
     """Evidence: the kernels holding most of ``k``'s time, per step."""
     if not len(k):
         return []
-    g = k.groupby(k["name"].astype(str), sort=False).agg(calls=("dur_s", "size"), time_s=("dur_s", "sum"),
-                                                          op=("op_name", "first"))
-    cls = k.groupby([k["name"].astype(str), "cls"], sort=False)["dur_s"].sum().reset_index()
+    names = pd.Series(as_text(k["name"]), index=k.index, name="name")
+    g = k.groupby(names, sort=False).agg(calls=("dur_s", "size"), time_s=("dur_s", "sum"), op=("op_name", "first"))
+    cls = k.groupby([names, "cls"], sort=False)["dur_s"].sum().reset_index()
     g["cls"] = cls.sort_values("dur_s").drop_duplicates("name", keep="last").set_index("name")["cls"]
     g = g.sort_values("time_s", ascending=False).head(n)
     return [{"name": name, "op": str(r.op), "calls": r.calls / steps, "time_s": r.time_s / steps, "cls": r.cls}
@@ -174,8 +175,8 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     in_steps = k["step"] >= 0
     skip = inp.timeline.capture_steps if in_steps.any() else []
     steps = max(1, len(inp.steps) - len(skip)) if in_steps.any() else 1
-    kernels = k[in_steps & ~k["step"].isin(skip)] if in_steps.any() else k
-    kernels = kernels[kernels["dur_s"].notna()]
+    # One copy of the frame: the steps analyzed, with a duration.
+    kernels = k[(in_steps & ~k["step"].isin(skip) if in_steps.any() else True) & k["dur_s"].notna()]
     terms, wall = step_terms(inp.timeline, kernels, steps, skip)
     # Savings in the program's own time: host-side terms scaled to the unprofiled step (programtime.py).
     pt = ProgramTime.of(_unprofiled_step(inp), terms, wall)

@@ -42,7 +42,7 @@ from roofscope.analyzers.diagnose.fixes import compile_code
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.modules import module_column
-from roofscope.analyzers.ingest.names import per_name
+from roofscope.analyzers.ingest.names import as_text, per_name
 
 # Ops whose output size depends on the values of their inputs (they read a count back).
 DATA_DEPENDENT = frozenset(("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::is_nonzero",
@@ -85,8 +85,8 @@ class Blocker:
 
 def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """The outermost op of a library's own namespace (not aten, not a profiler label) around each row."""
-    lib = per_name(ops["name"], lambda s: ~s.str.extract(r"^(\w+)::", expand=False).fillna("").isin(
-        ("", "aten", "prim", "c10d", "cuda", "profiler")))
+    lib = per_name(ops["name"], lambda s: ~s.str.extract(r"^(\w+)::", expand=False).fillna("")
+                   .isin(("", "aten", "prim", "c10d", "cuda", "profiler")))
     parent = ops["parent"].to_numpy()
     found = ancestor_where(parent, rows, lib)
     while True:  # outermost: the library's entry point, not its inner helpers
@@ -94,10 +94,7 @@ def _library(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         if not (up >= 0).any():
             break
         found = np.where(up >= 0, up, found)
-    out = np.full(len(found), "", dtype=object)
-    hit = found >= 0
-    out[hit] = [str(n) for n in ops["name"].to_numpy(dtype=object)[found[hit]]]
-    return out
+    return take(as_text(ops["name"]), found, "")
 
 
 def library_ops(ctx: Context, k: pd.DataFrame) -> np.ndarray:
@@ -139,7 +136,7 @@ def _counted(ctx: Context, kind: str, rows: np.ndarray, detail: str = "") -> lis
     if not len(rows):
         return []
     ops = ctx.inp.trace.ops
-    df = pd.DataFrame({"op": ops["name"].astype(str).to_numpy()[rows], "library": _library(ops, rows),
+    df = pd.DataFrame({"op": as_text(ops["name"])[rows], "library": _library(ops, rows),
                        "module": module_column(ctx.inp.trace, rows)})
     n = df.groupby(["op", "library", "module"], sort=False).size().sort_values(ascending=False)
     return [Blocker(kind, op, float(c) / ctx.steps, lib, mod, detail) for (op, lib, mod), c in n.items()]

@@ -13,6 +13,7 @@ from roofscope.analyzers.diagnose.program import LOADER_SPAN
 from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, loader_code
 from roofscope.analyzers.ingest.frames import steps_at
 from roofscope.analyzers.diagnose.inference import GRAPH_LAUNCH_S, is_inference
+from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.ingest.runtime_names import GRAPH_LAUNCHES
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.views.timeline import AFTER_SYNC_NS
@@ -214,7 +215,7 @@ class HostCopies(Rule):
         if saving < 0.01 * ctx.step_s:
             return []
         k = ctx.kernels[(ctx.kernels["category"] == "memcpy")
-                        & ctx.kernels["name"].astype(str).str.contains("HtoD")]
+                        & per_name(ctx.kernels["name"], lambda s: s.str.contains("HtoD"))]
         # Pinning is advice only where pageable copies hold a real part of the saving (0.016 ms of
         # 4.231 ms is not worth a word); otherwise the lever is overlap alone.
         pin = pageable * (1 - 1 / PAGEABLE_SLOWDOWN) >= PIN_MIN_SHARE * saving

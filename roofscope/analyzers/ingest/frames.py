@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.ingest.linking import enclosing, interval_parents, take
+from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.ingest.runtime_names import KERNEL_LAUNCHES
 from roofscope.analyzers.model.trace import (ANNOTATION_COLUMNS, INT64_MAX, KERNEL_COLUMNS, MODULE_PREFIX,
                                              OPS_COLUMNS, ROOFSCOPE_PREFIX, RUNTIME_COLUMNS, SIGNATURE_COLUMNS,
@@ -111,7 +112,7 @@ def _assign_steps(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.
 
 def is_step(names: pd.Series) -> np.ndarray:
     """Which annotation names are step markers, ``ProfilerStep#N`` with an integer N."""
-    return names.astype(str).str.fullmatch(STEP_PREFIX + r"\d{1,18}").to_numpy(dtype=bool)
+    return per_name(names, lambda s: s.str.fullmatch(STEP_PREFIX + r"\d{1,18}")).astype(bool)
 
 
 def steps_at(annotations: pd.DataFrame, t: np.ndarray) -> np.ndarray:
@@ -130,9 +131,7 @@ def steps_at(annotations: pd.DataFrame, t: np.ndarray) -> np.ndarray:
 def is_region(names: pd.Series) -> np.ndarray:
     # Step markers are steps, module labels are modules, and "## ... ##" annotations are
     # torch.compile's own bookkeeping.
-    n = names.astype(str)
-    return (~n.str.startswith(STEP_PREFIX) & ~n.str.startswith("## ")
-            & ~n.str.startswith(MODULE_PREFIX) & ~n.str.startswith(ROOFSCOPE_PREFIX)).to_numpy()
+    return per_name(names, lambda n: ~n.str.startswith((STEP_PREFIX, "## ", MODULE_PREFIX, ROOFSCOPE_PREFIX)))
 
 
 def _assign_regions(kernels: pd.DataFrame, runtime: pd.DataFrame, annotations: pd.DataFrame) -> None:

@@ -9,7 +9,8 @@ reason ("args.bytes not a number"); so is an event holding a token that is not J
 Infinity, a lone surrogate escape: Python's json writes them). Shape arguments stay raw JSON
 bytes so that identical op signatures are deduplicated before anything is parsed. Files that
 are not Kineto traces (execution traces, memory timelines, rocprof output) are refused in one
-line.
+line. kineto_stream.py applies the same repairs region by region, and decodes the end of a file
+with its head here, byte offsets given as the file's.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable, Iterable, Union
 
 import msgspec
 
@@ -142,21 +143,56 @@ class Decoded:
     doc: TraceFile
     # Malformed events skipped, by reason ("args.bytes not a number": 12).
     skipped: Counter = field(default_factory=Counter)
+    # Entries decoded one by one, kept or skipped (0: the typed pass took them all); a file none
+    # of whose entries is an event is refused (no_events) by whoever read all of its pieces.
+    entries: int = 0
 
 
-def decode(path: str, data: bytes) -> Decoded:
-    """Decode a Kineto trace; raises :class:`TraceError` (one line) for anything else."""
+def _same(at: int) -> int:
+    return at
+
+
+@dataclass
+class _Piece:
+    """What decoding one piece of a file knows of the file: its name, where the piece's bytes are in
+    it (messages give the file's byte offsets) and the first malformation a repair fixed before
+    the piece (what decoding the file whole would have named; kineto_stream.py)."""
+
+    path: str
+    at: Callable[[int], int] = _same
+    first_error: str | None = None
+    skipped: Counter = field(default_factory=Counter)
+
+    def moved(self, error: Exception | str) -> str:
+        """A msgspec message with its byte offset in the file."""
+        return _BYTE_AT.sub(lambda m: f"(byte {self.at(int(m.group(1)))})", str(error))
+
+    def invalid(self, error: Exception, why: str = "") -> TraceError:
+        return TraceError(f"{self.path}: not valid JSON ({self.first_error or self.moved(error)}){why}")
+
+
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+
+
+def decode(path: str, data: bytes, at: Callable[[int], int] = _same, first_error: str | None = None) -> Decoded:
+    """Decode a Kineto trace; raises :class:`TraceError` (one line) for anything else. ``at`` and
+    ``first_error`` place a piece of a file read as a stream (see :class:`_Piece`)."""
     if not data.strip():
         raise TraceError(f"{path}: empty file")
-    skipped: Counter = Counter()
+    piece = _Piece(path, at, first_error)
+    entries = 0
     try:
         given = data
-        data, doc = _parse(path, data, _typed, skipped)
+        data, doc = _parse(piece, data, _typed)
         # Some event does not fit the typed pass, or holds a token that is not JSON (a marked
         # value, which may fit a string field): decode them one by one.
-        if doc is None or (data is not given and _MARK in data):
-            data, loose = _parse(path, data, lambda d: _loose(path, d), skipped)
-            doc = _one_by_one(path, data, loose, skipped)
+        if doc is None or (data is not given and MARK in data):
+            data, loose = _parse(piece, data, lambda d: _loose(path, d))
+            raws = loose if isinstance(loose, list) else loose.traceEvents
+            entries = len(raws or ())
+            events = one_by_one(raws or (), MARK in data, piece.skipped)
+            doc = events if isinstance(loose, list) else TraceFile(traceEvents=None if raws is None else events,
+                                                                   **{k: getattr(loose, k) for k in META_KEYS})
     except RecursionError:
         # No decoder splits such a file into events; no profiler nests its arguments this deep.
         raise TraceError(f"{path}: not a Kineto trace (JSON nested more than {sys.getrecursionlimit()} levels"
@@ -165,7 +201,12 @@ def decode(path: str, data: bytes) -> Decoded:
         doc = TraceFile(traceEvents=doc)
     if doc.traceEvents is None:
         raise TraceError(f"{path}: {_what_else(data)}")
-    return Decoded(doc, skipped)
+    return Decoded(doc, piece.skipped, entries)
+
+
+def no_events(path: str, data: bytes, entries: int) -> TraceError:
+    """The refusal of a file none of whose ``entries`` is a trace event (``data``: its last piece)."""
+    return TraceError(f"{path}: {_what_else(data, None, f'none of its {entries} entries is a trace event')}")
 
 
 class _Malformed(Exception):
@@ -192,52 +233,56 @@ def _loose(path: str, data: bytes) -> _LooseFile | list[msgspec.Raw]:
         raise _Malformed(e) from None
 
 
-def _parse(path: str, data: bytes, fn: Callable[[bytes], Any], skipped: Counter) -> tuple[bytes, Any]:
+def _parse(piece: _Piece, data: bytes, fn: Callable[[bytes], Any]) -> tuple[bytes, Any]:
     """``fn(data)``, after replacing bytes that are not UTF-8 and repairing malformed JSON where
     that is possible; returns the data it finally decoded, too."""
     for _ in range(2):
         try:
             return data, fn(data)
         except UnicodeDecodeError:
-            data = _valid_utf8(data)
+            data = valid_utf8(data)
         except _Malformed as e:
-            return _repaired(path, data, e.error, fn, skipped)
-    raise TraceError(f"{path}: not valid UTF-8 JSON")
+            return _repaired(piece, data, e.error, fn)
+    raise TraceError(f"{piece.path}: not valid UTF-8 JSON")
 
 
-def _valid_utf8(data: bytes) -> bytes:
+def valid_utf8(data: bytes) -> bytes:
     # Names are for display: a byte that is not UTF-8 becomes U+FFFD rather than sinking the file.
     return data.decode("utf-8", errors="replace").encode("utf-8")
 
 
 # Raw control characters are invalid inside JSON strings (some writers leave them in kernel
 # names); as a space they are harmless everywhere.
-_CONTROL = bytes.maketrans(bytes(range(32)), b" " * 32)
+CONTROL = bytes.maketrans(bytes(range(32)), b" " * 32)
 # A cut file is closed after one of its last complete events: tried from the end, this many.
-_CUT_TRIES = 32
+CUT_TRIES = 32
 
 
-def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[bytes], Any],
-              skipped: Counter) -> tuple[bytes, Any]:
+def _repaired(piece: _Piece, data: bytes, error: msgspec.DecodeError,
+              fn: Callable[[bytes], Any]) -> tuple[bytes, Any]:
     """Decode JSON that is malformed only by raw control characters or by being cut short
     (a process killed while writing its trace): what is complete is analyzed, and said so."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        data = _valid_utf8(data)
-    marked = _marked(data)
+        data = valid_utf8(data)
+    marked = mark(data)
     if marked is not data:
         # NaN, Infinity or a lone surrogate escape (Python's json writes them) is not JSON, and
         # msgspec calls a leading "-I" truncation: the marked events are skipped, not the file.
-        return _parse(path, marked, fn, skipped)
+        return _parse(piece, marked, fn)
     if "truncated" not in str(error):
-        cleaned = data.translate(_CONTROL)
+        cleaned = data.translate(CONTROL)
         try:
             return cleaned, fn(cleaned)
         except _Malformed:
-            raise TraceError(f"{path}: not valid JSON ({error})") from None
+            raise piece.invalid(error) from None
+    if piece.first_error:
+        # Decoded whole, the file would have had its control characters replaced, and been cut
+        # short after that: refused.
+        raise piece.invalid(error)
     end = len(data)
-    for _ in range(_CUT_TRIES):
+    for _ in range(CUT_TRIES):
         end = data.rfind(b"}", 0, end)
         if end < 0:
             break
@@ -247,15 +292,16 @@ def _repaired(path: str, data: bytes, error: msgspec.DecodeError, fn: Callable[[
                 doc = fn(candidate)
             except _Malformed:
                 continue
-            skipped[f"{CUT_SHORT} at byte {len(data):,}: the events after byte {end + 1:,} are lost"] += 1
+            piece.skipped[f"{CUT_SHORT} at byte {piece.at(len(data)):,}: the events after byte "
+                          f"{piece.at(end + 1):,} are lost"] += 1
             return candidate, doc
-    raise TraceError(f"{path}: not valid JSON ({error}); the file is truncated") from None
+    raise piece.invalid(error, "; the file is truncated") from None
 
 
 # Where a token that is not JSON was: a string holding a NUL and this text (NUL never occurs
-# in a profiler's strings), then what it was (see _marked).
-_MARK = b"\\u0000roofscope:"
-_MARK_REASONS = {b"nonfinite": "NaN or Infinity (not JSON)", b"surrogate": "a lone UTF-16 surrogate in a string"}
+# in a profiler's strings), then what it was (see mark).
+MARK = b"\\u0000roofscope:"
+MARK_REASONS = {b"nonfinite": "NaN or Infinity (not JSON)", b"surrogate": "a lone UTF-16 surrogate in a string"}
 # A run of JSON without escapes or the letters of NaN / Infinity outside strings (one match for
 # most of a file), a string with escapes, a bare NaN / Infinity, or a lone such character.
 # (possessive: never backtracks, ~80 MB/s).
@@ -266,17 +312,17 @@ _SURROGATES = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a
 
 
 def _mark_surrogate(m: re.Match) -> bytes:
-    return m.group() if len(m.group()) == 12 else _MARK + b"surrogate"
+    return m.group() if len(m.group()) == 12 else MARK + b"surrogate"
 
 
 def _mark_token(m: re.Match) -> bytes:
     token = m.group()
     if token in (b"NaN", b"Infinity", b"-Infinity"):
-        return b'"' + _MARK + b'nonfinite"'
+        return b'"' + MARK + b'nonfinite"'
     return _SURROGATES.sub(_mark_surrogate, token) if token[:1] == b'"' and b"\\u" in token else token
 
 
-def _marked(data: bytes) -> bytes:
+def mark(data: bytes) -> bytes:
     """``data`` with NaN / Infinity tokens and lone surrogate escapes replaced by marked strings
     (the same object when it has none: a regex pass over the file only where one may be)."""
     if not any(t in data for t in (b"NaN", b"Infinity", b"\\ud", b"\\uD")):
@@ -285,32 +331,24 @@ def _marked(data: bytes) -> bytes:
     return data if marked == data else marked
 
 
-def _one_by_one(path: str, data: bytes, loose: _LooseFile | list[msgspec.Raw],
-                skipped: Counter) -> TraceFile | list[Event]:
-    """Each event decoded on its own: the malformed ones are skipped and counted by reason."""
-    raws = loose if isinstance(loose, list) else loose.traceEvents
-    if raws is None:
-        return TraceFile()
+def one_by_one(raws: Iterable[msgspec.Raw], marked: bool, skipped: Counter) -> list[Event]:
+    """Each event decoded on its own: the malformed ones are skipped and counted by reason, and so
+    are those holding a marked token (``marked``: the data has some; see :func:`mark`)."""
     events = []
-    marked = _MARK in data
     for raw in raws:
-        at = bytes(raw).find(_MARK) if marked else -1
+        at = bytes(raw).find(MARK) if marked else -1
         if at >= 0:
-            what = bytes(raw)[at + len(_MARK):]
-            skipped[next((r for k, r in _MARK_REASONS.items() if what.startswith(k)), "not JSON")] += 1
+            what = bytes(raw)[at + len(MARK):]
+            skipped[next((r for k, r in MARK_REASONS.items() if what.startswith(k)), "not JSON")] += 1
             continue
         try:
             try:
                 events.append(_EVENT_DECODER.decode(raw))
             except UnicodeDecodeError:
-                events.append(_EVENT_DECODER.decode(_valid_utf8(bytes(raw))))
+                events.append(_EVENT_DECODER.decode(valid_utf8(bytes(raw))))
         except msgspec.ValidationError as e:
             skipped[skip_reason(str(e))] += 1
-    if raws and not events:
-        raise TraceError(f"{path}: {_what_else(data, None, f'none of its {len(raws)} entries is a trace event')}")
-    if isinstance(loose, list):
-        return events
-    return TraceFile(traceEvents=events, **{k: getattr(loose, k) for k in META_KEYS})
+    return events
 
 
 _EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "array": "a list",

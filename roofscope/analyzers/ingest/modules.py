@@ -19,7 +19,7 @@ _BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
 def has_modules(trace: Trace) -> bool:
     a = trace.annotations
-    return bool(len(a)) and bool(a["name"].astype(str).str.startswith(MODULE_PREFIX).any())
+    return bool(len(a)) and bool(per_name(a["name"], lambda s: s.str.startswith(MODULE_PREFIX)).any())
 
 
 def op_modules(trace: Trace) -> np.ndarray:

@@ -1,5 +1,5 @@
 """A trace file's bytes, read within bounds whatever its format: its first bytes for the readers'
-sniffing, and the whole of it, gunzipped when needed.
+sniffing, and the whole of it in pieces as it is read, gunzipped when needed.
 
 Refused in one line before anything large is read: what is missing, a directory, what is not a
 regular file (a FIFO would block, /dev/zero never ends), and what holds more than
@@ -9,16 +9,19 @@ exceeds and real traces never do.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import stat
+import threading
 import zlib
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 from roofscope.errors import RoofscopeError, TraceError
 
 # A trace (after gunzip) may hold this many bytes; ROOFSCOPE_MAX_TRACE_SIZE raises or lowers it
-# ("8G", "500M", bytes). Analysis needs about twice the trace's size in memory, so the bound is
-# what keeps a gzip bomb or a huge sparse file from taking the machine's memory.
+# ("8G", "500M", bytes). The reader holds the tables and what it has not parsed yet, not the file;
+# the bound keeps a gzip bomb or a huge sparse file from taking the machine's time.
 MAX_TRACE_ENV = "ROOFSCOPE_MAX_TRACE_SIZE"
 DEFAULT_MAX_TRACE = 4 << 30
 # Unless the bound is set, a gzip stream may also inflate only this many times its size (real
@@ -27,6 +30,9 @@ GZIP_RATIO = 250
 _GZIP_FLOOR = 256 << 20
 # What the readers sniff: the first bytes (gunzipped), enough for Kineto's distributedInfo too.
 HEAD_BYTES = 1 << 16
+# What is read from the file at a time, and how many pieces may wait read ahead.
+READ_BYTES = 1 << 20
+AHEAD = 4
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -117,70 +123,122 @@ def _is_text(head: bytes) -> bool:
     return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's bytes, gunzipped when needed, after the checks of the module docstring. A gzip
-    stream cut short (a process killed while writing ``.json.gz``) gives what it holds; the
-    reader then reads up to its last complete event and reports the cut."""
+def read_chunks(path: str | os.PathLike) -> Iterator[bytes]:
+    """The file's bytes in pieces as they are read, gunzipped when needed, after the checks of the
+    module docstring: a reader holds what it has not parsed yet, never the whole file. A gzip stream
+    cut short (a process killed while writing ``.json.gz``) or damaged gives what it holds up to the
+    damage; the reader then reads up to its last complete event and reports the cut. The pieces are
+    read and inflated by a thread, ahead of their use: zlib and the file system release the GIL, so
+    that work overlaps the parsing of the pieces before."""
+    return _ahead(_chunks(path))
+
+
+_END = object()
+
+
+def _ahead(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``chunks`` produced by a thread, at most :data:`AHEAD` pieces before the one in use; what it
+    raises is raised here."""
+    q: queue.Queue = queue.Queue(AHEAD)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        """``item`` queued, unless the reader stopped first (then False)."""
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                if not put(chunk):
+                    return
+            put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the reader, which raises it
+            put(e)
+        finally:
+            chunks.close()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=produce, name="roofscope-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _chunks(path: str | os.PathLike) -> Iterator[bytes]:
     p = Path(path)
     limit = max_trace_bytes()
     _checked(p, limit)
     try:
-        data = p.read_bytes()
+        f = open(p, "rb")
     except OSError as e:
         raise TraceError(f"{p}: cannot read: {e.strerror}") from None
-    if data[:2] != _GZIP_MAGIC:
-        return data
-    bomb = max(_GZIP_FLOOR, GZIP_RATIO * len(data))
-    if bomb < limit and not os.environ.get(MAX_TRACE_ENV, "").strip():
-        return _gunzip(p, data, bomb, f"{GZIP_RATIO} times its compressed size (a gzip bomb?)")
-    return _gunzip(p, data, limit)
+    with f:
+        first = _read(f, p, READ_BYTES)
+        if first[:2] != _GZIP_MAGIC:
+            while first:
+                yield first
+                first = _read(f, p, READ_BYTES)
+            return
+        bomb = max(_GZIP_FLOOR, GZIP_RATIO * os.fstat(f.fileno()).st_size)
+        if bomb < limit and not os.environ.get(MAX_TRACE_ENV, "").strip():
+            yield from _gunzip(p, f, first, bomb, f"{GZIP_RATIO} times its compressed size (a gzip bomb?)")
+        else:
+            yield from _gunzip(p, f, first, limit)
 
 
-def _gunzip(path: Path, data: bytes, limit: int, why: str = "the limit for a trace") -> bytes:
-    """The members of a gzip file, decompressed to at most ``limit`` bytes. Each member is
-    decompressed in one call (one output buffer, as gzip.decompress); a damaged or cut stream
-    gives what decompresses before the damage."""
-    members: list[bytes] = []
+def _read(f: BinaryIO, path: Path, size: int) -> bytes:
+    try:
+        return f.read(size)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def _gunzip(path: Path, f: BinaryIO, data: bytes, limit: int, why: str = "the limit for a trace") -> Iterator[bytes]:
+    """The members of a gzip file, decompressed to at most ``limit`` bytes. The input is fed
+    :data:`HEAD_BYTES` at a time, so that a damaged or cut stream gives what decompresses before
+    the damage and a bomb inflates one step (64 MiB at most) past the bound before it is refused."""
     total = 0
-    rest = data
-    while rest:
-        d = zlib.decompressobj(wbits=31)
+    yielded = False  # whether anything but whitespace came out: a stream with nothing readable is refused
+    d = zlib.decompressobj(wbits=31)
+    view, at = memoryview(data), 0
+    while True:
+        if at == len(view):
+            view, at = memoryview(_read(f, path, READ_BYTES)), 0
+            if not view:
+                error = "the stream is cut short"
+                break
         try:
-            out = d.decompress(rest, limit - total + 1)
+            out = d.decompress(view[at:at + HEAD_BYTES], limit - total + 1)
         except zlib.error as e:
-            members.append(_gzip_prefix(rest, limit - total))
-            if total + len(members[-1]) > limit:
-                raise _too_big(path, "decompresses to", limit, why) from None
             error = str(e)
             break
+        at = min(at + HEAD_BYTES, len(view))
         total += len(out)
         if total > limit:
             raise _too_big(path, "decompresses to", limit, why)
-        members.append(out)
-        if not d.eof:
-            error = "the stream is cut short"
-            break
-        rest = d.unused_data
-    else:
-        return b"".join(members)
-    head = b"".join(members)
-    if not head.strip():
+        if out:
+            yielded = yielded or bool(out.strip())
+            yield out
+        if d.eof:  # the next member, if any, begins with what this one left
+            view, at = memoryview(d.unused_data + view[at:]), 0
+            if not view:
+                view = memoryview(_read(f, path, READ_BYTES))
+                if not view:
+                    return
+            d = zlib.decompressobj(wbits=31)
+    if not yielded:
         raise TraceError(f"{path}: truncated or corrupt gzip ({error})")
-    return head
-
-
-def _gzip_prefix(data: bytes, limit: int) -> bytes:
-    """What a damaged gzip member decompresses to before the damage (at most ``limit`` bytes and
-    one step: 64 KiB of input inflates to 64 MiB at most)."""
-    d = zlib.decompressobj(wbits=31)
-    out: list[bytes] = []
-    total = 0
-    for i in range(0, len(data), HEAD_BYTES):
-        try:
-            out.append(d.decompress(data[i:i + HEAD_BYTES]))
-        except zlib.error:
-            break
-        total += len(out[-1])
-        if total > limit:
-            break
-    return b"".join(out)

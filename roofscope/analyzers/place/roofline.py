@@ -134,7 +134,7 @@ def device_sms(props: dict | None, ceilings: Ceilings) -> int | None:
 
 def _blocks(grid: pd.Series) -> np.ndarray:
     """Blocks in each launch's grid (NaN where the trace has no grid)."""
-    return np.array([float(np.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.nan for g in grid],
+    return np.array([float(math.prod(g)) if isinstance(g, (list, tuple)) and len(g) else np.nan for g in grid],
                     dtype=np.float64)
 
 

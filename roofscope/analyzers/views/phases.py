@@ -50,7 +50,7 @@ def _spans_around(trace: Trace, prefixes: tuple[str, ...]) -> np.ndarray:
     a, ops = trace.annotations, trace.ops
     if not len(a) or not len(ops):
         return np.full(len(ops), -1, dtype=np.int64)
-    sel = np.flatnonzero(a["name"].astype(str).str.startswith(prefixes).to_numpy())
+    sel = np.flatnonzero(per_name(a["name"], lambda s: s.str.startswith(prefixes)))
     if not sel.size:
         return np.full(len(ops), -1, dtype=np.int64)
     th, st, en = (a[c].to_numpy()[sel] for c in ("thread", "ts_ns", "end_ns"))
@@ -114,7 +114,7 @@ def _step_threads(trace: Trace) -> np.ndarray:
     a = trace.annotations
     if not len(a):
         return np.zeros(0, dtype=np.int64)
-    return np.unique(a.loc[a["name"].astype(str).str.startswith("ProfilerStep#"), "thread"].to_numpy())
+    return np.unique(a["thread"].to_numpy()[per_name(a["name"], lambda s: s.str.startswith("ProfilerStep#"))])
 
 
 def _closure_ends(trace: Trace, span: np.ndarray, backward: np.ndarray) -> np.ndarray:

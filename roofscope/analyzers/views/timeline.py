@@ -49,13 +49,13 @@ gains ``per_device``. Host-side columns (launch API, syncs) count once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from roofscope.analyzers.ingest.linking import ancestor_where, take
-from roofscope.analyzers.ingest.names import per_name
+from roofscope.analyzers.ingest.names import lookup, per_name
 from roofscope.analyzers.ingest.runtime_names import HOST_SYNCS, LAUNCHES, copy_direction
 from roofscope.analyzers.model.timeline import (DEVICE_COLUMNS, GAP_COLUMNS, GAP_KINDS, STEP_COLUMNS, SYNC_COLUMNS,
                                                 SYNC_KINDS, Timeline)
@@ -223,7 +223,7 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
     """Host-device synchronizations inside the windows (see the module docstring)."""
     ops, rt = trace.ops, trace.runtime
     parent = ops["parent"].to_numpy()
-    op_kind = _lookup(ops["name"], lambda n: "item" if n in ITEM_OPS else "copy" if n in COPY_OPS else "")
+    op_kind = lookup(ops["name"], lambda n: "item" if n in ITEM_OPS else "copy" if n in COPY_OPS else "")
     is_item, is_copy = op_kind == "item", op_kind == "copy"
     rt_op = rt["op"].to_numpy()
 
@@ -285,15 +285,6 @@ def _in_drain(annotations: pd.DataFrame, ts: np.ndarray, end: np.ndarray) -> np.
     return (i >= 0) & (end <= d["end_ns"].to_numpy()[np.maximum(i, 0)])
 
 
-def _lookup(names: pd.Series, fn: Callable[[str], str]) -> np.ndarray:
-    """``fn`` of each name, evaluated once per distinct name (a million rows carry a few hundred)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        codes, uniques = names.cat.codes.to_numpy(), names.cat.categories
-    else:
-        codes, uniques = pd.factorize(names)
-    return np.array([fn(str(u)) for u in uniques] + [fn("")], dtype=object)[codes]
-
-
 def _names_at(names: pd.Series, idx: np.ndarray) -> np.ndarray:
     """The names at rows ``idx`` ("" for -1)."""
     ok = idx >= 0
@@ -307,7 +298,7 @@ def _names_at(names: pd.Series, idx: np.ndarray) -> np.ndarray:
 
 
 def _directions(names: pd.Series) -> np.ndarray:
-    return _lookup(names, copy_direction)
+    return lookup(names, copy_direction)
 
 
 def _runtime_role(name: str) -> str:
@@ -329,10 +320,9 @@ def _copies(kernels: pd.DataFrame, act: _Activities, scope: np.ndarray) -> dict[
         a, b = act.ts[sel[mine]], act.end[sel[mine]]
         exposed[mine] = (b - a) - _overlap(seg_s, seg_e, a, b)
     rows = kernels.iloc[act.pos[sel]]
-    names = rows["name"].astype(str)
-    df = pd.DataFrame({"direction": _directions(names), "time_s": (act.end[sel] - act.ts[sel]) / 1e9,
+    df = pd.DataFrame({"direction": _directions(rows["name"]), "time_s": (act.end[sel] - act.ts[sel]) / 1e9,
                        "bytes": rows["bytes"].to_numpy(dtype=np.float64),
-                       "pageable": names.str.contains("Pageable").to_numpy(dtype=bool),
+                       "pageable": per_name(rows["name"], lambda s: s.str.contains("Pageable")).astype(bool),
                        "exposed_time_s": exposed / 1e9})
     df["pageable_time_s"] = df["time_s"] * df["pageable"]
     g = df.groupby("direction").agg(count=("time_s", "size"), time_s=("time_s", "sum"), bytes=("bytes", "sum"),
@@ -418,7 +408,7 @@ def timeline(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame,
     table.insert(0, "ts_ns", w_ts)
 
     rt = trace.runtime
-    rt_role = _lookup(rt["name"], _runtime_role)
+    rt_role = lookup(rt["name"], _runtime_role)
     syncs = _syncs(trace, kernels, act, rt_role, w_ts, w_end, step_ids)
     gaps = _gap_frame(pd.concat(gap_parts, ignore_index=True), syncs, kernels, act)
 
