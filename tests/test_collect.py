@@ -256,7 +256,9 @@ def test_env_var_for_inductor_metadata_is_set_for_the_script(tmp_path: Path) -> 
     s.write_text("import os\nprint('ENV', os.environ.get('TORCHINDUCTOR_BENCHMARK_KERNEL'))\n")
     res = _cli("run", "-o", str(tmp_path / "r"), str(s), env={**os.environ, "TORCHINDUCTOR_BENCHMARK_KERNEL": ""})
     assert "ENV 1" in res.stdout
-    assert res.returncode == 2 and "no trace was recorded" in res.stderr
+    # No torch work: no trace (exit 2), or, on a machine slow enough that the opening window caught the
+    # interpreter's own start, a Run of that window (exit 0): either way the variable was set.
+    assert (res.returncode, "no trace was recorded" in res.stderr) in ((2, True), (0, False)), res.stderr[-500:]
 
 
 def test_default_out_dir_and_exit_after_profile(script: Path, tmp_path: Path, monkeypatch, capsys) -> None:

@@ -82,6 +82,20 @@ def test_epochs_and_batches_the_batch_loop_is_the_step(tmp_path: Path, source: s
 
 
 @pytest.mark.parametrize("source", SOURCES)
+def test_a_comprehension_is_never_the_step(tmp_path: Path, source: str) -> None:
+    # A KV cache built by a comprehension of 6 slow items (Python 3.12 inlines it into the module's code:
+    # its items are back-edges there), then the decode loop: the loop is the step from its 4th iteration
+    # (3 timed): 10 - 4 = 6 boundaries, as the kernel test's 20 - 4; the comprehension never was.
+    tracker, steps = _track(tmp_path, source, '''
+        cache = [spin(0.0005) for layer in range(6)]
+        for tok in range(10):
+            spin(0.001)
+    ''')
+    assert tracker.step is not None and tracker.step.line == 3 and steps == [(3, None)] * 6
+    assert all(loop.line == 3 for loop in tracker.seen() if loop.state != "off")
+
+
+@pytest.mark.parametrize("source", SOURCES)
 def test_a_kernels_own_loop_is_a_part_of_the_step(tmp_path: Path, source: str) -> None:
     # kernel() loops 4 times a call; the script's loop calls it 20 times: that loop is the step, from its
     # 4th iteration (3 timed), so 16 boundaries

@@ -110,6 +110,19 @@ def file_loops(filename: str) -> tuple[Header, ...]:
     return tuple(sorted(found, key=lambda h: h.line))
 
 
+@functools.lru_cache(maxsize=256)
+def comprehension_lines(filename: str) -> frozenset[int]:
+    """The lines of ``filename`` a comprehension or generator expression starts on: Python 3.12 inlines a
+    comprehension into its function, so its iterations are back-edges there, yet it builds a value (a list
+    of a model's layers, a KV cache's tensors) and is never the program's step."""
+    try:
+        tree = ast.parse(Path(filename).read_bytes(), filename=filename)
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    kinds = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    return frozenset(n.lineno for n in ast.walk(tree) if isinstance(n, kinds))
+
+
 def header_at(filename: str, line: int, is_for: bool) -> Header | None:
     """The loop statement a back-edge to ``line`` belongs to: a ``for`` loop's goes to its own line; a
     ``while`` loop's to its body's first line (or to its own, for a ``continue``)."""
@@ -131,6 +144,7 @@ class Loop:
     text: str                         # its header: ``for tok in range(64)``
     function: str                     # the qualified name of the code holding it (``<module>`` at top level)
     generator: bool = False           # in a generator: its iterations wait on its consumer's work
+    comprehension: bool = False       # a comprehension inlined into its function (3.12): it builds a value
     parent: "Loop | None" = None      # the loop around it, in its own code or up the calling stack
     children: list["Loop"] = field(default_factory=list)
     placed: bool = False              # its parent and place looked up (at its first iteration)

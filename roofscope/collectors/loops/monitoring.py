@@ -21,7 +21,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Callable
 
-from roofscope.collectors.loops.model import Loop, OwnCode, bind_defined, header_at
+from roofscope.collectors.loops.model import Loop, OwnCode, bind_defined, comprehension_lines, header_at
 from roofscope.collectors.loops.tracker import LoopTracker
 
 _NAME = "roofscope loops"
@@ -168,7 +168,8 @@ class Monitoring:
             line = (ins.positions.lineno if ins is not None and ins.positions else None) or code.co_firstlineno
             header = header_at(path, line, is_for=ins is not None and ins.opname == "FOR_ITER")
             loop = Loop(path, header.line if header else line, header.text if header else f"a loop at line {line}",
-                        code.co_qualname, generator=bool(code.co_flags & _GENERATOR))
+                        code.co_qualname, generator=bool(code.co_flags & _GENERATOR),
+                        comprehension=header is None and line in comprehension_lines(path))
             outer = [t for t in table if t[0] <= start and end <= t[1]]
             loop.parent = outer[-1][2] if outer else None
             table.append((start, end, loop))

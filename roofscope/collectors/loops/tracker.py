@@ -146,6 +146,8 @@ class LoopTracker:
             loop.state, loop.why = OFF, f"a part of each iteration of the step loop {self.step.describe()}"
         elif loop.generator:
             loop.state, loop.why = OFF, "in a generator: its iterations wait on its consumer's work"
+        elif loop.comprehension:
+            loop.state, loop.why = OFF, "a comprehension: it builds a value, and is no step"
         elif inside:
             loop.state, loop.why = OFF, "reached through an nn.Module's forward: the model's own loop"
         if loop.parent is not None and loop.state != OFF:
