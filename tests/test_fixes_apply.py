@@ -151,12 +151,13 @@ def test_already_fused_optimizer_is_skipped_with_the_reason(tmp_path: Path) -> N
 def test_uncosted_kernels_are_classed_by_launch_geometry_and_duration(tmp_path: Path) -> None:
     b = TraceBuilder()   # an H100: 132 SMs from its datasheet row (the trace lists none)
     for i, (grid, dur) in enumerate((([1, 1, 1], 500), ([64, 1, 1], 500), ([264, 1, 1], 2), ([264, 1, 1], 500))):
-        ext = b.op("mylib::scan", 1000 * i, 5, [[4096]], [F32])   # no formula: no cost
+        # no formula, and two vectors of different lengths: no signature cost either (cost/formulas/families)
+        ext = b.op("mylib::scan", 1000 * i, 5, [[4096], [8192]], [F32, F32])
         b.launch_kernel(f"scan_kernel_{i}", 1000 * i + 1, 1000 * i + 10, dur, ext=ext)
         b.events[-2]["args"]["grid"] = grid
     ext = b.op("aten::add", 5000, 5, [[1 << 20], [1 << 20]], [F32, F32])
     b.launch_kernel("add_kernel", 5001, 5010, 5, ext=ext)
-    ext = b.op("mylib::scan", 6000, 5, [[1 << 22]], [F32])
+    ext = b.op("mylib::scan", 6000, 5, [[1 << 22], [1 << 21]], [F32, F32])
     b.launch_kernel("scan_kernel_4", 6001, 6010, 10, ext=ext)
     b.events[-2]["args"]["grid"] = [264, 1, 1]
     a = roofscope.analyze(b.write(tmp_path / "t.json"))
@@ -166,8 +167,8 @@ def test_uncosted_kernels_are_classed_by_launch_geometry_and_duration(tmp_path: 
         "scan_kernel_0": ("latency", "launch geometry"),        # one block: one SM, serial on its face
         "scan_kernel_1": ("underutilized", "launch geometry"),  # 64 blocks on 132 SMs
         "scan_kernel_2": ("latency", "duration"),               # 2 us: under the 3 us latency floor
-        "scan_kernel_3": ("unknown", ""),                        # fills the GPU for 500 us: its 16 kB say nothing
-        # Its op reads 16.8 MB: 5.0 us at 3.35 TB/s, at least half of its 10 us (>= the 25% threshold).
+        "scan_kernel_3": ("unknown", ""),                        # fills the GPU for 500 us: its 48 kB say nothing
+        # Its op reads (4,194,304 + 2,097,152) x 4 B = 25.2 MB: 7.5 us at 3.35 TB/s, 75% of its 10 us (>= 25%).
         "scan_kernel_4": ("memory", "io bytes"),
         "add_kernel": ("memory", "formula"),                     # 12.6 MB in 5 us: 75% of 3.35 TB/s
     }
@@ -176,7 +177,7 @@ def test_uncosted_kernels_are_classed_by_launch_geometry_and_duration(tmp_path: 
 
 def test_without_ceilings_uncosted_kernels_stay_unknown(tmp_path: Path) -> None:
     b = TraceBuilder(device_name=None)
-    ext = b.op("mylib::scan", 0, 5, [[4096]], [F32])
+    ext = b.op("mylib::scan", 0, 5, [[4096], [8192]], [F32, F32])
     b.launch_kernel("scan_kernel", 1, 10, 500, ext=ext)
     b.events[-2]["args"]["grid"] = [1, 1, 1]
     a = roofscope.analyze(b.write(tmp_path / "t.json"))
@@ -252,7 +253,7 @@ def _no_props(tmp_path: Path, info: dict) -> Path:
     b = TraceBuilder(device_name=None, extra={"distributedInfo": info})
     ext = b.op("aten::add", 0, 5, [[1 << 20], [1 << 20]], [F32, F32])
     b.launch_kernel("add_kernel", 1, 10, 5, ext=ext)
-    ext = b.op("mylib::scan", 100, 5, [[4096]], [F32])
+    ext = b.op("mylib::scan", 100, 5, [[4096], [8192]], [F32, F32])
     b.launch_kernel("scan_kernel", 101, 110, 500, ext=ext)
     b.events[-2]["args"]["grid"] = [64, 1, 1]
     return b.write(tmp_path / "t.json")

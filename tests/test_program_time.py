@@ -60,14 +60,14 @@ def test_finish_numbers_steps_as_the_trace_does(monkeypatch) -> None:
 # -- summary.json's step_time -----------------------------------------------------------------------
 
 def _meta(host_ms: list[float], phases: list[str], settle: str = "settled", k: int = 3,
-          tokens: list[int | None] | None = None) -> RunMeta:
+          tokens: list[int | None] | None = None, outer: list[int | None] | None = None) -> RunMeta:
     """run.json's step fields, typed as the analysis reads them (run.typed_meta, as roofscope.analyze's run_meta)."""
     n = len(host_ms)
     return typed_meta({"steps": {"requested": {"wait": 1, "warmup": 2, "active": 3},
                                  "settle": {"k": k, "outcome": settle}},
                        "step_times": {"index": list(range(1, n + 1)), "phase": phases,
                                       "host_s": [x / 1e3 for x in host_ms], "gpu_s": [None] * n,
-                                      "tokens": tokens or [None] * n}})
+                                      "tokens": tokens or [None] * n, "outer": outer or [None] * n}})
 
 
 def test_step_time_block_leaves_cold_steps_out() -> None:
@@ -97,9 +97,7 @@ def test_a_cold_outer_iteration_is_a_stretch_apart_and_inflation_is_like_with_li
     host = [40, 41, 40, 60, 62, 61, 61, 60, 40, 39, 41, 10, 11, 10, 10, 9, 10, 11, 10]
     phases = ["unprofiled"] * 3 + ["warmup"] * 2 + ["active"] * 3 + ["unprofiled"] * 11
     outer = [0] * 11 + [1] * 4 + [2] * 4
-    meta = _meta(host, phases)
-    meta["step_times"]["outer"] = outer
-    st = step_time(meta)
+    st = step_time(_meta(host, phases, outer=outer))
     # round 0's unprofiled median (40 ms) is 4x round 2's (10 ms): a cold stretch, apart from the median of
     # rounds 1-2 (10 ms); the profiled steps (61 ms) against their own round's unprofiled steps (40 ms)
     assert st["unprofiled_median_s"] == pytest.approx(0.010) and st["unprofiled_steps"] == 8

@@ -434,20 +434,34 @@ def test_bad_input_is_a_one_line_error_before_any_run(tmp_path, capsys, case, ar
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """A Run of train.py made by `roofscope run --verify`: a CPU program gets no recommendation, so there is
-    nothing to verify, said in one line, and the Run stands (exit 0)."""
+    """A Run of train.py made by `roofscope run` (the verify tests below copy it and name their findings)."""
     out = tmp_path_factory.mktemp("verify") / "run"
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = main(["run", "--verify", "-q", "--settle", "0", "--nvml-hz", "0", "-o", str(out), str(TRAIN), "60"])
+        code = main(["run", "-q", "--settle", "0", "--nvml-hz", "0", "-o", str(out), str(TRAIN), "60"])
     return out, code, err.getvalue()
 
 
 @pytest.mark.slow
-def test_run_verify_on_a_program_without_recommendations(recorded):
-    out, code, err = recorded
-    assert code == 0 and (out / "summary.json").exists() and not (out / "verify.json").exists()
-    assert "roofscope: verify: nothing to verify: the Run has no recommendation" in err
+def test_run_verify_tries_a_cpu_programs_top_fixes(tmp_path):
+    # `roofscope run --verify` end to end on a CPU program: the CPU rules find channels_last (a conv) and
+    # compile (a chain of elementwise ops) in train.py; each is injected and run against the program as it
+    # is, alternated, with verify's defaults. Their saving is a fraction of a millisecond against 50 ms
+    # sleeps: told apart from nothing by no interval, so "no effect" (or "slower"), the losses unchanged.
+    out = tmp_path / "run"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", "--verify", "-q", "--settle", "0", "--nvml-hz", "0", "-o", str(out), str(TRAIN), "60"])
+    assert code == 0 and (out / "summary.json").exists()
+    doc = json.loads((out / "verify.json").read_text())
+    fixes = {f["fix"]: f for f in doc["fixes"]}
+    assert set(fixes) == {"channels_last", "compile"}
+    for f in fixes.values():
+        assert f["status"] in ("no effect", "slower", "verified", "mispredicted") and f["pairs"] >= 3
+        assert f["results"].startswith("the loss of the first 3 backwards within")
+    # The Run's summary, rendered again, carries the verdicts beside its findings.
+    findings = json.loads((out / "summary.json").read_text())["findings"]
+    assert {f["rule"] for f in findings if f.get("verify")} >= {"channels_last", "fusion"}
 
 
 def _with_findings(recorded, tmp_path: Path, findings: list[dict]) -> Path:
