@@ -25,6 +25,7 @@ from roofscope.cli import main
 from roofscope.errors import RoofscopeError
 from roofscope.run import new_meta, write_run
 from roofscope.run.directory import CLAIM_FILE
+from roofscope.run.layout import MANIFEST_FILE
 
 PEAKS = ["--peak-tflops", "1", "--peak-bandwidth", "10"]
 RUN = [*PEAKS, "--settle", "0"]  # these tests count the schedule's steps exactly
@@ -104,7 +105,8 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
 
 
 def _hidden(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+    """Hidden leftovers: a Run's manifest is no leftover."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") and p.name != MANIFEST_FILE)
 
 
 # -- 27.1: a forked child leaves the parent's session alone ---------------------------------------
@@ -194,19 +196,18 @@ def test_signal_during_analysis_keeps_the_recorded_run(script: Path, tmp_path: P
 
 
 def test_a_signal_that_skips_nothing_is_delivered_again() -> None:
-    from roofscope.pipeline import Interrupted, _Signals
+    from roofscope.collectors.lifecycle import Guard, Interrupted
 
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
-        with _Signals() as s:
-            s.arm()
-            s.arm(False)                          # the Run is complete: a signal waits for the end
+        with Guard(redeliver=True) as g:
+            with g.armed():
+                pass                              # the analysis ended: a signal waits for the end
             signal.raise_signal(signal.SIGINT)
-            assert s.pending == signal.SIGINT
+            assert g.unhandled == signal.SIGINT
     with pytest.raises(KeyboardInterrupt):
-        with _Signals() as s:
-            s.arm()
-            with pytest.raises(Interrupted):      # the first one skips the analysis...
+        with Guard(redeliver=True) as g:
+            with pytest.raises(Interrupted), g.armed():   # the first one skips the analysis...
                 signal.raise_signal(signal.SIGINT)
             signal.raise_signal(signal.SIGINT)    # ... a second one is Ctrl-C as usual, at the end
     assert signal.getsignal(signal.SIGINT) is before

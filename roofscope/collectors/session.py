@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -25,6 +24,7 @@ from roofscope.collectors import cupti, metadata
 from roofscope.collectors.distributed import job_part
 from roofscope.collectors.frameworks import loaded_frameworks
 from roofscope.collectors.graphs import GraphRecorder
+from roofscope.collectors.lifecycle import recording_dir
 from roofscope.collectors.modules import ModuleLabels
 from roofscope.collectors.nvml import NvmlSampler
 from roofscope.collectors.steps import SCRIPT, StepHooks, looped_functions
@@ -296,6 +296,8 @@ class Session:
         return claim_output(self.out, self.config.force)
 
     def _release(self) -> None:
+        if self._collector is not None:
+            self._collector.exports.close()
         if self._tmp_cleanup is not None:
             self._tmp_cleanup()
         if self.claim is not None:
@@ -309,7 +311,7 @@ class Session:
         self._t0 = time.perf_counter()
         self.inductor = enable_inductor_metadata()
         # Not a TemporaryDirectory: its finalizer would also run in a forked child at exit.
-        self._tmp = Path(tempfile.mkdtemp(prefix="roofscope-"))
+        self._tmp = recording_dir(self.claim)   # inside the claimed Run directory, not TMPDIR
         self._tmp_cleanup = weakref.finalize(self, _remove_tmp, str(self._tmp), os.getpid())
         cupti.claim()
         self.timer = StepTimer(cuda=torch.cuda.is_available())
@@ -573,6 +575,8 @@ class Session:
         """Keep the recorded files past :meth:`close` (no Run could be written anywhere); where they are."""
         if self._tmp_cleanup is not None:
             self._tmp_cleanup.detach()
+        if self._collector is not None:
+            self._collector.exports.keep()
         return self._tmp
 
     def close(self) -> None:
