@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from roofscope.config import CeilingOverrides, RooflineThresholds, values
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.hardware.devices import resolve_ceilings
 from roofscope.run import is_run_dir, load
+from roofscope.run.directory import orphaned_traces
 from roofscope.run.counters import Counters
 from roofscope.run.counters import load as load_counters
 from roofscope.run.telemetry import Telemetry
@@ -98,7 +100,8 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
                 telemetry: Telemetry | None = None, run_meta: dict[str, Any] | None = None) -> Source:
     """A Trace, a trace file or a Run directory, opened; explicit ``telemetry``/``run_meta`` win."""
     captures = tuple(settings.graph_capture)
-    if isinstance(source, Trace) or not is_run_dir(source):
+    # A folder where a profile died before its Run was written: load() names the trace it left.
+    if isinstance(source, Trace) or not (is_run_dir(source) or orphaned_traces(Path(source))):
         trace = source if isinstance(source, Trace) else read_trace(source)
         return Source(trace, run_meta, telemetry, None, captures)
     run = load(source)

@@ -42,7 +42,8 @@ def intercept_exit(end: Callable[[int], object]) -> Iterator[None]:
         try:
             end(code % 256)
         except BaseException as e:  # noqa: BLE001  whatever failed, the process ends with the script's code
-            signals.say(f"roofscope: error: the profile could not be finished before os._exit: {type(e).__name__}: {e}\n")
+            signals.say(f"roofscope: error: the profile could not be finished before os._exit:"
+                        f" {type(e).__name__}: {e}\n")
         finally:
             for stream in (sys.stdout, sys.stderr):
                 try:

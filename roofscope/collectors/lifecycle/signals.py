@@ -66,8 +66,8 @@ def restore_handler(sig: int, old: Any) -> None:
 
 
 def _after_fork_in_child() -> None:
-    # The child is the script's (a worker, a subprocess about to exec): none of roofscope's handlers, no
-    # os._exit of ours. A handler the script set itself since is left alone.
+    # The child is the script's (a worker, a subprocess about to exec): none of roofscope's handlers there
+    # (exits.py gives os._exit back). A handler the script set itself since is left alone.
     global _current
     for sig, (old, ours) in list(_replaced.items()):
         try:
