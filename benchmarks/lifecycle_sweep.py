@@ -13,8 +13,8 @@ cases mount small tmpfs file systems (root, and a kernel that allows it); elsewh
 said so. docs/reliability.md has the figures and how they were taken.
 
 Cases: SIGINT, SIGTERM and SIGHUP at ten points of a run (the script's first line; a wait, a warm-up and an
-active step; the boundary that exports the profile; a step after it; the script's last line; 0, 0.3 and
-1.5 s after the script ended: stopping, writing, analyzing); ``os._exit`` from the main thread and from
+active step; the boundary that exports the profile; a step after it; the script's last line; then, after the
+script: at once, while the Run is written, during the analysis); ``os._exit`` from the main thread and from
 another one; a forked child that exits; a child stuck in C code (a mutex locked twice, and torch's
 fork-unsafe OpenMP pool) with SIGTERM sent to the whole group as ``timeout`` does; multiprocessing pools
 (terminated while their workers spin, and left normally); a full TMPDIR; an output disk with room for the
@@ -43,7 +43,9 @@ RUN = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0", "-q"]
 
 # 8 optimizer steps: wait 1, warm-up 2, active 3 (steps 3, 4, 5, exported at the 6th boundary), 2 timed only.
 # SWEEP_SIG at SWEEP_POINT: 1 first line, 2 wait step, 3 warm-up step, 4 active step, 5 the exporting boundary,
-# 6 a step after the profile, 7 the last line, 8-10 a timer 0, 0.3 or 1.5 s after the script's end.
+# 6 a step after the profile, 7 the last line; after the script, from a thread it leaves: 8 at once, 9 as the
+# Run is being written (its staging folder appears: this roofscope's inside the Run, an older one's beside
+# it), 10 once run.json is there (the analysis).
 TRAIN = textwrap.dedent('''
     import os, signal, sys, threading, time
     import torch
@@ -68,10 +70,21 @@ TRAIN = textwrap.dedent('''
             time.sleep(600)
     print("LAST", flush=True)
     at(7)
+    out = os.environ.get("SWEEP_OUT", "")
+
+    def writing():
+        return (any(n.startswith(".roofscope-staging-") for n in os.listdir(out))
+                or any(n.startswith("." + os.path.basename(out) + ".") for n in os.listdir(os.path.dirname(out)))
+                or os.path.exists(os.path.join(out, "run.json")))
+
+    def later():
+        ready = {8: lambda: True, 9: writing, 10: lambda: os.path.exists(os.path.join(out, "run.json"))}[point]
+        while not ready():
+            time.sleep(0.0005)
+        os.kill(os.getpid(), sig)
+
     if point >= 8:
-        t = threading.Timer((0.0, 0.3, 1.5)[point - 8], os.kill, (os.getpid(), sig))
-        t.daemon = True
-        t.start()
+        threading.Thread(target=later, daemon=True).start()
     if mode == "osexit":
         os._exit(4)
     if mode == "osexit-thread":
@@ -227,7 +240,7 @@ class Sweep:
               tmp: Path | None = None) -> Outcome:
         base, default_out = self._dirs(case)
         out = out or default_out
-        env = {"SWEEP_SIG": sig or "SIGINT", "SWEEP_POINT": str(point), "SWEEP_MODE": mode}
+        env = {"SWEEP_SIG": sig or "SIGINT", "SWEEP_POINT": str(point), "SWEEP_MODE": mode, "SWEEP_OUT": str(out)}
         t0 = time.monotonic()
         proc = self.launch(["-o", str(out), *RUN, *(extra or []), str(self.scripts / "train.py")], base, env, tmp)
         return self.finish(case, proc, base, out, expected, must_have_run, t0, tmp=tmp)
@@ -333,9 +346,10 @@ class Sweep:
 
 
 def _group(pgid: int) -> list[int]:
-    """The processes still in the session a case started (its process group)."""
-    out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True).stdout
-    return [int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == pgid]
+    """The processes still alive in the session a case started (its process group). A zombie is dead: one
+    whose parent ended without reaping it waits for an init that reaps (a container may have none)."""
+    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat="], capture_output=True, text=True).stdout
+    return [int(p) for p, g, st in (line.split() for line in out.splitlines()) if int(g) == pgid and st[0] != "Z"]
 
 
 def _wait_line(proc: subprocess.Popen, marker: str, seconds: float) -> None:

@@ -218,6 +218,27 @@ def test_a_signal_that_skips_nothing_is_delivered_again() -> None:
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_an_interrupt_python_swallows_still_skips_the_analysis(capsys) -> None:
+    import weakref
+
+    from roofscope.collectors.lifecycle import Guard, Interrupted
+
+    class Thing:
+        pass
+
+    # The sweep found it: a signal whose handler ran inside a weakref callback raised Interrupted there,
+    # Python printed "Exception ignored in: <function WeakSet...>" and the analysis went on to the end.
+    ran_on = []
+    with Guard() as g:
+        with pytest.raises(Interrupted), g.armed():
+            thing = Thing()
+            ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGINT))
+            del thing               # the callback runs here, and the handler inside it
+            ran_on.append(ref() is None)
+    assert ran_on == [True] and g.received == signal.SIGINT
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
 SIGNAL_IN_WRITE = textwrap.dedent('''
     import os, signal, sys
     import torch

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -173,18 +174,30 @@ class Guard:
     @contextmanager
     def armed(self) -> Iterator[None]:
         """A stretch that an exception loses nothing of (reading, analyzing): the first signal raises
-        :class:`Interrupted` in it, and one that came before raises at once."""
+        :class:`Interrupted` in it, and one that came before raises at once. Raised where Python swallows
+        exceptions (a weakref callback, a ``__del__``), it is raised again as the stretch ends, unprinted."""
         if threading.current_thread() is not threading.main_thread():
             yield      # handlers run in the main thread: nothing could be raised here
             return
         if self.unhandled is not None:
             signum, self.unhandled = self.unhandled, None   # it skips this stretch: not delivered again
             raise Interrupted(signum)
-        self._armed = True
+        swallowed: list[int] = []
+        before = sys.unraisablehook
+
+        def unraisable(u: Any) -> None:
+            if isinstance(u.exc_value, Interrupted):
+                swallowed.append(u.exc_value.signum)
+            else:
+                before(u)
+
+        self._armed, sys.unraisablehook = True, unraisable
         try:
             yield
         finally:
-            self._armed = False
+            self._armed, sys.unraisablehook = False, before
+        if swallowed:
+            raise Interrupted(swallowed[0])
 
     def exit_code(self, code: int) -> int:
         """The process's exit code: the script's, else 128 + the signal that stopped roofscope, if one did."""
