@@ -6,7 +6,8 @@ stderr) wherever a profile was recorded; the exit code the script's (128 + n for
 roofscope's; nothing left behind: no claim or recording in the output, nothing of roofscope's in TMPDIR,
 no process of the session alive.
 
-    PYTHONPATH=$PWD python benchmarks/lifecycle_sweep.py [--reps N] [--tree DIR] [--only NAME ...] [--json FILE]
+    PYTHONPATH=$PWD python benchmarks/lifecycle_sweep.py [--reps N] [--late N] [--tree DIR] [--only NAME ...]
+                                                         [--json FILE]
 
 ``--tree DIR`` runs another checkout's roofscope (a checkout of main: the "before" column). The full-disk
 cases mount small tmpfs file systems (root, and a kernel that allows it); elsewhere they are skipped and
@@ -14,7 +15,8 @@ said so. docs/reliability.md has the figures and how they were taken.
 
 Cases: SIGINT, SIGTERM and SIGHUP at ten points of a run (the script's first line; a wait, a warm-up and an
 active step; the boundary that exports the profile; a step after it; the script's last line; then, after the
-script: at once, while the Run is written, during the analysis); ``os._exit`` from the main thread and from
+script: at once, while the Run is written, during the analysis); a SIGINT a random 0-50 ms after the
+script's end, ``--late`` times; ``os._exit`` from the main thread and from
 another one; a forked child that exits; a child stuck in C code (a mutex locked twice, and torch's
 fork-unsafe OpenMP pool) with SIGTERM sent to the whole group as ``timeout`` does; multiprocessing pools
 (terminated while their workers spin, and left normally); a full TMPDIR; an output disk with room for the
@@ -45,9 +47,10 @@ RUN = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0", "-q"]
 # SWEEP_SIG at SWEEP_POINT: 1 first line, 2 wait step, 3 warm-up step, 4 active step, 5 the exporting boundary,
 # 6 a step after the profile, 7 the last line; after the script, from a thread it leaves: 8 at once, 9 as the
 # Run is being written (its staging folder appears: this roofscope's inside the Run, an older one's beside
-# it), 10 once run.json is there (the analysis).
+# it), 10 0.2 s after run.json is there (the analysis, which takes seconds here); 11 (the "late" cases)
+# a random 0-50 ms after the script's end, as the issue's 62 tries sent it.
 TRAIN = textwrap.dedent('''
-    import os, signal, sys, threading, time
+    import os, random, signal, sys, threading, time
     import torch
     sig = getattr(signal, os.environ.get("SWEEP_SIG", "SIGINT"))
     point = int(os.environ.get("SWEEP_POINT", "0"))
@@ -78,9 +81,11 @@ TRAIN = textwrap.dedent('''
                 or os.path.exists(os.path.join(out, "run.json")))
 
     def later():
-        ready = {8: lambda: True, 9: writing, 10: lambda: os.path.exists(os.path.join(out, "run.json"))}[point]
+        ready = {8: lambda: True, 9: writing, 10: lambda: os.path.exists(os.path.join(out, "run.json")),
+                 11: lambda: True}[point]
         while not ready():
             time.sleep(0.0005)
+        time.sleep(0.2 if point == 10 else random.uniform(0, 0.05) if point == 11 else 0)
         os.kill(os.getpid(), sig)
 
     if point >= 8:
@@ -184,8 +189,9 @@ class Outcome:
 
 
 class Sweep:
-    def __init__(self, tree: Path, work: Path) -> None:
+    def __init__(self, tree: Path, work: Path, tries: int = 10) -> None:
         self.tree = tree
+        self.tries = tries
         self.work = work
         self.scripts = work / "scripts"
         self.scripts.mkdir(parents=True, exist_ok=True)
@@ -205,26 +211,27 @@ class Sweep:
     def launch(self, args: list[str], base: Path, env: dict[str, str] | None = None,
                tmp: Path | None = None) -> subprocess.Popen:
         full = {**os.environ, "PYTHONPATH": str(self.tree), "TMPDIR": str(tmp or base / "tmp"), **(env or {})}
-        return subprocess.Popen([sys.executable, "-m", "roofscope", "run", *args], cwd=base, env=full,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # Files, not pipes: a child that outlives its parent would hold a pipe open, and the case with it.
+        with open(base / "stdout", "w") as out, open(base / "stderr", "w") as err:
+            return subprocess.Popen([sys.executable, "-m", "roofscope", "run", *args], cwd=base, env=full,
+                                    stdout=out, stderr=err, text=True, start_new_session=True,
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def finish(self, case: str, proc: subprocess.Popen, base: Path, out: Path, expected_rc: tuple[int, ...],
                must_have_run: bool, t0: float, timeout: float = 300, tmp: Path | None = None) -> Outcome:
         try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-            rc: int | None = proc.returncode
+            rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
             rc = None
-        time.sleep(0.5)
+        time.sleep(2)             # as long as `timeout -k 2` would give them
         left = _group(proc.pid)
         for pid in left:          # ours: the session this case started
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        proc.wait()
+        stderr = (base / "stderr").read_text(errors="replace")
         run = _run_in(out, stderr)
         leftovers = ([p.name for p in out.glob(".roofscope-*") if p.name != ".roofscope-files"] if out.is_dir() else [])
         leftovers += [p.name for p in (tmp or base / "tmp").glob("roofscope-*")
@@ -256,6 +263,10 @@ class Sweep:
                 found.append(self.train(f"{sig}@{point}", sig, point, expected=(code,), must_have_run=point >= 5))
         return found
 
+    def late(self) -> list[Outcome]:
+        return [self.train(f"SIGINT 0-50 ms after the script, try {i + 1}", "SIGINT", 11, expected=(130,))
+                for i in range(self.tries)]
+
     def exits(self) -> list[Outcome]:
         return [self.train("os._exit(4)", mode="osexit", expected=(4,)),
                 self.train("os._exit(5) in a thread", mode="osexit-thread", expected=(5,))]
@@ -271,7 +282,7 @@ class Sweep:
             base, out = self._dirs(case)
             t0 = time.monotonic()
             proc = self.launch(["-o", str(out), *RUN, str(self.scripts / "stuck.py"), kind], base)
-            _wait_line(proc, "STUCK", 240)
+            _wait_line(base, proc, "STUCK", 240)
             time.sleep(0.5)
             os.killpg(proc.pid, signal.SIGTERM)     # what `timeout` does
             found.append(self.finish(case, proc, base, out, (143,), True, t0, timeout=60))
@@ -314,9 +325,9 @@ class Sweep:
         base, out = self._dirs(case)
         t0 = time.monotonic()
         proc = self.launch(["-o", str(out), *RUN, str(self.scripts / "train.py")], base, {"SWEEP_MODE": "hold"})
-        _wait_line(proc, "HOLDING", 240)
+        _wait_line(base, proc, "HOLDING", 240)
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        proc.wait()
         full = {**os.environ, "PYTHONPATH": str(self.tree), "TMPDIR": str(base / "tmp")}
         again = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *RUN,
                                 str(self.scripts / "train.py")], cwd=base, env=full, capture_output=True, text=True,
@@ -352,13 +363,13 @@ def _group(pgid: int) -> list[int]:
     return [int(p) for p, g, st in (line.split() for line in out.splitlines()) if int(g) == pgid and st[0] != "Z"]
 
 
-def _wait_line(proc: subprocess.Popen, marker: str, seconds: float) -> None:
+def _wait_line(base: Path, proc: subprocess.Popen, marker: str, seconds: float) -> None:
+    """Until the case's stdout shows ``marker`` (or its process ended, or ``seconds`` passed)."""
     deadline = time.monotonic() + seconds
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line or marker in line:
+    while time.monotonic() < deadline and proc.poll() is None:
+        if marker in (base / "stdout").read_text(errors="replace"):
             return
+        time.sleep(0.05)
 
 
 def _run_in(out: Path, stderr: str) -> Path | None:
@@ -384,11 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=1, help="repeat the signal cases")
     ap.add_argument("--tree", type=Path, default=ROOT, help="the roofscope checkout to run (default: this one)")
-    ap.add_argument("--only", nargs="*", default=["signals", "exits", "children", "disks", "force", "killed"])
+    ap.add_argument("--late", type=int, default=10, help="tries of a SIGINT 0-50 ms after the script's end")
+    ap.add_argument("--only", nargs="*", default=["signals", "late", "exits", "children", "disks", "force", "killed"])
     ap.add_argument("--json", type=Path, help="write every outcome here")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="lifecycle-sweep-"))
-    sweep = Sweep(args.tree.resolve(), work)
+    sweep = Sweep(args.tree.resolve(), work, args.late)
     outcomes: list[Outcome] = []
     try:
         for name in args.only:
