@@ -97,17 +97,22 @@ TRAIN = textwrap.dedent('''
         time.sleep(600)
 ''')
 
-STUCK = textwrap.dedent('''
-    import ctypes, os, sys, time
+# Eight optimizer steps, the start of every script but TRAIN (whose steps send its signals).
+STEPS = textwrap.dedent('''
+    import ctypes, multiprocessing as mp, os, sys, time
     import torch
     torch.set_num_threads(2)
-    a = torch.randn(256, 256)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for i in range(8):
         model(torch.randn(32, 64)).square().mean().backward()
         opt.step()
-        a @ a
+''')
+
+STUCK = STEPS + textwrap.dedent('''
+    a = torch.randn(256, 256)
+    for _ in range(5):
+        a @ a                     # the parent's OpenMP pool, busy before the fork
     pid = os.fork()
     if pid == 0:
         if sys.argv[1] == "mutex":
@@ -123,10 +128,7 @@ STUCK = textwrap.dedent('''
     os.waitpid(pid, 0)
 ''')
 
-POOL = textwrap.dedent('''
-    import multiprocessing as mp, sys, time
-    import torch
-
+POOL = STEPS + textwrap.dedent('''
     def spin(_):
         while True:
             pass
@@ -135,22 +137,16 @@ POOL = textwrap.dedent('''
         time.sleep(0.2)
         return i * i
 
-    if __name__ == "__main__":
-        model = torch.nn.Linear(64, 64)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for i in range(8):
-            model(torch.randn(32, 64)).square().mean().backward()
-            opt.step()
-        ctx = mp.get_context("fork")
-        if sys.argv[1] == "terminate":
-            pool = ctx.Pool(3)
-            pool.map_async(spin, range(3))
-            time.sleep(1)
-            pool.terminate()
-            pool.join()
-        else:
-            with ctx.Pool(4) as pool:
-                print(sum(pool.map(square, range(8))))
+    ctx = mp.get_context("fork")
+    if sys.argv[1] == "terminate":
+        pool = ctx.Pool(3)
+        pool.map_async(spin, range(3))
+        time.sleep(1)
+        pool.terminate()
+        pool.join()
+    else:
+        with ctx.Pool(4) as pool:
+            print(sum(pool.map(square, range(8))))
 ''')
 
 FORK = textwrap.dedent('''

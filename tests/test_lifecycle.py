@@ -530,6 +530,19 @@ def test_formulas_file_calling_sys_exit_is_a_one_line_error(script: Path, tmp_pa
     assert not (tmp_path / "ran").exists()
 
 
+# Optimizer steps, each a step boundary, that the scripts below begin with: 8 are wait 1, warm-up 2 and
+# active 3 (steps 3, 4 and 5), then two timed only.
+STEPS = textwrap.dedent('''
+    import os, signal, sys, time
+    import torch
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range({n}):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+''')
+
+
 # -- 40.1: whatever ends the script, its Run is written -------------------------------------------
 
 def _leftovers(tmp_path: Path, out: Path) -> list[str]:
@@ -592,10 +605,7 @@ def test_sighup_at_a_step_writes_the_run(script: Path, tmp_path: Path) -> None:
 # Run: "roofscope: interrupted", rc 130, the folder holding only the claim, then a segfault at exit), made
 # deterministic: the script leaves a stdout whose flush() sends SIGINT once, and the first flush after the
 # script is roofscope's own (the output the script printed goes out before the Run is written).
-LATE_SIGNAL = textwrap.dedent('''
-    import os, signal, sys
-    import torch
-
+LATE_SIGNAL = STEPS.format(n=8) + textwrap.dedent('''
     class Stdout:
         def __init__(self, inner):
             self.inner, self.armed = inner, False
@@ -609,12 +619,6 @@ LATE_SIGNAL = textwrap.dedent('''
                 os.kill(os.getpid(), signal.SIGINT)
             self.inner.flush()
 
-    model = torch.nn.Linear(16, 16)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for i in range(8):
-        model(torch.randn(8, 16)).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
     sys.stdout = Stdout(sys.stdout)
     print("last line")
     sys.stdout.armed = True
@@ -805,14 +809,8 @@ def test_forked_child_gets_the_default_signal_handlers_back(tmp_path: Path) -> N
 # A child stuck in C code never returns to the interpreter, so a Python-level handler never runs: a
 # fork-unsafe OpenMP pool does this (torch's matmul in a child forked after the parent's); a mutex locked
 # twice does it deterministically.
-STUCK_CHILD = textwrap.dedent('''
-    import ctypes, os, signal, sys, time
-    import torch
-    model = torch.nn.Linear(8, 8)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for i in range(6):
-        model(torch.randn(4, 8)).sum().backward()
-        opt.step()
+STUCK_CHILD = STEPS.format(n=6) + textwrap.dedent('''
+    import ctypes
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -843,27 +841,19 @@ def test_a_child_stuck_in_c_code_dies_on_sigterm(tmp_path: Path) -> None:
     assert "CHILD ENDED BY SIGTERM" in res.stdout   # before: it survived, holding its parent's timeout up
 
 
-POOL = textwrap.dedent('''
+POOL = STEPS.format(n=6) + textwrap.dedent('''
     import multiprocessing as mp
-    import torch
 
     def spin(_):
         while True:        # Python bytecode: a Python-level SIGTERM handler runs at once here
             pass
 
-    if __name__ == "__main__":
-        model = torch.nn.Linear(8, 8)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for i in range(6):
-            model(torch.randn(4, 8)).sum().backward()
-            opt.step()
-        pool = mp.get_context("fork").Pool(3)
-        pool.map_async(spin, range(3))
-        import time
-        time.sleep(1)
-        pool.terminate()   # SIGTERM to every worker
-        pool.join()
-        print("POOL DONE", flush=True)
+    pool = mp.get_context("fork").Pool(3)
+    pool.map_async(spin, range(3))
+    time.sleep(1)
+    pool.terminate()       # SIGTERM to every worker
+    pool.join()
+    print("POOL DONE", flush=True)
 ''')
 
 
