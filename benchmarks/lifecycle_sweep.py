@@ -47,7 +47,7 @@ RUN = ["--peak-tflops", "1", "--peak-bandwidth", "10", "--settle", "0", "-q"]
 # SWEEP_SIG at SWEEP_POINT: 1 first line, 2 wait step, 3 warm-up step, 4 active step, 5 the exporting boundary,
 # 6 a step after the profile, 7 the last line; after the script, from a thread it leaves: 8 at once, 9 as the
 # Run is being written (its staging folder appears: this roofscope's inside the Run, an older one's beside
-# it), 10 0.2 s after run.json is there (the analysis, which takes seconds here); 11 (the "late" cases)
+# it), 10 0.2 s after run.json is there (the analysis, held 3 s in by SLOW_FORMULA); 11 (the "late" cases)
 # a random 0-50 ms after the script's end, as the issue's 62 tries sent it.
 TRAIN = textwrap.dedent('''
     import os, random, signal, sys, threading, time
@@ -95,6 +95,18 @@ TRAIN = textwrap.dedent('''
     if mode == "osexit-thread":
         threading.Thread(target=os._exit, args=(5,)).start()
         time.sleep(600)
+''')
+
+# The Linear layers' op made slow in the analysis only (--formulas): point 10's signal lands in it.
+SLOW_FORMULA = textwrap.dedent('''
+    import time
+    import roofscope
+
+    def addmm(bias, a, b, *rest):
+        time.sleep(3)
+        return 2 * a[0] * a[1] * b[1]
+
+    roofscope.register_formula("aten::addmm", addmm, category="gemm", replace=True)
 ''')
 
 # Eight optimizer steps, the start of every script but TRAIN (whose steps send its signals).
@@ -191,7 +203,8 @@ class Sweep:
         self.work = work
         self.scripts = work / "scripts"
         self.scripts.mkdir(parents=True, exist_ok=True)
-        for name, text in (("train.py", TRAIN), ("stuck.py", STUCK), ("pool.py", POOL), ("fork.py", FORK)):
+        for name, text in (("train.py", TRAIN), ("stuck.py", STUCK), ("pool.py", POOL), ("fork.py", FORK),
+                           ("slow_formulas.py", SLOW_FORMULA)):
             (self.scripts / name).write_text(text)
         self.mounts: list[Path] = []
         self.n = 0
@@ -256,7 +269,9 @@ class Sweep:
             code = 128 + getattr(signal, sig)
             for point in range(1, 11):
                 # Before the profile was exported (points 1-4) no trace may exist yet; after it, one must.
-                found.append(self.train(f"{sig}@{point}", sig, point, expected=(code,), must_have_run=point >= 5))
+                slow = ["--formulas", str(self.scripts / "slow_formulas.py")] if point == 10 else []
+                found.append(self.train(f"{sig}@{point}", sig, point, expected=(code,), must_have_run=point >= 5,
+                                        extra=slow))
         return found
 
     def late(self) -> list[Outcome]:
@@ -395,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=["signals", "late", "exits", "children", "disks", "force", "killed"])
     ap.add_argument("--json", type=Path, help="write every outcome here")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))   # the mounts come off on the way out
     work = Path(tempfile.mkdtemp(prefix="lifecycle-sweep-"))
     sweep = Sweep(args.tree.resolve(), work, args.late)
     outcomes: list[Outcome] = []

@@ -27,11 +27,11 @@ from typing import Any, Callable
 
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import OnCompileStart, profiler_start
-from roofscope.collectors.windows import OPENING_DELAY_S, Exports, HeldWindow, TimeWindows, kineto_guarded
+from roofscope.collectors.lifecycle import Exports, replace_handler
+from roofscope.collectors.windows import OPENING_DELAY_S, HeldWindow, TimeWindows, kineto_guarded
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
 from roofscope.labels import DRAIN_LABEL
-from roofscope.collectors.lifecycle import replace_handler
 
 INDUCTOR_ENV = "TORCHINDUCTOR_BENCHMARK_KERNEL"
 

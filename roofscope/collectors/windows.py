@@ -68,8 +68,11 @@ class HeldWindow:
     def hold(self, prof: Any) -> None:
         """torch.profiler's ``on_trace_ready`` for a window: export it aside (replacing an earlier one)."""
         self.span = (self.span[0], self.since_first_work())   # writing it out is no part of it
-        self.path = self.exports.export(prof, HELD_NAME)
-        if self.on_hold is not None and self.path is not None:
+        exported = self.exports.export(prof, HELD_NAME)
+        if exported is None:
+            return        # not written (a full disk): an earlier window, if any, stays held
+        self.path = exported
+        if self.on_hold is not None:
             self.on_hold(self.path)
 
     def drop(self) -> None:

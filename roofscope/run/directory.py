@@ -228,10 +228,9 @@ def _is_our_run(path: Path) -> bool:
 def orphaned_traces(path: Path) -> list[Path]:
     """Traces a profile recorded in ``path`` that no Run was written from: its process died (killed, crashed)
     before it could write one, or could write it nowhere."""
-    found: list[Path] = []
-    for d in sorted(path.glob(RECORDING_PREFIX + "*")) + sorted(path.glob(STAGING_PREFIX + "*")):
-        found += sorted(f for f in d.glob("*.json*") if f.is_file() and not f.name.endswith(".tmp"))
-    return found
+    # A recording holds Kineto's exports (*.json), a Run being staged its trace.json.gz beside run.json.
+    found = [f for d in sorted(path.glob(RECORDING_PREFIX + "*")) for f in sorted(d.glob("*.json")) if f.is_file()]
+    return found + [f for f in sorted(path.glob(f"{STAGING_PREFIX}*/{TRACE_FILE}")) if f.is_file()]
 
 
 def _orphans_text(path: Path) -> str:
@@ -242,8 +241,9 @@ def _orphans_text(path: Path) -> str:
 
 def _drop_empty_leftovers(path: Path) -> None:
     """A dead profile's recording or staging directory holding no trace: nothing of value, removed."""
+    kept = {f.parent for f in orphaned_traces(path)}
     for d in list(path.glob(RECORDING_PREFIX + "*")) + list(path.glob(STAGING_PREFIX + "*")):
-        if d.is_dir() and not any(f.name.endswith((".json", ".json.gz")) for f in d.rglob("*")):
+        if d.is_dir() and d not in kept:
             shutil.rmtree(d, ignore_errors=True)
 
 
