@@ -601,6 +601,18 @@ def test_sighup_at_a_step_writes_the_run(script: Path, tmp_path: Path) -> None:
     assert (out / "trace.json.gz").stat().st_size > 0 and _leftovers(tmp_path, out) == []
 
 
+def test_a_hang_up_that_took_the_terminal_keeps_the_run_and_the_exit_code(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "roofscope", "run", "-o", str(out), *RUN, str(script), "hup"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp_path))
+    proc.stdout.close()     # the terminal is gone with the hang-up: every line printed fails (EPIPE)
+    proc.stderr.close()
+    # Before: the summary's first line raised BrokenPipeError out of roofscope (rc 1, the interpreter's 120).
+    assert proc.wait(timeout=180) == 128 + signal.SIGHUP
+    assert json.loads((out / "run.json").read_text())["exit_status"]["detail"] == "SIGHUP"
+    assert _leftovers(tmp_path, out) == []
+
+
 # A signal that lands right after the script's last line, in roofscope's own code (once in 62 tries it lost the
 # Run: "roofscope: interrupted", rc 130, the folder holding only the claim, then a segfault at exit), made
 # deterministic: the script leaves a stdout whose flush() sends SIGINT once, and the first flush after the

@@ -1,6 +1,7 @@
 """`roofscope run [OPTIONS] SCRIPT [ARGS]...`: profile an unmodified script and write a Run."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -90,14 +91,25 @@ def _end(opts: RunOptions, options: PipelineOptions, session: Session, guard: Gu
         # The script's own exit code still wins over ours.
         print(f"roofscope: error: could not write the Run: {e}", file=sys.stderr)
         return outcome.code or RoofscopeError.exit_code, None
-    problem = announce(session, result, exit_code=guard.exit_code(outcome.code), merge_timeout_s=opts.merge_timeout,
-                       top=opts.top, quiet=opts.quiet, options=options)
-    if outcome.code != 0:
-        print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
-        return outcome.code, result
-    if guard.received is not None:
-        if not result.interrupted:
+    try:
+        problem = announce(session, result, exit_code=guard.exit_code(outcome.code),
+                           merge_timeout_s=opts.merge_timeout, top=opts.top, quiet=opts.quiet, options=options)
+        if outcome.code != 0:
+            print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
+        elif guard.received is not None and not result.interrupted:
             print(f"roofscope: {signal.Signals(guard.received).name} received after the Run was written;"
                   " stopping", file=sys.stderr)
-        return guard.exit_code(0), result
+    except OSError:
+        # The terminal is gone (a hang-up, a closed pipe): the Run is written and the exit code stands.
+        _silence()
+        problem = result.problem()
+    if outcome.code != 0 or guard.received is not None:
+        return guard.exit_code(outcome.code), result
     return (RoofscopeError.exit_code if problem else 0), result
+
+
+def _silence() -> None:
+    """Send what is left to print (and the interpreter's last flush) to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
