@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -718,6 +719,19 @@ def test_a_full_output_disk_after_the_recorded_data_is_a_warning(script: Path, t
     assert main(["analyze", str(out), *PEAKS, "-q"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST_FILE, "ceilings.json", "run.json", "summary.json",
                                                      "trace.json.gz"]
+
+
+def test_a_trace_no_disk_takes_is_said_so(script: Path, tmp_path: Path, tmpfs) -> None:
+    disk, tmp = tmpfs("disk", 24), tmpfs("smalltmp", 64, fill_kb=48)
+    out = disk / "run"
+    res = subprocess.run([sys.executable, "-m", "roofscope", "run", "-o", str(out), *RUN, str(script)],
+                         capture_output=True, text=True, timeout=180, env={**_env(tmp_path), "TMPDIR": str(tmp)})
+    assert res.returncode == 2
+    # Kineto says only "Failed to write to log file!" and raises nothing: roofscope names what was lost.
+    assert re.search(r"warning: the profiled steps were recorded but their trace could not be written: Kineto could"
+                     r" not write \S+/trace\.json \(\d+\.\d MiB free there\)\n", res.stderr), res.stderr
+    assert "no trace was recorded, so no Run was written" in res.stderr and "lower --wait" not in res.stderr
+    assert not out.exists() and list(tmp.glob("roofscope-*")) == []   # no partial .tmp left either
 
 
 def test_a_report_the_disk_refuses_keeps_the_scripts_exit_code(script: Path, tmp_path: Path, monkeypatch,
