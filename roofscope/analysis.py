@@ -20,6 +20,7 @@ import functools
 import gc
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -62,6 +63,7 @@ from roofscope.errors import RoofscopeError
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.hardware.devices import resolve_ceilings
 from roofscope.run import is_run_dir, load, typed_meta
+from roofscope.run.directory import orphaned_traces
 from roofscope.run.counters import Counters
 from roofscope.run.counters import load as load_counters
 from roofscope.run.schema import RunMeta
@@ -124,7 +126,8 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
     captures = tuple(settings.graph_capture)
     info = typed_meta(run_meta) if run_meta is not None else None   # refuses a malformed one first
     given = (dict(run_meta), info) if run_meta is not None else None
-    if isinstance(source, Trace) or not is_run_dir(source):
+    # A folder where a profile died before its Run was written: load() names the trace it left.
+    if isinstance(source, Trace) or not (is_run_dir(source) or orphaned_traces(Path(source))):
         # A Trace built in-process has not been through ingest.read's check of its shapes.
         trace = drop_impossible_shapes(source) if isinstance(source, Trace) else read_trace(source)
         return Source(trace, *(given or (None, None)), telemetry, None, captures)

@@ -9,15 +9,19 @@
 
 The output directory is claimed when the block starts (an unwritable or taken one fails there,
 before the program runs); the Run is written when the block ends (roofscope/pipeline.py), also
-when it ends with an exception (which then propagates unchanged, never replaced by roofscope's).
-Works in notebooks: signals are only handled while the finished profile is written and analyzed.
+when it ends with an exception (which then propagates unchanged, never replaced by roofscope's),
+and when the program calls ``os._exit`` inside the block (the Run is written, then the process exits
+with that code). Works in notebooks: signals are only handled while the finished profile is written
+and analyzed (collectors/lifecycle/).
 """
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from roofscope.collectors.lifecycle import intercept_exit
 from roofscope.collectors.session import Session, SessionConfig
 from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
 from roofscope.errors import RoofscopeError
@@ -37,6 +41,7 @@ class Profile:
         self._quiet = quiet
         self._merge_timeout_s = merge_timeout_s
         self._used = False
+        self._exit = ExitStack()
         self.result: SessionResult | None = None
 
     def __enter__(self) -> "Profile":
@@ -44,16 +49,24 @@ class Profile:
             raise RoofscopeError("a roofscope.profile() object can be used only once; create a new one")
         self._used = True
         self._session.start()
+        self._exit.enter_context(intercept_exit(self._os_exit))
         return self
+
+    def _os_exit(self, code: int) -> None:
+        """The program called ``os._exit(code)`` inside the block: the profile ends first."""
+        self._end({"code": code, "reason": "os._exit", "detail": f"os._exit({code})"}, None)
 
     def step(self) -> None:
         """Mark a step boundary (the end of one iteration)."""
         self._session.step()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self._exit.close()
         if self._session.foreign:
             return False  # a child the program forked leaves the block: the profile is its parent's
-        status = _status(exc)
+        return self._end(_status(exc), exc)
+
+    def _end(self, status: dict[str, Any], exc: BaseException | None) -> bool:
         try:
             self.result = finish(self._session, status, self._options)
         except (RoofscopeError, OSError) as e:

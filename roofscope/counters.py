@@ -23,10 +23,11 @@ from roofscope.collectors.counters import cupti_probe
 from roofscope.collectors.counters.ncu import Target, check_metrics, collect, find_ncu
 from roofscope.collectors.counters.ncu_csv import METRICS, NcuCsvError, parse_ncu_csv
 from roofscope.errors import OutputExistsError, RoofscopeError
-from roofscope.fileio import atomic_write, read_maybe_gzip
+from roofscope.fileio import read_maybe_gzip
 from roofscope.reports.html import render_html
 from roofscope.run import REPORT_FILE, SUMMARY_FILE, Run, load, summary_text
 from roofscope.run.counters import COUNTERS_FILE, COUNTERS_REPORT, CountersError, save
+from roofscope.run.manifest import add_files
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -125,9 +126,9 @@ def rerender(run_dir: Path) -> list[str]:
         analysis = analyze(run_dir)
     except RoofscopeError as e:
         return [f"could not re-analyze the Run, so its summary and report predate the counters: {e}"]
-    atomic_write(run_dir / SUMMARY_FILE, summary_text(analysis.to_dict()), force=True)
+    add_files(run_dir, {SUMMARY_FILE: summary_text(analysis.to_dict())})
     if (run_dir / REPORT_FILE).exists():
-        atomic_write(run_dir / REPORT_FILE, render_html(analysis), force=True)
+        add_files(run_dir, {REPORT_FILE: render_html(analysis)})
     return []
 
 

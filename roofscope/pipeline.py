@@ -6,7 +6,9 @@ session stops and hands over what it recorded, this module writes the Run from i
 (roofscope/run/), analyzes it (roofscope/analysis.py), renders report.html and any ``--format``
 outputs into it (reports/registry.py), and :func:`announce` ends the profile on the terminal:
 the summary, or for one rank of a distributed job its note and, on rank 0, the job's merge.
-Collectors import none of this: they only record.
+Collectors import none of this: they only record. Whatever signal comes while a profile ends
+(collectors/lifecycle/), its recorded data is written whole: a signal skips the analysis only, and a
+derived file the disk cannot take is a warning, the Run being whole without it.
 """
 from __future__ import annotations
 
@@ -14,22 +16,23 @@ import gzip
 import signal
 import sys
 import tempfile
-import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from roofscope.analysis import AnalysisSettings, run
 from roofscope.analyzers.ingest import read as load_trace
+from roofscope.collectors.lifecycle import Guard, Interrupted, armed
 from roofscope.config import CeilingOverrides, Presentation, RooflineThresholds
 from roofscope.errors import RoofscopeError
-from roofscope.fileio import atomic_write
-from roofscope.hardware.ceilings import Ceilings, save_ceilings_file
+from roofscope.hardware.ceilings import Ceilings, ceilings_text
 from roofscope.microbench.cpu import ceilings_for_run
 from roofscope.reports.registry import RESULT, RenderOptions, check_formats, renderer
-from roofscope.run import (CEILINGS_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, Run, new_meta, summary_text,
-                           update_meta, write_run)
+from roofscope.run import (CEILINGS_FILE, META_FILE, REPORT_FILE, SUMMARY_FILE, TELEMETRY_FILE, Run, new_meta,
+                           summary_text, update_meta, write_run)
 from roofscope.run.layout import CAPTURE_FILES
+from roofscope.run.manifest import add_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from roofscope.analyzers.model.result import Result
@@ -74,72 +77,24 @@ class SessionResult:
         return None
 
 
-class Interrupted(BaseException):
-    """Raised by :class:`_Signals` into the analysis: a BaseException, so no ``except Exception`` holds it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-class _Signals:
-    """SIGINT and SIGTERM while a finished program's profile is stopped, written and analyzed. Until
-    :meth:`arm` (the recorded data being written) a signal waits, so the data is written whole; once
-    armed, the first signal (or the one that waited) raises :class:`Interrupted` into the analysis,
-    which is skipped with the Run's data kept. A signal that skipped nothing (none armed any more, or
-    a second one) is delivered again, to the handlers before, on leaving. Outside the main thread (no
-    handlers there) signals act as before."""
-
-    def __init__(self) -> None:
-        self.pending: int | None = None
-        self._armed = False
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> "_Signals":
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                old = signal.getsignal(sig)
-                if old not in (signal.SIG_IGN, None):  # ignored (nohup) stays ignored; None: not Python's
-                    self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self._armed:
-            self._armed = False
-            raise Interrupted(signum)
-        if self.pending is None:
-            print(f"roofscope: {signal.Signals(signum).name} received: the recorded profile is being written;"
-                  " stopping right after", file=sys.stderr, flush=True)
-        self.pending = self.pending or signum
-
-    def arm(self, armed: bool = True) -> None:
-        """From now on the first signal raises (``armed``), or waits for the end again."""
-        self._armed = armed
-        if armed and self.pending is not None:
-            signum, self.pending, self._armed = self.pending, None, False
-            raise Interrupted(signum)
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        if self.pending is not None and self._old:
-            signal.raise_signal(self.pending)
-
-
-def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOptions) -> SessionResult:
+def finish(session: "Session", exit_status: dict[str, Any], options: PipelineOptions,
+           guard: Guard | None = None) -> SessionResult:
     """Stop ``session``, write its Run, analyze and render it; the session's files are dropped
     afterwards whatever happens. Call once, whatever ended the program. In a child the program
-    forked, the session is the parent's: nothing is stopped, written or removed."""
+    forked, the session is the parent's: nothing is stopped, written or removed. ``guard`` is the
+    profile's (``roofscope run`` holds one from the start); without one, one is held for the finish."""
     if session.foreign:
         return SessionResult(run=None, analysis=None)
-    with _Signals() as signals:
+    with ExitStack() as stack:
+        guard = guard or stack.enter_context(Guard(redeliver=True))
+        guard.finishing()
         try:
-            return _complete(session, session.stop(exit_status), options, signals)
+            return _complete(session, session.stop(exit_status), options, guard)
         finally:
             session.close()
 
 
-def _complete(session: "Session", c: "Collected", options: PipelineOptions, signals: _Signals) -> SessionResult:
+def _complete(session: "Session", c: "Collected", options: PipelineOptions, guard: Guard) -> SessionResult:
     if c.trace is None:
         return SessionResult(run=None, analysis=None, warnings=c.warnings)
     files: dict[str, bytes | str] = {}
@@ -151,27 +106,49 @@ def _complete(session: "Session", c: "Collected", options: PipelineOptions, sign
     meta = new_meta(session.config.command, **c.fields)
     # What was recorded is written first: a signal or a failed analysis never loses the profile.
     run = _write_recorded(session, meta, c, files)
-    result = None
+    guard.writing = False
     try:
-        signals.arm()
-        result, error, ceilings = _analyze(session, c, meta, options, run.trace_path)
-        if result is not None:
-            summary = result.to_dict()
-            # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
-            # datasheet ones come back from the trace's device name.
-            if result.ceilings.source not in ("datasheet", "none"):
-                ceilings = result.ceilings
-            outputs = render_outputs(result, options)
-            for name, content in outputs.items():
-                atomic_write(run.path / name, content, force=True)
-            atomic_write(run.path / SUMMARY_FILE, summary_text(summary), force=True)
-            run = update_meta(run, steps={**meta["steps"], "recorded": summary["steps"]})
-        if ceilings is not None:
-            save_ceilings_file(ceilings, run.path / CEILINGS_FILE)
-        signals.arm(False)   # the Run is complete: a signal from here on must not escape as Interrupted
+        with guard.armed():      # reading and computing only: a signal skips the rest
+            result, error, ceilings = _analyze(session, c, meta, options, run.trace_path)
+            outputs = render_outputs(result, options) if result is not None else {}
     except Interrupted as e:
         return SessionResult(run=run, analysis=None, warnings=c.warnings, interrupted=e.signum)
+    run = _write_derived(run, meta, result, outputs, ceilings, c.warnings)
     return SessionResult(run=run, analysis=result, warnings=c.warnings, error=error)
+
+
+def _write_derived(run: Run, meta: dict[str, Any], result: "Result | None", outputs: dict[str, bytes | str],
+                   ceilings: "Ceilings | None", warnings: list[str]) -> Run:
+    """The analysis's files beside the recorded data: the summary, the steps recorded, the ceilings, the
+    rendered outputs. The Run is whole without them: a file that cannot be written (a full disk) is a
+    warning, and the others are still tried, the small ones first."""
+    files: dict[str, bytes | str] = {}
+    steps = None
+    if result is not None:
+        summary = result.to_dict()
+        files[SUMMARY_FILE] = summary_text(summary)
+        steps = {**meta["steps"], "recorded": summary["steps"]}
+        # Keep measured or user-given ceilings with the Run so it re-analyzes the same;
+        # datasheet ones come back from the trace's device name.
+        if result.ceilings.source not in ("datasheet", "none"):
+            ceilings = result.ceilings
+    if ceilings is not None:
+        files[CEILINGS_FILE] = ceilings_text(ceilings)
+    failed: list[tuple[str, str]] = []
+    for name, content in {**files, **outputs}.items():
+        try:
+            add_files(run.path, {name: content})
+        except (OSError, RoofscopeError) as e:
+            failed.append((name, _why(e)))
+    if steps is not None:
+        try:
+            run = update_meta(run, steps=steps)
+        except (OSError, RoofscopeError) as e:
+            failed.append((META_FILE + "'s recorded steps", _why(e)))
+    if failed:
+        warnings.append(f"the Run's recorded data is in {run.path}, but {', '.join(n for n, _ in failed)} could not"
+                        f" be written there ({failed[0][1]}); `roofscope analyze {run.path}` reads it whole")
+    return run
 
 
 def _write_recorded(session: "Session", meta: dict[str, Any], c: "Collected", files: dict[str, bytes | str]) -> "Run":
@@ -186,8 +163,9 @@ def _write_recorded(session: "Session", meta: dict[str, Any], c: "Collected", fi
         rescue = Path(tempfile.mkdtemp(prefix=f"roofscope-rescue-{session.config.name}-"))
         run = write_run(rescue, meta=meta, trace=c.trace, files=files, force=True)
     except (OSError, RoofscopeError) as e:
+        session.keep_files()
         raise RoofscopeError(f"neither {session.out} ({why}) nor a rescue directory ({_why(e)}) took it; the"
-                             f" recorded trace is kept in {session.keep_files()}") from None
+                             f" recorded trace is kept in {c.trace.parent}") from None
     c.warnings.append(f"could not write the Run to {session.out} ({why}); it was saved to {rescue} instead")
     return run
 
@@ -319,6 +297,18 @@ def conclude(part: "JobPart", result: SessionResult, *, exit_code: int, merge_ti
         print(f"{who}; merge the ranks' parts with: {command}")
         return problem
     print(f"{who}; waiting up to {merge_timeout_s:g} s for the other ranks' parts", flush=True)
+    try:
+        with armed():    # waiting and merging write nothing of this rank's: a signal stops them
+            return _merge_job(part, problem, merge_timeout_s, command, quiet, settings)
+    except Interrupted as e:
+        print(f"roofscope: interrupted ({signal.Signals(e.signum).name}) before the job was merged; once every"
+              f" rank-* directory is on one machine, run: {command}", file=sys.stderr)
+        return problem
+
+
+def _merge_job(part: "JobPart", problem: str | None, merge_timeout_s: float, command: str, quiet: bool,
+               settings: PipelineOptions | None) -> str | None:
+    info = part.info
     missing = part.wait_for_parts(merge_timeout_s)
     if missing:
         print(f"roofscope: {_ranks(missing)} of {info.world_size} wrote no part in {part.job_dir} within"

@@ -27,7 +27,10 @@ def test_write_load_round_trip_uses_stored_ceilings(tmp_path):
     out = tmp_path / "runs" / "r1"
     run = write_run(out, meta=new_meta(["train.py", "--lr", "3e-4"], exit_status=0), trace=_cpu_trace(tmp_path),
                     ceilings=CPU, summary={"x": float("nan")})
-    assert sorted(p.name for p in out.iterdir()) == ["ceilings.json", "run.json", "summary.json", "trace.json.gz"]
+    assert sorted(p.name for p in out.iterdir()) == [".roofscope-files", "ceilings.json", "run.json", "summary.json",
+                                                     "trace.json.gz"]
+    assert json.loads((out / ".roofscope-files").read_text())["files"] == ["ceilings.json", "run.json", "summary.json",
+                                                                         "trace.json.gz"]
     assert gzip.decompress((out / "trace.json.gz").read_bytes()).startswith(b"{")
     r = roofscope.load(out)
     assert r.meta["schema_version"] == SCHEMA_VERSION and r.meta["command"] == ["train.py", "--lr", "3e-4"]

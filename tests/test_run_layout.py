@@ -168,7 +168,7 @@ def test_update_meta_replaces_run_json_whole(run_dir: Path) -> None:
     with pytest.raises(msgspec.ValidationError):       # refused before the file is touched
         update_meta(run, steps="three")
     assert load(run_dir).info.counters == entry
-    assert sorted(p.name for p in run_dir.iterdir()) == [layout.META_FILE, layout.TRACE_FILE]
+    assert sorted(p.name for p in run_dir.iterdir()) == [layout.MANIFEST_FILE, layout.META_FILE, layout.TRACE_FILE]
 
 
 # -- derived files --------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Run a user's script (or ``-m`` module) as ``__main__``, the way ``python`` would, and say how it ended.
 
 The script sees the ``sys.argv``, ``sys.path[0]`` and ``__file__`` Python would give it.
-Whatever ends it (returning, ``sys.exit(n)``, an exception, Ctrl-C, ``SIGTERM``) comes
-back as an :class:`Outcome` with the exit code Python would have used, so the caller
-can write the Run first and exit with that code. Interpreter state is restored after.
+Whatever ends it (returning, ``sys.exit(n)``, an exception, Ctrl-C, ``SIGTERM``, ``SIGHUP``) comes
+back as an :class:`Outcome` with the exit code Python (or, for a signal that kills, the shell) would
+show, so the caller can write the Run first and exit with that code; ``os._exit`` is
+collectors/lifecycle/'s. Interpreter state is restored after.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
+from roofscope.collectors.lifecycle import Guard, Terminated
 from roofscope.collectors.session import ProfileComplete
 from roofscope.errors import RoofscopeError
 
@@ -29,14 +31,10 @@ class ScriptError(RoofscopeError):
     """The target cannot be run at all (missing file, unknown module)."""
 
 
-class Terminated(BaseException):
-    """Raised in the main thread by our SIGTERM handler, so the Run is still written."""
-
-
 @dataclass(frozen=True)
 class Outcome:
     code: int
-    reason: str                   # "ok", "exit", "exception", "interrupted", "terminated", "stopped"
+    reason: str                   # "ok", "exit", "exception", "interrupted", "terminated", "stopped", "os._exit"
     detail: str | None = None     # the exception, one line
 
     def as_dict(self) -> dict[str, Any]:
@@ -88,10 +86,6 @@ def _exit_code(e: SystemExit) -> int:
     return 1
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated()
-
-
 def exit_forked_child(code: int) -> NoReturn:
     """End a child the script forked (os.fork) as Python would end it, after its own threads and atexit
     handlers, with its output flushed, but without the C++ static destructors: the profiler's (Kineto's
@@ -109,23 +103,28 @@ def exit_forked_child(code: int) -> NoReturn:
     os._exit(code)
 
 
-def run_target(target: str, args: list[str], module: bool = False) -> Outcome:
-    """Run ``target`` as ``__main__`` with ``args``; never raises for anything the script does."""
+def _execute(target: str, module: bool) -> None:
+    # The script's frames lie below this one's: the guard raises signals into the script only then.
+    if module:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target, run_name="__main__")
+
+
+def run_target(target: str, args: list[str], module: bool = False, guard: Guard | None = None) -> Outcome:
+    """Run ``target`` as ``__main__`` with ``args``; never raises for anything the script does. ``guard``
+    (the profile's, entered) takes the signals; without one, one is held while the script runs."""
+    if guard is None:
+        with Guard() as own:
+            return run_target(target, args, module, own)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    old_term = signal.getsignal(signal.SIGTERM)
-    # Only when the script has not taken SIGTERM over itself (it cannot have yet) and we can.
-    ours = old_term in (signal.SIG_DFL, None)
-    if ours:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    guard.watch(_execute.__code__)
     try:
-        if module:
-            sys.argv = [target] + list(args)  # runpy replaces argv[0] with the module's file
-            sys.path.insert(0, os.getcwd())
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = [target] + list(args)
-            sys.path.insert(0, str(Path(target).resolve().parent))
-            runpy.run_path(target, run_name="__main__")
+        if guard.received is not None:   # a signal came while the profile started: the script never runs
+            raise (KeyboardInterrupt if guard.received == signal.SIGINT else Terminated)(guard.received)
+        sys.argv = [target] + list(args)  # runpy replaces argv[0] with the module's file
+        sys.path.insert(0, os.getcwd() if module else str(Path(target).resolve().parent))
+        _execute(target, module)
         return Outcome(0, "ok")
     except ProfileComplete:
         return Outcome(0, "stopped", "stopped by roofscope after the profiled steps (--exit-after-profile)")
@@ -134,13 +133,11 @@ def run_target(target: str, args: list[str], module: bool = False) -> Outcome:
     except KeyboardInterrupt:
         print("KeyboardInterrupt", file=sys.stderr)
         return Outcome(128 + signal.SIGINT, "interrupted", "KeyboardInterrupt (SIGINT)")
-    except Terminated:
-        return Outcome(128 + signal.SIGTERM, "terminated", "SIGTERM")
+    except Terminated as e:
+        return Outcome(128 + e.signum, "terminated", signal.Signals(e.signum).name)
     except BaseException as e:  # the script's own error: shown as Python would, then reported
         traceback.print_exception(type(e), e, _user_traceback(e.__traceback__))
         return Outcome(1, "exception", "".join(traceback.format_exception_only(type(e), e)).strip())
     finally:
-        if ours:
-            signal.signal(signal.SIGTERM, old_term)
         sys.argv = saved_argv
         sys.path[:] = saved_path

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -24,6 +23,7 @@ from typing import Any, Callable
 
 from roofscope.collectors import cupti, metadata
 from roofscope.collectors.distributed import job_part
+from roofscope.collectors.lifecycle import recording_dir
 from roofscope.collectors.recording.policy import ProfileComplete, StepPolicy
 from roofscope.collectors.recording.recorders import Recorders
 from roofscope.collectors.recording.rules import StepRule
@@ -170,6 +170,8 @@ class Session:
         return claim_output(self.out, self.config.force)
 
     def _release(self) -> None:
+        if self._collector is not None:
+            self._collector.exports.close()
         if self._tmp_cleanup is not None:
             self._tmp_cleanup()
         if self.claim is not None:
@@ -183,7 +185,7 @@ class Session:
         self._cpu_start = metadata.cpu_snapshot()
         self.inductor = enable_inductor_metadata()
         # Not a TemporaryDirectory: its finalizer would also run in a forked child at exit.
-        self._tmp = Path(tempfile.mkdtemp(prefix="roofscope-"))
+        self._tmp = recording_dir(self.claim)   # inside the claimed Run directory, not TMPDIR
         self._tmp_cleanup = weakref.finalize(self, _remove_tmp, str(self._tmp), os.getpid())
         cupti.claim()
         cfg = self.config
@@ -237,6 +239,8 @@ class Session:
         """Keep the recorded files past :meth:`close` (no Run could be written anywhere); where they are."""
         if self._tmp_cleanup is not None:
             self._tmp_cleanup.detach()
+        if self._collector is not None:
+            self._collector.exports.keep()
         return self._tmp
 
     def close(self) -> None:

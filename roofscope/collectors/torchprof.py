@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import OnCompileStart, profiler_start
+from roofscope.collectors.lifecycle import Exports, replace_handler
 from roofscope.collectors.windows import OPENING_DELAY_S, HeldWindow, TimeWindows, kineto_guarded
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
@@ -78,6 +79,7 @@ class TorchCollector(TimeWindows):
         if delay_s < 0:
             raise RoofscopeError("--delay must be >= 0")
         self.trace_path = trace_path
+        self._trace_name = trace_path.name
         self.schedule = schedule or Schedule()
         self.duration_s = duration_s
         self.delay_s = delay_s
@@ -94,7 +96,8 @@ class TorchCollector(TimeWindows):
         # The step-less windows: None (off, or a step boundary came), "armed" (waiting for the first GPU
         # work or for a compilation to end), "recording", "held" (a window's trace is held; no boundary yet)
         self.fallback: str | None = None
-        self.held = HeldWindow(trace_path.parent)
+        self.exports = Exports(trace_path.parent)   # the recording directory, or TMPDIR when it will not do
+        self.held = HeldWindow(self.exports)
         # What the trace on disk is, when it is a step-less window: "recorded" (no boundary ever came)
         # or "kept" (boundaries came but the step schedule recorded nothing).
         self.kept_window: str | None = None
@@ -107,6 +110,7 @@ class TorchCollector(TimeWindows):
         self._compile_watch = OnCompileStart(self._on_compile_start)
         self.window_cut: str | None = None  # why a time window closed early (a compilation began)
         self.lost: str | None = None   # the profiler error that ended collection (another profiler took Kineto)
+        self.unwritten: str | None = None  # why the recorded trace could not be written (a full disk)
         self._prof: Any = None
         self._old_alarm: Any = None
         self.delay_from = "start"      # what --delay counted from
@@ -120,10 +124,14 @@ class TorchCollector(TimeWindows):
     def done(self) -> bool:
         """Everything requested has been recorded (or collection was given up): later steps need no
         profiling."""
-        return self.lost is not None or self.trace_ready
+        return self.lost is not None or self.trace_ready or self.unwritten is not None
 
     def _export(self, prof: Any) -> None:
-        prof.export_chrome_trace(str(self.trace_path))
+        written = self.exports.export(prof, self._trace_name)
+        if written is None:
+            self.unwritten = self.exports.failed
+            return
+        self.trace_path = written
         self.trace_ready = True
         self.held.drop()          # the schedule's own trace: the step-less window is not needed
 
@@ -149,7 +157,7 @@ class TorchCollector(TimeWindows):
                 self._maybe_begin()
             # A profiler already recording (no wait, no warm-up, no settling) records a step-less script anyway.
             if self.stepless_after_s and self.phase != "recording" and main:
-                self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
+                self._old_alarm = replace_handler(signal.SIGALRM, self._on_alarm)
                 self.fallback = "armed"
                 self._from_first_gpu_work(OPENING_DELAY_S if opening else self.stepless_after_s,
                                           lambda: self.fallback == "armed")
@@ -160,7 +168,7 @@ class TorchCollector(TimeWindows):
 
         # Always RECORD: a schedule (unlike none) makes prof.step() mark ProfilerStep#N.
         self._prof = self._new_profile(lambda _: ProfilerAction.RECORD)
-        self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
+        self._old_alarm = replace_handler(signal.SIGALRM, self._on_alarm)
         self.window = "waiting"
         if self.delay_s > 0:
             self._from_first_gpu_work(self.delay_s, lambda: self.window == "waiting")
@@ -334,7 +342,11 @@ class TorchCollector(TimeWindows):
         except RuntimeError as e:
             self._lose(e)
         self._prof = None
-        if not self.trace_ready and self.held.keep_as(self.trace_path):
+        if self.trace_ready:   # the program may have removed the directory the trace was exported to
+            self.trace_path = self.exports.recover(self.trace_path) or self.trace_path
+        kept = self.held.keep_as(self._trace_name) if not self.trace_ready else None
+        if kept is not None:
+            self.trace_path = kept
             self.kept_window = "recorded" if self.steps == 0 else "kept"
             self.trace_ready = True
         self.held.drop()
@@ -342,6 +354,8 @@ class TorchCollector(TimeWindows):
 
     def shortfall(self) -> str | None:
         """Why the requested steps or window were not all recorded, or None."""
+        if self.unwritten is not None and not self.trace_ready:
+            return f"the profiled steps were recorded but their trace could not be written: {self.unwritten}"
         said = self._schedule_shortfall()
         if self.lost is None:
             return said

@@ -25,6 +25,7 @@ Kineto sessions that follow one another are where the hazards are:
 
 The alarm's handler runs between the main thread's bytecodes, so no op is half-recorded; a window
 that records ticks every :data:`WINDOW_TICK_S` to see a compilation the callbacks missed.
+Every trace, the windows' and the step schedule's, is exported through collectors/lifecycle/recording.py.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from typing import Any, Callable
 
 from roofscope.collectors import cupti
 from roofscope.collectors.compiling import another_profiler, compiling, dynamo_cause, dynamo_imported
+from roofscope.collectors.lifecycle import Exports, restore_handler
 
 # The step-less windows' trace is held beside the step schedule's: the latest window is exported
 # aside and becomes the Run's trace only when the step schedule records none of its own. A stopped
@@ -48,7 +50,7 @@ HELD_NAME = "stepless-window.json"
 @dataclass
 class HeldWindow:
     """The latest step-less window's exported trace, and when it ran."""
-    directory: Path
+    exports: Exports
     first_work: float | None = None     # time.monotonic() of the program's first GPU work (its start on a CPU)
     span: tuple[float, float] = (0.0, 0.0)   # the window's start and end, seconds after first_work
     windows: int = 0                    # windows opened; the first is the opening one
@@ -66,23 +68,24 @@ class HeldWindow:
     def hold(self, prof: Any) -> None:
         """torch.profiler's ``on_trace_ready`` for a window: export it aside (replacing an earlier one)."""
         self.span = (self.span[0], self.since_first_work())   # writing it out is no part of it
-        self.path = self.directory / HELD_NAME
-        prof.export_chrome_trace(str(self.path))
+        exported = self.exports.export(prof, HELD_NAME)
+        if exported is None:
+            return        # not written (a full disk): an earlier window, if any, stays held
+        self.path = exported
         if self.on_hold is not None:
             self.on_hold(self.path)
 
     def drop(self) -> None:
         if self.path is not None:
-            self.path.unlink(missing_ok=True)
+            self.exports.drop(self.path)
             self.path = None
 
-    def keep_as(self, trace: Path) -> bool:
-        """Make the held window the Run's trace; False when none is held."""
-        if self.path is None:
-            return False
-        self.path.replace(trace)
-        self.path = None
-        return True
+    def keep_as(self, name: str) -> Path | None:
+        """Make the held window the Run's trace, renamed ``name`` where it lies; None when none is held."""
+        held, self.path = self.path, None
+        if held is not None:
+            held = self.exports.recover(held)
+        return held.replace(held.with_name(name)) if held is not None else None
 
     def words(self, counted_from: str, late_after: float | None) -> str:
         """Which stretch the window covers, for the shortfall (``late_after``: --stepless-after)."""
@@ -218,7 +221,7 @@ class TimeWindows:
     def _disarm(self) -> None:
         """Cancel the alarm and give SIGALRM back to whoever had it."""
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, self._old_alarm if self._old_alarm is not None else signal.SIG_DFL)
+        restore_handler(signal.SIGALRM, self._old_alarm)
 
     def _begin_stepless(self) -> None:
         """No step boundary yet (so no step profiler either: :meth:`start`): record a time window from

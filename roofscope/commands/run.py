@@ -1,13 +1,16 @@
 """`roofscope run [OPTIONS] SCRIPT [ARGS]...`: profile an unmodified script and write a Run."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from roofscope.analyzers.cost.formulas.custom import load_all
 from roofscope.collectors.counters import cupti_probe
-from roofscope.collectors.script import check_target, exit_forked_child, run_target
+from roofscope.collectors.lifecycle import Guard, intercept_exit
+from roofscope.collectors.script import Outcome, check_target, exit_forked_child, run_target
 from roofscope.collectors.session import Session, SessionConfig
 from roofscope.collectors.steps import check_script_step_on
 from roofscope.commands.counters import recorded_target
@@ -17,7 +20,7 @@ from roofscope.config import (CeilingOverrides, Collection, Presentation, RankMe
                               values)
 from roofscope.counters import after_run, check_before_run
 from roofscope.errors import RoofscopeError
-from roofscope.pipeline import PipelineOptions, announce, finish
+from roofscope.pipeline import PipelineOptions, SessionResult, announce, finish
 from roofscope.run import Run
 from roofscope.verify import NothingToVerify, verify_run
 
@@ -62,34 +65,65 @@ def run(opts: RunOptions) -> int:
     config = SessionConfig(out=Path(opts.out) if opts.out else None, force=opts.force, name=_name(opts),
                            command=opts.argv, experimental_config=experimental, script=script,
                            **values(Collection, opts))
-    session = Session(config).start()
-    outcome = run_target(opts.target, list(opts.args), module=opts.module)
-    sys.stdout.flush()
-    if session.foreign:
-        exit_forked_child(outcome.code)  # a child the script forked: the Run is its parent's
-    try:
-        result = finish(session, outcome.as_dict(), options)
-    except (RoofscopeError, OSError) as e:
-        # The script's own exit code still wins over ours.
-        print(f"roofscope: error: could not write the Run: {e}", file=sys.stderr)
-        return outcome.code or RoofscopeError.exit_code
-    problem = announce(session, result, exit_code=outcome.code, merge_timeout_s=opts.merge_timeout, top=opts.top,
-                       quiet=opts.quiet, options=options)
+    # From before the profile starts to the end of its Run: a signal outside the script waits for the Run.
+    with Guard() as guard:
+        session = Session(config).start()
+
+        def os_exit(code: int) -> None:   # the script called os._exit(code): the process exits with it after
+            _end(opts, options, session, guard, Outcome(code, "os._exit", f"os._exit({code})"))
+
+        with intercept_exit(os_exit):
+            outcome = run_target(opts.target, list(opts.args), module=opts.module, guard=guard)
+        sys.stdout.flush()
+        if session.foreign:
+            exit_forked_child(outcome.code)  # a child the script forked: the Run is its parent's
+        code, result = _end(opts, options, session, guard, outcome)
+    # Outside the guard: the counters pass and verify run the program again, and a signal must stop them at once.
+    if result is None or guard.received is not None:
+        return code
     if opts.counters == "ncu":
-        counters_code = after_run(result.run, recorded_target, outcome.code, opts.counters_sample, opts.quiet, opts.counters_skip,
-                                  **filters)
+        counters_code = after_run(result.run, recorded_target, outcome.code, opts.counters_sample, opts.quiet,
+                                  opts.counters_skip, **filters)
         if counters_code:
             return counters_code
     if opts.verify and not result.interrupted:
         verify_code = _verify(result.run, outcome.code, opts.quiet, distributed=session.part is not None)
         if verify_code:
             return verify_code
-    if result.interrupted:
-        return outcome.code or 128 + result.interrupted
-    if outcome.code != 0:
-        print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
-        return outcome.code
-    return RoofscopeError.exit_code if problem else 0
+    return code
+
+
+def _end(opts: RunOptions, options: PipelineOptions, session: Session, guard: Guard,
+         outcome: Outcome) -> tuple[int, SessionResult | None]:
+    """After the script, however it ended: the Run written and announced; the process's exit code."""
+    try:
+        result = finish(session, outcome.as_dict(), options, guard)
+    except (RoofscopeError, OSError) as e:
+        # The script's own exit code still wins over ours.
+        print(f"roofscope: error: could not write the Run: {e}", file=sys.stderr)
+        return outcome.code or RoofscopeError.exit_code, None
+    try:
+        problem = announce(session, result, exit_code=guard.exit_code(outcome.code),
+                           merge_timeout_s=opts.merge_timeout, top=opts.top, quiet=opts.quiet, options=options)
+        if outcome.code != 0:
+            print(f"roofscope: {opts.target} exited with code {outcome.code} ({outcome.reason})", file=sys.stderr)
+        elif guard.received is not None and not result.interrupted:
+            print(f"roofscope: {signal.Signals(guard.received).name} received after the Run was written;"
+                  " stopping", file=sys.stderr)
+    except OSError:
+        # The terminal is gone (a hang-up, a closed pipe): the Run is written and the exit code stands.
+        _silence()
+        problem = result.problem()
+    if outcome.code != 0 or guard.received is not None:
+        return guard.exit_code(outcome.code), result
+    return (RoofscopeError.exit_code if problem else 0), result
+
+
+def _silence() -> None:
+    """Send what is left to print (and the interpreter's last flush) to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
 
 
 def _verify(r: Run | None, script_code: int, quiet: bool, distributed: bool) -> int:

@@ -424,12 +424,15 @@ def save_ceilings_file(ceilings: Ceilings, path: str | os.PathLike[str], force: 
     Atomic because a crashed or interrupted microbenchmark must never leave a
     half-written file that a later run would trust.
     """
-    p = Path(path)
+    return atomic_write(Path(path), ceilings_text(ceilings), force=force)
+
+
+def ceilings_text(ceilings: Ceilings) -> str:
+    """The ceilings file's content (schema 1)."""
     try:
-        text = json.dumps(ceilings_payload(ceilings), indent=2, sort_keys=False, allow_nan=False) + "\n"
+        return json.dumps(ceilings_payload(ceilings), indent=2, sort_keys=False, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
         raise DeviceError(f"cannot serialise ceilings for {ceilings.device!r}: {e}") from None
-    return atomic_write(p, text, force=force)
 
 
 def ceilings_payload(ceilings: Ceilings) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The Run: a versioned directory holding everything one profile collected.
 
 ``layout`` names its files (and a job directory's), ``schema`` types its documents and holds
-the version policy every reader applies, ``directory`` opens and writes a Run, ``derived``
+the version policy every reader applies, ``directory`` opens and writes a Run, ``manifest`` lists
+the files roofscope wrote into one (what ``--force`` may replace), ``derived``
 stamps the files computed from it (summary.json, report.html). The names
 below are the package's public face; other modules import them from here.
 """

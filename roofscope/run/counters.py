@@ -24,10 +24,10 @@ import msgspec
 import pandas as pd
 
 from roofscope.errors import OutputExistsError, RoofscopeError
-from roofscope.fileio import atomic_write
 from roofscope.run.directory import load as load_run
 from roofscope.run.directory import update_meta
 from roofscope.run.layout import COUNTERS_FILE, COUNTERS_REPORT
+from roofscope.run.manifest import add_files, record
 from roofscope.run.schema import COUNTERS_VERSION, CountersEntry, CountersHeader, check_version
 
 
@@ -60,9 +60,10 @@ def save(run_dir: str | os.PathLike, table: pd.DataFrame, meta: dict[str, Any], 
     doc = {"version": COUNTERS_VERSION, **meta}
     header = msgspec.convert(doc, CountersHeader)   # the typed fields run.json's entry is made of
     doc["columns"] = _columns(table)
-    atomic_write(path, gzip.compress(msgspec.json.encode(doc), compresslevel=6), force=True)
+    add_files(run.path, {COUNTERS_FILE: gzip.compress(msgspec.json.encode(doc), compresslevel=6)})
     rep = run.path / COUNTERS_REPORT
     if report is not None:
+        record(run.path, [COUNTERS_REPORT])
         # From a temporary directory, often on another file system: copy beside, then rename.
         partial = rep.with_name(f".{rep.name}.tmp")
         shutil.move(str(report), partial)

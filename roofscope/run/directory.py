@@ -1,9 +1,10 @@
 """The Run directory: opening one (typed metadata, one version policy) and writing one whole.
 
-A Run is written into a temporary sibling directory and renamed into place, so a reader
-never sees half a Run; an existing directory is replaced only with ``force``. Files added
-to a Run later (counters, a re-rendered summary) and run.json updates are each written
-atomically. Analysis needs nothing but the Run's files: a Run re-analyzes on any machine.
+A Run's files are staged in a hidden directory inside it and moved into place with run.json last, so
+a reader never sees half a Run; an existing Run is replaced only with ``force``, and then only the files
+roofscope wrote (manifest.py), never the user's kept beside them. Files added to a Run later (counters, a
+re-rendered summary) and run.json updates are each written atomically. Analysis needs nothing but the
+Run's files: a Run re-analyzes on any machine.
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ import msgspec
 
 from roofscope.errors import OutputExistsError, RoofscopeError, TraceError
 from roofscope.fileio import atomic_write
-from roofscope.run import derived
-from roofscope.run.layout import CEILINGS_FILE, META_FILE, SUMMARY_FILE, TELEMETRY_FILE, TRACE_FILE
+from roofscope.run import derived, manifest
+from roofscope.run.layout import (CEILINGS_FILE, HOUSEKEEPING_PREFIX, META_FILE, RECORDING_PREFIX, SUMMARY_FILE,
+                                  TELEMETRY_FILE, TRACE_FILE)
 from roofscope.run.schema import RUN_SCHEMA_VERSION, RunMeta, read_versioned
 from roofscope.version import __version__
 
@@ -44,7 +46,8 @@ class OutputBusyError(OutputExistsError):
 
 
 # Marks a Run directory as being written, from before the script starts until its Run is complete.
-CLAIM_FILE = ".roofscope-claim"
+CLAIM_FILE = HOUSEKEEPING_PREFIX + "claim"
+STAGING_PREFIX = HOUSEKEEPING_PREFIX + "staging-"
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ def load(path: str | os.PathLike, recompute: Callable[[Path], dict[str, Any]] | 
     p = Path(path)
     if not p.exists():
         raise RunError(f"{p}: no such directory")
+    if p.is_dir() and not is_run_dir(p) and orphaned_traces(p):
+        raise RunError(f"{p}: no Run was written here: {_orphans_text(p)}")
     if not p.is_dir() or not is_run_dir(p):
         raise RunError(f"{p}: not a roofscope Run directory (no {META_FILE})")
     meta, info = read_meta(p)
@@ -230,9 +235,37 @@ def _is_our_run(path: Path) -> bool:
     return isinstance(meta, dict) and "schema_version" in meta and isinstance(meta.get("environment"), dict)
 
 
+def orphaned_traces(path: Path) -> list[Path]:
+    """Traces a profile recorded in ``path`` that no Run was written from: its process died (killed, crashed)
+    before it could write one, or could write it nowhere."""
+    # A recording holds Kineto's exports (*.json), a Run being staged its trace.json.gz beside run.json.
+    found = [f for d in sorted(path.glob(RECORDING_PREFIX + "*")) for f in sorted(d.glob("*.json")) if f.is_file()]
+    return found + [f for f in sorted(path.glob(f"{STAGING_PREFIX}*/{TRACE_FILE}")) if f.is_file()]
+
+
+def _orphans_text(path: Path) -> str:
+    traces = orphaned_traces(path)
+    return (f"a profile recorded {traces[0]}{f' (and {len(traces) - 1} more)' if len(traces) > 1 else ''} but its"
+            f" process ended before writing a Run from it; `roofscope analyze {traces[0]}` reads it")
+
+
+def _drop_empty_leftovers(path: Path) -> None:
+    """A dead profile's recording or staging directory holding no trace: nothing of value, removed."""
+    kept = {f.parent for f in orphaned_traces(path)}
+    for d in list(path.glob(RECORDING_PREFIX + "*")) + list(path.glob(STAGING_PREFIX + "*")):
+        if d.is_dir() and d not in kept:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _users(path: Path) -> list[str]:
+    """What ``path`` holds besides roofscope's bookkeeping (the claim, the manifest, recordings)."""
+    return [e for e in os.listdir(path) if not e.startswith(HOUSEKEEPING_PREFIX)]
+
+
 def check_replaceable(target: Path, force: bool) -> None:
-    """Refuse an existing ``target`` unless ``force`` and it is a Run or an empty directory: ``--force``
-    must never delete a folder of the user's own files."""
+    """Refuse an existing ``target`` unless ``force`` and it is a Run (or holds roofscope's files) or an empty
+    directory: ``--force`` must never write over a folder of the user's own files. A trace a dead profile left
+    there is named, and kept."""
     if os.path.realpath(target) in _cwd_and_parents():
         raise OutputExistsError(f"{target} is the current directory or one above it; choose a new directory for"
                                 " the Run, e.g. -o runs/NAME")
@@ -240,10 +273,10 @@ def check_replaceable(target: Path, force: bool) -> None:
         return
     if not target.is_dir():
         raise OutputExistsError(f"{target} exists and is not a directory; choose another output directory")
-    entries = [e for e in os.listdir(target) if e != CLAIM_FILE]
     if not force:
-        raise OutputExistsError(f"{target} already exists; pass --force to overwrite it")
-    if entries and not _is_our_run(target):
+        orphans = f" and {_orphans_text(target)}" if orphaned_traces(target) else ""
+        raise OutputExistsError(f"{target} already exists{orphans}; pass --force to overwrite it")
+    if _users(target) and not (_is_our_run(target) or manifest.listed(target) is not None):
         raise OutputExistsError(f"{target} is not a roofscope Run (no {META_FILE} of ours) and not empty: --force"
                                 " replaces only a Run or an empty directory; choose another output directory")
 
@@ -278,11 +311,9 @@ def claim_output(out: str | os.PathLike, force: bool) -> Claim:
                                           f" on {holder.get('host')}); choose another output directory") from None
                 # A dead run's claim: taken over, and with it an empty directory that run left.
                 (target / CLAIM_FILE).unlink(missing_ok=True)
-                force = force or not os.listdir(target)
+                _drop_empty_leftovers(target)
+                force = force or not (_users(target) or orphaned_traces(target))
             check_replaceable(target, force)
-            if not os.access(target.parent, os.W_OK | os.X_OK):
-                # The Run replaces the directory through a sibling: its parent must be writable too.
-                raise PermissionError(13, "Permission denied", str(target.parent))
         try:
             fd = os.open(target / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -303,8 +334,8 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
     """Write a Run to ``out`` atomically. ``trace`` is a file (gzipped here if it is not) or bytes;
     ``files`` maps further plain file names (telemetry, report) to their contents; ``summary``
     is stored stamped with the analysis version that computed it. ``claim`` (``out``'s, from
-    :func:`claim_output`) lets the Run replace the claimed directory and keeps the claim marker in
-    the new one until released; without it only ``force`` replaces, and only a Run or an empty directory."""
+    :func:`claim_output`) lets the Run replace the claimed directory's Run; without it only ``force``
+    replaces, and only a Run or an empty directory. Only the earlier Run's own files are replaced."""
     import gzip
 
     # Imported here, not at the top: hardware/ceilings.py imports run/schema.py, and so this package's
@@ -318,8 +349,9 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
     text = json.dumps(meta, indent=1, default=str)
     info = read_versioned(json.loads(text), RunMeta, key="schema_version", current=SCHEMA_VERSION, what="Run",
                           where=str(target / META_FILE), error=RunError)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    created = not target.exists()
+    target.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target))
     try:
         data = trace if isinstance(trace, bytes) else Path(trace).read_bytes()
         if data[:2] != b"\x1f\x8b":
@@ -328,25 +360,17 @@ def write_run(out: str | os.PathLike, *, meta: dict[str, Any], trace: str | os.P
         if ceilings is not None:
             save_ceilings_file(ceilings, tmp / CEILINGS_FILE)
         for name, content in (files or {}).items():
-            if Path(name).name != name or name in (META_FILE, TRACE_FILE, SUMMARY_FILE):
+            if Path(name).name != name or name in (META_FILE, TRACE_FILE, SUMMARY_FILE) or \
+                    name.startswith(HOUSEKEEPING_PREFIX):
                 raise ValueError(f"invalid Run file name {name!r}")
             (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
         if summary is not None:
             (tmp / SUMMARY_FILE).write_text(derived.summary_text(summary))
         (tmp / META_FILE).write_text(text)
-        if claim is not None and claim.path == target:
-            (tmp / CLAIM_FILE).write_text(claim.token)   # held until the analysis has added its files
-        os.chmod(tmp, 0o755)
-        if target.exists():
-            # Move the old Run aside first so a failure never leaves neither.
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        manifest.replace_files(target, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            shutil.rmtree(target, ignore_errors=True)
         raise
     return Run(path=target, meta=json.loads(text), info=info)

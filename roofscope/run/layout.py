@@ -12,6 +12,11 @@ A Run (schema 1)::
     counters.ncu-rep         Nsight Compute's own report of the counters pass (optional)
     graph-capture-NNNN.json.gz  one trace per recorded CUDA-graph capture (optional; analyzers/cost/graphs.py)
     verify.json              the fixes re-run in the program by `roofscope verify` (optional; run/verification.py)
+    .roofscope-files         the manifest: every file above that roofscope wrote (manifest.py; --force replaces
+                             those and never another file kept in the directory)
+
+While a profile runs, its Run directory also holds ``.roofscope-claim`` (directory.py) and the recording
+(``.roofscope-recording-*/``: the profiler's exports until the Run is written from them).
 
 A job directory (torchrun: one Run per rank, collectors/distributed.py)::
 
@@ -33,6 +38,15 @@ COUNTERS_REPORT = "counters.ncu-rep"
 CAPTURE_FILES = "graph-capture-{:04d}.json.gz"   # .format(i): the i-th recorded capture
 CAPTURE_GLOB = "graph-capture-*.json.gz"
 VERIFY_FILE = "verify.json"
+MANIFEST_FILE = ".roofscope-files"
+
+# Every name roofscope gives its own bookkeeping inside a Run directory begins so (the manifest, the claim,
+# the recording, the files being staged): none is the user's, none is a Run file.
+HOUSEKEEPING_PREFIX = ".roofscope-"
+RECORDING_PREFIX = ".roofscope-recording-"
+# A Run's files before the manifest existed: what --force may replace in a Run that has none.
+RUN_FILES = (META_FILE, TRACE_FILE, CEILINGS_FILE, TELEMETRY_FILE, SUMMARY_FILE, REPORT_FILE, COUNTERS_FILE,
+             COUNTERS_REPORT, VERIFY_FILE)
 
 JOB_FILE = "job.json"
 # What `roofscope merge` writes into a job directory beside the parts.

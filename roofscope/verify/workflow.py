@@ -31,6 +31,7 @@ from roofscope.fixes import FIXES, load_modules, parse
 from roofscope.reports.phrases import verification_lines
 from roofscope.run import load
 from roofscope.run.layout import VERIFY_FILE
+from roofscope.run.manifest import record
 from roofscope.run.verification import FixVerdict, Verification, text
 from roofscope.text import duration
 from roofscope.verify.candidates import Candidate, choose
@@ -139,6 +140,7 @@ def verify_run(run_dir: str | Path, program_of: ProgramOf, settings: VerifySetti
     doc = Verification(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        settings={**asdict(settings), "fixes": list(asked), "step_on": program.step_on},
                        fixes=verdicts)
+    record(r.path, [VERIFY_FILE])    # listed before written: --force may replace it, as every Run file
     atomic_write(out, text(doc), force=force)
     for w in rerender(r.path):
         print(f"roofscope: warning: {w}", file=sys.stderr)

@@ -362,7 +362,7 @@ class StepPolicy:
                         + "): the profile is the earlier one, of steps that may be cold")
             self.rearmed = None
         elif shortfall:
-            said.append(shortfall + self._step_hint(exit_status))
+            said.append(shortfall + ("" if c.unwritten else self._step_hint(exit_status)))
         elif self.config.settle > 0 and not self.rearmed and self.part is None and not c.windowed \
                 and c.kept_window is None and c.trace_ready:
             said.append(
