@@ -35,6 +35,9 @@ if [ "${SET:-1}" = 1 ]; then
   chain 2 advice "LIMIT=\${ALIMIT:-70} bash benchmarks/real_clients/device_advice.sh" \
     ". benchmarks/real_clients/device_env.sh; for r in rc/*/; do python3 benchmarks/real_clients/show_findings.py \${r%/} --roof; done"
   chain 3 gpu_suite ". benchmarks/real_clients/device_env.sh; python3 -m pytest -q -m gpu -p no:cacheprovider tests/ --timeout 300 2>&1 | tail -30"
+elif [ "$SET" = one ]; then   # one GPU (nvidia-h200): the suite on the final code, then verify ResNet's two CPU-free fixes
+  chain 0 single ". benchmarks/real_clients/device_env.sh; python3 -m pytest -q -m gpu -p no:cacheprovider tests/ --timeout 200 2>&1 | tail -30" \
+    "PAIRS=3 BUDGET=120; . benchmarks/real_clients/device_env.sh; $(verify_one resnet_plain resnet50_channels_last.py --plain --steps 60 | sed 's/--top 3/--fix channels_last --fix compile/')"
 else   # SET=2: the suite again on the final code, the two-GPU job (GPUs 1 and 2), verify with more pairs
   chain 0 gpu_suite ". benchmarks/real_clients/device_env.sh; python3 -m pytest -q -m gpu -p no:cacheprovider tests/ --timeout 300 2>&1 | tail -30"
   chain 1,2 ddp "bash benchmarks/real_clients/device_ddp_straggler.sh \${STALL:-25} 2"
