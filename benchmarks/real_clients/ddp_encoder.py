@@ -1,6 +1,7 @@
 """A DDP training loop as people write it: torch's own nn.TransformerEncoder (6 layers), bf16 autocast,
 AdamW, run under torchrun; `--stall-rank R --stall-ms MS` makes rank R do MS of extra host work per step
-(a sleep before its forward: a slow data loader or logging on one rank). It prints its own step timer
+(a sleep before its forward: a slow data loader or logging on one rank). `--share-gpu` puts every rank on
+cuda:0 over gloo (NCCL refuses two ranks on one GPU), for a machine of one GPU. It prints its own step timer
 (CUDA events between step ends, median of the second half), per rank, for checking roofscope's job view
 against (issue 42)."""
 from __future__ import annotations
@@ -25,11 +26,17 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--stall-rank", type=int, default=-1)
     ap.add_argument("--stall-ms", type=float, default=0.0)
+    ap.add_argument("--share-gpu", action="store_true")
     args = ap.parse_args()
     rank, local = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    if args.share_gpu:
+        local = 0
     torch.cuda.set_device(local)
     device = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=device)
+    if args.share_gpu:
+        dist.init_process_group("gloo")
+    else:
+        dist.init_process_group("nccl", device_id=device)
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(args.d_model, nhead=16, dim_feedforward=4 * args.d_model, batch_first=True)
     model = DistributedDataParallel(nn.TransformerEncoder(layer, args.layers).to(device), device_ids=[local])

@@ -2,7 +2,8 @@
 # Issue 42 on two GPUs (nvidia-h200-x2): the job's own step and the straggler's saving against plain runs.
 # Plain torchrun runs of ddp_encoder.py, balanced and with rank 1 stalling STALL ms per step, alternated
 # PAIRS times (the script's own timer), then one roofscope run of each; the job lines and summary.json's
-# figures go to $OUT. Usage: device_ddp_straggler.sh [STALL_MS] [PAIRS]
+# figures go to $OUT. Usage: device_ddp_straggler.sh [STALL_MS] [PAIRS]; DDP_ARGS (e.g. --share-gpu) go to
+# the client.
 set -u
 stall=${1:-25}; pairs=${2:-2}
 out=${OUT:-/tmp/ddp-out}; mkdir -p "$out"
@@ -11,12 +12,12 @@ client=benchmarks/real_clients/ddp_encoder.py
 tr() { python -m torch.distributed.run --standalone --nproc-per-node 2 "$@"; }
 for i in $(seq "$pairs"); do
   for v in balanced stall; do
-    extra=(); [ "$v" = stall ] && extra=(--stall-rank 1 --stall-ms "$stall")
+    extra=(${DDP_ARGS:-}); [ "$v" = stall ] && extra+=(--stall-rank 1 --stall-ms "$stall")
     tr "$client" "${extra[@]}" 2>&1 | grep ddp_encoder | sed "s/^/plain $v pair $i: /" | tee -a "$out/plain.txt"
   done
 done
 for v in balanced stall; do
-  extra=(); [ "$v" = stall ] && extra=(--stall-rank 1 --stall-ms "$stall")
+  extra=(${DDP_ARGS:-}); [ "$v" = stall ] && extra+=(--stall-rank 1 --stall-ms "$stall")
   tr -m roofscope run -o "/tmp/rs-$v" --force "$client" "${extra[@]}" >"$out/roofscope-$v.log" 2>&1
   echo "roofscope $v: exit $?" | tee -a "$out/plain.txt"
   grep -E "ddp_encoder|roofscope job|straggler|^ +[01] " "$out/roofscope-$v.log" | sed "s/^/roofscope $v: /"
