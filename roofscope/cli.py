@@ -169,8 +169,8 @@ def verify_cmd(**kwargs: object) -> int:
     """Check RUN's top recommendations in the program itself: run it again, alternately without and with
     each fix injected (no source edit), timing its own steps without the profiler, until the saving's
     interval is narrow or the budget spent; compare its losses or outputs too. Writes RUN/verify.json
-    (each fix verified, mispredicted, no effect, slower, crashed, changes results or not applicable)
-    and renders the Run's summary and report again with the verdicts (docs/verify.md)."""
+    (each fix verified, mispredicted, no effect, slower, undecided, crashed, changes results or not
+    applicable) and renders the Run's summary and report again with the verdicts (docs/verify.md)."""
     from roofscope.commands.verify import VerifyOptions, run  # start-up time
 
     for key in ("fixes", "fix_modules"):

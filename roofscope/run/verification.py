@@ -23,7 +23,8 @@ from roofscope.run.directory import RunError
 from roofscope.run.layout import VERIFY_FILE
 from roofscope.run.schema import VERIFY_VERSION, FixVerdict, Verification, read_versioned
 
-STATUSES = ("verified", "mispredicted", "no effect", "slower", "crashed", "changes results", "not applicable")
+STATUSES = ("verified", "mispredicted", "no effect", "slower", "undecided", "crashed", "changes results",
+            "not applicable")
 # Statuses whose saving was measured: a Run ranks their findings by it.
 MEASURED = ("verified", "mispredicted", "no effect", "slower")
 

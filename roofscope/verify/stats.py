@@ -6,8 +6,9 @@ median step time less the fix run's (positive: the fix saves). The saving is the
 the pairs, with its 95% Student's t interval. A fix's status, in this order: crashed
 (a run with it failed), not applicable (it changed nothing in this program), changes results (its
 losses or outputs moved beyond the tolerance while two baseline runs agreed), slower (the interval
-below 0), no effect (the interval holds 0), verified (the saving within :data:`VERIFIED` times the
-prediction), mispredicted (outside, or no prediction).
+below 0), no effect (the interval holds 0 and no saving past the precision asked for), undecided (it
+holds 0 and a saving past that: too few pairs to tell), verified (the saving within :data:`VERIFIED`
+times the prediction), mispredicted (outside, or no prediction).
 """
 from __future__ import annotations
 
@@ -67,14 +68,20 @@ def interval(diffs: list[float]) -> Interval | None:
     return Interval(mean, mean - half, mean + half, n)
 
 
-def timing_status(ci: Interval, predicted: float | None) -> tuple[str, str]:
-    """(status, reason) of a fix that ran and kept the results, from its saving's interval."""
+def timing_status(ci: Interval, predicted: float | None, negligible_s: float) -> tuple[str, str]:
+    """(status, reason) of a fix that ran and kept the results, from its saving's interval.
+    ``negligible_s``: a saving no larger is none (``--precision`` of the baseline's step); an interval that
+    holds 0 and reaches past it has not told "no effect" from a saving."""
     span = f"{_ms(ci.mean)} ms/step [{_ms(ci.lo)}, {_ms(ci.hi)}] over {ci.n} pairs"
     cost = f"costs {_ms(-ci.mean)} ms/step more [{_ms(-ci.hi)}, {_ms(-ci.lo)}] over {ci.n} pairs"
     if ci.hi < 0:
         return "slower", cost
     if ci.lo <= 0:
-        return "no effect", f"{'saves ' + span if ci.mean >= 0 else cost}: not told apart from 0"
+        said = 'saves ' + span if ci.mean >= 0 else cost
+        if ci.hi <= negligible_s:
+            return "no effect", f"{said}: not told apart from 0"
+        return "undecided", (f"{said}: not told apart from 0 nor from a saving of {_ms(ci.hi)} ms;"
+                             " more pairs would tell (--pairs, --budget-s)")
     if not predicted or predicted <= 0:
         return "mispredicted", f"saves {span}; roofscope predicted no saving for it"
     ratio = ci.mean / predicted

@@ -86,14 +86,16 @@ class Trial:
         self.measured = (len(self.pairs) >= settings.min_pairs
                          and decided(ci, self.cand.predicted_s, base_s, settings.precision))
 
-    def verdict(self) -> FixVerdict:
+    def verdict(self, precision: float) -> FixVerdict:
+        """``precision``: --precision, the fraction of the baseline's step below which a saving is none."""
         ci = interval([b - f for b, f in self.pairs])
         if self.ended is not None:
             status, reason = self.ended
         elif ci is not None:
-            status, reason = timing_status(ci, self.cand.predicted_s)
+            status, reason = timing_status(ci, self.cand.predicted_s,
+                                           precision * statistics.median(b for b, _ in self.pairs))
         else:
-            status, reason = "no effect", f"only {len(self.pairs)} pair measured: no interval"
+            status, reason = "undecided", f"only {len(self.pairs)} pair measured: no interval"
         realized = ci.mean if ci is not None else (self.pairs[0][0] - self.pairs[0][1] if self.pairs else None)
         return FixVerdict(
             rule=self.cand.rule, fix=self.cand.fix, status=status, reason=reason, predicted_s=self.cand.predicted_s,
@@ -135,7 +137,7 @@ def verify_run(run_dir: str | Path, program_of: ProgramOf, settings: VerifySetti
     trials = _plan(chosen, r.meta, settings, say, r.path)
     with tempfile.TemporaryDirectory(prefix="roofscope-verify-") as tmp:
         _rounds(trials, program, settings, Path(tmp), fix_modules, say, estimate_s(r.meta, settings))
-    by_fix = {t.cand.fix: t.verdict() for t in trials}
+    by_fix = {t.cand.fix: t.verdict(settings.precision) for t in trials}
     verdicts = [by_fix[c.fix] if c.fix else _source_edit(c) for c in chosen if not c.fix or c.fix in by_fix]
     doc = Verification(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        settings={**asdict(settings), "fixes": list(asked), "step_on": program.step_on},
@@ -204,7 +206,7 @@ def _rounds(trials: list[Trial], program: Program, settings: VerifySettings, wor
         for t in active:
             t.add(rnd, base, recs[id(t)], baselines, settings)
             if not t.open:
-                v = t.verdict()
+                v = t.verdict(settings.precision)
                 say(f"  -> {t.cand.fix}: {v.status}: {v.reason}")
 
 

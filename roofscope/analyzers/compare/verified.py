@@ -4,7 +4,7 @@ verify.json (run/verification.py) holds one verdict per fix tried, naming the ru
 it answers (and their change). Each finding of those rules takes its verdict. Findings then rank by
 the saving measured where there is one (verified, mispredicted, no effect, slower), by their
 prediction where none was measured (a source edit, a fix not tried or that changed nothing in this
-program), and last when the fix as injected crashed or changed the results; each change's list of
+program) or too few pairs decided nothing (undecided), and last when the fix as injected crashed or changed the results; each change's list of
 findings follows their new ranks.
 """
 from __future__ import annotations
