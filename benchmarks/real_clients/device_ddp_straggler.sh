@@ -9,7 +9,7 @@ stall=${1:-25}; pairs=${2:-2}
 out=${OUT:-/tmp/ddp-out}; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 client=benchmarks/real_clients/ddp_encoder.py
-tr() { python -m torch.distributed.run --standalone --nproc-per-node 2 "$@"; }
+tr() { python3 -m torch.distributed.run --standalone --nproc-per-node 2 "$@"; }
 for i in $(seq "$pairs"); do
   for v in balanced stall; do
     extra=(${DDP_ARGS:-}); [ "$v" = stall ] && extra+=(--stall-rank 1 --stall-ms "$stall")
@@ -22,7 +22,7 @@ for v in balanced stall; do
   echo "roofscope $v: exit $?" | tee -a "$out/plain.txt"
   grep -E "ddp_encoder|roofscope job|straggler|^ +[01] " "$out/roofscope-$v.log" | sed "s/^/roofscope $v: /"
   cp "/tmp/rs-$v/summary.json" "$out/summary-$v.json" 2>/dev/null
-  python - "$out/summary-$v.json" "$v" <<'PY'
+  python3 - "$out/summary-$v.json" "$v" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 print(f"roofscope {sys.argv[2]}: job step {s['step_time_s']*1e3:.2f} ms ({s['step_time_source']}),"
