@@ -49,7 +49,7 @@ from roofscope.analyzers.model.trace import Trace
 from roofscope.analyzers.place.bandwidth import settle
 from roofscope.analyzers.place.measured import apply_counters, counters_summary
 from roofscope.analyzers.place.roofline import above_roof, device_sms, input_bytes, place
-from roofscope.analyzers.views.collectives import kernel_collectives
+from roofscope.analyzers.views.collectives import host_communicates, kernel_collectives
 from roofscope.analyzers.views.inference import inference_metrics, inference_note, step_phases
 from roofscope.analyzers.views.metrics import (metrics, profiled_window, region_times, step_samples, step_table,
                                                utilization_roof)
@@ -203,7 +203,7 @@ def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = Analysis
                            region_times(trace, steps, None if cpu_only else kernels))
     samples = samples.drop(index=partial) if partial else samples
     step_metrics = metrics(samples, roof, model, info.tokens_per_step if info is not None else None, own, tel)
-    communicates = bool((kernels["category"] == "communication").any())
+    communicates = bool((kernels["category"] == "communication").any()) or host_communicates(trace, kernels)
     diagnosis = diagnose(DiagnosisInput(
         trace=trace, kernels=kernels, steps=steps, timeline=tl, ceilings=ceilings, params=params,
         run=RunFacts.of(info, own), cpu_only=cpu_only, gpu_job=gpu_job, inference=inference, telemetry=tel,

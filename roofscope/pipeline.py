@@ -321,4 +321,8 @@ def _merge_job(part: "JobPart", problem: str | None, merge_timeout_s: float, com
         merge([str(part.job_dir)], out=part.job_dir, force=True, quiet=quiet, ceilings=settings, thresholds=settings)
     except RoofscopeError as e:
         return problem or f"merging the ranks' parts failed: {e}; retry with: {command}"
+    except Exception as e:  # noqa: BLE001  the ranks' Runs are written: a defect of the merge must not hide them
+        print(f"roofscope: error: merging the ranks' parts failed inside roofscope ({type(e).__name__}: {e});"
+              f" please report it; every rank's Run is written, retry with: {command}", file=sys.stderr)
+        return problem or "the job was not merged"
     return problem

@@ -113,7 +113,7 @@ def render_terminal(job: "Job", top: int = 5) -> str:
             what = ("enters the collectives last: the others wait" if s.basis == "arrival skew"
                     else "own work")
             out.append(f"straggler: rank {s.rank} {what} +{s.excess_s * 1e3:.2f} ms/step in"
-                       f" {100 * s.positive_share:.0f}% of steps (noise {job.noise_s * 1e3:.2f} ms)"
+                       f" {100 * s.positive_share:.0f}% of steps (noise {s.noise_s * 1e3:.2f} ms)"
                        + (f"; catching up saves at most {s.saving_s * 1e3:.2f} ms/step" if s.saving_s < s.excess_s
                           else "")
                        + (f"; slower: {ker}" if ker else "")

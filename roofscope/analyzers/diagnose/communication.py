@@ -127,7 +127,7 @@ def exposed_comm_finding(exposed_s: float, comm_s: float, step_s: float, collect
         binding="communication",
         saving_s=HIDEABLE_SHARE * exposed_s, confidence="medium" if share >= 0.1 and not peers else "low",
         summary=f"{exposed_s * 1e3:.2f} ms/step ({100 * share:.0f}% of the step) of communication runs with nothing"
-        f" beside it; {100 * overlap:.0f}% of the {comm_s * 1e3:.2f} ms/step of NCCL time overlaps compute{top}."
+        f" beside it; {100 * overlap:.0f}% of the {comm_s * 1e3:.2f} ms/step of communication overlaps compute{top}."
         f" Saving assumes {100 * HIDEABLE_SHARE:.0f}% of the exposed time can be hidden"
         + (f"; on one rank of {peers} it includes waiting for slower ranks (`roofscope merge` of all ranks"
            " separates the two)" if peers else ""),

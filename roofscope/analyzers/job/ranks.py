@@ -27,7 +27,8 @@ from roofscope.analyzers.ingest.source import HEAD_BYTES, unzip_head
 from roofscope.analyzers.job.urls import expand, is_trace_name, is_url, local_path, read_head
 from roofscope.analyzers.model.result import Result
 from roofscope.analyzers.model.trace import Distributed
-from roofscope.analyzers.views.collectives import collective_table, host_comm_steps, kernel_collectives
+from roofscope.analyzers.views.collectives import (collective_table, host_communicates, host_comm_steps,
+                                                   kernel_collectives)
 from roofscope.errors import RoofscopeError, TraceError
 from roofscope.run import RunError, is_run_dir, read_meta
 from roofscope.run.layout import JOB_FILE, RANK_DIR, REPORT_FILE, TRACE_FILE
@@ -268,6 +269,11 @@ def _step_frame(result: Result) -> pd.DataFrame:
     if not len(tl):
         # No GPU timeline (a CPU trace): a CPU process group's collectives are host intervals.
         tl = host_comm_steps(result.trace, result.kernels, result.steps)
+    elif host_communicates(result.trace, result.kernels):
+        # gloo over CUDA tensors: the transfers run on the host, no kernel of the device's timeline
+        # communicates; exposed is the part of them during which the device runs none of the rank's kernels.
+        host = host_comm_steps(result.trace, result.kernels, result.steps)
+        tl = tl.assign(comm_s=host["comm_s"].reindex(tl.index), comm_exposed_s=host["comm_exposed_s"].reindex(tl.index))
     for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s", "idle_queued_s", "idle_other_s", "idle_edge_s"):
         out[c] = tl[c].reindex(out.index).astype(float) if c in tl else np.nan
     # Time on the rank's own work: what the step would take were no collective waited for.

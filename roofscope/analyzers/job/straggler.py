@@ -53,6 +53,7 @@ class Straggler:
     basis: str = "self time"        # "arrival skew" (the collectives' durations) or "self time"
     saving_s: float = 0.0           # excess_s bounded by the balanced step (module docstring)
     bound_s: float = float("nan")   # that bound: the job's own step less the others' GPU work
+    noise_s: float = float("nan")   # the noise its excess passed (rank_noise)
 
 
 @dataclass
@@ -157,23 +158,34 @@ def lateness(results: list[RankResult]) -> pd.DataFrame | None:
     return late.groupby(level="step").sum()
 
 
+def _comparable(self_time: pd.DataFrame) -> pd.DataFrame:
+    # Ranks with no step at all cannot be compared; the rest are compared on the steps all recorded.
+    return self_time.dropna(axis=1, how="all").dropna(how="any")
+
+
+def rank_noise(self_time: pd.DataFrame, rank: int, step_s: float) -> float:
+    """The noise rank ``rank``'s excess must pass: the larger of a share of the step and the other
+    ranks' spread over the steps (module docstring)."""
+    st = _comparable(self_time)
+    others = st.drop(columns=rank)
+    mad = float(np.median((others - others.median(axis=0)).abs().to_numpy())) if others.size else 0.0
+    return max(NOISE_STEP_SHARE * step_s, NOISE_MADS * mad)
+
+
 def detect(self_time: pd.DataFrame, step_s: float) -> tuple[list[tuple[int, float, float]], float]:
     """Stragglers as (rank, median excess, share of positive steps), and the largest noise
     threshold used (see the module docstring). ``self_time``: index step, one column per rank (the
     lateness at the collectives, or self time)."""
-    # Ranks with no step at all cannot be compared; the rest are compared on the steps all recorded.
-    st = self_time.dropna(axis=1, how="all").dropna(how="any")
+    st = _comparable(self_time)
     if st.shape[1] < 2 or not len(st):
         return [], float("nan")
-    dev = (st - st.median(axis=0)).abs()
     found, noise_max = [], 0.0
     for r in st.columns:
         others = st.drop(columns=r)
         # Against the other ranks only: a median that includes the rank itself halves the gap of a
         # two-rank job, and the gap is what the others wait for.
         excess = st[r] - others.median(axis=1)
-        mad = float(np.median(dev.drop(columns=r).to_numpy()))
-        noise = max(NOISE_STEP_SHARE * step_s, NOISE_MADS * mad)
+        noise = rank_noise(st, r, step_s)
         noise_max = max(noise_max, noise)
         pos = float((excess > 0).mean())
         med = float(excess.median())
@@ -284,13 +296,14 @@ def combine(results: list[RankResult], world_size: int, baseline_step_s: float |
                         " left out of the straggler test and the job's medians")
     late = lateness(results)
     basis = "arrival skew" if late is not None else "self time"
-    found, noise = detect(late if late is not None else self_time, step_s)
+    table = late if late is not None else self_time
+    found, noise = detect(table, step_s)
     stragglers = []
     for r, ex, pos in found:
         bound = _balanced_bound(ranks, r, step_s)
         saving = min(ex, bound) if bound == bound else ex
         stragglers.append(Straggler(r, ex, pos, *_evidence(results, r, ex), basis=basis, saving_s=saving,
-                                    bound_s=bound))
+                                    bound_s=bound, noise_s=rank_noise(table, r, step_s)))
     colls = _collectives(results)
     findings = [_straggler_finding(s, step_s) for s in stragglers]
     # The rank that waits least shows the pure communication cost; the others' extra exposed time

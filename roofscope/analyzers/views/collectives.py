@@ -154,6 +154,13 @@ def host_collectives(trace: Trace) -> pd.DataFrame:
     return out.sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
+def host_communicates(trace: Trace, kernels: pd.DataFrame) -> bool:
+    """Whether the trace's collectives are gloo's host intervals: no kernel communicates (a CPU trace's
+    work items are no kernels) and gloo annotated its transfers."""
+    comm_kernel = (kernels["category"] == "communication") & kernels["cat"].eq("kernel")
+    return not comm_kernel.any() and bool(trace.annotations["name"].astype(str).str.startswith("gloo:").any())
+
+
 def _union_s(ts: np.ndarray, end: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
     """Length of the union of the intervals inside each window, in seconds."""
     _, win, cs, ce = _split(ts, end, w_ts, w_end)
@@ -166,15 +173,16 @@ def host_comm_steps(trace: Trace, work: pd.DataFrame, steps: pd.DataFrame) -> pd
     ``comm_s`` (union of the host collectives) and ``comm_exposed_s`` (the part of it during which
     no work item of the rank runs: the rank waits for its peers), ``idle_host_s`` (the rest of the
 step: the host between ops, in Python, sleeping, loading data). ``work``: the CPU work items
-    (the kernels frame of a CPU trace: ``ts_ns``, ``dur_ns``, ``tid``); those on gloo's own
-    threads are the transfer's, not the rank's work. Empty without host collectives or steps."""
+    (the kernels frame of a CPU trace: ``ts_ns``, ``dur_ns``, ``tid``; those on gloo's own threads
+    are the transfer's, not the rank's work), or a GPU trace's kernels (gloo over CUDA tensors).
+    Empty without host collectives or steps."""
     hc = host_collectives(trace)
     if not len(hc) or not len(steps):
         return pd.DataFrame({c: [] for c in ("busy_s", "comm_s", "comm_exposed_s", "idle_host_s")},
                             index=pd.Index([], dtype=np.int64, name="step"))
     ids, w_ts, w_end = step_windows(steps)
     gloo_tids = set(hc.loc[hc["kind"] == "gloo", "tid"])
-    own = work[~work["tid"].isin(gloo_tids)]
+    own = work[~work["tid"].isin(gloo_tids)] if "tid" in work else work   # a device's kernels: no host thread
     w_s = own["ts_ns"].to_numpy(dtype=np.int64)
     w_e = w_s + own["dur_ns"].to_numpy(dtype=np.int64)
     c_s, c_e = hc["ts_ns"].to_numpy(dtype=np.int64), hc["end_ns"].to_numpy(dtype=np.int64)
@@ -208,11 +216,12 @@ def _host_kernel_collectives(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def kernel_collectives(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per NCCL kernel of ``kernels`` (or gloo collective of ``trace``, on CPU, placed in the
-    step table ``steps``) of the profiled steps: ``collective``, ``algorithm``, ``protocol``,
-    ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
+    """One row per NCCL kernel of ``kernels`` (or gloo collective of ``trace`` where no kernel
+    communicates: a CPU process group, or gloo over CUDA tensors, whose transfers are host intervals;
+    placed in the step table ``steps``) of the profiled steps: ``collective``, ``algorithm``,
+    ``protocol``, ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
     k = kernels
-    if not k["cat"].eq("kernel").any() and trace.annotations["name"].astype(str).str.startswith("gloo:").any():
+    if host_communicates(trace, kernels):
         return _host_kernel_collectives(trace, steps)
     in_steps = k["step"] >= 0
     k = k[(k["category"] == "communication") & (k["cat"] == "kernel") & (in_steps if in_steps.any() else True)]
