@@ -38,7 +38,7 @@ from tests.golden import GOLDEN, digests, trace_files
 # family: total_flops/bytes, the fusion finding's chains) and fbgemm::offsets_range / asynchronous_complete_cumsum
 # (memory-bound from their signature: the CPU-only MTIA traces gain those work items, kernels/kernel_time_s);
 # unattributed.notes lists them. Checked section by section against main's output (d829e9e).
-# Re-recorded 2026-11-29 (gloo over CUDA tensors), 9 NCCL traces, summary.findings only: the exposed-communication
+# Re-recorded 2026-11-28 (gloo over CUDA tensors), 9 NCCL traces, summary.findings only: the exposed-communication
 # finding says "ms/step of communication" (it said "of NCCL time", which a gloo job has none of); checked by
 # running the previous digests with the old wording restored: 34 passed.
 # Sections that only appear later are new output and pass.
