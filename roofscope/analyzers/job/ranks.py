@@ -84,11 +84,12 @@ class RankResult:
     roofline: pd.DataFrame           # by kernel name: calls, time_s, flops, bytes, intensity, achieved_flops, cls
     ceilings: dict[str, Any] = field(default_factory=dict)
     # One row per collective call of the profiled steps, in issue order: step, seq (its place in the
-    # step), collective, dur_s. A rank that enters a collective last waits least inside it: the job
-    # compares these durations across ranks (straggler.lateness), which needs no common clock.
+    # step), collective, dur_s, overlaps (it began before an earlier call of the step had ended, on this
+    # rank's clock). A rank that enters a collective last waits least inside it: the job compares these
+    # durations across ranks (straggler.lateness), which needs no common clock.
     arrivals: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         {"step": pd.Series([], dtype=np.int64), "seq": pd.Series([], dtype=np.int64), "collective": [],
-         "dur_s": pd.Series([], dtype=np.float64)}))
+         "dur_s": pd.Series([], dtype=np.float64), "overlaps": pd.Series([], dtype=bool)}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,10 +299,15 @@ def _kernel_steps(k: pd.DataFrame) -> pd.DataFrame:
 def _arrivals(calls: pd.DataFrame) -> pd.DataFrame:
     """:func:`kernel_collectives`' rows of the profiled steps numbered in their step (issue order)."""
     calls = calls[calls["step"] >= 0]
+    end = calls["ts_ns"] + (calls["dur_s"].fillna(0.0) * 1e9).round().astype(np.int64)
+    # gloo runs a step's calls on several worker threads at once, so their waits overlap; NCCL's
+    # kernels on one stream follow each other.
+    before = end.groupby(calls["step"]).transform(lambda e: e.cummax().shift(1))
     return pd.DataFrame({"step": calls["step"].to_numpy(dtype=np.int64),
                          "seq": calls.groupby("step").cumcount().to_numpy(dtype=np.int64),
                          "collective": calls["collective"].astype(str).to_numpy(),
-                         "dur_s": calls["dur_s"].to_numpy(dtype=np.float64)})
+                         "dur_s": calls["dur_s"].to_numpy(dtype=np.float64),
+                         "overlaps": (calls["ts_ns"] < before).to_numpy()})
 
 
 def _own_time(s: dict[str, Any]) -> dict[str, Any]:

@@ -8,11 +8,15 @@ Stragglers come from the *arrival skew* at the collectives. Every rank issues th
 the same order, and a collective finishes on all ranks together, so the rank that enters one last
 waits least inside it: for each call (matched across ranks by step and its place in the step, the
 same collective on every rank), ``late[r] = median over the other ranks of their call's duration -
-r's`` (at least 0), summed over the step's calls: how long the others waited for r in that step. This
+r's`` (at least 0), summed over the step's calls: how long the others waited for r in that step.
+Calls that run at once (gloo's worker threads: a call begun, on most of the other ranks, before an
+earlier one ended) share one wait: such a group counts its longest. This
 needs no common clock, and it does not read a waiting rank's compute through the time it spent
 blocked in an all-reduce. ``excess[r, s] = late[r, s] - median over the other ranks of late[., s]``;
 r is a straggler when its excess is positive in at least 80% of the steps and its median excess
-exceeds the noise, ``max(2% of the median step time, 3 x the MAD over steps of the other ranks)``.
+exceeds the noise, ``max(2% of the median step time, 3 x the MAD over steps of the other ranks, 3 x
+the MAD of r's own excess)``: a lateness that swings by as much as it amounts to is jitter (two
+processes' gloo transfers on one GPU differ by 1-2 ms a call, either way), a straggler's is steady.
 Ranks without collective calls (older results) are compared on their *self time* instead: the step
 less its exposed communication.
 
@@ -154,8 +158,20 @@ def lateness(results: list[RankResult]) -> pd.DataFrame | None:
         others = np.stack([np.median(np.delete(d, i, axis=1), axis=1) for i in range(d.shape[1])], axis=1)
     else:  # thousands of ranks: one rank moves the median of the others by nothing that matters
         others = np.repeat(np.median(d, axis=1, keepdims=True), d.shape[1], axis=1)
-    late = pd.DataFrame(np.clip(others - d, 0.0, None), index=dur.index, columns=dur.columns)
-    return late.groupby(level="step").sum()
+    late = np.clip(others - d, 0.0, None)
+    # Waits that overlap are one wait: a call the other ranks (at least half of them) began while an
+    # earlier call of the step still ran joins that call's group, which counts its longest wait once.
+    ov = calls.pivot_table(index=["step", "seq"], columns="rank", values="overlaps", aggfunc="first")
+    o = ov.reindex(index=dur.index, columns=dur.columns).fillna(False).to_numpy(dtype=np.float64)
+    n = o.shape[1]
+    joined = (o.sum(axis=1, keepdims=True) - o) / max(1, n - 1) >= 0.5
+    steps = dur.index.get_level_values("step").to_numpy()
+    first = np.r_[True, steps[1:] != steps[:-1]]
+    out = {}
+    for i, r in enumerate(dur.columns):
+        starts = np.flatnonzero(first | ~joined[:, i])
+        out[r] = pd.Series(np.maximum.reduceat(late[:, i], starts)).groupby(steps[starts]).sum()
+    return pd.DataFrame(out).rename_axis("step")
 
 
 def _comparable(self_time: pd.DataFrame) -> pd.DataFrame:
@@ -164,12 +180,16 @@ def _comparable(self_time: pd.DataFrame) -> pd.DataFrame:
 
 
 def rank_noise(self_time: pd.DataFrame, rank: int, step_s: float) -> float:
-    """The noise rank ``rank``'s excess must pass: the larger of a share of the step and the other
-    ranks' spread over the steps (module docstring)."""
+    """The noise rank ``rank``'s excess must pass: the largest of a share of the step, the other
+    ranks' spread over the steps and the spread of its own excess (module docstring)."""
     st = _comparable(self_time)
     others = st.drop(columns=rank)
-    mad = float(np.median((others - others.median(axis=0)).abs().to_numpy())) if others.size else 0.0
-    return max(NOISE_STEP_SHARE * step_s, NOISE_MADS * mad)
+    if not others.size:
+        return NOISE_STEP_SHARE * step_s
+    mad = float(np.median((others - others.median(axis=0)).abs().to_numpy()))
+    excess = st[rank] - others.median(axis=1)
+    own = float((excess - excess.median()).abs().median())
+    return max(NOISE_STEP_SHARE * step_s, NOISE_MADS * mad, NOISE_MADS * own)
 
 
 def detect(self_time: pd.DataFrame, step_s: float) -> tuple[list[tuple[int, float, float]], float]:

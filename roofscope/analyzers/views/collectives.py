@@ -210,7 +210,7 @@ def _host_kernel_collectives(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
     in_steps = gloo["step"] >= 0
     keep = in_steps.to_numpy() if in_steps.any() else np.ones(len(gloo), dtype=bool)
     return pd.DataFrame({"collective": gloo["collective"].to_numpy()[keep], "algorithm": "", "protocol": "",
-                         "step": gloo["step"].to_numpy()[keep],
+                         "step": gloo["step"].to_numpy()[keep], "ts_ns": gloo["ts_ns"].to_numpy(dtype=np.int64)[keep],
                          "dur_s": ((gloo["end_ns"] - gloo["ts_ns"]).to_numpy(dtype=np.float64) / 1e9)[keep],
                          "bytes": size[keep], "group": 0})
 
@@ -219,7 +219,7 @@ def kernel_collectives(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame)
     """One row per NCCL kernel of ``kernels`` (or gloo collective of ``trace`` where no kernel
     communicates: a CPU process group, or gloo over CUDA tensors, whose transfers are host intervals;
     placed in the step table ``steps``) of the profiled steps: ``collective``, ``algorithm``,
-    ``protocol``, ``step``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
+    ``protocol``, ``step``, ``ts_ns``, ``dur_s``, ``bytes`` (NaN when unknown), ``group`` (0 when unknown)."""
     k = kernels
     if host_communicates(trace, kernels):
         return _host_kernel_collectives(trace, steps)
@@ -260,7 +260,8 @@ def kernel_collectives(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame)
     for fallback in (from_c10d, from_region, by_name[:, 0]):
         coll = np.where(coll == "", fallback, coll)
     return pd.DataFrame({"collective": np.where(coll == "", "other", coll), "algorithm": by_name[:, 1],
-                         "protocol": by_name[:, 2], "step": k["step"].to_numpy(), "dur_s": k["dur_s"].to_numpy(),
+                         "protocol": by_name[:, 2], "step": k["step"].to_numpy(),
+                         "ts_ns": k["ts_ns"].to_numpy(dtype=np.int64), "dur_s": k["dur_s"].to_numpy(),
                          "bytes": size, "group": group})
 
 
