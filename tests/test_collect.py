@@ -303,3 +303,28 @@ def test_the_first_summary_names_the_recorded_steps_as_a_reanalysis_does(script:
     assert _meta(out)["steps"]["recorded"] == [3, 4, 5]
     again = roofscope.analyze(out).to_dict()
     assert again["run"]["steps"] == first["run"]["steps"]
+
+
+def test_a_model_the_program_drops_is_freed_then_not_when_the_profile_stops(tmp_path: Path) -> None:
+    # roofscope watched the first module called (the root) through a strong reference, so a model the program
+    # had dropped lived until the profile stopped and died inside roofscope's own code: a DDP model's gloo group
+    # then tore down while its worker thread waited for the GIL, and the rank hung. Held weakly, it dies when the
+    # program drops it, as without roofscope; run.json still names it.
+    import gc
+    import weakref
+
+    def train() -> weakref.ref:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(4):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        return weakref.ref(model)
+
+    with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=tmp_path / "p", peak_tflops=1,
+                           peak_bandwidth_gbs=10, quiet=True):
+        model = train()
+        gc.collect()
+        assert model() is None
+    assert _meta(tmp_path / "p")["program"]["root_module"] == "Sequential"

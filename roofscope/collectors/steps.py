@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -104,6 +105,11 @@ def _first_shape(args: Any, kwargs: Any) -> list[int] | None:
     return None
 
 
+def _NoRef() -> None:
+    """A weak reference to nothing."""
+    return None
+
+
 class StepHooks:
     """Calls ``on_boundary(source)`` at each step boundary of the chosen kind.
 
@@ -123,15 +129,19 @@ class StepHooks:
         self.rounds = 0
         self.tokens: int | None = None   # tokens per sequence of the forward starting at the latest boundary
         self.label = True                # annotate forwards (off once nothing is profiled any more)
-        self._generate_owner: Any = None
+        # The program's modules are held weakly: a model the program drops is freed when it drops it, not
+        # when the profile stops (a DDP model freed inside roofscope's stop tore its gloo group down while
+        # the group's worker waited for the GIL: a deadlock).
+        self._generate_owner = _NoRef
         self.forwards = 0
         self.free_forwards = 0           # outermost forwards with gradients off: the ones that may be steps
         self._depth = 0
-        self._root: Any = None
+        self._root_ref = _NoRef
+        self._root_facts: tuple[str | None, str | None, list[str], str | None] = (None, None, [], None)
         self._handles: list[Any] = []
         self._open: list[Any] = []
         self._patched: tuple[Any, str, Any] | None = None
-        self._compiled_root: Any = None
+        self._compiled_root = _NoRef
         self._narrowed = False
         self._thread = threading.get_ident()
 
@@ -190,18 +200,28 @@ class StepHooks:
         """run.json's ``program``: the outermost module the program called (its class, the package
         that defines it, the wrappers around it: ``torch.compile``'s, DDP's), how many forwards of it
         ran and how many of its ``generate()`` calls drove them, so fixes are written for this program."""
-        root, wrappers = self._root, []
-        while root is not None and type(root).__name__ in WRAPPERS:
-            wrappers.append(type(root).__name__)
-            root = getattr(root, WRAPPERS[type(root).__name__], None)
-        return {"root_module": type(root).__name__ if root is not None else None,
-                "root_package": type(root).__module__.split(".")[0] if root is not None else None,
-                "wrappers": wrappers, "forwards": self.forwards, "generate_calls": self.rounds}
+        module, package, wrappers, _ = self._root_facts
+        return {"root_module": module, "root_package": package, "wrappers": list(wrappers),
+                "forwards": self.forwards, "generate_calls": self.rounds}
 
     def root_forward(self) -> str | None:
         """``MODULE.CLASS.forward`` of the outermost module seen (its --step-on), or None."""
-        root = self._root
-        return None if root is None else f"{type(root).__module__}.{type(root).__qualname__}.forward"
+        return self._root_facts[3]
+
+    @property
+    def _root(self) -> Any:
+        return self._root_ref()
+
+    def _see_root(self, root: Any) -> None:
+        """Hold the outermost module weakly, and what the facts say of it now."""
+        self._root_ref = weakref.ref(root)
+        forward = f"{type(root).__module__}.{type(root).__qualname__}.forward"
+        inner, wrappers = root, []
+        while inner is not None and type(inner).__name__ in WRAPPERS:
+            wrappers.append(type(inner).__name__)
+            inner = getattr(inner, WRAPPERS[type(inner).__name__], None)
+        self._root_facts = (type(inner).__name__ if inner is not None else None,
+                            type(inner).__module__.split(".")[0] if inner is not None else None, wrappers, forward)
 
     def remove(self) -> None:
         for h in self._handles:
@@ -213,12 +233,10 @@ class StepHooks:
             owner, name, fn = self._patched
             setattr(owner, name, fn)
             self._patched = None
-        if self._compiled_root is not None:
-            self._compiled_root.__dict__.pop("get_compiled_call", None)
-            self._compiled_root = None
-        if self._generate_owner is not None:
-            self._generate_owner.__dict__.pop("generate", None)
-            self._generate_owner = None
+        for owner, name in ((self._compiled_root(), "get_compiled_call"), (self._generate_owner(), "generate")):
+            if owner is not None:
+                owner.__dict__.pop(name, None)
+        self._compiled_root = self._generate_owner = _NoRef
 
     def _watch_generate_calls(self, root: Any) -> None:
         """Count the root model's ``generate()`` calls (Hugging Face), wrapping the instance's method
@@ -233,13 +251,13 @@ class StepHooks:
         hooks.rounds = 1 if _inside_generate(root) else 0
 
         def generate(*args: Any, **kwargs: Any) -> Any:
-            if hooks._generate_owner is root:
+            if hooks._generate_owner() is root:
                 hooks.rounds += 1
                 hooks.on_round(hooks.rounds)
             return gen(*args, **kwargs)
 
         root.generate = generate
-        self._generate_owner = root
+        self._generate_owner = weakref.ref(root)
 
     def _watch_compiled_calls(self, root: Any) -> None:
         """Count calls of the root's compiled forward as forwards too.
@@ -259,7 +277,7 @@ class StepHooks:
 
             def call(*a: Any, **kw: Any) -> Any:
                 # generate() keeps the callable for the whole loop: after remove() it runs unwatched
-                if hooks._compiled_root is not root:
+                if hooks._compiled_root() is not root:
                     return fn(*a, **kw)
                 hooks._pre(root, a, kw)
                 try:
@@ -270,15 +288,15 @@ class StepHooks:
             return call
 
         root.get_compiled_call = get_compiled_call
-        self._compiled_root = root
+        self._compiled_root = weakref.ref(root)
 
     def _pre(self, module: Any, args: Any, kwargs: Any = None) -> None:
         import torch
 
         if torch.compiler.is_compiling() or threading.get_ident() != self._thread:
             return
-        if self._root is None:
-            self._root = module  # the first module called is the outermost one
+        if self._root_ref is _NoRef:
+            self._see_root(module)  # the first module called is the outermost one
             self._watch_compiled_calls(module)
             self._watch_generate_calls(module)
         elif module is not self._root:
