@@ -1,7 +1,7 @@
 """A small MLP trained with AdamW on random regression data: the smallest workload to profile.
 
-    python examples/mlp.py [--steps 12] [--device cpu|cuda] [--tf32] [--extra-elementwise N]
-    roofscope run examples/mlp.py --steps 12
+    python examples/mlp.py [--steps 30] [--device cpu|cuda] [--tf32] [--extra-elementwise N]
+    roofscope run examples/mlp.py --steps 30
 
 A plain training script with no roofscope calls: `roofscope run` finds the step boundaries
 from `torch.optim.Optimizer.step`. `--extra-elementwise N` slows every step down on purpose
@@ -27,7 +27,7 @@ def build_mlp(width: int = 512, layers: int = 4) -> nn.Sequential:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
