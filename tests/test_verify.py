@@ -584,3 +584,18 @@ def test_a_real_runs_recommendations_show_their_verdicts_and_rank_by_them(tmp_pa
     assert main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
     html = (tmp_path / "r.html").read_text()
     assert 'class="tag verify">crashed<' in html and "(roofscope verify):</b> crashed: round 1" in html
+
+
+def test_runs_warm_up_through_the_runs_cold_start():
+    from roofscope.run import load
+    from roofscope.verify.runs import cold_start
+
+    # GPT-2 generate() on an H200: the first round's 48 tokens ran at 44 ms, the rest at 6.5 ms. Timed from the
+    # 4th step, verify's baseline read 54-58 ms a token and called the static cache 3.82x its prediction; each run
+    # now warms up through step 48 (the last cold step in the first half of the Run's 286).
+    r = load(ROOT / "tests" / "data" / "h200_gpt2_generate_run")
+    assert cold_start(json.loads((r.path / "summary.json").read_text()), r.meta) == 48
+    # A cold step late in the Run (a hiccup) is no cold start; no step times, nothing to warm through.
+    meta = {"step_times": {"index": list(range(1, 101))}}
+    assert cold_start({"step_time": {"cold_steps": [1, 2, 70]}}, meta) == 2
+    assert cold_start({}, {}) == 0 and cold_start({"step_time": None}, meta) == 0

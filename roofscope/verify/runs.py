@@ -110,3 +110,14 @@ def estimate_s(meta: dict[str, Any], settings: VerifySettings) -> float | None:
     step = statistics.median(own)
     startup = max(0.0, wall - sum(h for h in host if h is not None))
     return startup + step * (settings.warmup_steps + 3 + settings.steps)
+
+
+def cold_start(summary: dict[str, Any], meta: dict[str, Any]) -> int:
+    """How many steps the Run found cold at its start (0: none): the last cold step in the first half of its
+    steps. A generate() program's whole first round runs cold (GPT-2: 48 tokens at 44 ms, then 6.5 ms); a
+    baseline timed there makes every fix look several times better than it is."""
+    cold = (summary.get("step_time") or {}).get("cold_steps") or []
+    total = len((meta.get("step_times") or {}).get("index") or [])
+    start = [int(c) for c in cold if not total or c <= total // 2]
+    return max(start, default=0)
+

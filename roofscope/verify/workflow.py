@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -35,7 +35,7 @@ from roofscope.run.manifest import record
 from roofscope.run.verification import FixVerdict, Verification, text
 from roofscope.text import duration
 from roofscope.verify.candidates import Candidate, choose
-from roofscope.verify.runs import Program, estimate_s, failed, launch
+from roofscope.verify.runs import Program, cold_start, estimate_s, failed, launch
 from roofscope.verify.stats import decided, interval, results_verdict, step_time, timing_status
 
 ProgramOf = Callable[[dict[str, Any]], Program]   # run.json -> what it ran (commands/verify.recorded_program)
@@ -134,6 +134,10 @@ def verify_run(run_dir: str | Path, program_of: ProgramOf, settings: VerifySetti
     program = program_of(r.meta)
     confirm_recorded_command(r.meta, yes)
     say = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
+    cold = cold_start(summary, r.meta)
+    if cold > settings.warmup_steps:
+        say(f"verify: the Run's first {cold} steps ran cold: each run warms up through them")
+        settings = replace(settings, warmup_steps=cold)
     trials = _plan(chosen, r.meta, settings, say, r.path)
     with tempfile.TemporaryDirectory(prefix="roofscope-verify-") as tmp:
         _rounds(trials, program, settings, Path(tmp), fix_modules, say, estimate_s(r.meta, settings))
