@@ -10,6 +10,7 @@ from typing import Any, Callable, TypeVar, get_args, get_type_hints
 import click
 
 from roofscope.config import CeilingOverrides, Collection, Presentation, RankMerge, RooflineThresholds
+from roofscope.errors import RoofscopeError
 from roofscope.reports.registry import RESULT, names, renderer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -137,3 +138,19 @@ def parse_run_argv(argv: list[str]) -> dict[str, Any]:
     Run recorded by an older or newer roofscope still names its script."""
     command = click.command("run", context_settings=RUN_CONTEXT)(run_options(lambda **_: None))
     return command.make_context("run", list(argv), resilient_parsing=True).params
+
+
+def recorded_run(meta: dict[str, Any], cannot: str) -> dict[str, Any]:
+    """The `roofscope run` parameters of a Run's recorded command (its script in ``target``);
+    :class:`RoofscopeError` ending in ``cannot`` when a command other than `roofscope run` made the Run."""
+    command = meta.get("command")
+    command = [str(c) for c in command] if isinstance(command, list) else []
+    if command[1:2] != ["run"]:
+        raise RoofscopeError(f"this Run was not recorded by `roofscope run` (its command: {' '.join(command)!r}),"
+                             f" so {cannot}")
+    # roofscope run's own parser reads the recorded options, whatever options it has gained since.
+    params = parse_run_argv(command[2:])
+    if not params.get("target"):
+        raise RoofscopeError(f"no script in the Run's recorded command {' '.join(command)!r}")
+    return params
+

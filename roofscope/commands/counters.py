@@ -7,7 +7,7 @@ from typing import Any
 
 from roofscope.collectors.counters.ncu import Target
 from roofscope.collectors.torchprof import Schedule
-from roofscope.commands.clickopts import parse_run_argv
+from roofscope.commands.clickopts import recorded_run
 from roofscope.counters import counters_pass
 from roofscope.errors import RoofscopeError
 
@@ -27,11 +27,7 @@ class CountersOptions:
 
 def recorded_target(meta: dict[str, Any]) -> "Target":
     """Script, arguments, ``-m`` and wait/warmup/active of a Run written by ``roofscope run``."""
-    command = meta.get("command")
-    command = [str(c) for c in command] if isinstance(command, list) else []
-    if command[1:2] != ["run"]:
-        raise RoofscopeError(f"this Run was not recorded by `roofscope run` (its command: {' '.join(command)!r}),"
-                             " so it cannot be re-run under ncu; export a CSV with ncu and pass --from-csv FILE")
+    params = recorded_run(meta, "it cannot be re-run under ncu; export a CSV with ncu and pass --from-csv FILE")
     steps = meta.get("steps")
     requested = steps.get("requested") if isinstance(steps, dict) else None
     requested = requested if isinstance(requested, dict) else {}
@@ -45,10 +41,6 @@ def recorded_target(meta: dict[str, Any]) -> "Target":
     if not all(isinstance(requested.get(k), int) for k in ("wait", "warmup", "active")):
         raise RoofscopeError("the Run's run.json records no step schedule (steps.requested wait/warmup/active),"
                              " so the counters pass cannot find its steps again")
-    # roofscope run's own parser reads the recorded options, whatever options it has gained since.
-    params = parse_run_argv(command[2:])
-    if not params.get("target"):
-        raise RoofscopeError(f"no script in the Run's recorded command {' '.join(command)!r}")
     # The profile began where the steps settled (profiled_from - warmup), not at --wait: under ncu the
     # steps run far slower and settle elsewhere, so the pass waits for that boundary itself.
     begun = steps.get("profiled_from") if isinstance(steps, dict) else None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roofscope.commands.clickopts import parse_run_argv
+from roofscope.commands.clickopts import recorded_run
 from roofscope.config import VerifySettings, values
 from roofscope.errors import RoofscopeError
 from roofscope.verify import Program, verify_run
@@ -24,17 +24,10 @@ class VerifyOptions(VerifySettings):
 
 def recorded_program(meta: dict[str, Any]) -> Program:
     """The script (or module), its arguments, working directory and step rule of a Run made by `roofscope run`."""
-    command = meta.get("command")
-    command = [str(c) for c in command] if isinstance(command, list) else []
-    if command[1:2] != ["run"]:
-        raise RoofscopeError(f"this Run was not recorded by `roofscope run` (its command: {' '.join(command)!r}),"
-                             " so roofscope cannot run its program again; record it with `roofscope run SCRIPT`")
+    params = recorded_run(meta, "roofscope cannot run its program again; record it with `roofscope run SCRIPT`")
     if meta.get("distributed"):
         raise RoofscopeError("this Run is one rank of a distributed job, and verify runs the program as one process;"
                              " verify a single-process Run of it")
-    params = parse_run_argv(command[2:])
-    if not params.get("target"):
-        raise RoofscopeError(f"no script in the Run's recorded command {' '.join(command)!r}")
     steps = meta.get("steps") if isinstance(meta.get("steps"), dict) else {}
     if steps.get("source") in (None, "none"):
         raise RoofscopeError("verify times the program's own steps, and this Run's program marked none (no"
