@@ -105,7 +105,7 @@ def _first_shape(args: Any, kwargs: Any) -> list[int] | None:
     return None
 
 
-def _NoRef() -> None:
+def _no_ref() -> None:
     """A weak reference to nothing."""
     return None
 
@@ -132,16 +132,16 @@ class StepHooks:
         # The program's modules are held weakly: a model the program drops is freed when it drops it, not
         # when the profile stops (a DDP model freed inside roofscope's stop tore its gloo group down while
         # the group's worker waited for the GIL: a deadlock).
-        self._generate_owner = _NoRef
+        self._generate_owner = _no_ref
         self.forwards = 0
         self.free_forwards = 0           # outermost forwards with gradients off: the ones that may be steps
         self._depth = 0
-        self._root_ref = _NoRef
+        self._root_ref = _no_ref
         self._root_facts: tuple[str | None, str | None, list[str], str | None] = (None, None, [], None)
         self._handles: list[Any] = []
         self._open: list[Any] = []
         self._patched: tuple[Any, str, Any] | None = None
-        self._compiled_root = _NoRef
+        self._compiled_root = _no_ref
         self._narrowed = False
         self._thread = threading.get_ident()
 
@@ -236,7 +236,7 @@ class StepHooks:
         for owner, name in ((self._compiled_root(), "get_compiled_call"), (self._generate_owner(), "generate")):
             if owner is not None:
                 owner.__dict__.pop(name, None)
-        self._compiled_root = self._generate_owner = _NoRef
+        self._compiled_root = self._generate_owner = _no_ref
 
     def _watch_generate_calls(self, root: Any) -> None:
         """Count the root model's ``generate()`` calls (Hugging Face), wrapping the instance's method
@@ -295,7 +295,7 @@ class StepHooks:
 
         if torch.compiler.is_compiling() or threading.get_ident() != self._thread:
             return
-        if self._root_ref is _NoRef:
+        if self._root_ref is _no_ref:
             self._see_root(module)  # the first module called is the outermost one
             self._watch_compiled_calls(module)
             self._watch_generate_calls(module)

@@ -133,13 +133,17 @@ def _tensor_bytes(sigs: pd.DataFrame) -> np.ndarray:
     return np.array([largest(d, t) for d, t in zip(sigs["input_dims"], sigs["input_types"])] + [np.nan])
 
 
+def _is_gloo(names: pd.Series) -> pd.Series:
+    return names.str.startswith("gloo:")
+
+
 def host_collectives(trace: Trace) -> pd.DataFrame:
     """Host-side collectives (gloo), in time order: ``collective``, ``ts_ns``, ``end_ns``, ``tid``,
     ``kind`` (``gloo`` for the worker's interval, ``c10d`` for the op that queued it), ``sig``
     (the op's signature, -1 for annotations). Empty for NCCL traces: their c10d ops only launch
     kernels, which carry the time."""
     an, ops = trace.annotations, trace.ops
-    gloo = an[an["name"].astype(str).str.startswith("gloo:")]
+    gloo = an[per_name(an["name"], _is_gloo)]
     if not len(gloo):
         return pd.DataFrame({"collective": [], "ts_ns": [], "end_ns": [], "tid": [], "kind": [], "sig": []})
     c10d_coll = _canonical_each(ops["name"].to_numpy(dtype=object))
@@ -158,7 +162,7 @@ def host_communicates(trace: Trace, kernels: pd.DataFrame) -> bool:
     """Whether the trace's collectives are gloo's host intervals: no kernel communicates (a CPU trace's
     work items are no kernels) and gloo annotated its transfers."""
     comm_kernel = (kernels["category"] == "communication") & kernels["cat"].eq("kernel")
-    return not comm_kernel.any() and bool(trace.annotations["name"].astype(str).str.startswith("gloo:").any())
+    return not comm_kernel.any() and bool(per_name(trace.annotations["name"], _is_gloo).any())
 
 
 def _union_s(ts: np.ndarray, end: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
