@@ -193,6 +193,22 @@ def test_compile_fix_compiles_the_roots_forward_from_its_second_call():
     assert inj.skipped["compile"] == ["the program already compiles Linear"] and not inj.done["compile"]
 
 
+def test_mark_step_fix_begins_a_graph_step_before_each_forward_of_the_model(monkeypatch):
+    # Gradient accumulation under mode="reduce-overhead": 3 forwards of the model, and a loss module
+    # (no parameters) called as often, which marks nothing: 3 marks, the first through the root hook.
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(len(marks)))
+    model, loss = torch.nn.Linear(2, 2), torch.nn.MSELoss()
+    inj = _installed("mark_step")
+    try:
+        for _ in range(3):
+            loss(model(torch.ones(1, 2)), torch.zeros(1, 2))
+    finally:
+        inj.undo()
+    assert marks == [0, 1, 2]
+    assert inj.done["mark_step"] == ["torch.compiler.cudagraph_mark_step_begin() before each Linear forward"]
+
+
 # -- the bootstrap, in this process --------------------------------------------------------------------
 
 

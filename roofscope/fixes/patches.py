@@ -105,6 +105,26 @@ def compile_roots(arg: str | None, inj: "Injection") -> None:
     inj.on_root(root)
 
 
+def mark_step(arg: str | None, inj: "Injection") -> None:
+    """Each forward of a root module with parameters begins a new CUDA-graph step, so that a replay may
+    overwrite only the outputs of the forward before it: what a step of several forwards (gradient
+    accumulation) needs under ``mode="reduce-overhead"``, whose graphs otherwise span the whole step."""
+    import torch
+
+    def mark(module: Any, args: tuple[Any, ...]) -> None:
+        torch.compiler.cudagraph_mark_step_begin()
+
+    def root(module: Any, args: tuple[Any, ...]) -> None:
+        if next(module.parameters(), None) is None:
+            return None
+        module.register_forward_pre_hook(mark)
+        mark(module, args)
+        inj.applied(f"torch.compiler.cudagraph_mark_step_begin() before each {type(module).__name__} forward")
+        return None
+
+    inj.on_root(root)
+
+
 def static_cache(arg: str | None, inj: "Injection") -> None:
     try:
         from transformers.generation.utils import GenerationMixin

@@ -93,6 +93,9 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
     Fix("compile", "torch.compile of the root modules' forward (the outermost nn.Modules the program calls that hold "
         "parameters), in MODE", "root module with parameters", patches.compile_roots, _compile_mode,
         "compile[:" + "|".join(COMPILE_MODES) + "]"),
+    Fix("mark_step", "torch.compiler.cudagraph_mark_step_begin() before each call of a root module with parameters"
+        " (with compile:reduce-overhead, a step of several forwards)", "root module with parameters",
+        patches.mark_step, no_arg("mark_step"), "mark_step"),
     Fix("static_cache", 'generate() with a static KV cache (generation_config.cache_implementation = "static")',
         "generate() call", patches.static_cache, no_arg("static_cache"), "static_cache"),
     Fix("fused_optimizer", "Adam, AdamW and SGD made with fused=True where the parameters allow it, else foreach=True",
