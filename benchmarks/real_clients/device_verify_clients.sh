@@ -22,7 +22,7 @@ declare -A SCRIPT=(
 declare -A VERIFY=(
   [gpt2_generate]="--top 1 --pairs 2 --steps 10 --budget-s 70"
   [lora_accum]="--top 3 --pairs 2 --steps 8 --budget-s 200"
-  [unet_attention]="--top 3 --pairs 3 --steps 15 --budget-s 150"
+  [unet_attention]="--top 3 --pairs 2 --steps 15 --budget-s 120"
   [hf_bert_trainer]="--top 3 --pairs 2 --steps 10 --budget-s 150"
   [torchvision_detection]="--top 3 --pairs 2 --steps 6 --budget-s 150"
   [resnet_plain]="--fix channels_last --pairs 2 --steps 15 --budget-s 60"
@@ -47,5 +47,7 @@ for c in ${CLIENTS:?name the clients}; do
       --run-timeout-s "${RUN_TIMEOUT:-150}" 2>&1
     echo "== $c: roofscope verify rc=$? $(( $(date +%s) - start ))s"
   } > "$OUT/$c.txt" 2>&1
-  tar czf "$OUT/$c.tgz" rc/$c.run.txt rc/$c/summary.json rc/$c/run.json rc/$c/verify.json 2>/dev/null
+  # KEEP_TRACE=1: the Run's trace too, to cost its kernels again off the device.
+  tar czf "$OUT/$c.tgz" rc/$c.run.txt rc/$c/summary.json rc/$c/run.json rc/$c/verify.json \
+    ${KEEP_TRACE:+rc/$c/*.json.gz} 2>/dev/null
 done
