@@ -68,30 +68,19 @@ def _accumulating(tmp_path: Path, micro: int) -> Path:
 
 # -- gradient accumulation blocks graph capture ---------------------------------------------------
 
-def test_gradient_accumulation_marks_each_forward_as_a_graph_step(tmp_path: Path) -> None:
+def test_gradient_accumulation_blocks_the_cuda_graph_and_says_how_around_it(tmp_path: Path) -> None:
     # The PEFT LoRA row of the issue: 4 micro-batches per optimizer step crashed under
-    # mode="reduce-overhead" (a replay overwrote the outputs the step still used). In a loop the program
-    # writes, the fix marks each forward as a new graph step; its saving leaves 2 replays per micro-batch.
+    # mode="reduce-overhead" (a replay overwrote the outputs the step still used). With a graph step
+    # marked before each forward, benchmarks/real_clients/lora_accum.py crashed too (H200, in its backward):
+    # the marks are named as a way to try, not applied, and compiling without graphs is launch_fusion's fix.
     r = run(_accumulating(tmp_path, 4), ceilings=TOY)
     assert r.diagnosis.program["forwards_per_step"] == 4.0
-    f = _findings(r)["cuda_graphs"]
-    assert f["status"] == "ok" and f["fix"]["apply"] == "compile:reduce-overhead;mark_step"
-    figs = f["evidence"]["figures"]
-    assert figs["forwards_per_step"] == 4.0
-    assert f["saving_s"] == pytest.approx(figs["in_model_idle_s"] - 8 * 10e-6)
-    assert "torch.compiler.cudagraph_mark_step_begin()" in f["fix"]["snippet"]
-    assert 'mode="reduce-overhead"' in f["fix"]["snippet"]
-
-
-def test_gradient_accumulation_in_a_trainer_blocks_the_cuda_graph(tmp_path: Path) -> None:
-    # HF Trainer runs the micro-batches itself: no mark can go before each forward, so the step's graph
-    # stays blocked, and what it would have saved is kept apart, claimed by nothing.
-    r = run(_accumulating(tmp_path, 4), ceilings=TOY, run_meta={"frameworks": ["hf_trainer", "accelerate"]})
-    assert r.diagnosis.program["kind"] == "hf_trainer"
     f = _findings(r)["cuda_graphs"]
     assert f["status"] == "blocked" and f["saving_s"] == 0.0 and f["fix"]["apply"] == ""
     assert [(b["kind"], b["per_step"]) for b in f["blockers"]] == [("outputs_reused", 4.0)]
     assert "torch.compiler.cudagraph_mark_step_begin()" in f["fix"]["snippet"]
+    assert 'mode="max-autotune-no-cudagraphs"' in f["fix"]["snippet"]
+    # What the graph would have saved is kept apart, claimed by nothing.
     assert f["evidence"]["figures"]["unblocked_saving_s"] > 0
     assert all("cuda_graphs" not in c["rules"] for c in r.to_dict()["diagnosis"]["changes"])
 

@@ -51,7 +51,7 @@ def test_compile_change_combines_fusion_and_launch_findings_in_hf_trainer_terms(
     assert d["frameworks"] == ["hf_trainer", "accelerate"]
     top = d["changes"][0]
     assert top["change"] == "torch_compile" and top["rank"] == 1
-    assert sorted(top["rules"]) == ["cuda_graphs", "fusion"]
+    assert sorted(top["rules"]) == ["cuda_graphs", "fusion", "launch_fusion"]
     # Different terms (memory-bound time, host-bound idle): the savings add, each within its term.
     terms = d["terms_s"]
     expect = min(f["fusion"]["saving_s"], terms["memory"]) + min(f["cuda_graphs"]["saving_s"], terms["host"])

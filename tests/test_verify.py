@@ -193,6 +193,24 @@ def test_compile_fix_compiles_the_roots_forward_from_its_second_call():
     assert inj.skipped["compile"] == ["the program already compiles Linear"] and not inj.done["compile"]
 
 
+def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):
+    # On the H200 this fix crashed every run ("Unknown attribute __name__": torch.backends.cuda.matmul is an
+    # object without one); CPU tests never reached it (no CUDA device). A CUDA device is pretended here.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        inj = _installed("tf32")
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        inj.undo()
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    assert inj.done["tf32"] == ["torch.backends.cuda.matmul.allow_tf32 = True"]
+    assert inj.skipped["tf32"] == ["torch.backends.cudnn.allow_tf32 already True"]
+
+
 def test_mark_step_fix_begins_a_graph_step_before_each_forward_of_the_model(monkeypatch):
     # Gradient accumulation under mode="reduce-overhead": 3 forwards of the model, and a loss module
     # (no parameters) called as often, which marks nothing: 3 marks, the first through the root hook.
@@ -586,11 +604,12 @@ def test_a_real_runs_recommendations_show_their_verdicts_and_rank_by_them(tmp_pa
                           " by a subsequent run (exit code 1)")])))
     assert main(["analyze", str(run), "--json", str(tmp_path / "s.json"), "-q"]) == 0
     s = json.loads((tmp_path / "s.json").read_text())["summary"]
-    # The crash sinks the CUDA-graph finding below the host-sync one, which nothing measured.
+    # The crash sinks the CUDA-graph finding below the ones nothing measured: compiling without graphs
+    # (launch_fusion, its own fix) and the host syncs.
     assert [(f["rank"], f["rule"], f.get("verify", {}).get("status")) for f in s["findings"]] == [
-        (1, "host_syncs", None), (2, "cuda_graphs", "crashed")]
-    assert [c["findings"] for c in s["diagnosis"]["changes"]] == [[2], [1]]
-    assert s["verification"]["fixes"][0]["finding"] == 2
+        (1, "launch_fusion", None), (2, "host_syncs", None), (3, "cuda_graphs", "crashed")]
+    assert [c["findings"] for c in s["diagnosis"]["changes"]] == [[3, 1], [2]]
+    assert s["verification"]["fixes"][0]["finding"] == 3
     assert main(["analyze", str(run)]) == 0
     out = capsys.readouterr().out
     assert "     re-run with compile:reduce-overhead: crashed: round 1: RuntimeError:\n       accessing tensor" in out

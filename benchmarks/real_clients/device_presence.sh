@@ -3,7 +3,7 @@
 # plain and under `roofscope run`, alternating REPS times; rounds 2.. come after the profile.
 # VARIANTS picks what alternates (default "plain roofscope"): plain (no roofscope), roofscope (no flags),
 # teardown (roofscope with TEARDOWN_CUPTI=1 set by the user: CUPTI detached at every stop),
-# nonvml (roofscope --nvml-hz 0: no sampler thread). Each line: the script's own "own later" figure.
+# nonvml (roofscope --nvml-hz 0: no sampler thread), stepforward (--step-on forward: no loop watch). Each line: the script's own "own later" figure.
 set -u
 cd "$(dirname "$0")/../.."
 source benchmarks/real_clients/device_env.sh
@@ -20,6 +20,8 @@ for r in $(seq "${REPS:-3}"); do
                        | rounds) ;;
       nonvml) line=$(python3 -m roofscope run -q --no-report -o rc/presence --force --nvml-hz 0 "$client" 2>&1 \
                      | rounds) ;;
+      stepforward) line=$(python3 -m roofscope run -q --no-report -o rc/presence --force --step-on forward "$client" \
+                          2>&1 | rounds) ;;
     esac
     echo "rep $r $v: $line" | tee -a "$OUT/presence.txt"
   done

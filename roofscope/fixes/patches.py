@@ -33,12 +33,14 @@ def tf32(arg: str | None, inj: "Injection") -> None:
 
     if not _cuda(inj):
         return
-    for owner in (torch.backends.cuda.matmul, torch.backends.cudnn):
+    # torch.backends.cuda.matmul is an object without a __name__ (asking raises AttributeError): named here.
+    for name, owner in (("torch.backends.cuda.matmul", torch.backends.cuda.matmul),
+                        ("torch.backends.cudnn", torch.backends.cudnn)):
         if owner.allow_tf32:
-            inj.skip(f"{owner.__name__}.allow_tf32 already True")
+            inj.skip(f"{name}.allow_tf32 already True")
         else:
             inj.patch(owner, "allow_tf32", True)
-            inj.applied(f"{owner.__name__}.allow_tf32 = True")
+            inj.applied(f"{name}.allow_tf32 = True")
 
 
 def cudnn_benchmark(arg: str | None, inj: "Injection") -> None:

@@ -169,6 +169,7 @@ def spec_text(specs: tuple[Spec, ...]) -> str:
 DERIVED_BY_RULE = {
     "tf32": "tf32",
     "fusion": "compile",
+    "launch_fusion": "compile",
     "cuda_graphs": "compile:reduce-overhead",
     "small_grid": "compile:max-autotune-no-cudagraphs",
     "launch_bound_decode": "static_cache",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from roofscope.analyzers.diagnose.base import Context, Rule, run_cpu_rules, run_rules
 from roofscope.analyzers.diagnose.communication import ExposedCommunication
 from roofscope.analyzers.diagnose.cpu import CpuChannelsLast, CpuFusion, CpuThreads
-from roofscope.analyzers.diagnose.fusion import ElementwiseFusion, UnfusedAttention, UnfusedOptimizer
+from roofscope.analyzers.diagnose.fusion import ElementwiseFusion, LaunchFusion, UnfusedAttention, UnfusedOptimizer
 from roofscope.analyzers.diagnose.hardware import ChannelsLast, SmallGrid, Throttling, Underutilized
 from roofscope.analyzers.diagnose.idle import IdleOther
 from roofscope.analyzers.diagnose.inference import KvBoundDecode, LaunchBoundDecode, WeightBoundDecode
@@ -14,7 +14,7 @@ from roofscope.analyzers.diagnose.overhead import CudaGraphs, DataLoaderWorkers,
 from roofscope.analyzers.diagnose.precision import Alignment, Tf32, WeightBoundGemm
 from roofscope.analyzers.model.findings import Diagnosis, Finding
 
-RULES: list[Rule] = [CudaGraphs(), HostSyncs(), HostCopies(), DataLoaderWorkers(), ElementwiseFusion(),
+RULES: list[Rule] = [CudaGraphs(), LaunchFusion(), HostSyncs(), HostCopies(), DataLoaderWorkers(), ElementwiseFusion(),
                      UnfusedAttention(), UnfusedOptimizer(), Tf32(), Alignment(), WeightBoundGemm(), Throttling(),
                      SmallGrid(), ChannelsLast(), Underutilized(), ExposedCommunication(), IdleOther(),
                      WeightBoundDecode(), KvBoundDecode(), LaunchBoundDecode()]

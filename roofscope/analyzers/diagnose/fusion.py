@@ -13,6 +13,8 @@ from roofscope.analyzers.diagnose.blockers import dynamic_shapes, library_ops
 from roofscope.analyzers.diagnose.sdpa import SDPA, SdpaCall, sdpa_calls
 from roofscope.analyzers.diagnose.shapes import first_numel, gemm_table, op_dims
 from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, optimizer_code
+from roofscope.analyzers.diagnose.inference import is_inference
+from roofscope.analyzers.diagnose.overhead import in_model_idle
 from roofscope.analyzers.ingest.linking import ancestor_where
 from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.findings import Finding
@@ -53,6 +55,67 @@ def _chain_ops(c: pd.DataFrame) -> pd.Series:
                      dtype=object)
 
 
+def model_chains(ctx: Context) -> tuple[pd.DataFrame, int]:
+    """The kernels of the model's fusible chains (with their ``chain`` id), and how many kernels the model
+    launched. Compiling the model fuses its own work: the forward and backward (the loss with them), not
+    the optimizer, gradient clipping or the loss scaler after it, nor a library's kernels (blockers.py)."""
+    if "model_chains" not in ctx.memo:
+        k = ctx.kernels[ctx.kernels["timed"]] if "timed" in ctx.kernels else ctx.kernels
+        model = k["phase"].isin(("forward", "backward")).to_numpy() if "phase" in k else np.ones(len(k), dtype=bool)
+        library = library_ops(ctx, k) != ""
+        cid = chains(k, model & ~library)
+        ctx.memo["model_chains"] = (k.assign(chain=cid)[cid >= 0], int(model.sum()))
+    return ctx.memo["model_chains"]
+
+
+class LaunchFusion(Rule):
+    """A launch-bound step compiled without CUDA graphs: each chain of fusible kernels becomes one kernel, so
+    the host issues fewer launches. Saving = the host-bound idle inside forward and backward times the share
+    of the model's launches fused away (the host's time per launch taken as it is on this trace: Inductor's
+    generated code launches more cheaply than eager dispatch, which this leaves as margin)."""
+
+    name = "launch_fusion"
+    binding = "host"
+    min_share = 0.10
+
+    def precondition(self, ctx: Context) -> str | None:
+        if is_inference(ctx):
+            return "inference Run: launch_bound_decode covers it"
+        if ctx.program.compiled:
+            return f"the model is already compiled ({ctx.program.compiled})"
+        return None
+
+    def match(self, ctx: Context) -> list[Finding]:
+        c, launched = model_chains(ctx)
+        if not len(c) or not launched:
+            return []
+        n_chains = int(c["chain"].nunique())
+        removed = len(c) - n_chains
+        idle = ctx.terms["host"]
+        inside = min(idle, in_model_idle(ctx)) if "phase" in ctx.kernels else idle
+        saving = inside * removed / launched
+        p = ctx.program
+        snippet, framework = compile_code(p)
+        dynamic = dynamic_shapes(ctx)
+        fix = (f"The GPU waits on the host between the model's kernels, and compiling it fuses {removed / ctx.steps:.0f}"
+               f" of its {launched / ctx.steps:.0f} launches a step away ({100 * removed / launched:.0f}%): each of"
+               f" {n_chains / ctx.steps:.0f} chains of elementwise/normalization kernels becomes one. Without CUDA"
+               " graphs (the default mode) it holds for any number of forwards per step, host syncs and data"
+               " loading; saving ~ that share of the host-bound idle inside forward and backward.")
+        if dynamic:
+            fix += (f" Input shapes change between steps ({dynamic[0].text()}): torch.compile recompiles for new"
+                    " shapes; pad inputs to a few fixed sizes first.")
+        return [Finding(
+            rule=self.name, title="Launch-bound: compile to fuse launches away",
+            binding=self.binding, saving_s=saving, confidence="low" if dynamic else "medium",
+            summary=f"GPU idle {inside * 1e3:.3f} ms/step inside forward/backward waiting for launches;"
+            f" {removed / ctx.steps:.0f} of {launched / ctx.steps:.0f} model kernels/step would be fused away",
+            fix=fix, snippet=snippet, framework=framework, apply="" if dynamic else compile_apply(p),
+            kernels=top_kernels(c, ctx.steps),
+            figures={"model_kernels_per_step": launched / ctx.steps, "fused_away_per_step": removed / ctx.steps,
+                     "chains_per_step": n_chains / ctx.steps, "in_model_idle_s": inside, "host_idle_s": idle})]
+
+
 class ElementwiseFusion(Rule):
     """Consecutive memory-bound elementwise/normalization kernels write and re-read intermediates."""
 
@@ -60,13 +123,7 @@ class ElementwiseFusion(Rule):
     binding = "memory"
 
     def match(self, ctx: Context) -> list[Finding]:
-        k = ctx.kernels[ctx.kernels["timed"]] if "timed" in ctx.kernels else ctx.kernels
-        # Compiling the model fuses its own work: the forward and backward (the loss with them), not the
-        # optimizer, gradient clipping or the loss scaler after it, nor a library's kernels (blockers.py).
-        model = k["phase"].isin(("forward", "backward")).to_numpy() if "phase" in k else np.ones(len(k), dtype=bool)
-        library = library_ops(ctx, k) != ""
-        cid = chains(k, model & ~library)
-        c = k.assign(chain=cid)[cid >= 0]
+        c = model_chains(ctx)[0]
         if not len(c):
             return []
         bw = ctx.inp.ceilings.bandwidth

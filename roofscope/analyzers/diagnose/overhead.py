@@ -18,8 +18,6 @@ from roofscope.analyzers.ingest.runtime_names import GRAPH_LAUNCHES
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.views.timeline import AFTER_SYNC_NS
 
-# Programs whose loop the user writes, where a mark before each micro-batch's forward can go.
-MARKED_LOOPS = ("training_loop", "accelerate")
 # Pinned host memory copies at about twice the rate of pageable memory (staged through
 # a pinned bounce buffer by the driver); docs/diagnosis.md.
 PAGEABLE_SLOWDOWN = 2.0
@@ -50,18 +48,16 @@ class CudaGraphs(Rule):
         # A graph (or a compiled model) replays the model's own launches; the host time between
         # phases (the framework's loop, hooks, data loading, logging) stays. Only idle between
         # two kernels of one forward or backward phase is the launch overhead it removes.
-        captured = _in_model_idle(ctx) if "phase" in ctx.kernels else idle
+        captured = in_model_idle(ctx) if "phase" in ctx.kernels else idle
         saving = max(0.0, min(idle, captured) - GRAPH_LAUNCH_S)
         # Short kernels are the signature of launch-bound work; long ones mean the host is slow
         # for other reasons (data loading, Python), which graphs do not remove.
         short = median_us < 20
         conf = "high" if short and ctx.share("host") >= 0.3 else "medium" if short else "low"
         found = graph_blockers(ctx)
-        p = ctx.program
-        if found and all(b.kind == "outputs_reused" for b in found) and p.kind in MARKED_LOOPS and not p.compiled:
-            return [_marked_graphs(ctx, idle, captured, per_step, median_us, k)]
         if found:
             return [_blocked_graphs(ctx, found, saving, idle, per_step, median_us, k)]
+        p = ctx.program
         snippet, framework = compile_code(p, "reduce-overhead")
         already = (" The model is already compiled, without CUDA graphs (mode default or"
                    " max-autotune-no-cudagraphs): compile it with mode=\"reduce-overhead\" instead." if p.compiled else "")
@@ -80,32 +76,6 @@ class CudaGraphs(Rule):
              "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host")})]
 
 
-def _marked_graphs(ctx: Context, idle: float, captured: float, per_step: float, median_us: float,
-                   k: pd.DataFrame) -> Finding:
-    """Several forwards per optimizer step (gradient accumulation) where the program writes the loop: each
-    forward marked as a new CUDA-graph step, so a replay overwrites only outputs the step is done with."""
-    p = ctx.program
-    n = p.forwards_per_step
-    # Each micro-batch replays a forward and a backward graph; the host work between them stays.
-    saving = max(0.0, min(idle, captured) - 2 * n * GRAPH_LAUNCH_S)
-    snippet, framework = compile_code(p, "reduce-overhead")
-    return Finding(
-        rule="cuda_graphs", title="Launch-bound: capture each micro-batch in a CUDA graph",
-        binding="host", saving_s=saving, confidence="medium",
-        summary=f"GPU idle {idle * 1e3:.3f} ms/step ({100 * ctx.share('host'):.0f}%) waiting for launches,"
-        f" {min(idle, captured) * 1e3:.3f} ms of it inside forward/backward; {per_step:.0f} kernels/step,"
-        f" median {median_us:.1f} us; {n:g} forwards per optimizer step",
-        fix=f"Replay each forward and backward as CUDA graphs: torch.compile with mode=\"reduce-overhead\". The step"
-        f" runs {n:g} forwards before its optimizer step (gradient accumulation), so mark each as a new graph step:"
-        " unmarked, a replay overwrites the outputs of the forward before it, which the step still uses, and the"
-        " program crashes. Saving ~ the host-bound idle inside forward and backward.",
-        snippet=snippet + "\ntorch.compiler.cudagraph_mark_step_begin()   # before each micro-batch's forward",
-        framework=framework, apply="compile:reduce-overhead;mark_step", kernels=top_kernels(k, ctx.steps),
-        figures={"kernels_per_step": per_step, "median_kernel_us": median_us, "host_idle_s": idle,
-                 "in_model_idle_s": min(idle, captured), "host_idle_share": ctx.share("host"),
-                 "forwards_per_step": n})
-
-
 def _blocked_graphs(ctx: Context, found: list[Blocker], saving: float, idle: float, per_step: float,
                     median_us: float, k: pd.DataFrame) -> Finding:
     """The CUDA-graph finding when the step cannot be captured: what blocks it, and the way around."""
@@ -122,7 +92,7 @@ def _blocked_graphs(ctx: Context, found: list[Blocker], saving: float, idle: flo
                  "median_kernel_us": median_us, "blockers": len(found)})
 
 
-def _in_model_idle(ctx: Context) -> float:
+def in_model_idle(ctx: Context) -> float:
     """Host-bound idle per step between two consecutive kernels of one device that are both in
     the forward or both in the backward phase (analyzers/views/phases.py)."""
     gaps = ctx.inp.timeline.gaps
