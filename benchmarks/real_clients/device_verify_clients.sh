@@ -21,9 +21,9 @@ declare -A SCRIPT=(
 # verify's arguments per client: what it tries, and how long it may take (the call's 600 s bound them).
 declare -A VERIFY=(
   [gpt2_generate]="--top 1 --pairs 2 --steps 10 --budget-s 70"
-  [lora_accum]="--top 3 --pairs 2 --steps 8 --budget-s 200"
-  [unet_attention]="--top 3 --pairs 2 --steps 15 --budget-s 120"
-  [hf_bert_trainer]="--top 3 --pairs 2 --steps 10 --budget-s 150"
+  [lora_accum]="--top 3 --pairs 3 --steps 8 --budget-s 150"
+  [unet_attention]="--top 3 --pairs 3 --steps 15 --budget-s 150"
+  [hf_bert_trainer]="--top 3 --pairs 3 --steps 10 --budget-s 150"
   [torchvision_detection]="--top 3 --pairs 2 --steps 6 --budget-s 150"
   [resnet_plain]="--fix channels_last --pairs 2 --steps 15 --budget-s 60"
 )
