@@ -398,6 +398,24 @@ def test_the_top_injectable_fixes_and_the_source_edits_above_them():
     assert [(c.fix, c.rules, c.predicted_s) for c in choose(both, 3)] == [("compile", ["fusion", "cuda_graphs"], 0.005)]
 
 
+def test_findings_sharing_a_fix_but_not_all_of_their_change_add_across_terms():
+    # The UNet on the H200: compile (default) answers fusion (0.179 ms of memory-bound time) and launch_fusion
+    # (0.649 ms of host idle); cuda_graphs (reduce-overhead) is the rest of their change. Different terms add:
+    # 0.828 ms. Two findings on one term add only up to the term: 0.6 + 0.5 on a host term of 1.0 ms is 1.0.
+    f = [_finding(1, "cuda_graphs", 0.002633, "torch_compile", apply="compile:reduce-overhead", binding="host"),
+         _finding(2, "launch_fusion", 0.000649, "torch_compile", apply="compile:default", binding="host"),
+         _finding(3, "fusion", 0.000179, "torch_compile", apply="compile:default", binding="memory")]
+    changes = {"changes": [{"change": "torch_compile", "rules": ["cuda_graphs", "launch_fusion", "fusion"],
+                            "saving_s": 0.002812}]}
+    chosen = choose({"findings": f, "diagnosis": {**changes, "terms_s": {"host": 0.0099, "memory": 0.0007}}}, 2)
+    assert [(c.fix, c.predicted_s) for c in chosen] == [("compile:reduce-overhead", 0.002633),
+                                                        ("compile", pytest.approx(0.000828))]
+    two = [_finding(1, "a", 0.0006, "x", apply="tf32", binding="host"),
+           _finding(2, "b", 0.0005, "y", apply="tf32", binding="host")]
+    (c,) = choose({"findings": two, "diagnosis": {"terms_s": {"host": 0.001}}}, 1)
+    assert c.predicted_s == pytest.approx(0.001)
+
+
 def test_fixes_asked_for_take_the_prediction_of_their_findings():
     chosen = choose(SUMMARY, 3, ("tf32", "threads:2", "compile:default"))
     assert [(c.fix, c.rule, c.predicted_s) for c in chosen] == [

@@ -5,7 +5,8 @@ when only a source edit answers it). A summary written before the analysis named
 ``apply``: the fix is derived from the finding's rule and change (``fixes.derive``, documented in
 docs/verify.md). Findings naming the same fix are one candidate: its rule is the first (highest
 saving) finding's, its prediction the combined saving of their change when they are all of it
-(diagnosis.changes counts overlapping time once), else the largest finding's. Blocked findings
+(diagnosis.changes counts overlapping time once), else their savings combined the same way (added
+across terms; within one term never more than the term holds). Blocked findings
 claim no saving and are left out unless asked for with ``--fix``.
 
 By default the top ``top`` candidates are tried, and the findings ranked above the last of them that
@@ -53,6 +54,7 @@ def group(summary: dict[str, Any], blocked: bool = False) -> list[Candidate]:
     findings = sorted(summary.get("findings") or [], key=lambda f: f.get("rank") or 0)
     changes = {c.get("change"): c for c in (summary.get("diagnosis") or {}).get("changes") or []}
     out: dict[str, Candidate] = {}
+    per_term: dict[str, dict[str, float]] = {}
     edits: list[Candidate] = []
     for f in findings:
         if f.get("status") == "blocked" and not blocked:
@@ -65,13 +67,18 @@ def group(summary: dict[str, Any], blocked: bool = False) -> list[Candidate]:
             continue
         c = out.setdefault(spec, Candidate(spec, rule, [], change, 0.0, str(f.get("title", ""))))
         c.rules.append(rule)
-        c.predicted_s = max(c.predicted_s or 0.0, saving)
+        by_term = per_term.setdefault(spec, {})
+        term = str(f.get("binding", ""))
+        by_term[term] = by_term.get(term, 0.0) + saving
         if change != c.change:
             c.change = ""
+    terms = (summary.get("diagnosis") or {}).get("terms_s") or {}
     for c in out.values():
         combined = changes.get(c.change)
         if c.change and combined is not None and set(combined.get("rules") or ()) == set(c.rules):
             c.predicted_s = float(combined.get("saving_s") or 0.0)
+        else:   # as diagnosis.changes combines: savings on one term overlap, never more than the term holds
+            c.predicted_s = sum(min(v, float(terms[t])) if terms.get(t) else v for t, v in per_term[c.fix].items())
     # Source edits keep their place among the fixes: by the first rank of their finding.
     order = {f.get("rule"): i for i, f in enumerate(findings)}
     return sorted([*out.values(), *edits], key=lambda c: order.get(c.rule, len(order)))
