@@ -35,7 +35,7 @@ for c in ${CLIENTS:?name the clients}; do
   read -r -a script <<< "${SCRIPT[$c]}"
   read -r -a args <<< "${VERIFY[$c]}"
   extra=(); var="FIX_$c"; [ -n "${!var:-}" ] && IFS=, read -r -a fixes <<< "${!var}" \
-    && { args=(--pairs 2 --steps 8 --budget-s "${BUDGET:-200}"); for f in "${fixes[@]}"; do extra+=(--fix "$f"); done; }
+    && { args=(--pairs "${PAIRS:-2}" --steps 8 --budget-s "${BUDGET:-200}"); for f in "${fixes[@]}"; do extra+=(--fix "$f"); done; }
   {
     start=$(date +%s)
     timeout "${RUN_LIMIT:-150}" $V run -o "rc/$c" --force -q --no-report "benchmarks/real_clients/${script[0]}" \
@@ -43,7 +43,7 @@ for c in ${CLIENTS:?name the clients}; do
     echo "== $c: roofscope run rc=$? $(( $(date +%s) - start ))s"; tail -4 "rc/$c.run.txt"
     python3 benchmarks/real_clients/show_findings.py "rc/$c"
     start=$(date +%s)
-    timeout "${VERIFY_LIMIT:-420}" $V verify "rc/$c" "${args[@]}" "${extra[@]}" --min-pairs 2 --yes --force \
+    timeout "${VERIFY_LIMIT:-420}" $V verify "rc/$c" "${args[@]}" "${extra[@]}" --min-pairs "${MIN_PAIRS:-2}" --yes --force \
       --run-timeout-s "${RUN_TIMEOUT:-150}" 2>&1
     echo "== $c: roofscope verify rc=$? $(( $(date +%s) - start ))s"
   } > "$OUT/$c.txt" 2>&1
