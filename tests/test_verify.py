@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from importlib.util import find_spec
@@ -652,3 +653,32 @@ def test_runs_warm_up_through_the_runs_cold_start():
     meta = {"step_times": {"index": list(range(1, 101))}}
     assert cold_start({"step_time": {"cold_steps": [1, 2, 70]}}, meta) == 2
     assert cold_start({}, {}) == 0 and cold_start({"step_time": None}, meta) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_verify_writes_the_rounds_it_completed(recorded, tmp_path, sig):
+    # The signal comes once round 1's two runs are done (the program as it is, then with nap:5, which caps each
+    # step's 50 ms sleep at 5 ms): verify.json holds that one pair, and the exit says the signal (128 + it).
+    run = _with_findings(recorded, tmp_path, [])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "roofscope", "verify", str(run), "--fix", "nap:5", "--fix-module", str(TEST_FIXES),
+           "--steps", "5", "--pairs", "5"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if sum("  round 1  " in s for s in seen) == 2:
+            p.send_signal(sig)
+            break
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 128 + sig, err
+    assert f"verify: interrupted ({signal.Signals(sig).name}): the verdicts of 1 complete round" in out
+    doc = json.loads((run / "verify.json").read_text())
+    assert doc["settings"]["interrupted"] == signal.Signals(sig).name
+    (fix,) = doc["fixes"]
+    # One pair: no interval yet. The realized saving is that pair's: about 45 ms of a 55 ms step.
+    assert (fix["fix"], fix["status"], fix["pairs"]) == ("nap:5", "undecided", 1)
+    assert fix["reason"] == "only 1 pair measured: no interval"
+    assert 0.03 < fix["realized_s"] < 0.06
+    assert "Traceback" not in err

@@ -22,7 +22,7 @@ from roofscope.counters import after_run, check_before_run
 from roofscope.errors import RoofscopeError
 from roofscope.pipeline import PipelineOptions, SessionResult, announce, finish
 from roofscope.run import Run
-from roofscope.verify import NothingToVerify, verify_run
+from roofscope.verify import NothingToVerify, Stopped, verify_run
 
 
 @dataclass
@@ -145,4 +145,6 @@ def _verify(r: Run | None, script_code: int, quiet: bool, distributed: bool) -> 
     except RoofscopeError as e:
         print(f"roofscope: error: verify: {e} (the Run {r.path} was written without verify.json)", file=sys.stderr)
         return e.exit_code
+    except Stopped as e:   # interrupted: the rounds completed are in verify.json
+        return 128 + e.signum
     return 0

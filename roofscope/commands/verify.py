@@ -9,7 +9,7 @@ from typing import Any
 from roofscope.commands.clickopts import recorded_run
 from roofscope.config import VerifySettings, values
 from roofscope.errors import RoofscopeError
-from roofscope.verify import Program, verify_run
+from roofscope.verify import Program, Stopped, verify_run
 
 
 @dataclass(kw_only=True)
@@ -42,6 +42,9 @@ def recorded_program(meta: dict[str, Any]) -> Program:
 
 
 def run(opts: VerifyOptions) -> int:
-    verify_run(opts.run, recorded_program, VerifySettings(**values(VerifySettings, opts)), asked=opts.fixes,
-               fix_modules=opts.fix_modules, force=opts.force, quiet=opts.quiet, yes=opts.yes)
+    try:
+        verify_run(opts.run, recorded_program, VerifySettings(**values(VerifySettings, opts)), asked=opts.fixes,
+                   fix_modules=opts.fix_modules, force=opts.force, quiet=opts.quiet, yes=opts.yes)
+    except Stopped as e:   # interrupted: what was measured is written; the exit says how it ended
+        return 128 + e.signum
     return 0

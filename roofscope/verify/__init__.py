@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from roofscope.verify.candidates import NothingToVerify
 from roofscope.verify.runs import Program
-from roofscope.verify.workflow import VerifyError, verify_run
+from roofscope.verify.workflow import Stopped, VerifyError, verify_run
 
-__all__ = ["NothingToVerify", "Program", "VerifyError", "verify_run"]
+__all__ = ["NothingToVerify", "Program", "Stopped", "VerifyError", "verify_run"]

@@ -15,9 +15,10 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from roofscope.config import VerifySettings
 
@@ -64,7 +65,9 @@ def launch(program: Program, fix: str | None, settings: VerifySettings, workdir:
     record, log = workdir / f"{name}.json", workdir / f"{name}.log"
     record.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    with open(log, "wb") as out:
+    # The run starts with no signal held (it inherits the mask), and a stopping signal held back by the
+    # rounds (workflow.py) arrives while it goes on.
+    with open(log, "wb") as out, _mask(signal.SIG_UNBLOCK):
         proc = subprocess.Popen(command(program, fix, settings, record, fix_modules), cwd=program.cwd, env=_env(),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -87,6 +90,26 @@ def launch(program: Program, fix: str | None, settings: VerifySettings, workdir:
     else:   # killed, or the interpreter died before the bootstrap could write its record
         rec = {"outcome": {"code": code, "reason": "killed", "detail": tail[-1] if tail else f"exit code {code}"}}
     return {**rec, "wall_s": wall, "tail": tail}
+
+
+# What ends verify (Ctrl-C, kill, a closed terminal): workflow.py writes the rounds completed.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _mask(how: int) -> Iterator[None]:
+    mask = getattr(signal, "pthread_sigmask", None)   # POSIX only: elsewhere signals stay as they are
+    old = mask(how, STOPPING) if mask is not None else None
+    try:
+        yield
+    finally:
+        if mask is not None:
+            mask(signal.SIG_SETMASK, old)
+
+
+def held() -> Any:
+    """The stopping signals held back until the block ends, except while :func:`launch` runs the program."""
+    return _mask(signal.SIG_BLOCK)
 
 
 def failed(rec: dict[str, Any]) -> str | None:

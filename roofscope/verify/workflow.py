@@ -5,20 +5,25 @@ Rounds: each runs the program once without a fix and once with each fix still be
 falls on both sides alike. Each fix's pairs (its run against the round's baseline) give its saving
 and interval (stats.py); a fix leaves the rounds once it crashed, applied to nothing, changed the
 results, or its interval is narrow or decides its status, after ``min_pairs``; the rounds end when
-no fix is left, after ``pairs``, or when the next round would pass the budget. verify.json is
+no fix is left, after ``pairs``, or when the next round would pass the budget. Interrupted (Ctrl-C,
+SIGTERM, SIGHUP), the rounds stop where they are: the run going on is ended, the verdicts of the rounds
+completed are written (nothing when none was), and the command exits 128 + the signal. verify.json is
 written atomically, and the Run's summary.json and report.html are rendered again so that they show
 the verdicts (counters.rerender). Like counters.py, it collects, analyzes and renders: a workflow
 above all three.
 """
 from __future__ import annotations
 
+import signal
 import statistics
 import sys
 import tempfile
+import threading
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import msgspec
 
@@ -35,7 +40,7 @@ from roofscope.run.manifest import record
 from roofscope.run.verification import FixVerdict, Verification, text
 from roofscope.text import duration
 from roofscope.verify.candidates import Candidate, choose
-from roofscope.verify.runs import Program, cold_start, estimate_s, failed, launch
+from roofscope.verify.runs import Program, cold_start, estimate_s, failed, held, launch
 from roofscope.verify.stats import decided, interval, results_verdict, step_time, timing_status
 
 ProgramOf = Callable[[dict[str, Any]], Program]   # run.json -> what it ran (commands/verify.recorded_program)
@@ -95,7 +100,8 @@ class Trial:
             status, reason = timing_status(ci, self.cand.predicted_s,
                                            precision * statistics.median(b for b, _ in self.pairs))
         else:
-            status, reason = "undecided", f"only {len(self.pairs)} pair measured: no interval"
+            n = len(self.pairs)
+            status, reason = "undecided", f"only {n} pair{'s' if n != 1 else ''} measured: no interval"
         realized = ci.mean if ci is not None else (self.pairs[0][0] - self.pairs[0][1] if self.pairs else None)
         return FixVerdict(
             rule=self.cand.rule, fix=self.cand.fix, status=status, reason=reason, predicted_s=self.cand.predicted_s,
@@ -139,12 +145,26 @@ def verify_run(run_dir: str | Path, program_of: ProgramOf, settings: VerifySetti
         say(f"verify: the Run's first {cold} steps ran cold: each run warms up through them")
         settings = replace(settings, warmup_steps=cold)
     trials = _plan(chosen, r.meta, settings, say, r.path)
-    with tempfile.TemporaryDirectory(prefix="roofscope-verify-") as tmp:
-        _rounds(trials, program, settings, Path(tmp), fix_modules, say, estimate_s(r.meta, settings))
+    stopped: int | None = None
+    with tempfile.TemporaryDirectory(prefix="roofscope-verify-") as tmp, _stoppable():
+        try:
+            _rounds(trials, program, settings, Path(tmp), fix_modules, say, estimate_s(r.meta, settings))
+        except KeyboardInterrupt:
+            stopped = signal.SIGINT
+        except Stopped as e:
+            stopped = e.signum
+    if stopped is not None:
+        rounds = max((len(t.runs) for t in trials), default=0)
+        name = signal.Signals(stopped).name
+        if not rounds:
+            say(f"verify: interrupted ({name}) before a round was complete: nothing written")
+            raise Stopped(stopped)
+        say(f"verify: interrupted ({name}): the verdicts of {rounds} complete round{'s' if rounds != 1 else ''}")
     by_fix = {t.cand.fix: t.verdict(settings.precision) for t in trials}
     verdicts = [by_fix[c.fix] if c.fix else _source_edit(c) for c in chosen if not c.fix or c.fix in by_fix]
     doc = Verification(created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       settings={**asdict(settings), "fixes": list(asked), "step_on": program.step_on},
+                       settings={**asdict(settings), "fixes": list(asked), "step_on": program.step_on,
+                                 **({"interrupted": signal.Signals(stopped).name} if stopped is not None else {})},
                        fixes=verdicts)
     record(r.path, [VERIFY_FILE])    # listed before written: --force may replace it, as every Run file
     atomic_write(out, text(doc), force=force)
@@ -153,7 +173,32 @@ def verify_run(run_dir: str | Path, program_of: ProgramOf, settings: VerifySetti
     for line in verification_lines(msgspec.to_builtins(doc)["fixes"]):
         say(line)
     say(f"wrote:    {out}")
+    if stopped is not None:
+        raise Stopped(stopped)
     return doc
+
+
+class Stopped(Exception):
+    """verify was interrupted by ``signum``; the command exits 128 + it (verify.json holds what was measured)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def _stoppable() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the rounds as Ctrl-C does (on the main thread: elsewhere no handler can be set)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped(signum)
+
+    sigs = (signal.SIGTERM, signal.SIGHUP) if threading.current_thread() is threading.main_thread() else ()
+    old = {sig: signal.signal(sig, stop) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _plan(chosen: list[Candidate], meta: dict[str, Any], settings: VerifySettings, say: Callable[[str], None],
@@ -193,25 +238,27 @@ def _rounds(trials: list[Trial], program: Program, settings: VerifySettings, wor
         if rnd > settings.min_pairs and run_s is not None and spent + run_s * (1 + len(active)) > settings.budget_s:
             say(f"  budget: round {rnd} would pass --budget-s {settings.budget_s:g} ({duration(spent)} spent): stopped")
             return
-        order: list[Trial | None] = [None, *active] if rnd % 2 else [*reversed(active), None]
-        recs: dict[int, dict[str, Any]] = {}
-        for i, t in enumerate(order):
-            rec = launch(program, t.cand.fix if t else None, settings, workdir, f"round{rnd}-{i}", fix_modules)
-            spent += rec["wall_s"]
-            took = step_time(rec)
-            say(f"  round {rnd:<2} {t.cand.fix if t else 'without a fix':<{width}}  "
-                + (f"{took * 1e3:10.3f} ms/step" if took is not None and not failed(rec) else f"{'failed':>18}")
-                + f"  ({rec['wall_s']:.1f} s)")
-            recs[id(t)] = rec
-        base = recs[id(None)]
-        _check_baseline(base, rnd, settings)
-        baselines.append(base)
-        run_s = max(rec["wall_s"] for rec in recs.values())
-        for t in active:
-            t.add(rnd, base, recs[id(t)], baselines, settings)
-            if not t.open:
-                v = t.verdict(settings.precision)
-                say(f"  -> {t.cand.fix}: {v.status}: {v.reason}")
+        # Signals are held but while a run goes on: a round ends with its runs, or is counted whole.
+        with held():
+            order: list[Trial | None] = [None, *active] if rnd % 2 else [*reversed(active), None]
+            recs: dict[int, dict[str, Any]] = {}
+            for i, t in enumerate(order):
+                rec = launch(program, t.cand.fix if t else None, settings, workdir, f"round{rnd}-{i}", fix_modules)
+                spent += rec["wall_s"]
+                took = step_time(rec)
+                say(f"  round {rnd:<2} {t.cand.fix if t else 'without a fix':<{width}}  "
+                    + (f"{took * 1e3:10.3f} ms/step" if took is not None and not failed(rec) else f"{'failed':>18}")
+                    + f"  ({rec['wall_s']:.1f} s)")
+                recs[id(t)] = rec
+            base = recs[id(None)]
+            _check_baseline(base, rnd, settings)
+            baselines.append(base)
+            run_s = max(rec["wall_s"] for rec in recs.values())
+            for t in active:
+                t.add(rnd, base, recs[id(t)], baselines, settings)
+                if not t.open:
+                    v = t.verdict(settings.precision)
+                    say(f"  -> {t.cand.fix}: {v.status}: {v.reason}")
 
 
 def _check_baseline(base: dict[str, Any], rnd: int, settings: VerifySettings) -> None:
