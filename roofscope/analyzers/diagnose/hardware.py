@@ -10,6 +10,7 @@ from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import graph_blockers, library_ops
 from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code
 from roofscope.analyzers.ingest.linking import ancestor_where
+from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.model.trace import Trace
 from roofscope.hardware.devices import Ceilings
@@ -194,7 +195,7 @@ class ChannelsLast(Rule):
 
     def match(self, ctx: Context) -> list[Finding]:
         k = ctx.kernels
-        t = k[k["name"].astype(str).str.contains(_TRANSPOSE, regex=True)]
+        t = k[per_name(k["name"], lambda s: s.str.contains(_TRANSPOSE, regex=True))]
         if not len(t):
             return []
         ops = ctx.inp.trace.ops

@@ -183,7 +183,7 @@ def detect_frameworks(inp: DiagnosisInput, names: set[str] | None = None) -> lis
     k = inp.kernels
     # Forward kernels launched inside optimizer.step: the closure Lightning passes it.
     if named is None and "phase" in k and "region" in k:
-        in_step = k["region"].astype(str).str.startswith("Optimizer.step#")
+        in_step = per_name(k["region"], lambda s: s.str.startswith("Optimizer.step#"))
         if (in_step & (k["phase"] == "backward")).any():
             found.add("lightning")
     return [f for f in FRAMEWORKS if f in found] + sorted(found - set(FRAMEWORKS))
