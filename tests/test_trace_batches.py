@@ -34,8 +34,8 @@ def _read(path: Path):
 def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None, helper: bool = False) -> tuple:
     """The file read as one region (every fixture is smaller than BUFFER_BYTES), then in regions of
     about 2 kB (some 6 events) tabulated 5 events at a time (``regions``: the events of each), in
-    blocks of 5 kB, or with a helper process (``helper``) regions of 5 kB in blocks of 30 kB, two of
-    three the helper's; the file read 4 kB or inflated 512 bytes at a time, so that blocks
+    blocks of 5 kB, or with a helper process (``helper``) regions of 5 kB in blocks of 30 kB (those
+    it has room for the helper's); the file read 4 kB or inflated 512 bytes at a time, so that blocks
     follow one another."""
     whole = _read(path)
     with monkeypatch.context() as m:
@@ -62,17 +62,33 @@ def _same(a, b) -> None:
     assert a.meta == b.meta
 
 
-def test_helper_process_decodes_two_blocks_of_three(monkeypatch):
-    """Read with a helper process (kineto_helper.py): it is sent two blocks of three, and the merged
-    tables (names, signatures numbered in file order, kernels in time order) are the one-process ones."""
-    sent: list[int] = []
+def test_helper_process_takes_the_blocks_it_has_room_for(monkeypatch):
+    """Read with a helper process (kineto_helper.py): blocks go to it while one of its slots is free,
+    and the merged tables (names, signatures numbered in file order, kernels in time order) are the
+    one-process ones."""
+    sent: list[tuple[int, bool]] = []
     send = helper_mod.Helper.send
-    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (sent.append(block),
-                                                                             send(self, block, data))[-1])
+    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
+        sent.append((block, taken := send(self, block, data))), taken)[-1])
     whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
     _same(whole, streamed)
-    # 244 kB in blocks of about 30 kB: 5 blocks sent, numbered 1, 2, 4, 5, ... (every third read here)
-    assert len(sent) >= 4 and sent[:4] == [1, 2, 4, 5]
+    # 244 kB in blocks of about 30 kB: 6 or more offered (as many as the helper's share leaves), the
+    # first two to the two free slots
+    blocks = [b for b, _ in sent]
+    assert blocks == list(range(1, len(blocks) + 1)) and len(blocks) >= 6 and sent[0][1] and sent[1][1]
+
+
+def test_a_busy_helper_is_given_no_more(monkeypatch):
+    """A helper that frees no slot (still decoding) gets the first two blocks; the reading process
+    decodes the others, and the tables are the same."""
+    sent: list[tuple[int, bool]] = []
+    send = helper_mod.Helper.send
+    monkeypatch.setattr(helper_mod.Helper, "_freed", lambda self: None)
+    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
+        sent.append((block, taken := send(self, block, data))), taken)[-1])
+    whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
+    _same(whole, streamed)
+    assert sent[:2] == [(1, True), (2, True)] and len(sent) > 4 and not any(taken for _, taken in sent[2:])
 
 
 def test_no_helper_when_the_system_refuses_a_process(monkeypatch):

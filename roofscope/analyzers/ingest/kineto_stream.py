@@ -57,7 +57,7 @@ class Fallback(Exception):
 
 
 class Helper(Protocol):
-    def send(self, block: int, data: memoryview) -> None: ...
+    def send(self, block: int, data: memoryview) -> bool: ...
 
 
 class Stream:
@@ -66,7 +66,7 @@ class Stream:
 
     def __init__(self, path: str, chunks: Iterator[bytes], helper: Helper | None = None) -> None:
         self.path = path
-        self._helper = helper      # takes two blocks of three (kineto_helper.py)
+        self._helper = helper      # takes the blocks it has room for (kineto_helper.py)
         self._block = 0
         self._chunks = chunks
         self._buf = b""
@@ -96,15 +96,14 @@ class Stream:
         self._last(head_at, head, sink)
 
     def _next_block(self, sink: Columns) -> None:
-        """A new buffer's events: two of three to the helper, up to the last event boundary before
-        the buffer's end (this process also inflates the file and merges); the others here,
-        numbered for the merge."""
+        """A new buffer's events, up to the last event boundary before its end: to the helper when
+        it has room for them (kineto_helper.py), else decoded here; numbered for the merge."""
         self._block += 1
-        if self._block % 3 and not self._eof:
+        if not self._eof:
             end = self._limit()
             at = next(self._boundaries(end), None) if end > self._pos else None
-            if at is not None:
-                self._helper.send(self._block, memoryview(self._buf)[self._pos:at + 1])  # type: ignore[union-attr]
+            if at is not None and self._helper.send(self._block,  # type: ignore[union-attr]
+                                                    memoryview(self._buf)[self._pos:at + 1]):
                 self._drop(self._buf.index(b"{", at + 1) - self._pos)
                 return
         sink.end_block()
