@@ -84,6 +84,8 @@ class Stream:
         if head is None:
             self._whole(sink)
             return
+        if self._helper is not None:  # the first buffer's events too: the helper waits for a block
+            self._next_block(sink)
         while True:
             if not self._eof and self._left() < 2 * REGION_BYTES:
                 self._fill(BUFFER_BYTES)
