@@ -87,6 +87,19 @@ class Throttling(Rule):
             kernels=[], figures={"sm_clock_ratio": ratio, "throttled_share": throttled, **shares})]
 
 
+def _blocks(grids: pd.Series) -> np.ndarray:
+    """Blocks of each launch's grid (NaN without one), the product taken once per distinct grid: a
+    million launches use a few hundred."""
+    per_grid: dict[tuple, float] = {}
+    out = np.full(len(grids), np.nan)
+    for i, g in enumerate(grids):
+        if isinstance(g, list) and g:
+            key = tuple(g)
+            blocks = per_grid.get(key)
+            out[i] = per_grid.setdefault(key, np.prod(g)) if blocks is None else blocks
+    return out
+
+
 class SmallGrid(Rule):
     """Long kernels launching fewer blocks than the GPU has SMs leave SMs idle."""
 
@@ -100,7 +113,7 @@ class SmallGrid(Rule):
         k = k[(k["cat"] == "kernel") & (k["dur_s"] >= _MIN_GRID_KERNEL_S) & ~k["cls"].isin(("communication", "latency"))]
         if not sms or not len(k) or "grid" not in k:
             return []
-        blocks = np.array([np.prod(g) if isinstance(g, list) and g else np.nan for g in k["grid"]], dtype=float)
+        blocks = _blocks(k["grid"])
         frac = blocks / sms
         small = k[frac < 0.5]
         f = frac[frac < 0.5]
