@@ -11,8 +11,9 @@ memory is free (it holds at most one block waiting and one being decoded), else 
 which also inflates the file, decodes it. Handing a block over is a copy into shared memory and a
 message of a few bytes, so neither process waits for the other, and the share each takes follows
 their speeds (a helper slowed by other work on the machine is given less). The helper decodes each
-block in typed regions into its own Columns, whose pieces carry the block's number, says when its
-slot is free again, and hands its columns back at the end, to be merged in file order. It decodes
+block in typed regions into its own Columns, whose pieces carry the block's number, hands the
+block's pieces back with its slot (the parent unpickles them while it reads), and the rest of its
+columns (names, signatures) at the end, to be merged in file order. It decodes
 clean JSON only: a block it cannot decode as typed events (a boundary inside a string, an event
 needing repairs) makes the whole file be read again in one process (kineto_stream.Fallback), which
 repairs and reports exactly as before. The helper leaves with ``os._exit``, so nothing of the
@@ -74,7 +75,7 @@ class Helper:
         self.pid, self._send, self._receive = pid, send, receive
         self._shared, self._slot_bytes = shared, slot_bytes
         self._free = list(range(SLOTS))
-        self._result: bytes | None = None  # the helper's last message, once it came
+        self._pieces: list[dict[str, list]] = []  # the helper's pieces, as it made them
         self.blocks = 0  # blocks sent
 
     @classmethod
@@ -121,34 +122,38 @@ class Helper:
         return True
 
     def _freed(self) -> None:
-        """The slots the helper says it is done with, free again; :class:`Fallback` once it ended."""
+        """The slots the helper is done with, free again, and the pieces it made of them kept;
+        :class:`Fallback` once it ended (only a helper that failed speaks before it is asked)."""
         try:
-            while self._result is None and self._receive.poll():
-                message = self._receive.recv_bytes()
-                if len(message) == 1:
-                    self._free.append(message[0])
-                else:
-                    self._result = message
-        except (EOFError, OSError):
+            while self._receive.poll():
+                self._took(pickle.loads(self._receive.recv_bytes()))
+        except (EOFError, OSError, pickle.UnpicklingError):
             raise Fallback from None
-        if self._result is not None:
-            raise Fallback  # only a helper that failed speaks before it is asked
+
+    def _took(self, said: object) -> None:
+        if not isinstance(said, tuple):
+            raise Fallback
+        slot, pieces = said
+        self._free.append(slot)
+        self._pieces.append(pieces)
 
     def merge(self, columns: Columns) -> None:
         """The helper's columns merged into ``columns``; :class:`Fallback` when a block did not
         decode, or the helper failed."""
+        self._freed()
         try:
-            self._freed()
             self._send.send_bytes(b"")
-            message = self._receive.recv_bytes()
-            while len(message) == 1:  # the slots of the last blocks
-                message = self._receive.recv_bytes()
-            theirs = pickle.loads(message)
+            said = pickle.loads(self._receive.recv_bytes())
+            while isinstance(said, tuple):  # the last blocks'
+                self._took(said)
+                said = pickle.loads(self._receive.recv_bytes())
         except (EOFError, OSError, pickle.UnpicklingError):
-            theirs = None
-        if theirs is None:
+            said = None
+        if not isinstance(said, Columns):
             raise Fallback
-        columns.merge(theirs)
+        for pieces in self._pieces:
+            said.received(pieces)
+        columns.merge(said)
 
     def stop(self) -> None:
         for end in (self._send, self._receive):
@@ -162,10 +167,12 @@ class Helper:
 
 
 def _serve(receive: Connection, send: Connection, shared: mmap.mmap, slot_bytes: int) -> None:
-    """The helper's life: blocks in, slots freed, columns out, then exit."""
+    """The helper's life: blocks in, slots freed with the block's pieces, the rest of its columns
+    out, then exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    columns: Columns | None = Columns()
+    columns = Columns()
+    failed = False
     try:
         while True:
             message = receive.recv_bytes()
@@ -173,14 +180,15 @@ def _serve(receive: Connection, send: Connection, shared: mmap.mmap, slot_bytes:
                 break
             block, slot, size = _HEADER.unpack(message)
             at = slot * slot_bytes
-            columns.block = block  # type: ignore[union-attr]
-            _decode_block(shared[at:at + size], columns)  # type: ignore[arg-type]
-            columns.end_block()  # type: ignore[union-attr]
-            send.send_bytes(bytes((slot,)))
+            columns.block = block
+            _decode_block(shared[at:at + size], columns)
+            columns.end_block()
+            # The block's pieces go with its slot: unpickled while the parent reads, not after it.
+            send.send_bytes(pickle.dumps((slot, columns.handed()), protocol=pickle.HIGHEST_PROTOCOL))
     except BaseException:  # noqa: BLE001 - not clean JSON events, or anything else: the parent reads alone
-        columns = None  # said at once: the parent's next block or its merge finds the helper gone
+        failed = True  # said at once: the parent's next block or its merge finds the helper gone
     try:
-        send.send_bytes(pickle.dumps(columns, protocol=pickle.HIGHEST_PROTOCOL))
+        send.send_bytes(pickle.dumps(None if failed else columns, protocol=pickle.HIGHEST_PROTOCOL))
     finally:
         os._exit(0)
 
