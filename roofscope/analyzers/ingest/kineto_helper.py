@@ -104,6 +104,11 @@ class Helper:
         results_out.close()
         return cls(pid, blocks_out, results_in, shared, slot_bytes)
 
+    def room(self) -> bool:
+        """Whether a slot is free for a block; :class:`Fallback` when the helper is gone."""
+        self._freed()
+        return bool(self._free)
+
     def send(self, block: int, data: memoryview) -> bool:
         """Events ``data`` (complete, between two boundaries) to decode as block number ``block``,
         when a slot is free (else False: the caller decodes them); :class:`Fallback` when the helper

@@ -32,6 +32,8 @@ from roofscope.errors import TraceError
 REGION_BYTES = 256 << 10
 # JSON read ahead of the regions.
 BUFFER_BYTES = 8 << 20
+# What is left of a buffer that is worth handing to a helper that became free (kineto_helper.py).
+HANDOVER_BYTES = 2 << 20
 # Where the events must begin for the file to be read as a stream.
 HEAD_LIMIT = 16 << 20
 # An event boundary: the ``}`` of one event before the ``,`` and ``{`` of the next.
@@ -57,6 +59,8 @@ class Fallback(Exception):
 
 
 class Helper(Protocol):
+    def room(self) -> bool: ...
+
     def send(self, block: int, data: memoryview) -> bool: ...
 
 
@@ -95,6 +99,10 @@ class Stream:
                 break
             elif not self._region(sink):
                 self._stuck()
+            elif self._helper is not None and not self._eof and self._left() >= HANDOVER_BYTES \
+                    and self._helper.room():
+                # The helper finished while this process decoded a block: it takes the buffer's rest.
+                self._next_block(sink)
         self._last(head_at, head, sink)
 
     def _next_block(self, sink: Columns) -> None:
