@@ -34,13 +34,15 @@ def _read(path: Path):
 def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None, helper: bool = False) -> tuple:
     """The file read as one region (every fixture is smaller than BUFFER_BYTES), then in regions of
     about 2 kB (some 6 events) tabulated 5 events at a time (``regions``: the events of each), in
-    blocks of 5 kB, or with a helper process (``helper``) regions of 5 kB in blocks of 30 kB, two of
-    three the helper's; the file read 4 kB or inflated 512 bytes at a time, so that blocks
+    blocks of 5 kB, or with a helper process (``helper``) regions of 5 kB in blocks of 30 kB (those
+    it has room for the helper's, and a block's last 10 kB or more when it frees a slot meanwhile);
+    the file read 4 kB or inflated 512 bytes at a time, so that blocks
     follow one another."""
     whole = _read(path)
     with monkeypatch.context() as m:
         m.setattr(stream_mod, "REGION_BYTES", 5000 if helper else 2000)
         m.setattr(stream_mod, "BUFFER_BYTES", 30_000 if helper else 5000)
+        m.setattr(stream_mod, "HANDOVER_BYTES", 10_000)
         m.setattr(source_mod, "READ_BYTES", 4096)
         m.setattr(source_mod, "HEAD_BYTES", 512)
         m.setattr(columns_mod, "SUB", 5)
@@ -62,17 +64,48 @@ def _same(a, b) -> None:
     assert a.meta == b.meta
 
 
-def test_helper_process_decodes_two_blocks_of_three(monkeypatch):
-    """Read with a helper process (kineto_helper.py): it is sent two blocks of three, and the merged
-    tables (names, signatures numbered in file order, kernels in time order) are the one-process ones."""
-    sent: list[int] = []
+def test_helper_process_takes_the_blocks_it_has_room_for(monkeypatch):
+    """Read with a helper process (kineto_helper.py): blocks go to it while one of its slots is free,
+    and the merged tables (names, signatures numbered in file order, kernels in time order) are the
+    one-process ones."""
+    sent: list[tuple[int, bool]] = []
     send = helper_mod.Helper.send
-    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (sent.append(block),
-                                                                             send(self, block, data))[-1])
+    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
+        sent.append((block, taken := send(self, block, data))), taken)[-1])
     whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
     _same(whole, streamed)
-    # 244 kB in blocks of about 30 kB: 5 blocks sent, numbered 1, 2, 4, 5, ... (every third read here)
-    assert len(sent) >= 4 and sent[:4] == [1, 2, 4, 5]
+    # 244 kB in blocks of about 30 kB: 6 or more offered (as many as the helper's share leaves), the
+    # first two to the two free slots
+    blocks = [b for b, _ in sent]
+    assert blocks == list(range(1, len(blocks) + 1)) and len(blocks) >= 6 and sent[0][1] and sent[1][1]
+
+
+def test_the_rest_of_a_block_goes_to_a_helper_that_frees_a_slot(monkeypatch):
+    """Each time a region is read the helper is asked whether it has room (here it always says so):
+    the buffer's rest goes to it, the reader goes on with the next buffer, and the tables are the
+    same."""
+    sent: list[tuple[int, bool]] = []
+    send = helper_mod.Helper.send
+    monkeypatch.setattr(helper_mod.Helper, "room", lambda self: True)
+    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
+        sent.append((block, taken := send(self, block, data))), taken)[-1])
+    whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
+    _same(whole, streamed)
+    # more blocks than buffers (about 8): the rests are blocks of their own, some refused for want of a slot
+    assert len(sent) > 10 and any(taken for _, taken in sent)
+
+
+def test_a_busy_helper_is_given_no_more(monkeypatch):
+    """A helper that frees no slot (still decoding) gets the first two blocks; the reading process
+    decodes the others, and the tables are the same."""
+    sent: list[tuple[int, bool]] = []
+    send = helper_mod.Helper.send
+    monkeypatch.setattr(helper_mod.Helper, "_freed", lambda self: None)
+    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
+        sent.append((block, taken := send(self, block, data))), taken)[-1])
+    whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
+    _same(whole, streamed)
+    assert sent[:2] == [(1, True), (2, True)] and len(sent) > 4 and not any(taken for _, taken in sent[2:])
 
 
 def test_no_helper_when_the_system_refuses_a_process(monkeypatch):

@@ -314,9 +314,7 @@ def _add_statistics_passes(trace: Trace, oc: pd.DataFrame, names: pd.Series, cos
     carries the op's activation-sized inputs, and the op's other kernels its compulsory bytes,
     split among them by duration. Returns which kernels' bytes it set.
     """
-    codes, uniques = pd.factorize(names.astype(str))
-    by_name = np.array([bool(_STATS_PASS.search(u)) for u in uniques] or [False], dtype=bool)
-    stats = by_name[np.maximum(codes, 0)] & (cost_op >= 0)
+    stats = lookup(names, lambda u: bool(_STATS_PASS.search(u))).astype(bool) & (cost_op >= 0)
     # only where another kernel of the op writes the output: an op seen with its statistics
     # kernel alone (a trace cut between them) keeps its bytes
     stats &= np.isin(cost_op, cost_op[~stats & (cost_op >= 0)])

@@ -17,6 +17,7 @@ import pandas as pd
 from roofscope.analyzers.cost.compiled_cpu import FUSED_NAME, GRAPH_CALL
 from roofscope.analyzers.cost.formulas.families import FAMILY, SIGNATURE
 from roofscope.analyzers.cost.hidden_args import WINDOW_SOURCE
+from roofscope.analyzers.ingest.names import per_name
 
 _LAYER_SUFFIX = r"_\d+$"
 
@@ -59,8 +60,8 @@ def fused_notes(kernels: pd.DataFrame) -> list[str]:
     """The coverage note of the compiled graphs' own time (the work items :func:`fused_kernel_items` made)."""
     if "op_name" not in kernels:
         return []
-    k = kernels[kernels["name"].astype(str).str.startswith(FUSED_NAME).to_numpy()
-                & kernels["op_name"].astype(str).str.startswith(GRAPH_CALL).to_numpy()]
+    k = kernels[per_name(kernels["name"], lambda s: s.str.startswith(FUSED_NAME))
+                & per_name(kernels["op_name"], lambda s: s.str.startswith(GRAPH_CALL))]
     if not len(k):
         return []
     return [f"{FUSED_NAME}: {k['dur_ns'].sum() / 1e6:.3f} ms in {len(k):,} calls of compiled graphs ran code no op "

@@ -154,7 +154,7 @@ class CpuFusion(Rule):
             return []
         k = k.sort_values(["tid", "ts_ns"], kind="stable")
         # Consecutive in the model's op order on one thread: no other costed op between them.
-        order = ctx.kernels.sort_values(["tid", "ts_ns"], kind="stable").index
+        order = ctx.kernels[["tid", "ts_ns"]].sort_values(["tid", "ts_ns"], kind="stable").index
         pos = pd.Series(np.arange(len(order)), index=order).reindex(k.index).to_numpy()
         tid = k["tid"].to_numpy()
         joined = np.r_[False, (pos[1:] == pos[:-1] + 1) & (tid[1:] == tid[:-1])]

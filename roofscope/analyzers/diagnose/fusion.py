@@ -30,6 +30,8 @@ def chains(k: pd.DataFrame, eligible: np.ndarray | None = None) -> pd.Series:
     ``eligible`` (aligned with ``k``) leaves kernels out of any chain, breaking chains there."""
     order = k.index
     ok = pd.Series(np.ones(len(k), dtype=bool) if eligible is None else eligible, index=k.index)
+    # The columns read here only: sorting takes every column it is given.
+    k = k[[c for c in ("stream", "ts_ns", "category", "cls", "floor_s", "name") if c in k]]
     k = k.sort_values(["stream", "ts_ns"], kind="stable")
     # Costed kernels only: one classed by its grid or op inputs (roofline.class_sources) has no bytes
     # to say what a fused kernel would still move.

@@ -10,6 +10,7 @@ from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import graph_blockers, library_ops
 from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code
 from roofscope.analyzers.ingest.linking import ancestor_where
+from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.model.trace import Trace
 from roofscope.hardware.devices import Ceilings
@@ -86,6 +87,19 @@ class Throttling(Rule):
             kernels=[], figures={"sm_clock_ratio": ratio, "throttled_share": throttled, **shares})]
 
 
+def _blocks(grids: pd.Series) -> np.ndarray:
+    """Blocks of each launch's grid (NaN without one), the product taken once per distinct grid: a
+    million launches use a few hundred."""
+    per_grid: dict[tuple, float] = {}
+    out = np.full(len(grids), np.nan)
+    for i, g in enumerate(grids):
+        if isinstance(g, list) and g:
+            key = tuple(g)
+            blocks = per_grid.get(key)
+            out[i] = per_grid.setdefault(key, np.prod(g)) if blocks is None else blocks
+    return out
+
+
 class SmallGrid(Rule):
     """Long kernels launching fewer blocks than the GPU has SMs leave SMs idle."""
 
@@ -99,7 +113,7 @@ class SmallGrid(Rule):
         k = k[(k["cat"] == "kernel") & (k["dur_s"] >= _MIN_GRID_KERNEL_S) & ~k["cls"].isin(("communication", "latency"))]
         if not sms or not len(k) or "grid" not in k:
             return []
-        blocks = np.array([np.prod(g) if isinstance(g, list) and g else np.nan for g in k["grid"]], dtype=float)
+        blocks = _blocks(k["grid"])
         frac = blocks / sms
         small = k[frac < 0.5]
         f = frac[frac < 0.5]
@@ -194,7 +208,7 @@ class ChannelsLast(Rule):
 
     def match(self, ctx: Context) -> list[Finding]:
         k = ctx.kernels
-        t = k[k["name"].astype(str).str.contains(_TRANSPOSE, regex=True)]
+        t = k[per_name(k["name"], lambda s: s.str.contains(_TRANSPOSE, regex=True))]
         if not len(t):
             return []
         ops = ctx.inp.trace.ops

@@ -100,7 +100,7 @@ def in_model_idle(ctx: Context) -> float:
         return 0.0
     k = ctx.inp.kernels   # every kernel, as the timeline found the gaps between (a neighbour may be unprofiled)
     gaps = gaps[gaps["kind"].isin(("host", "queued")) & (gaps["step"] >= 0) & (gaps["next_kernel"] >= 0)]
-    order = k.sort_values(["device", "ts_ns"], kind="stable")
+    order = k[["device", "ts_ns"]].sort_values(["device", "ts_ns"], kind="stable")  # not every column sorted
     prev = pd.Series(order.index.to_numpy(), index=order.index).groupby(order["device"]).shift(1)
     nxt = gaps["next_kernel"].to_numpy()
     p_next = k["phase"].reindex(nxt).to_numpy(dtype=object)

@@ -183,7 +183,7 @@ def detect_frameworks(inp: DiagnosisInput, names: set[str] | None = None) -> lis
     k = inp.kernels
     # Forward kernels launched inside optimizer.step: the closure Lightning passes it.
     if named is None and "phase" in k and "region" in k:
-        in_step = k["region"].astype(str).str.startswith("Optimizer.step#")
+        in_step = per_name(k["region"], lambda s: s.str.startswith("Optimizer.step#"))
         if (in_step & (k["phase"] == "backward")).any():
             found.add("lightning")
     return [f for f in FRAMEWORKS if f in found] + sorted(found - set(FRAMEWORKS))
@@ -195,8 +195,8 @@ def forwards_per_step(inp: DiagnosisInput, kernels: pd.DataFrame) -> float:
     ``roofscope: forward`` spans (a Run's). Gradient accumulation runs several per optimizer step."""
     best = 1.0
     if "phase" in kernels and len(kernels):
-        k = kernels[kernels["phase"].isin(("forward", "backward")) & (kernels["step"] >= 0)]
-        k = k.sort_values(["step", "ts_ns"], kind="stable")
+        k = kernels.loc[kernels["phase"].isin(("forward", "backward")) & (kernels["step"] >= 0),
+                        ["step", "ts_ns", "phase"]].sort_values(["step", "ts_ns"], kind="stable")
         back = (k["phase"] == "backward").to_numpy()
         same = np.r_[False, k["step"].to_numpy()[1:] == k["step"].to_numpy()[:-1]]
         starts = back & ~(same & np.r_[False, back[:-1]])      # a backward run begins

@@ -296,6 +296,19 @@ class Columns:
         for table in self.tables.values():
             self._flush(table)
 
+    def handed(self) -> dict[str, list[dict[str, Any]]]:
+        """The pieces made so far, by table, taken out: a helper hands them over block by block
+        (kineto_helper.py)."""
+        out = {cat: table.pieces for cat, table in self.tables.items() if table.pieces}
+        for cat in out:
+            self.tables[cat].pieces = []
+        return out
+
+    def received(self, pieces: dict[str, list[dict[str, Any]]]) -> None:
+        """Pieces :meth:`handed` over, put back (before the merge sorts them by block)."""
+        for cat, made in pieces.items():
+            self.tables[cat].pieces += made
+
     def merge(self, other: Columns) -> None:
         """``other``'s columns (another process's blocks of the same file) merged into these, in
         file order: names and signatures numbered here, pieces and rows sorted by block."""

@@ -32,6 +32,8 @@ from roofscope.errors import TraceError
 REGION_BYTES = 256 << 10
 # JSON read ahead of the regions.
 BUFFER_BYTES = 8 << 20
+# What is left of a buffer that is worth handing to a helper that became free (kineto_helper.py).
+HANDOVER_BYTES = 2 << 20
 # Where the events must begin for the file to be read as a stream.
 HEAD_LIMIT = 16 << 20
 # An event boundary: the ``}`` of one event before the ``,`` and ``{`` of the next.
@@ -57,7 +59,9 @@ class Fallback(Exception):
 
 
 class Helper(Protocol):
-    def send(self, block: int, data: memoryview) -> None: ...
+    def room(self) -> bool: ...
+
+    def send(self, block: int, data: memoryview) -> bool: ...
 
 
 class Stream:
@@ -66,7 +70,7 @@ class Stream:
 
     def __init__(self, path: str, chunks: Iterator[bytes], helper: Helper | None = None) -> None:
         self.path = path
-        self._helper = helper      # takes two blocks of three (kineto_helper.py)
+        self._helper = helper      # takes the blocks it has room for (kineto_helper.py)
         self._block = 0
         self._chunks = chunks
         self._buf = b""
@@ -84,6 +88,8 @@ class Stream:
         if head is None:
             self._whole(sink)
             return
+        if self._helper is not None:  # the first buffer's events too: the helper waits for a block
+            self._next_block(sink)
         while True:
             if not self._eof and self._left() < 2 * REGION_BYTES:
                 self._fill(BUFFER_BYTES)
@@ -93,18 +99,21 @@ class Stream:
                 break
             elif not self._region(sink):
                 self._stuck()
+            elif self._helper is not None and not self._eof and self._left() >= HANDOVER_BYTES \
+                    and self._helper.room():
+                # The helper finished while this process decoded a block: it takes the buffer's rest.
+                self._next_block(sink)
         self._last(head_at, head, sink)
 
     def _next_block(self, sink: Columns) -> None:
-        """A new buffer's events: two of three to the helper, up to the last event boundary before
-        the buffer's end (this process also inflates the file and merges); the others here,
-        numbered for the merge."""
+        """A new buffer's events, up to the last event boundary before its end: to the helper when
+        it has room for them (kineto_helper.py), else decoded here; numbered for the merge."""
         self._block += 1
-        if self._block % 3 and not self._eof:
+        if not self._eof:
             end = self._limit()
             at = next(self._boundaries(end), None) if end > self._pos else None
-            if at is not None:
-                self._helper.send(self._block, memoryview(self._buf)[self._pos:at + 1])  # type: ignore[union-attr]
+            if at is not None and self._helper.send(self._block,  # type: ignore[union-attr]
+                                                    memoryview(self._buf)[self._pos:at + 1]):
                 self._drop(self._buf.index(b"{", at + 1) - self._pos)
                 return
         sink.end_block()
