@@ -18,6 +18,7 @@ from roofscope.analyzers.diagnose.overhead import in_model_idle
 from roofscope.analyzers.ingest.linking import ancestor_where
 from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.findings import Finding
+from roofscope.text import number
 
 FUSIBLE = ("elementwise", "reduction", "normalization", "softmax", "copy")
 # Inductor's kernels are already the product of fusion.
@@ -99,9 +100,9 @@ class LaunchFusion(Rule):
         p = ctx.program
         snippet, framework = compile_code(p)
         dynamic = dynamic_shapes(ctx)
-        fix = (f"The GPU waits on the host between the model's kernels, and compiling it fuses {removed / ctx.steps:.3g}"
-               f" of its {launched / ctx.steps:.3g} launches a step away ({100 * removed / launched:.0f}%): each of"
-               f" {n_chains / ctx.steps:.3g} chains of elementwise/normalization kernels becomes one. Without CUDA"
+        fix = (f"The GPU waits on the host between the model's kernels, and compiling it fuses {number(removed / ctx.steps, 3)}"
+               f" of its {number(launched / ctx.steps, 3)} launches a step away ({100 * removed / launched:.0f}%): each of"
+               f" {number(n_chains / ctx.steps, 3)} chains of elementwise/normalization kernels becomes one. Without CUDA"
                " graphs (the default mode) it holds for any number of forwards per step, host syncs and data"
                " loading; saving ~ that share of the host-bound idle inside forward and backward.")
         if dynamic:
@@ -111,7 +112,7 @@ class LaunchFusion(Rule):
             rule=self.name, title="Launch-bound: compile to fuse launches away",
             binding=self.binding, saving_s=saving, confidence="low" if dynamic else "medium",
             summary=f"GPU idle {inside * 1e3:.3f} ms/step inside forward/backward waiting for launches;"
-            f" {removed / ctx.steps:.3g} of {launched / ctx.steps:.3g} model kernels/step would be fused away",
+            f" {number(removed / ctx.steps, 3)} of {number(launched / ctx.steps, 3)} model kernels/step would be fused away",
             fix=fix, snippet=snippet, framework=framework, apply="" if dynamic else compile_apply(p),
             kernels=top_kernels(c, ctx.steps),
             figures={"model_kernels_per_step": launched / ctx.steps, "fused_away_per_step": removed / ctx.steps,
