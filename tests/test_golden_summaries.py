@@ -41,6 +41,10 @@ from tests.golden import GOLDEN, digests, trace_files
 # Re-recorded 2026-11-28 (gloo over CUDA tensors), 9 NCCL traces, summary.findings only: the exposed-communication
 # finding says "ms/step of communication" (it said "of NCCL time", which a gloo job has none of); checked by
 # running the previous digests with the old wording restored: 34 passed.
+# Re-recorded 2026-11-29 (issue 37, the rule launch_fusion), summary.diagnosis and summary.findings only: every
+# trace's skipped list gains launch_fusion, and 5 traces gain its finding and its place in torch_compile's change
+# (AMD minitoy, timeline_analysis and trace_filter's sampled ranks, trace_diff/control); checked against 389e143's
+# output on hta_a100_rank0 and trace_filter/sampled_rank-0: nothing else moved.
 # Sections that only appear later are new output and pass.
 TOLERATED: dict[str, str] = {}
 
