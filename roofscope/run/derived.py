@@ -26,7 +26,8 @@ from roofscope.run.layout import SUMMARY_FILE
 # a kernel above a memory roof without cache levels names that level (above_roof.top[].level)
 # 8: fixes written for the program (diagnosis.program, findings' fix.apply and kind, blocked compile and graph
 # fixes), the CPU rules, a CPU-only trace of a GPU job named and given no ceilings (issue 37)
-ANALYSIS_VERSION = 8
+# 9: launch_fusion (a launch-bound step compiled without CUDA graphs), in torch_compile's change (issue 37)
+ANALYSIS_VERSION = 9
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 
