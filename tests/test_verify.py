@@ -682,3 +682,23 @@ def test_an_interrupted_verify_writes_the_rounds_it_completed(recorded, tmp_path
     assert fix["reason"] == "only 1 pair measured: no interval"
     assert 0.03 < fix["realized_s"] < 0.06
     assert "Traceback" not in err
+
+
+def test_the_cost_said_up_front_names_the_compilation_it_leaves_out(monkeypatch, tmp_path):
+    # 5 s a run from the Run's own times, 2 fixes: 3 runs a round, 2 rounds at least = 30 s. A compile fix's
+    # run also compiles the model (20-28 s a run on the H200 clients), which no Run's step times hold.
+    from roofscope.config import VerifySettings
+    from roofscope.verify import workflow
+    from roofscope.verify.candidates import Candidate
+
+    monkeypatch.setattr(workflow, "estimate_s", lambda meta, settings: 5.0)
+    lines: list[str] = []
+    chosen = [Candidate("compile:reduce-overhead", "cuda_graphs"), Candidate("tf32", "tf32")]
+    trials = workflow._plan(chosen, {}, VerifySettings(pairs=4, min_pairs=2, budget_s=600), lines.append, tmp_path)
+    assert [t.cand.fix for t in trials] == ["compile:reduce-overhead", "tf32"]
+    (cost,) = [line for line in lines if "cost:" in line]
+    assert "2 rounds at least (~30 s)" in cost
+    assert cost.endswith("; each run of compile:reduce-overhead also compiles the model, which these times do not hold")
+    lines.clear()
+    workflow._plan([Candidate("tf32", "tf32")], {}, VerifySettings(), lines.append, tmp_path)
+    assert "compiles" not in " ".join(lines)

@@ -219,9 +219,12 @@ def _plan(chosen: list[Candidate], meta: dict[str, Any], settings: VerifySetting
         say("  cost: unknown until the first round (the Run records no step times)")
     else:
         lo, hi = (run_s * (1 + keep) * n for n in (settings.min_pairs, settings.pairs))
+        # The Run's times hold no compilation: each run of a compile fix compiles the model again.
+        compiling = [c.fix for c in fixes[:keep] if any(n.startswith("compile") for n in c.fix.split(";"))]
         say(f"  cost: ~{duration(run_s)} a run (from the Run's own times): {settings.min_pairs} rounds at least"
             f" (~{duration(lo)}), at most {settings.pairs} (~{duration(hi)}), stopped by --budget-s"
-            f" {settings.budget_s:g}")
+            f" {settings.budget_s:g}" + (f"; each run of {', '.join(compiling)} also compiles the model, which"
+                                         " these times do not hold" if compiling else ""))
     for c in fixes[keep:]:
         say(f"  not tried: {c.fix} (the budget covers {keep} fix{'es' if keep != 1 else ''}: raise --budget-s)")
     return [Trial(c) for c in fixes[:keep]]
