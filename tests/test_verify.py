@@ -702,3 +702,16 @@ def test_the_cost_said_up_front_names_the_compilation_it_leaves_out(monkeypatch,
     lines.clear()
     workflow._plan([Candidate("tf32", "tf32")], {}, VerifySettings(), lines.append, tmp_path)
     assert "compiles" not in " ".join(lines)
+
+
+def test_an_undecided_fix_says_how_far_apart_the_programs_own_runs_were():
+    # LoRA on the H200 (2026-11-29): baselines 50.4, 62.0 and 86.1 ms, compile 53.2, 54.0 and 52.1 ms. The
+    # differences -2.8, 8.0 and 34.0 ms: mean 13.1 ms, an interval from below 0 to past the step's 2%.
+    from roofscope.verify.candidates import Candidate
+    from roofscope.verify.workflow import Trial
+
+    t = Trial(Candidate("compile", "launch_fusion", predicted_s=0.0095))
+    t.pairs = [(0.0504, 0.0532), (0.0620, 0.0540), (0.0861, 0.0521)]
+    v = t.verdict(0.02)
+    assert v.status == "undecided" and v.realized_s == pytest.approx(0.0131)
+    assert v.reason.endswith("; without the fix the program ran 50.4 to 86.1 ms/step from one run to the next")

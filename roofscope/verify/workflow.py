@@ -99,6 +99,10 @@ class Trial:
         elif ci is not None:
             status, reason = timing_status(ci, self.cand.predicted_s,
                                            precision * statistics.median(b for b, _ in self.pairs))
+            if status == "undecided":   # why more pairs are needed: the program's own runs disagree
+                base = [b for b, _ in self.pairs]
+                reason += (f"; without the fix the program ran {min(base) * 1e3:.3g} to {max(base) * 1e3:.3g} ms/step"
+                           " from one run to the next")
         else:
             n = len(self.pairs)
             status, reason = "undecided", f"only {n} pair{'s' if n != 1 else ''} measured: no interval"
