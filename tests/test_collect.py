@@ -328,3 +328,30 @@ def test_a_model_the_program_drops_is_freed_then_not_when_the_profile_stops(tmp_
         gc.collect()
         assert model() is None
     assert _meta(tmp_path / "p")["program"]["root_module"] == "Sequential"
+
+
+@pytest.mark.parametrize("ending, code", [("", 0), ("sys.exit(3)", 3), ("raise ValueError('boom')", 1)])
+def test_the_scripts_globals_live_until_the_interpreter_exits_as_in_a_plain_run(tmp_path: Path, ending: str,
+                                                                                code: int) -> None:
+    # A plain run keeps __main__'s globals until the interpreter exits. Freed as soon as runpy returned, a DDP
+    # model's gloo group was destroyed holding the GIL while its worker thread waited for it: the rank hung
+    # (tests/test_gloo_ranks.py on a 2-core machine). The globals outlive the script however it ends.
+    import gc
+
+    from roofscope.collectors import script as runner
+
+    script = tmp_path / "s.py"
+    script.write_text("import sys\nclass Model:\n    path = sys.argv[1]\n    def __del__(self):\n"
+                      f"        open(self.path, 'w').close()\nmodel = Model()\n{ending}\n")
+    freed = tmp_path / "freed"
+    kept = len(runner._SCRIPT_GLOBALS)
+    try:
+        outcome = runner.run_target(str(script), [str(freed)])
+        assert outcome.code == code
+        gc.collect()
+        assert not freed.exists()
+        assert type(runner._SCRIPT_GLOBALS[-1]["model"]).__name__ == "Model"
+    finally:
+        del runner._SCRIPT_GLOBALS[kept:]
+    gc.collect()   # the script's functions and its globals hold each other
+    assert freed.exists()   # dropped with them

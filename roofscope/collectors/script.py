@@ -103,12 +103,23 @@ def exit_forked_child(code: int) -> NoReturn:
     os._exit(code)
 
 
+# The script's globals, kept until the interpreter exits as a plain run keeps __main__'s. Freed when runpy
+# returned, a DDP model's gloo process group was destroyed holding the GIL, and joined a gloo worker thread
+# that waited for that GIL: the rank hung (tests/test_gloo_ranks.py). At exit, such a thread is ended instead.
+_SCRIPT_GLOBALS: list[dict[str, Any]] = []
+
+
 def _execute(target: str, module: bool) -> None:
     # The script's frames lie below this one's: the guard raises signals into the script only then.
-    if module:
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
-        runpy.run_path(target, run_name="__main__")
+    try:
+        if module:
+            _SCRIPT_GLOBALS.append(runpy.run_module(target, run_name="__main__", alter_sys=True))
+        else:
+            _SCRIPT_GLOBALS.append(runpy.run_path(target, run_name="__main__"))
+    except BaseException as e:   # sys.exit() too: the globals are those of the script's frame on the way out
+        _SCRIPT_GLOBALS.extend(f.f_globals for f, _ in traceback.walk_tb(e.__traceback__)
+                               if f.f_code.co_name == "<module>" and f.f_globals.get("__name__") == "__main__")
+        raise
 
 
 def run_target(target: str, args: list[str], module: bool = False, guard: Guard | None = None) -> Outcome:
