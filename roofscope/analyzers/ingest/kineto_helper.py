@@ -8,7 +8,8 @@ more (about 250,000 events).
 kineto_stream.py offers it each block of about :data:`~roofscope.analyzers.ingest.kineto_stream.BUFFER_BYTES`
 that ends at an event boundary: a block goes to the helper when one of its :data:`SLOTS` of shared
 memory is free (it holds at most one block waiting and one being decoded), else the reading process,
-which also inflates the file, decodes it. Handing a block over is a copy into shared memory and a
+which also inflates the file, decodes it; a slot freed meanwhile takes the rest of that block
+(:data:`~roofscope.analyzers.ingest.kineto_stream.HANDOVER_BYTES` or more). Handing a block over is a copy into shared memory and a
 message of a few bytes, so neither process waits for the other, and the share each takes follows
 their speeds (a helper slowed by other work on the machine is given less). The helper decodes each
 block in typed regions into its own Columns, whose pieces carry the block's number, hands the
