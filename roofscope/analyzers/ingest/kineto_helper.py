@@ -5,19 +5,21 @@ The helper is a fork of the reading process, made before the read-ahead thread s
 where that is safe and pays: Linux, no other Python thread, torch not loaded (its runtime's threads
 and devices are not the helper's to inherit), two processors to run on, a file of 48 MB of JSON or
 more (about 250,000 events).
-kineto_stream.py offers it each block of about :data:`~roofscope.analyzers.ingest.kineto_stream.BUFFER_BYTES`
-that ends at an event boundary: a block goes to the helper when one of its :data:`SLOTS` of shared
-memory is free (it holds at most one block waiting and one being decoded), else the reading process,
-which also inflates the file, decodes it. Handing a block over is a copy into shared memory and a
-message of a few bytes, so neither process waits for the other, and the share each takes follows
-their speeds (a helper slowed by other work on the machine is given less). The helper decodes each
-block in typed regions into its own Columns, whose pieces carry the block's number, hands the
-block's pieces back with its slot (the parent unpickles them while it reads), and the rest of its
-columns (names, signatures) at the end, to be merged in file order. It decodes
-clean JSON only: a block it cannot decode as typed events (a boundary inside a string, an event
-needing repairs) makes the whole file be read again in one process (kineto_stream.Fallback), which
-repairs and reports exactly as before. The helper leaves with ``os._exit``, so nothing of the
-parent (buffers, atexit handlers) runs twice, and ignores SIGINT: the parent stops it.
+kineto_stream.py offers it each block of about
+:data:`~roofscope.analyzers.ingest.kineto_stream.BUFFER_BYTES` that ends at an event boundary: a block
+goes to the helper when one of its :data:`SLOTS` of shared memory is free (it holds at most one block
+waiting and one being decoded), else the reading process, which also inflates the file, decodes it; a
+slot freed meanwhile takes the rest of that block
+(:data:`~roofscope.analyzers.ingest.kineto_stream.HANDOVER_BYTES` or more). Handing a block over is a
+copy into shared memory and a message of a few bytes, so neither process waits for the other, and the
+share each takes follows their speeds (a helper slowed by other work on the machine is given less). The
+helper decodes each block in typed regions into its own Columns, whose pieces carry the block's number,
+hands the block's pieces back with its slot (the parent unpickles them while it reads), and the rest of
+its columns (names, signatures) at the end, to be merged in file order. It decodes clean JSON only: a
+block it cannot decode as typed events (a boundary inside a string, an event needing repairs) makes the
+whole file be read again in one process (kineto_stream.Fallback), which repairs and reports exactly as
+before. The helper leaves with ``os._exit``, so nothing of the parent (buffers, atexit handlers) runs
+twice, and ignores SIGINT: the parent stops it.
 """
 from __future__ import annotations
 
