@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from roofscope.analyzers.diagnose.fixes import combined_saving
 from roofscope.errors import RoofscopeError
 from roofscope.fixes import FixError, derive, parse, spec_text
 
@@ -78,7 +79,7 @@ def group(summary: dict[str, Any], blocked: bool = False) -> list[Candidate]:
         if c.change and combined is not None and set(combined.get("rules") or ()) == set(c.rules):
             c.predicted_s = float(combined.get("saving_s") or 0.0)
         else:   # as diagnosis.changes combines: savings on one term overlap, never more than the term holds
-            c.predicted_s = sum(min(v, float(terms[t])) if terms.get(t) else v for t, v in per_term[c.fix].items())
+            c.predicted_s = combined_saving(per_term[c.fix], {t: float(v) for t, v in terms.items() if v})
     # Source edits keep their place among the fixes: by the first rank of their finding.
     order = {f.get("rule"): i for i, f in enumerate(findings)}
     return sorted([*out.values(), *edits], key=lambda c: order.get(c.rule, len(order)))

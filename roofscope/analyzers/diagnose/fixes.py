@@ -171,6 +171,12 @@ def change_of(rule: str) -> str:
     return c.key if c else rule
 
 
+def combined_saving(per_term: dict[str, float], terms: dict[str, float]) -> float:
+    """Savings summed per term (``per_term``), added across terms. Savings on one term overlap: never more
+    than the term holds (terms without a time, such as copy, are kept as given)."""
+    return sum(min(v, terms[t]) if terms.get(t) else v for t, v in per_term.items())
+
+
 def group(findings: list[Finding], terms: dict[str, float], step_s: float) -> list[dict[str, Any]]:
     """One entry per change, ranked by combined saving (see the module docstring)."""
     by_change: dict[str, list[Finding]] = {}
@@ -185,9 +191,7 @@ def group(findings: list[Finding], terms: dict[str, float], step_s: float) -> li
             if SUBSUMED.get(f.rule) in rules:
                 continue
             per_term[f.binding] = per_term.get(f.binding, 0.0) + f.saving_s
-        # Savings on one term overlap: never more than the term holds (terms without a time,
-        # such as copy, are kept as given).
-        combined = sum(min(v, terms[t]) if terms.get(t) else v for t, v in per_term.items())
+        combined = combined_saving(per_term, terms)
         combined = min(combined, step_s) if step_s > 0 else combined
         c = next((c for c in CHANGES if c.key == key), None)
         out.append({"change": key, "title": c.title if c else fs[0].title,
@@ -219,6 +223,6 @@ def apply(findings: list[Finding]) -> None:
             f.apply = ""
 
 
-__all__ = ["CHANGES", "FUSED_OPTIMIZERS", "Change", "apply", "change_of", "channels_last_code", "compile_apply",
-           "compile_code", "decode_graph_code", "group", "loader_code", "merge_apply", "optimizer_code", "tf32_code",
+__all__ = ["CHANGES", "FUSED_OPTIMIZERS", "Change", "apply", "change_of", "channels_last_code", "combined_saving",
+           "compile_apply", "compile_code", "decode_graph_code", "group", "loader_code", "merge_apply", "optimizer_code", "tf32_code",
            "threads_code"]
