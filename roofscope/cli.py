@@ -160,7 +160,7 @@ def counters_cmd(**kwargs: object) -> int:
 @click.option("--fix", "fixes", multiple=True, metavar="SPEC",
               help="Verify this fix instead of the Run's top ones: NAME[:ARG][;NAME[:ARG]...], e.g."
                    " compile:reduce-overhead, threads:4 (repeatable; docs/verify.md lists them).")
-@config_options(VerifySettings, "pairs", "min_pairs", "steps", "warmup_steps", "compare_steps", "budget_s",
+@config_options(VerifySettings, "pairs", "min_pairs", "steps", "warmup_steps", "compare_steps", "alternate", "budget_s",
                 "precision", "rtol", "run_timeout_s")
 @click.option("--fix-module", "fix_modules", multiple=True, metavar="FILE.py|MODULE",
               help="Import fixes of your own (roofscope.fixes.register; repeatable).")

@@ -117,6 +117,24 @@ def test_threads_fix_sets_and_pins_the_count():
         f"the program already runs {before} thread{'s' if before > 1 else ''}"]
 
 
+def test_the_threads_switch_turns_back_to_the_programs_own_count():
+    before = torch.get_num_threads()
+    inj = _installed(f"threads:{before + 1}")
+    try:
+        inj.set_fixed(False)
+        assert torch.get_num_threads() == before       # off: what the program started with
+        torch.set_num_threads(before + 2)              # the program's own call, ignored while the fix holds...
+        assert torch.get_num_threads() == before
+        inj.set_fixed(True)
+        assert torch.get_num_threads() == before + 1
+        inj.set_fixed(False)                           # ...is what it runs with when the fix is off
+        assert torch.get_num_threads() == before + 2
+    finally:
+        inj.undo()
+    assert torch.get_num_threads() == before
+    assert FIXES["threads"].switch and FIXES["tf32"].switch and not FIXES["compile"].switch
+
+
 def test_fused_optimizer_fix_leaves_a_programs_own_choice():
     params = [torch.nn.Parameter(torch.ones(3))]
     inj = _installed("fused_optimizer")
@@ -204,6 +222,10 @@ def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):
     try:
         inj = _installed("tf32")
         assert torch.backends.cuda.matmul.allow_tf32 is True
+        inj.set_fixed(False)   # verify's alternation: the program's own setting, then the fix's again
+        assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is True
+        inj.set_fixed(True)
+        assert torch.backends.cuda.matmul.allow_tf32 is True
         inj.undo()
         assert torch.backends.cuda.matmul.allow_tf32 is False
     finally:
@@ -276,6 +298,29 @@ def test_bootstrap_keeps_an_inference_loops_outputs(tmp_path, one_thread):
     # Two Linears without bias, each output 1.1x: the model's output 1.21x, 21% away from the baseline's.
     distance, what = results_distance(base, wide)
     assert distance == pytest.approx(0.21, rel=1e-5) and what == "the model's outputs of the first 2 forwards"
+
+
+def test_a_switch_is_turned_off_and_on_in_blocks_of_the_timed_steps(tmp_path, one_thread):
+    rec = _record(tmp_path, TRAIN, "--fix-module", str(TEST_FIXES), "--fix", "nap_switch:5", "--alternate", "2",
+                  "--steps", "8")
+    steps = rec["steps"]
+    # Blocks of 2 timed steps, ABBA: on on, off off, off off, on on. The warm-up (2 steps) ran with it on.
+    assert steps["fixed"] == [True, True, False, False, False, False, True, True]
+    assert steps["timed_from"] == 1 and steps["index"] == list(range(1, 10))
+    assert len(rec["losses"]) == 2 and rec["applied"] == {"nap_switch": ["time.sleep capped at 5 ms, as a switch"]}
+    # Each step sleeps 50 ms, 5 with the switch on: its own run's steps 45 ms apart, less the compute's jitter.
+    on, off = step_time(rec, fixed=True), step_time(rec, fixed=False)
+    assert off >= 0.050 and off - on > 0.030
+
+
+@pytest.mark.parametrize("args", [("--fix", "nap:5"), ()])
+def test_only_switches_alternate(tmp_path, capsys, args):
+    rec = tmp_path / "rec.json"
+    assert bootstrap.main(["--record", str(rec), "--steps", "4", "--alternate", "2", "--fix-module", str(TEST_FIXES),
+                           *args, str(TRAIN)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--alternate needs --steps and a --fix whose every fix is a switch (" in err
+    assert "nap_switch" in err and "threads" in err and not rec.exists()
 
 
 def test_a_failing_installer_is_the_runs_failure(tmp_path, capsys):
@@ -585,6 +630,23 @@ def test_verify_end_to_end_in_process(recorded, tmp_path, monkeypatch, capsys):
     assert "| `nap:5` | verified | saves" in capsys.readouterr().out
     assert main(["verify", str(run), "--fix", "tf32"]) == 2   # never over an existing verify.json without --force
     assert "verify.json already exists" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_switch_is_measured_inside_each_of_its_runs(recorded, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = _with_findings(recorded, tmp_path, [_finding(1, "sleep", 0.045, apply="nap_switch:5")])
+    assert main(["verify", str(run), "--fix-module", str(TEST_FIXES), "--pairs", "2", "--steps", "4",
+                 "--alternate", "2"]) == 0
+    out = capsys.readouterr().out
+    # Each round: the program as it is (for its results), and one run of 8 timed steps, 4 each way.
+    assert out.count("  round 1  ") == 2 and out.count("; turned off in the same run: ") == 2
+    (fix,) = json.loads((run / "verify.json").read_text())["fixes"]
+    assert fix["within_run"] is True and fix["pairs"] == 2 and fix["status"] == "verified"
+    # 50 ms sleeps capped at 5: 45 ms a step, told from the run's own steps with the switch off.
+    assert 0.035 < fix["realized_s"] < 0.055 and fix["baseline_s"] >= 0.050
+    assert fix["reason"].endswith("; each pair from one run, the fix turned off and on between its steps")
+    assert "within 0%" in fix["results"]
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from roofscope.fixes.injection import Injection, Roots
 from roofscope.fixes.registry import (FIXES, Fix, FixError, Spec, derive, install, load_modules, parse,
-                                      register, spec_text)
+                                      register, spec_text, switches)
 
 __all__ = ["FIXES", "Fix", "FixError", "Injection", "Roots", "Spec", "derive", "install", "load_modules", "parse",
-           "register", "spec_text"]
+           "register", "spec_text", "switches"]

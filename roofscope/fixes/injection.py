@@ -70,6 +70,7 @@ class Injection:
         self.done: dict[str, list[str]] = {}
         self.skipped: dict[str, list[str]] = {}
         self._undo: list[Callable[[], None]] = []
+        self._switches: list[Callable[[bool], None]] = []
         self._current = ""
 
     def installing(self, name: str) -> None:
@@ -94,6 +95,21 @@ class Injection:
         setattr(owner, name, value)
         self._undo.append(lambda: setattr(owner, name, old))
         return old
+
+    def setting(self, owner: Any, name: str, value: Any) -> Any:
+        """:meth:`patch`, as a switch: :meth:`set_fixed` puts the old value back and this one again."""
+        old = self.patch(owner, name, value)
+        self.switch(lambda on: setattr(owner, name, value if on else old))
+        return old
+
+    def switch(self, turn: Callable[[bool], None]) -> None:
+        """``turn(on)`` sets the fix's change (True) or the program's own setting (False) between steps."""
+        self._switches.append(turn)
+
+    def set_fixed(self, on: bool) -> None:
+        """Every switched change on (as installed) or off (as the program had it)."""
+        for turn in self._switches:
+            turn(on)
 
     def on_undo(self, fn: Callable[[], None]) -> None:
         self._undo.append(fn)

@@ -39,7 +39,7 @@ def tf32(arg: str | None, inj: "Injection") -> None:
         if owner.allow_tf32:
             inj.skip(f"{name}.allow_tf32 already True")
         else:
-            inj.patch(owner, "allow_tf32", True)
+            inj.setting(owner, "allow_tf32", True)
             inj.applied(f"{name}.allow_tf32 = True")
 
 
@@ -51,7 +51,7 @@ def cudnn_benchmark(arg: str | None, inj: "Injection") -> None:
     if torch.backends.cudnn.benchmark:
         inj.skip("torch.backends.cudnn.benchmark already True")
         return
-    inj.patch(torch.backends.cudnn, "benchmark", True)
+    inj.setting(torch.backends.cudnn, "benchmark", True)
     inj.applied("torch.backends.cudnn.benchmark = True")
 
 
@@ -189,10 +189,14 @@ def threads(arg: str | None, inj: "Injection") -> None:
     if n == before:
         inj.skip(f"the program already runs {n} thread{'s' if n > 1 else ''}")
         return
-    torch.set_num_threads(n)
-    inj.on_undo(lambda: torch.set_num_threads(before))
+    set_threads = torch.set_num_threads
+    set_threads(n)
+    inj.on_undo(lambda: set_threads(before))
+    own = [before]   # what the program would run with: its own last set_num_threads, else the default
+    inj.switch(lambda on: set_threads(n if on else own[0]))
 
     def ignored(k: int) -> None:
+        own[0] = k
         inj.applied(f"the program's torch.set_num_threads({k}) ignored", "threads")
 
     inj.patch(torch, "set_num_threads", ignored)

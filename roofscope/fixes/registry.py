@@ -50,6 +50,9 @@ class Fix:
     install: Installer
     check: ArgCheck
     usage: str              # its grammar, e.g. "compile[:MODE]"
+    # A setting of the process that can be turned off and on between steps (Injection.switch): verify
+    # alternates it inside each run, so that the drift between processes falls on both sides alike.
+    switch: bool = False
 
 
 def no_arg(name: str) -> ArgCheck:
@@ -85,9 +88,9 @@ def _loader_arg(arg: str | None) -> str | None:
 
 FIXES: dict[str, Fix] = {f.name: f for f in (
     Fix("tf32", "TF32 for fp32 matmuls and convolutions (torch.backends.cuda.matmul / cudnn .allow_tf32 = True)",
-        "CUDA device", patches.tf32, no_arg("tf32"), "tf32"),
+        "CUDA device", patches.tf32, no_arg("tf32"), "tf32", switch=True),
     Fix("cudnn_benchmark", "cuDNN picks its fastest convolution algorithms (torch.backends.cudnn.benchmark = True)",
-        "CUDA device", patches.cudnn_benchmark, no_arg("cudnn_benchmark"), "cudnn_benchmark"),
+        "CUDA device", patches.cudnn_benchmark, no_arg("cudnn_benchmark"), "cudnn_benchmark", switch=True),
     Fix("channels_last", "root modules with convolutions in channels_last, and their 4-D inputs (a forward pre-hook)",
         "root module with a convolution", patches.channels_last, no_arg("channels_last"), "channels_last"),
     Fix("compile", "torch.compile of the root modules' forward (the outermost nn.Modules the program calls that hold "
@@ -102,23 +105,25 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "Adam, AdamW or SGD optimizer without fused/foreach set", patches.fused_optimizer, no_arg("fused_optimizer"),
         "fused_optimizer"),
     Fix("threads", "torch.set_num_threads(N) before the program starts (its own calls are ignored)",
-        "", patches.threads, count_arg("threads"), "threads:N"),
+        "", patches.threads, count_arg("threads"), "threads:N", switch=True),
     Fix("dataloader", "DataLoaders made with num_workers=N (where the program leaves it 0) or pin_memory=True",
         "DataLoader that could take it", patches.dataloader, _loader_arg, "dataloader:workers=N|pin_memory"),
 )}
 
 
 def register(name: str, install: Installer, summary: str, *, acts_on: str = "", takes_arg: bool = False,
-             replace: bool = False) -> None:
+             replace: bool = False, switch: bool = False) -> None:
     """Add the fix ``name`` (``NAME`` or, with ``takes_arg``, ``NAME:ARG`` with any ARG): ``install(arg,
     injection)`` runs in the program's process before the program (see fixes/injection.py). A module
-    passed as ``--fix-module`` calls this; a name already taken needs ``replace``."""
+    passed as ``--fix-module`` calls this; a name already taken needs ``replace``. ``switch``: its installer
+    makes every change through ``Injection.setting`` or ``Injection.switch``, so that verify may turn it
+    off and on between the steps of one run."""
     if not name.isidentifier():
         raise FixError(f"a fix name is a Python identifier, got {name!r}")
     if name in FIXES and not replace:
         raise FixError(f"fix {name} already exists; pass replace=True to override it")
     FIXES[name] = Fix(name, summary, acts_on, install, (lambda arg: arg) if takes_arg else no_arg(name),
-                      f"{name}:ARG" if takes_arg else name)
+                      f"{name}:ARG" if takes_arg else name, switch)
 
 
 _loaded: set[str] = set()
@@ -155,6 +160,11 @@ def parse(text: str) -> tuple[Spec, ...]:
     if not specs:
         raise FixError(f"empty fix spec {text!r}")
     return tuple(specs)
+
+
+def switches(specs: tuple[Spec, ...]) -> bool:
+    """Whether every fix of the spec is a switch (Fix.switch): the spec can be alternated inside one run."""
+    return all(FIXES[s.name].switch for s in specs)
 
 
 def spec_text(specs: tuple[Spec, ...]) -> str:

@@ -230,6 +230,7 @@ class FixVerdict(_Doc):
     fixed_s: float | None = None
     results: str = ""                    # how the results compared
     applied: list[str] = []              # what the fix changed in the program
+    within_run: bool = False             # each pair came from one run, the fix turned off and on (a switch)
 
 
 class Verification(_Doc):

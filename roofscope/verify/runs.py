@@ -47,11 +47,15 @@ def _env() -> dict[str, str]:
 
 
 def command(program: Program, fix: str | None, settings: VerifySettings, record: Path,
-            fix_modules: tuple[str, ...] = ()) -> list[str]:
+            fix_modules: tuple[str, ...] = (), alternate: bool = False) -> list[str]:
+    """The run's command line; ``alternate``: the fix (a switch) turned off and on inside it, over twice the
+    steps (as many each way as another run times)."""
+    steps = settings.steps * (2 if alternate else 1)
     cmd = [sys.executable, "-m", "roofscope.collectors.inject", "--record", str(record),
-           "--steps", str(settings.steps), "--warmup-steps", str(settings.warmup_steps),
+           "--steps", str(steps), "--warmup-steps", str(settings.warmup_steps),
            "--compare-steps", str(settings.compare_steps)]
     cmd += ["--fix", fix] if fix else []
+    cmd += ["--alternate", str(settings.alternate)] if alternate else []
     for m in fix_modules:
         cmd += ["--fix-module", str(Path(m).resolve()) if m.endswith(".py") else m]
     cmd += ["--step-on", program.step_on] if program.step_on else []
@@ -60,7 +64,7 @@ def command(program: Program, fix: str | None, settings: VerifySettings, record:
 
 
 def launch(program: Program, fix: str | None, settings: VerifySettings, workdir: Path, name: str,
-           fix_modules: tuple[str, ...] = ()) -> dict[str, Any]:
+           fix_modules: tuple[str, ...] = (), alternate: bool = False) -> dict[str, Any]:
     """Run the program once (``fix`` None: as it is); its record, with ``wall_s`` and the log's ``tail``."""
     record, log = workdir / f"{name}.json", workdir / f"{name}.log"
     record.unlink(missing_ok=True)
@@ -68,8 +72,8 @@ def launch(program: Program, fix: str | None, settings: VerifySettings, workdir:
     # The run starts with no signal held (it inherits the mask), and a stopping signal held back by the
     # rounds (workflow.py) arrives while it goes on.
     with open(log, "wb") as out, _mask(signal.SIG_UNBLOCK):
-        proc = subprocess.Popen(command(program, fix, settings, record, fix_modules), cwd=program.cwd, env=_env(),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(command(program, fix, settings, record, fix_modules, alternate), cwd=program.cwd,
+                                env=_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=settings.run_timeout_s)
             timed_out = False

@@ -33,14 +33,19 @@ def t975(dof: int) -> float:
     return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
 
 
-def step_time(record: dict[str, Any]) -> float | None:
-    """The median of a run's timed steps (their GPU time where every one has it, else host time)."""
+def step_time(record: dict[str, Any], fixed: bool | None = None) -> float | None:
+    """The median of a run's timed steps (their GPU time where every one has it, else host time); of an
+    alternated run (``--alternate``: ``fixed`` says which way each timed step ran), of its steps with the
+    fix on (``fixed`` True) or off (False) only."""
     steps = record.get("steps") or {}
     start = steps.get("timed_from")
     if start is None:
         return None
     index = steps.get("index") or []
     timed = [i for i, ix in enumerate(index) if ix > start]
+    if fixed is not None:
+        ways = steps.get("fixed") or []
+        timed = [i for i in timed if index[i] - start - 1 < len(ways) and ways[index[i] - start - 1] == fixed]
     gpu = [steps["gpu_s"][i] for i in timed]
     values = gpu if gpu and all(v is not None for v in gpu) else [steps["host_s"][i] for i in timed]
     return statistics.median(values) if values else None

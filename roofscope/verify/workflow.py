@@ -32,7 +32,7 @@ from roofscope.config import VerifySettings
 from roofscope.counters import confirm_recorded_command, rerender
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
-from roofscope.fixes import FIXES, load_modules, parse
+from roofscope.fixes import FIXES, load_modules, parse, switches
 from roofscope.reports.phrases import verification_lines
 from roofscope.run import load
 from roofscope.run.layout import VERIFY_FILE
@@ -60,6 +60,7 @@ class Trial:
     ended: tuple[str, str] | None = None     # a status decided before the timing: crashed, not applicable...
     results: str = ""
     measured: bool = False                   # its interval decided (or narrowed): no more rounds
+    within_run: bool = False                 # a switch, turned off and on inside each of its runs
 
     @property
     def open(self) -> bool:
@@ -75,12 +76,15 @@ class Trial:
         if not any(rec.get("applied", {}).values()):
             self.ended = ("not applicable", _not_applied(rec))
             return
-        fixed = step_time(rec)
-        if fixed is None:
-            self.ended = ("crashed", f"round {rnd}: it ran, but reached none of the timed steps"
-                                     f" ({(rec.get('steps') or {}).get('boundaries', 0)} step boundaries)")
+        # A switch's pair is its own run's steps with the fix off and on; else the round's baseline and this run.
+        without = step_time(rec, fixed=False) if self.within_run else step_time(base)
+        fixed = step_time(rec, fixed=True) if self.within_run else step_time(rec)
+        if fixed is None or without is None:
+            self.ended = ("crashed", f"round {rnd}: it ran, but reached "
+                                     + ("none of the timed steps" if fixed is None else "no step with the fix off")
+                                     + f" ({(rec.get('steps') or {}).get('boundaries', 0)} step boundaries)")
             return
-        self.pairs.append((step_time(base), fixed))   # type: ignore[arg-type]  # checked for every baseline
+        self.pairs.append((without, fixed))
         changed, note = results_verdict(baselines, self.runs, settings.rtol)
         self.results = note or self.results
         if changed:
@@ -103,6 +107,8 @@ class Trial:
                 base = [b for b, _ in self.pairs]
                 reason += (f"; without the fix the program ran {min(base) * 1e3:.3g} to {max(base) * 1e3:.3g} ms/step"
                            " from one run to the next")
+            if self.within_run:
+                reason += "; each pair from one run, the fix turned off and on between its steps"
         else:
             n = len(self.pairs)
             status, reason = "undecided", f"only {n} pair{'s' if n != 1 else ''} measured: no interval"
@@ -114,7 +120,7 @@ class Trial:
             baseline_s=statistics.median(b for b, _ in self.pairs) if self.pairs else None,
             fixed_s=statistics.median(f for _, f in self.pairs) if self.pairs else None,
             results=self.results, applied=[a for done in (self.runs[-1].get("applied") or {}).values() for a in done]
-            if self.runs else [])
+            if self.runs else [], within_run=self.within_run and bool(self.pairs))
 
 
 def _not_applied(rec: dict[str, Any]) -> str:
@@ -231,7 +237,7 @@ def _plan(chosen: list[Candidate], meta: dict[str, Any], settings: VerifySetting
                                          " these times do not hold" if compiling else ""))
     for c in fixes[keep:]:
         say(f"  not tried: {c.fix} (the budget covers {keep} fix{'es' if keep != 1 else ''}: raise --budget-s)")
-    return [Trial(c) for c in fixes[:keep]]
+    return [Trial(c, within_run=settings.alternate > 0 and switches(parse(c.fix))) for c in fixes[:keep]]
 
 
 def _rounds(trials: list[Trial], program: Program, settings: VerifySettings, workdir: Path,
@@ -250,12 +256,15 @@ def _rounds(trials: list[Trial], program: Program, settings: VerifySettings, wor
             order: list[Trial | None] = [None, *active] if rnd % 2 else [*reversed(active), None]
             recs: dict[int, dict[str, Any]] = {}
             for i, t in enumerate(order):
-                rec = launch(program, t.cand.fix if t else None, settings, workdir, f"round{rnd}-{i}", fix_modules)
+                rec = launch(program, t.cand.fix if t else None, settings, workdir, f"round{rnd}-{i}", fix_modules,
+                             alternate=t is not None and t.within_run)
                 spent += rec["wall_s"]
-                took = step_time(rec)
+                within = t is not None and t.within_run
+                took, off = step_time(rec, fixed=True if within else None), step_time(rec, fixed=False)
                 say(f"  round {rnd:<2} {t.cand.fix if t else 'without a fix':<{width}}  "
                     + (f"{took * 1e3:10.3f} ms/step" if took is not None and not failed(rec) else f"{'failed':>18}")
-                    + f"  ({rec['wall_s']:.1f} s)")
+                    + f"  ({rec['wall_s']:.1f} s)"
+                    + (f"; turned off in the same run: {off * 1e3:.3f} ms/step" if within and off is not None else ""))
                 recs[id(t)] = rec
             base = recs[id(None)]
             _check_baseline(base, rnd, settings)

@@ -14,6 +14,11 @@ after which the program is stopped (exit code 0); a program that ends before its
 its steps after the warm-up timed (``settled`` false). Over the first K steps it keeps the losses and
 the model's outputs (probe.py). FILE gets, as JSON: how the program ended, the step times, where
 the timed steps begin, the results and what each fix changed (or why it could not).
+
+With ``--alternate B`` (fixes that are switches only: registry.Fix.switch) the timed steps run in
+blocks of B, the fix on, off, off, on, on, off... (it stays on through the warm-up, where the results
+are kept); ``fixed`` in FILE says which way each timed step ran. Both sides of the comparison then come
+from one process, which the drift between processes cannot tell apart.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from roofscope.collectors.steptimes import StepTimer
 from roofscope.config import Collection
 from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write
-from roofscope.fixes import Injection, install, load_modules, parse
+from roofscope.fixes import FIXES, FixError, Injection, install, load_modules, parse, switches
 
 RECORD_VERSION = 1
 
@@ -53,6 +58,7 @@ class StepWindow(StepCounter):
         self.boundaries = 0
         self.timed_from: int | None = None     # the boundary the timed steps start at (the timer's index)
         self.settled: bool | None = None
+        self.fixed: list[bool] = []            # --alternate: the fix on (True) in each timed step, in order
         self._warm: tuple[int, float] | None = None   # the warm-up's last boundary, and when it came
 
     def advance(self) -> None:
@@ -76,6 +82,11 @@ class StepWindow(StepCounter):
                 self.timer.restart()   # our own check is no step's time
         elif last - self.timed_from >= ns.steps:
             raise ProfileComplete()
+        if ns.alternate and self.timed_from is not None:
+            on = ((last - self.timed_from) // ns.alternate) % 4 in (0, 3)   # on off off on: ABBA blocks
+            if on != (self.fixed[-1] if self.fixed else True):
+                self.injection.set_fixed(on)
+            self.fixed.append(on)
 
     def to_dict(self) -> dict[str, Any]:
         steps = self.timer.finish()
@@ -84,7 +95,7 @@ class StepWindow(StepCounter):
             self.timed_from, self.settled = self._warm[0], False
         return {"source": self.rule.source, "boundaries": self.boundaries, "timed_from": self.timed_from,
                 "settled": self.settled, "index": [s.index for s in steps], "host_s": [s.host_s for s in steps],
-                "gpu_s": [s.gpu_s for s in steps]}
+                "gpu_s": [s.gpu_s for s in steps], **({"fixed": self.fixed} if self.ns.alternate else {})}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--settle-tolerance", type=float, default=Collection.settle_tolerance)
     ap.add_argument("--settle-max-steps", type=int, default=Collection.settle_max_steps)
     ap.add_argument("--settle-max-s", type=float, default=Collection.settle_max_s)
+    ap.add_argument("--alternate", type=int, default=0, metavar="B",
+                    help="turn the fixes (switches only) off and on in blocks of B timed steps")
     ap.add_argument("--step-on", dest="step_on", default=None,
                     help="the Run's --step-on (forward, generate, MODULE.FUNC)")
     ap.add_argument("-m", dest="module", action="store_true", help="TARGET is a module (python -m)")
@@ -115,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         script = check_target(ns.target, ns.module)
         load_modules(ns.fix_module)
         specs = parse(ns.fix) if ns.fix else ()
+        if ns.alternate and not (specs and switches(specs) and ns.steps):
+            raise FixError("--alternate needs --steps and a --fix whose every fix is a switch"
+                           f" ({', '.join(sorted(n for n, f in FIXES.items() if f.switch))})")
     except RoofscopeError as e:
         print(f"roofscope: error: {e}", file=sys.stderr)
         return e.exit_code
