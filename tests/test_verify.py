@@ -23,7 +23,8 @@ from roofscope.analyzers.compare.verified import rank_verified
 from roofscope.cli import main
 from roofscope.collectors.inject import bootstrap
 from roofscope.errors import RoofscopeError
-from roofscope.fixes import FIXES, FixError, Injection, derive, install, load_modules, parse, spec_text
+from roofscope.fixes import (FIXES, FixError, Injection, derive, install, load_modules, parse, spec_text,
+                             switches)
 from roofscope.fixes.registry import DERIVED_BY_CHANGE, DERIVED_BY_RULE
 from roofscope.run import new_meta, write_run
 from roofscope.run.schema import FixVerdict, Verification
@@ -132,7 +133,8 @@ def test_the_threads_switch_turns_back_to_the_programs_own_count():
     finally:
         inj.undo()
     assert torch.get_num_threads() == before
-    assert FIXES["threads"].switch and FIXES["tf32"].switch and not FIXES["compile"].switch
+    assert [switches(parse(spec)) for spec in ("threads:2", "tf32", "cudnn_benchmark", "channels_last",
+                                               "static_cache", "fused_optimizer")] == [True] * 3 + [False] * 3
 
 
 def test_fused_optimizer_fix_leaves_a_programs_own_choice():
@@ -210,6 +212,24 @@ def test_compile_fix_compiles_the_roots_forward_from_its_second_call():
     finally:
         inj.undo()
     assert inj.skipped["compile"] == ["the program already compiles Linear"] and not inj.done["compile"]
+
+
+def test_compile_without_graphs_is_a_switch_between_the_compiled_forward_and_the_programs():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    inj = _installed("compile")
+    try:
+        model(torch.ones(1, 2))
+        compiled = vars(model)["forward"]
+        inj.set_fixed(False)   # verify's alternation: the program's own forward between the compiled one's steps
+        assert model.forward.__func__ is torch.nn.Sequential.forward
+        inj.set_fixed(True)
+        assert model.forward is compiled and model.forward is not torch.nn.Sequential.forward
+    finally:
+        inj.undo()
+    # A CUDA graph's replays own their outputs' memory: reduce-overhead and max-autotune run apart.
+    assert [switches(parse(spec)) for spec in ("compile", "compile:max-autotune-no-cudagraphs", "compile;tf32",
+                                               "compile:reduce-overhead", "compile:max-autotune",
+                                               "compile;channels_last")] == [True, True, True, False, False, False]
 
 
 def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):

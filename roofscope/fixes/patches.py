@@ -100,7 +100,9 @@ def compile_roots(arg: str | None, inj: "Injection") -> None:
             return None
         if next(module.parameters(), None) is None:
             return None   # a loss module or another stateless one: nothing of the model's to compile
-        module.forward = torch.compile(module.forward, mode=None if mode == "default" else mode)
+        # Without CUDA graphs the compiled forward can be swapped with the program's own between steps (a
+        # switch: verify alternates them inside one run); a graph's replays own their outputs' memory.
+        inj.setting(module, "forward", torch.compile(module.forward, mode=None if mode == "default" else mode))
         inj.applied(f"torch.compile({name}.forward, mode={mode!r})")
         return None
 

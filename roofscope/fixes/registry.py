@@ -50,9 +50,10 @@ class Fix:
     install: Installer
     check: ArgCheck
     usage: str              # its grammar, e.g. "compile[:MODE]"
-    # A setting of the process that can be turned off and on between steps (Injection.switch): verify
-    # alternates it inside each run, so that the drift between processes falls on both sides alike.
-    switch: bool = False
+    # A change that can be turned off and on between steps (Injection.switch), for every ARG or for those the
+    # callable accepts: verify alternates it inside each run, so that the drift between processes falls on
+    # both sides alike.
+    switch: bool | Callable[[str | None], bool] = False
 
 
 def no_arg(name: str) -> ArgCheck:
@@ -95,7 +96,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "root module with a convolution", patches.channels_last, no_arg("channels_last"), "channels_last"),
     Fix("compile", "torch.compile of the root modules' forward (the outermost nn.Modules the program calls that hold "
         "parameters), in MODE", "root module with parameters", patches.compile_roots, _compile_mode,
-        "compile[:" + "|".join(COMPILE_MODES) + "]"),
+        "compile[:" + "|".join(COMPILE_MODES) + "]", switch=lambda mode: mode in (None, "max-autotune-no-cudagraphs")),
     Fix("mark_step", "torch.compiler.cudagraph_mark_step_begin() before each call of a root module with parameters"
         " (with compile:reduce-overhead, a step of several forwards)", "root module with parameters",
         patches.mark_step, no_arg("mark_step"), "mark_step"),
@@ -164,7 +165,11 @@ def parse(text: str) -> tuple[Spec, ...]:
 
 def switches(specs: tuple[Spec, ...]) -> bool:
     """Whether every fix of the spec is a switch (Fix.switch): the spec can be alternated inside one run."""
-    return all(FIXES[s.name].switch for s in specs)
+    def one(spec: Spec) -> bool:
+        switch = FIXES[spec.name].switch
+        return switch(spec.arg) if callable(switch) else switch
+
+    return all(one(s) for s in specs)
 
 
 def spec_text(specs: tuple[Spec, ...]) -> str:
