@@ -1,0 +1,23 @@
+#!/bin/bash
+# The clients' Runs with their traces, to cost and diagnose again off the device: each under `roofscope run`
+# with no flag; $OUT/<client>.tgz holds the Run directory (trace included) and its console.
+#   CLIENTS="lora_accum hf_bert_trainer" bash benchmarks/real_clients/device_traces.sh
+set -u
+cd "$(dirname "$0")/../.."
+. benchmarks/real_clients/device_env.sh
+mkdir -p "$OUT" rc
+declare -A SCRIPT=(
+  [gpt2_generate]="gpt2_generate.py --rounds 4"
+  [lora_accum]="lora_accum.py --steps 24"
+  [unet_attention]="unet_attention.py --steps 40"
+  [hf_bert_trainer]="hf_bert_trainer.py --steps 40"
+  [torchvision_detection]="torchvision_detection.py --steps 20"
+)
+for c in ${CLIENTS:?name the clients}; do
+  read -r -a script <<< "${SCRIPT[$c]}"
+  start=$(date +%s)
+  timeout "${RUN_LIMIT:-90}" python3 -m roofscope run -o "rc/$c" --force -q --no-report \
+    "benchmarks/real_clients/${script[0]}" "${script[@]:1}" > "rc/$c.run.txt" 2>&1
+  echo "== $c: roofscope run rc=$? $(( $(date +%s) - start ))s"
+  tar czf "$OUT/$c.tgz" "rc/$c.run.txt" "rc/$c"
+done
