@@ -30,7 +30,9 @@ from roofscope.run import new_meta, write_run
 from roofscope.run.schema import FixVerdict, Verification
 from roofscope.run.verification import load as load_verification
 from roofscope.run.verification import text as verification_text
-from roofscope.verify.candidates import NothingToVerify, choose
+from roofscope.config import VerifySettings
+from roofscope.verify.candidates import Candidate, NothingToVerify, choose
+from roofscope.verify.workflow import Trial, _plan
 from roofscope.verify.stats import (decided, interval, results_distance, results_verdict, step_time, t975,
                                     timing_status)
 
@@ -387,7 +389,7 @@ def test_timing_status(diffs, predicted, status, words):
 
 def test_a_fix_measured_too_few_times_is_undecided_on_the_baselines_step():
     from roofscope.verify.candidates import Candidate
-    from roofscope.verify.workflow import Trial
+    from roofscope.verify.workflow import Trial, _plan
 
     t = Trial(Candidate(fix="compile", rule="fusion", predicted_s=0.0032))
     t.pairs = [(0.03197, 0.02666)]    # one pair: no interval, however large the saving
@@ -406,6 +408,47 @@ def test_a_fix_stops_once_its_interval_decides_its_status():
     assert not decided(ci, 0.010, 0.05, 0.02)      # straddles 1.5x of 10 ms: more pairs may tell
     assert decided(ci, 0.010, 0.05, 0.2)           # half-width 4.97 ms <= 20% of a 50 ms step: narrow enough
     assert not decided(interval([-0.002, 0.001, 0.004]), 0.012, 0.05, 0.02)
+
+
+def _switch_run(host_ms: list[float], fixed: list[bool]) -> dict:
+    n = len(host_ms)
+    return {"outcome": {"code": 0, "reason": "stopped"}, "applied": {"tf32": ["on"]}, "losses": [1.0],
+            "steps": {"timed_from": 0, "index": list(range(1, n + 1)), "host_s": [h / 1e3 for h in host_ms],
+                      "gpu_s": [None] * n, "fixed": fixed}}
+
+
+def test_a_switchs_pair_comes_from_its_own_run_unless_the_program_ended_before_turning_it_off():
+    settings = VerifySettings(min_pairs=2)
+    base = _switch_run([50.0, 52.0, 51.0], [])
+    del base["steps"]["fixed"]
+    trial = Trial(Candidate("tf32", "tf32", ["tf32"], predicted_s=0.010), within_run=True)
+    # Blocks of 2, ABBA: on on off off off off on on. Medians: on 40 ms (39 40 40 41), off 49 ms (the baseline run: 51).
+    trial.add(1, base, _switch_run([40, 41, 48, 50, 49, 49, 39, 40], [True] * 2 + [False] * 4 + [True] * 2), [base],
+              settings)
+    # The program ended inside the first block: its steps with the fix on against the round's baseline.
+    trial.add(2, base, _switch_run([42, 44], [True, True]), [base, base], settings)
+    assert [x for pair in trial.pairs for x in pair] == pytest.approx([0.049, 0.040, 0.051, 0.043])
+    assert trial.inside == 1
+    v = trial.verdict(0.02)
+    assert v.within_run and v.pairs == 2
+    assert v.reason.endswith("; 1 of 2 pairs from one run, the fix turned off and on between its steps (the program"
+                             " ended before the others turned it off)")
+
+
+def test_the_cost_said_up_front_counts_a_switchs_steps_twice():
+    # The Run: 10 s in all, 10 unprofiled steps of 0.5 s: 5 s outside them. A run: 5 + 0.5 x (3 warm-up + 3 + 20
+    # timed) = 18 s; a switch's, 20 timed steps more: 28 s. A round of the baseline, tf32 (a switch) and
+    # channels_last: 18 + 28 + 18 = 64 s; 3 rounds at least (192 s), 10 at most (640 s).
+    meta = {"wall_s": 10.0, "step_times": {"phase": ["unprofiled"] * 10, "host_s": [0.5] * 10}}
+    said: list[str] = []
+    trials = _plan([Candidate("tf32"), Candidate("channels_last")], meta, VerifySettings(), said.append, Path("run"))
+    assert [t.within_run for t in trials] == [True, False]
+    assert "cost: ~18 s a run (from the Run's own times): 3 rounds at least (~3 min 12 s), at most 10 (~10 min 40 s)" \
+        in said[2]
+    # A budget of 150 s holds 3 rounds of the baseline and tf32 (46 s each), not of all three.
+    trials = _plan([Candidate("tf32"), Candidate("channels_last")], meta, VerifySettings(budget_s=150), said.append,
+                   Path("run"))
+    assert [t.cand.fix for t in trials] == ["tf32"] and said[-1].startswith("  not tried: channels_last")
 
 
 def test_step_time_is_the_median_of_the_timed_steps():
@@ -790,7 +833,7 @@ def test_an_undecided_fix_says_how_far_apart_the_programs_own_runs_were():
     # LoRA on the H200 (2026-11-29): baselines 50.4, 62.0 and 86.1 ms, compile 53.2, 54.0 and 52.1 ms. The
     # differences -2.8, 8.0 and 34.0 ms: mean 13.1 ms, an interval from below 0 to past the step's 2%.
     from roofscope.verify.candidates import Candidate
-    from roofscope.verify.workflow import Trial
+    from roofscope.verify.workflow import Trial, _plan
 
     t = Trial(Candidate("compile", "launch_fusion", predicted_s=0.0095))
     t.pairs = [(0.0504, 0.0532), (0.0620, 0.0540), (0.0861, 0.0521)]

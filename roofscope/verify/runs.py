@@ -73,7 +73,8 @@ def launch(program: Program, fix: str | None, settings: VerifySettings, workdir:
     # rounds (workflow.py) arrives while it goes on.
     with open(log, "wb") as out, _mask(signal.SIG_UNBLOCK):
         proc = subprocess.Popen(command(program, fix, settings, record, fix_modules, alternate), cwd=program.cwd,
-                                env=_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                env=_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             code = proc.wait(timeout=settings.run_timeout_s)
             timed_out = False

@@ -61,6 +61,7 @@ class Trial:
     results: str = ""
     measured: bool = False                   # its interval decided (or narrowed): no more rounds
     within_run: bool = False                 # a switch, turned off and on inside each of its runs
+    inside: int = 0                          # its pairs taken inside one run (the others: the program ended first)
 
     @property
     def open(self) -> bool:
@@ -76,15 +77,16 @@ class Trial:
         if not any(rec.get("applied", {}).values()):
             self.ended = ("not applicable", _not_applied(rec))
             return
-        # A switch's pair is its own run's steps with the fix off and on; else the round's baseline and this run.
-        without = step_time(rec, fixed=False) if self.within_run else step_time(base)
-        fixed = step_time(rec, fixed=True) if self.within_run else step_time(rec)
-        if fixed is None or without is None:
-            self.ended = ("crashed", f"round {rnd}: it ran, but reached "
-                                     + ("none of the timed steps" if fixed is None else "no step with the fix off")
-                                     + f" ({(rec.get('steps') or {}).get('boundaries', 0)} step boundaries)")
+        # A switch's pair is its own run's steps with the fix off and on; else (or when the program ended before
+        # the fix was first turned off) the round's baseline and this run.
+        off = step_time(rec, fixed=False) if self.within_run else None
+        fixed = step_time(rec, fixed=True) if off is not None else step_time(rec)
+        if fixed is None:
+            self.ended = ("crashed", f"round {rnd}: it ran, but reached none of the timed steps"
+                                     f" ({(rec.get('steps') or {}).get('boundaries', 0)} step boundaries)")
             return
-        self.pairs.append((without, fixed))
+        self.inside += off is not None
+        self.pairs.append((step_time(base) if off is None else off, fixed))   # type: ignore[arg-type]
         changed, note = results_verdict(baselines, self.runs, settings.rtol)
         self.results = note or self.results
         if changed:
@@ -107,8 +109,11 @@ class Trial:
                 base = [b for b, _ in self.pairs]
                 reason += (f"; without the fix the program ran {min(base) * 1e3:.3g} to {max(base) * 1e3:.3g} ms/step"
                            " from one run to the next")
-            if self.within_run:
-                reason += "; each pair from one run, the fix turned off and on between its steps"
+            if self.inside:
+                n = len(self.pairs)
+                which = "each pair" if self.inside == n else f"{self.inside} of {n} pairs"
+                reason += (f"; {which} from one run, the fix turned off and on between its steps"
+                           + ("" if self.inside == n else " (the program ended before the others turned it off)"))
         else:
             n = len(self.pairs)
             status, reason = "undecided", f"only {n} pair{'s' if n != 1 else ''} measured: no interval"
@@ -120,7 +125,7 @@ class Trial:
             baseline_s=statistics.median(b for b, _ in self.pairs) if self.pairs else None,
             fixed_s=statistics.median(f for _, f in self.pairs) if self.pairs else None,
             results=self.results, applied=[a for done in (self.runs[-1].get("applied") or {}).values() for a in done]
-            if self.runs else [], within_run=self.within_run and bool(self.pairs))
+            if self.runs else [], within_run=self.inside > 0)
 
 
 def _not_applied(rec: dict[str, Any]) -> str:
@@ -215,9 +220,17 @@ def _plan(chosen: list[Candidate], meta: dict[str, Any], settings: VerifySetting
           path: Path) -> list[Trial]:
     """The trials, as many of the chosen fixes as the budget's minimum rounds allow; the cost, said up front."""
     fixes = [c for c in chosen if c.fix]
+    inside = [settings.alternate > 0 and switches(parse(c.fix)) for c in fixes]
     run_s = estimate_s(meta, settings)
+    # A switch's run times its steps twice over (as many each way): the Run's step times that much more.
+    longer = estimate_s(meta, replace(settings, steps=2 * settings.steps))
+    extra = (longer - run_s) if run_s is not None and longer is not None else 0.0
+
+    def round_s(n: int) -> float:   # a round of the baseline and the first n fixes
+        return run_s * (1 + n) + extra * sum(inside[:n])   # type: ignore[operator]  # run_s known here
+
     keep = len(fixes)
-    while run_s is not None and keep > 1 and run_s * (1 + keep) * settings.min_pairs > settings.budget_s:
+    while run_s is not None and keep > 1 and round_s(keep) * settings.min_pairs > settings.budget_s:
         keep -= 1
     edits = len(chosen) - len(fixes)
     say(f"verify: {keep} fix{'es' if keep != 1 else ''} of {path}"
@@ -228,7 +241,7 @@ def _plan(chosen: list[Candidate], meta: dict[str, Any], settings: VerifySetting
     if run_s is None:
         say("  cost: unknown until the first round (the Run records no step times)")
     else:
-        lo, hi = (run_s * (1 + keep) * n for n in (settings.min_pairs, settings.pairs))
+        lo, hi = (round_s(keep) * n for n in (settings.min_pairs, settings.pairs))
         # The Run's times hold no compilation: each run of a compile fix compiles the model again.
         compiling = [c.fix for c in fixes[:keep] if any(n.startswith("compile") for n in c.fix.split(";"))]
         say(f"  cost: ~{duration(run_s)} a run (from the Run's own times): {settings.min_pairs} rounds at least"
@@ -237,7 +250,7 @@ def _plan(chosen: list[Candidate], meta: dict[str, Any], settings: VerifySetting
                                          " these times do not hold" if compiling else ""))
     for c in fixes[keep:]:
         say(f"  not tried: {c.fix} (the budget covers {keep} fix{'es' if keep != 1 else ''}: raise --budget-s)")
-    return [Trial(c, within_run=settings.alternate > 0 and switches(parse(c.fix))) for c in fixes[:keep]]
+    return [Trial(c, within_run=w) for c, w in zip(fixes[:keep], inside)]
 
 
 def _rounds(trials: list[Trial], program: Program, settings: VerifySettings, workdir: Path,
