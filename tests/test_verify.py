@@ -112,12 +112,21 @@ def test_threads_fix_sets_and_pins_the_count():
         torch.set_num_threads(7)   # the program's own call: ignored, and said
         assert torch.get_num_threads() == before + 1
         assert inj.done["threads"] == [f"torch.set_num_threads({before + 1}) (was {before})",
-                                       "the program's torch.set_num_threads(7) ignored"]
+                                       f"the program's torch.set_num_threads(7) ignored: it runs {before + 1}"]
     finally:
         inj.undo()
     assert torch.get_num_threads() == before
-    assert _installed(f"threads:{before}").skipped["threads"] == [
-        f"the program already runs {before} thread{'s' if before > 1 else ''}"]
+    inj = _installed(f"threads:{before}")
+    try:
+        assert inj.skipped["threads"] == [f"the program already runs {before} thread{'s' if before > 1 else ''}"
+                                          " (torch's count, and it sets no other)"] and not inj.done["threads"]
+        # A program that sets its own count after the start: the fix holds it at the count asked for.
+        torch.set_num_threads(before + 3)
+        assert torch.get_num_threads() == before
+        assert inj.done["threads"] == [f"the program's torch.set_num_threads({before + 3}) ignored: it runs {before}"]
+    finally:
+        inj.undo()
+    assert torch.get_num_threads() == before
 
 
 def test_the_threads_switch_turns_back_to_the_programs_own_count():

@@ -188,20 +188,23 @@ def threads(arg: str | None, inj: "Injection") -> None:
     import torch
 
     n, before = int(arg or 1), torch.get_num_threads()
-    if n == before:
-        inj.skip(f"the program already runs {n} thread{'s' if n > 1 else ''}")
-        return
     set_threads = torch.set_num_threads
-    set_threads(n)
-    inj.on_undo(lambda: set_threads(before))
     own = [before]   # what the program would run with: its own last set_num_threads, else the default
-    inj.switch(lambda on: set_threads(n if on else own[0]))
 
     def ignored(k: int) -> None:
         own[0] = k
-        inj.applied(f"the program's torch.set_num_threads({k}) ignored", "threads")
+        if k != n:
+            inj.applied(f"the program's torch.set_num_threads({k}) ignored: it runs {n}", "threads")
 
+    # Patched even when the count is already n: a program that sets its own count later (most that set one)
+    # runs n threads only if its call is ignored. Shown only when nothing applied, the skip is then true.
     inj.patch(torch, "set_num_threads", ignored)
+    inj.on_undo(lambda: set_threads(before))
+    inj.switch(lambda on: set_threads(n if on else own[0]))
+    if n == before:
+        inj.skip(f"the program already runs {n} thread{'s' if n > 1 else ''} (torch's count, and it sets no other)")
+        return
+    set_threads(n)
     inj.applied(f"torch.set_num_threads({n}) (was {before})")
 
 
