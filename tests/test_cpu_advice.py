@@ -51,6 +51,22 @@ def test_two_threads_on_a_busy_two_core_machine_are_told_to_use_one() -> None:
     assert two.diagnosis.findings[0].rule == "cpu_threads"
 
 
+def test_four_threads_on_two_quiet_cores_are_told_to_use_two() -> None:
+    r = run(RUNS / "threads4")
+    f = _findings(r)["cpu_threads"]
+    # `cpu_cnn.py --threads 4` on the 2-core machine at load 0.6: over the profiled window the process ran
+    # 0.824 s of CPU in 0.468 s (1.76 cores busy). Two threads that never wait do that in 0.88 of the time;
+    # one thread in 1.76 of it (slower): threads:2 saves 146.41 ms x (1 - 1.7589 / 2) = 17.65 ms of the own step.
+    # (The rule's earlier model, d/T - c (1/N - 1/T) at the 1 core left by the load average, claimed nothing.)
+    assert f.apply == "threads:2" and f.title == "4 threads on 2 cores: use 2"
+    assert f.figures["busy_cores"] == pytest.approx(0.823662 / 0.468287, rel=1e-6)
+    assert f.saving_s == pytest.approx(_own(r) * (1 - 0.823662 / 0.468287 / 2), rel=1e-6)
+    assert f.saving_s == pytest.approx(0.01765, abs=1e-5)
+    # `roofscope verify` of it on the same machine (2026-11-29, the switch turned off and on inside each run,
+    # 4 pairs): saved 24.0 ms [4.8, 43.1], 1.36x; threads:1 cost 70.2 ms [63.2, 77.2] more (not named).
+    assert 0.5 <= 0.0240 / f.saving_s <= 1.5
+
+
 def test_one_thread_on_a_busy_machine_is_told_the_machine_is_busy_and_no_more() -> None:
     f = _findings(run(RUNS / "threads1"))["cpu_threads"]
     assert f.kind == "advice" and f.saving_s == 0.0 and f.apply == ""

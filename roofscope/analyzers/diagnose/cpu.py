@@ -9,15 +9,16 @@ a barrier at its end: when a thread has no core (more threads than cores, or oth
 them), every other thread of the op waits for it. run.json's ``cpu`` (collectors/metadata.py) keeps
 the cores the process may run on, the machine's load, and the process's clocks over the profiled
 steps: its CPU time ``c`` and the time its threads waited, runnable, for a core ``d`` (the
-scheduler's run delay). Per step, ``T`` threads spend about ``(c + d) / T`` each; with ``N`` threads
-that do not wait, ``c / N``. The saving is the difference, ``d / T - c (1/N - 1/T)``, where ``N`` is
-the cores left to the process (those it may use, less the machine's other load), at least 1. On this
-project's 2-core machine with a busy neighbour (docs/diagnosis.md) a CNN ran 2.2x slower with 2
-threads than with 1.
+scheduler's run delay), over the window's wall time ``w``. ``c / w`` is how many cores the process
+kept busy on average; ``N`` threads that never wait would do the same work in ``c / (N w)`` of the
+time. The saving is the rest of the step, ``step (1 - c / (N w))``, for the ``N`` below ``T`` (and
+at most the cores it may use) that saves most; none when every ``N`` would be slower. The CPU time
+counts the threads' spinning at the barriers too, so the saving errs low. On this project's 2-core
+machine: 2 threads under a load of 6.7 (``c / w`` 0.32) predicted 1.16 s of a 1.71 s step for 1
+thread, which saved 0.86 s; 4 threads on the quiet machine (``c / w`` 1.76) predicted 17.5 ms of
+146 ms for 2 threads, and ``roofscope verify`` measured 21.6 ms (docs/validation.md).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
@@ -61,30 +62,32 @@ class CpuThreads(Rule):
         load = (f"load average {f.load1:g} on {f.cores} cores" if f.load1 is not None else "")
         waited = (f"its threads waited {100 * wait:.0f}% of their runnable time for a core" if wait is not None else "")
         said = "; ".join(x for x in (f"{t} threads on {have} cores it may use", load, waited) if x)
-        n = max(1, min(t - 1, int(math.floor(free)) if free is not None else have, have))
         if not over:
             return []
-        if t == 1 or n >= t:
+        choices = range(1, min(t - 1, have) + 1)
+        if not choices:
             return [Finding(
                 rule=self.name, title="Busy machine: the process waits for cores", binding=self.binding,
                 saving_s=0.0, confidence="low", kind="advice", summary=said,
                 fix="Other processes hold the cores: this run's times include waiting for them. Profile on a quiet"
                 " machine (or pin the process to free cores with taskset) before judging its speed.",
                 snippet="taskset -c 0 python train.py   # cores no other process uses", figures=figures)]
-        steps = (f.wall_s / ctx.step_s) if f.wall_s and ctx.step_s > 0 else None
-        if steps and f.cpu_s is not None and f.run_delay_s is not None:
-            c, d = f.cpu_s / steps, f.run_delay_s / steps
-            saving = max(0.0, d / t - c * (1 / n - 1 / t))
-            saving = min(saving, max(0.0, ctx.step_s - c / n))
+        if f.cpu_s and f.wall_s:
+            busy = f.cpu_s / f.wall_s   # cores' worth of CPU the process got, on average
+            saving, n = max((ctx.step_s * (1 - busy / n), n) for n in choices)
+            figures["busy_cores"] = busy
         else:   # no clocks (not Linux): only the cores the threads outnumber
+            n = choices[-1]
             saving = ctx.step_s * (1 - have / t)
+        if saving <= 0:
+            return []
         snippet, _ = threads_code(n)
         return [Finding(
-            rule=self.name, title=f"{t} threads for {n} free core{'s' if n > 1 else ''}: use {n}",
+            rule=self.name, title=f"{t} threads on {have} core{'s' if have > 1 else ''}: use {n}",
             binding=self.binding, saving_s=saving, confidence="medium" if t > have else "low", summary=said,
             fix=f"torch's intra-op threads meet at the end of every op; a thread without a core stalls the others."
-            f" With {n} thread{'s' if n > 1 else ''} (the cores left after the machine's other load) none waits."
-            " The saving assumes the other load stays as it was.",
+            f" With {n} thread{'s' if n > 1 else ''} the CPU time this process got is spent without waiting:"
+            " saving ~ the step less that CPU time shared by them. It assumes the other load stays as it was.",
             snippet=snippet, figures=figures, apply=f"threads:{n}")]
 
 
