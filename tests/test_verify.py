@@ -248,21 +248,47 @@ def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):
     # object without one); CPU tests never reached it (no CUDA device). A CUDA device is pretended here.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     try:
         inj = _installed("tf32")
+        # The program turns TF32 off for its matmuls before its first step (a GPU test's program did, and
+        # the fix installed before it was undone): the fix holds from the first step boundary on.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert not any(inj.done.values())
+        inj.boundary()
         assert torch.backends.cuda.matmul.allow_tf32 is True
         inj.set_fixed(False)   # verify's alternation: the program's own setting, then the fix's again
         assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is True
+        inj.boundary()
+        assert torch.backends.cuda.matmul.allow_tf32 is False
         inj.set_fixed(True)
+        torch.backends.cuda.matmul.allow_tf32 = False   # set again inside a step: held at the next boundary
+        inj.boundary()
         assert torch.backends.cuda.matmul.allow_tf32 is True
         inj.undo()
-        assert torch.backends.cuda.matmul.allow_tf32 is False
+        assert torch.backends.cuda.matmul.allow_tf32 is False   # as the program had it at its first step
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
     assert inj.done["tf32"] == ["torch.backends.cuda.matmul.allow_tf32 = True"]
     assert inj.skipped["tf32"] == ["torch.backends.cudnn.allow_tf32 already True"]
+
+
+def test_a_flag_the_program_sets_to_the_fixs_value_itself_is_not_applied(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        inj = _installed("cudnn_benchmark")
+        torch.backends.cudnn.benchmark = True   # the program's own line
+        inj.boundary()
+        inj.set_fixed(False)
+        assert torch.backends.cudnn.benchmark is True   # nothing of the fix's to turn off
+        inj.undo()
+    finally:
+        torch.backends.cudnn.benchmark = before
+    assert not inj.done["cudnn_benchmark"]
+    assert inj.skipped["cudnn_benchmark"] == ["torch.backends.cudnn.benchmark already True"]
 
 
 def test_mark_step_fix_begins_a_graph_step_before_each_forward_of_the_model(monkeypatch):
@@ -397,9 +423,6 @@ def test_timing_status(diffs, predicted, status, words):
 
 
 def test_a_fix_measured_too_few_times_is_undecided_on_the_baselines_step():
-    from roofscope.verify.candidates import Candidate
-    from roofscope.verify.workflow import Trial, _plan
-
     t = Trial(Candidate(fix="compile", rule="fusion", predicted_s=0.0032))
     t.pairs = [(0.03197, 0.02666)]    # one pair: no interval, however large the saving
     v = t.verdict(0.02)
@@ -841,9 +864,6 @@ def test_the_cost_said_up_front_names_the_compilation_it_leaves_out(monkeypatch,
 def test_an_undecided_fix_says_how_far_apart_the_programs_own_runs_were():
     # LoRA on the H200 (2026-11-29): baselines 50.4, 62.0 and 86.1 ms, compile 53.2, 54.0 and 52.1 ms. The
     # differences -2.8, 8.0 and 34.0 ms: mean 13.1 ms, an interval from below 0 to past the step's 2%.
-    from roofscope.verify.candidates import Candidate
-    from roofscope.verify.workflow import Trial, _plan
-
     t = Trial(Candidate("compile", "launch_fusion", predicted_s=0.0095))
     t.pairs = [(0.0504, 0.0532), (0.0620, 0.0540), (0.0861, 0.0521)]
     v = t.verdict(0.02)

@@ -10,6 +10,7 @@ step boundary after the first root call (:meth:`Roots.stop`), so later steps car
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 # (root module, its first call's positional arguments) -> new arguments for that call, or None
@@ -61,6 +62,21 @@ class Roots:
         self._handles = []
 
 
+_UNSET = object()
+
+
+@dataclass(eq=False)
+class _Flag:
+    owner: Any
+    name: str
+    value: Any
+    what: str
+    fix: str
+    own: Any = _UNSET        # the program's own setting, from the first step boundary on
+    before: Any = _UNSET     # what it was then: undo() puts it back
+    active: bool = True      # False: the program runs with the value already
+
+
 class Injection:
     """One process's injected fixes: the patches (undone by :meth:`undo`), the root modules, and the
     record of what each fix did, under the name of the fix being installed (:meth:`installing`)."""
@@ -71,6 +87,8 @@ class Injection:
         self.skipped: dict[str, list[str]] = {}
         self._undo: list[Callable[[], None]] = []
         self._switches: list[Callable[[bool], None]] = []
+        self._flags: list[_Flag] = []
+        self._on = True
         self._current = ""
 
     def installing(self, name: str) -> None:
@@ -96,6 +114,31 @@ class Injection:
         self._undo.append(lambda: setattr(owner, name, old))
         return old
 
+    def flag(self, owner: Any, name: str, value: Any, what: str) -> None:
+        """A process setting the program may set itself (``torch.backends.cudnn.benchmark``): set to ``value`` at
+        the first step boundary (:meth:`boundary`) unless the program already runs with it, then held there at
+        every boundary after. What the program sets meanwhile is its own setting, the one the fix turned off
+        (:meth:`set_fixed`) puts back. ``what`` names the change, as :meth:`applied` does."""
+        self._flags.append(_Flag(owner, name, value, what, self._current))
+
+    def boundary(self) -> None:
+        """A step boundary of the program: the flags set the first time, held after (see :meth:`flag`)."""
+        for f in self._flags:
+            now = getattr(f.owner, f.name)
+            if f.own is _UNSET:   # the first boundary: what the program runs with, by default or its own doing
+                f.own, f.before = now, now
+                if now == f.value:
+                    f.active = False
+                    self.skip(f"{f.what.partition(' = ')[0]} already {now!r}", f.fix)
+                    continue
+                self.applied(f.what, f.fix)
+                self._undo.append(lambda f=f: setattr(f.owner, f.name, f.before))
+            elif not f.active:
+                continue
+            elif now != (f.value if self._on else f.own):
+                f.own = now   # the program set it again: its own setting
+            setattr(f.owner, f.name, f.value if self._on else f.own)
+
     def setting(self, owner: Any, name: str, value: Any) -> Any:
         """:meth:`patch`, as a switch: :meth:`set_fixed` puts the old value back and this one again."""
         old = self.patch(owner, name, value)
@@ -108,8 +151,12 @@ class Injection:
 
     def set_fixed(self, on: bool) -> None:
         """Every switched change on (as installed) or off (as the program had it)."""
+        self._on = on
         for turn in self._switches:
             turn(on)
+        for f in self._flags:
+            if f.active and f.own is not _UNSET:
+                setattr(f.owner, f.name, f.value if on else f.own)
 
     def on_undo(self, fn: Callable[[], None]) -> None:
         self._undo.append(fn)

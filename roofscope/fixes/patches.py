@@ -34,13 +34,10 @@ def tf32(arg: str | None, inj: "Injection") -> None:
     if not _cuda(inj):
         return
     # torch.backends.cuda.matmul is an object without a __name__ (asking raises AttributeError): named here.
+    # Set from the first step on, so that a program setting its own precision first does not undo the fix.
     for name, owner in (("torch.backends.cuda.matmul", torch.backends.cuda.matmul),
                         ("torch.backends.cudnn", torch.backends.cudnn)):
-        if owner.allow_tf32:
-            inj.skip(f"{name}.allow_tf32 already True")
-        else:
-            inj.setting(owner, "allow_tf32", True)
-            inj.applied(f"{name}.allow_tf32 = True")
+        inj.flag(owner, "allow_tf32", True, f"{name}.allow_tf32 = True")
 
 
 def cudnn_benchmark(arg: str | None, inj: "Injection") -> None:
@@ -48,11 +45,7 @@ def cudnn_benchmark(arg: str | None, inj: "Injection") -> None:
 
     if not _cuda(inj):
         return
-    if torch.backends.cudnn.benchmark:
-        inj.skip("torch.backends.cudnn.benchmark already True")
-        return
-    inj.setting(torch.backends.cudnn, "benchmark", True)
-    inj.applied("torch.backends.cudnn.benchmark = True")
+    inj.flag(torch.backends.cudnn, "benchmark", True, "torch.backends.cudnn.benchmark = True")
 
 
 def _to_channels_last(args: Any) -> Any:

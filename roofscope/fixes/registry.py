@@ -117,8 +117,8 @@ def register(name: str, install: Installer, summary: str, *, acts_on: str = "", 
     """Add the fix ``name`` (``NAME`` or, with ``takes_arg``, ``NAME:ARG`` with any ARG): ``install(arg,
     injection)`` runs in the program's process before the program (see fixes/injection.py). A module
     passed as ``--fix-module`` calls this; a name already taken needs ``replace``. ``switch``: its installer
-    makes every change through ``Injection.setting`` or ``Injection.switch``, so that verify may turn it
-    off and on between the steps of one run."""
+    makes every change through ``Injection.flag``, ``Injection.setting`` or ``Injection.switch``, so that verify
+    may turn it off and on between the steps of one run."""
     if not name.isidentifier():
         raise FixError(f"a fix name is a Python identifier, got {name!r}")
     if name in FIXES and not replace:
