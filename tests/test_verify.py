@@ -252,18 +252,17 @@ def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):
     torch.backends.cudnn.allow_tf32 = True
     try:
         inj = _installed("tf32")
-        # The program turns TF32 off for its matmuls before its first step (a GPU test's program did, and
-        # the fix installed before it was undone): the fix holds from the first step boundary on.
+        assert not any(inj.done.values())   # on already: nothing to do, unless the program turns it off
+        # The program turns TF32 off for its matmuls at its start (a GPU test's program did, and undid the fix
+        # installed before it): its assignment is its own setting, and the fix holds.
         torch.backends.cuda.matmul.allow_tf32 = False
-        assert not any(inj.done.values())
-        inj.boundary()
         assert torch.backends.cuda.matmul.allow_tf32 is True
         inj.set_fixed(False)   # verify's alternation: the program's own setting, then the fix's again
         assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is True
         inj.boundary()
         assert torch.backends.cuda.matmul.allow_tf32 is False
         inj.set_fixed(True)
-        torch.backends.cuda.matmul.allow_tf32 = False   # set again inside a step: held at the next boundary
+        torch.set_float32_matmul_precision("highest")   # off by another route: seen at the next boundary
         inj.boundary()
         assert torch.backends.cuda.matmul.allow_tf32 is True
         inj.undo()
@@ -271,7 +270,8 @@ def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
     assert inj.done["tf32"] == ["torch.backends.cuda.matmul.allow_tf32 = True"]
-    assert inj.skipped["tf32"] == ["torch.backends.cudnn.allow_tf32 already True"]
+    assert inj.skipped["tf32"] == ["torch.backends.cuda.matmul.allow_tf32 already True",
+                                   "torch.backends.cudnn.allow_tf32 already True"]
 
 
 def test_a_flag_the_program_sets_to_the_fixs_value_itself_is_not_applied(monkeypatch):
@@ -288,7 +288,7 @@ def test_a_flag_the_program_sets_to_the_fixs_value_itself_is_not_applied(monkeyp
     finally:
         torch.backends.cudnn.benchmark = before
     assert not inj.done["cudnn_benchmark"]
-    assert inj.skipped["cudnn_benchmark"] == ["torch.backends.cudnn.benchmark already True"]
+    assert inj.skipped["cudnn_benchmark"] == ["the program sets torch.backends.cudnn.benchmark = True itself"]
 
 
 def test_mark_step_fix_begins_a_graph_step_before_each_forward_of_the_model(monkeypatch):

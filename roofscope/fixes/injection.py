@@ -62,9 +62,6 @@ class Roots:
         self._handles = []
 
 
-_UNSET = object()
-
-
 @dataclass(eq=False)
 class _Flag:
     owner: Any
@@ -72,9 +69,8 @@ class _Flag:
     value: Any
     what: str
     fix: str
-    own: Any = _UNSET        # the program's own setting, from the first step boundary on
-    before: Any = _UNSET     # what it was then: undo() puts it back
-    active: bool = True      # False: the program runs with the value already
+    own: Any                 # the program's own setting: what it was, or what the program set it to since
+    active: bool = False     # the fix changed it (False while the program runs with the value anyway)
 
 
 class Injection:
@@ -88,6 +84,7 @@ class Injection:
         self._undo: list[Callable[[], None]] = []
         self._switches: list[Callable[[bool], None]] = []
         self._flags: list[_Flag] = []
+        self._setattr: dict[type, Callable[[Any, str, Any], None]] = {}   # classes watched: their own __setattr__
         self._on = True
         self._current = ""
 
@@ -115,29 +112,67 @@ class Injection:
         return old
 
     def flag(self, owner: Any, name: str, value: Any, what: str) -> None:
-        """A process setting the program may set itself (``torch.backends.cudnn.benchmark``): set to ``value`` at
-        the first step boundary (:meth:`boundary`) unless the program already runs with it, then held there at
-        every boundary after. What the program sets meanwhile is its own setting, the one the fix turned off
-        (:meth:`set_fixed`) puts back. ``what`` names the change, as :meth:`applied` does."""
-        self._flags.append(_Flag(owner, name, value, what, self._current))
+        """A process setting the program may set itself (``torch.backends.cudnn.benchmark``): set to ``value`` now
+        unless it is already, and held there, so that a program setting its own value at its start does not undo
+        the fix. What the program sets (caught as it sets it, where the owner's class allows, and at each step
+        boundary: :meth:`boundary`) is its own setting: the one the fix turned off (:meth:`set_fixed`) puts back,
+        and when it is the fix's value, the fix has nothing left to do. ``what`` names the change (:meth:`applied`)."""
+        f = _Flag(owner, name, value, what, self._current, own=getattr(owner, name))
+        self._flags.append(f)
+        self._watch(type(owner))
+        self._undo.append(lambda: self._set(f, f.own))   # before the class's own __setattr__ is back (LIFO)
+        if f.own == value:
+            self.skip(f"{what.partition(' = ')[0]} already {value!r}")
+        else:
+            self._hold(f)
 
     def boundary(self) -> None:
-        """A step boundary of the program: the flags set the first time, held after (see :meth:`flag`)."""
+        """A step boundary of the program: a flag it changed by other means (``torch.set_float32_matmul_precision``
+        sets ``allow_tf32``) is its own setting, and the fix's value is set again."""
         for f in self._flags:
             now = getattr(f.owner, f.name)
-            if f.own is _UNSET:   # the first boundary: what the program runs with, by default or its own doing
-                f.own, f.before = now, now
-                if now == f.value:
-                    f.active = False
-                    self.skip(f"{f.what.partition(' = ')[0]} already {now!r}", f.fix)
-                    continue
-                self.applied(f.what, f.fix)
-                self._undo.append(lambda f=f: setattr(f.owner, f.name, f.before))
-            elif not f.active:
-                continue
-            elif now != (f.value if self._on else f.own):
-                f.own = now   # the program set it again: its own setting
-            setattr(f.owner, f.name, f.value if self._on else f.own)
+            if now != (f.value if self._on and f.active else f.own):
+                self._program_set(f, now)
+
+    def _watch(self, cls: type) -> None:
+        """The program's assignments to the flags of ``cls``'s instances go through :meth:`_program_set`."""
+        if cls in self._setattr:
+            return
+        original = cls.__setattr__
+
+        def program_setattr(obj: Any, attr: str, v: Any) -> None:
+            f = next((f for f in self._flags if f.owner is obj and f.name == attr), None)
+            if f is None:
+                original(obj, attr, v)
+            else:
+                self._program_set(f, v)
+
+        try:
+            self.patch(cls, "__setattr__", program_setattr)
+        except TypeError:   # a built-in type: the boundaries still see what the program set
+            return
+        self._setattr[cls] = original
+
+    def _set(self, f: "_Flag", v: Any) -> None:
+        cls = type(f.owner)
+        self._setattr.get(cls, cls.__setattr__)(f.owner, f.name, v)
+
+    def _program_set(self, f: "_Flag", v: Any) -> None:
+        f.own = v
+        if v == f.value:   # the program asks for what the fix would: nothing of the fix's is left
+            if f.active:
+                f.active = False
+                self.done[f.fix].remove(f.what)
+                self.skip(f"the program sets {f.what} itself", f.fix)
+            self._set(f, v)
+        else:
+            self._hold(f)
+
+    def _hold(self, f: "_Flag") -> None:
+        if not f.active:
+            f.active = True
+            self.applied(f.what, f.fix)
+        self._set(f, f.value if self._on else f.own)
 
     def setting(self, owner: Any, name: str, value: Any) -> Any:
         """:meth:`patch`, as a switch: :meth:`set_fixed` puts the old value back and this one again."""
@@ -155,8 +190,8 @@ class Injection:
         for turn in self._switches:
             turn(on)
         for f in self._flags:
-            if f.active and f.own is not _UNSET:
-                setattr(f.owner, f.name, f.value if on else f.own)
+            if f.active:
+                self._set(f, f.value if on else f.own)
 
     def on_undo(self, fn: Callable[[], None]) -> None:
         self._undo.append(fn)
