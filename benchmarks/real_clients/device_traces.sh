@@ -6,13 +6,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . benchmarks/real_clients/device_env.sh
 mkdir -p "$OUT" rc
-declare -A SCRIPT=(
-  [gpt2_generate]="gpt2_generate.py --rounds 4"
-  [lora_accum]="lora_accum.py --steps 24"
-  [unet_attention]="unet_attention.py --steps 40"
-  [hf_bert_trainer]="hf_bert_trainer.py --steps 40"
-  [torchvision_detection]="torchvision_detection.py --steps 20"
-)
+. benchmarks/real_clients/client_scripts.sh
 for c in ${CLIENTS:?name the clients}; do
   read -r -a script <<< "${SCRIPT[$c]}"
   start=$(date +%s)

@@ -10,14 +10,7 @@ cd "$(dirname "$0")/../.."
 . benchmarks/real_clients/device_env.sh
 mkdir -p "$OUT" rc
 V="python3 -m roofscope"
-declare -A SCRIPT=(
-  [gpt2_generate]="gpt2_generate.py --rounds 4"
-  [lora_accum]="lora_accum.py --steps 24"
-  [unet_attention]="unet_attention.py --steps 40"
-  [hf_bert_trainer]="hf_bert_trainer.py --steps 40"
-  [torchvision_detection]="torchvision_detection.py --steps 20"
-  [resnet_plain]="resnet50_channels_last.py --plain --steps 40"
-)
+. benchmarks/real_clients/client_scripts.sh
 # verify's arguments per client: what it tries, and how long it may take (the call's 600 s bound them).
 declare -A VERIFY=(
   [gpt2_generate]="--top 1 --pairs 2 --steps 10 --budget-s 70"
