@@ -157,9 +157,10 @@ class VerifySettings(Bounded):
     warmup_steps: int = option(3, "Steps run before the timed ones (then until the step times settle).", min=0)
     compare_steps: int = option(3, "Steps whose losses (or the model's outputs) are compared between runs (0: none).",
                                 min=0)
-    alternate: int = option(2, "A fix that is a process setting (tf32, cudnn_benchmark, threads) is turned off and on "
-                               "inside each of its runs, in blocks of this many timed steps (twice --steps in all): "
-                               "both sides of a pair then come from one process (0: a run of its own, as other fixes).",
+    alternate: int = option(2, "A fix that can be undone between steps (tf32, cudnn_benchmark, threads, compile "
+                               "without CUDA graphs) is turned off and on inside each of its runs, in blocks of this "
+                               "many timed steps (twice --steps in all): both sides of a pair then come from one "
+                               "process (0: a run of its own, as other fixes).",
                             metavar="STEPS", min=0)
     budget_s: float = option(900.0, "Start no more pairs past this many seconds of runs (the --min-pairs always run).",
                              metavar="SECONDS", min=0, min_open=True)
