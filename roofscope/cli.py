@@ -43,10 +43,11 @@ def analysis_inputs(f: Any) -> Any:
 @cli.command("analyze")
 @click.argument("trace", type=click.Path(dir_okay=True, path_type=str), metavar="RUN_OR_TRACE")
 @ceiling_options
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
-              help="Write the summary and aggregate tables as JSON.")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=str),
-              help="Write one CSV row per kernel with all roofline columns.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write the summary and aggregate tables as JSON; '-' prints it instead of the terminal summary.")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write one CSV row per kernel with all roofline columns; '-' prints it instead of the terminal "
+                   "summary.")
 @click.option("--perfetto", "perfetto_out", type=click.Path(dir_okay=False, path_type=str),
               help="Write the annotated trace (each kernel's roofline verdict and findings, counter tracks) for "
                    "Perfetto (ui.perfetto.dev) as gzipped Chrome JSON.")

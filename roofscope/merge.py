@@ -48,7 +48,7 @@ def merge(sources: list[str], *, out: str | Path | None = None, json_out: str | 
     # Parts first (they only read run.json and trace heads), so that no output can overwrite one;
     # both checks come before the analysis.
     parts, world, warnings = resolve_parts(sources, allow_remote=allow_remote)
-    _check_outputs(out, files + ([Path(json_out)] if json_out else []),
+    _check_outputs(out, files + ([Path(json_out)] if json_out and json_out != "-" else []),
                    [p.path for p in parts if not p.url] + ([Path(baseline)] if baseline else []), force)
     settings = AnalysisSettings.of(ceilings, thresholds)
     base_step = None
@@ -59,19 +59,21 @@ def merge(sources: list[str], *, out: str | Path | None = None, json_out: str | 
     workers = workers or MergeWorkers()
     job = combine(analyze_parts(parts, settings, jobs=workers.jobs, scheduler=workers.scheduler), world, base_step,
                   warnings)
-    if not quiet:
+    summary = renderer(JOB, "json").render(job, RenderOptions())
+    if json_out == "-":   # the summary instead of the terminal one (for a pipe)
+        sys.stdout.write(summary)
+    if not quiet and json_out != "-":
         sys.stdout.write(renderer(JOB, "console").render(job, RenderOptions()))
     else:  # missing ranks and left-out Runs are said even then
         for w in job.warnings:
             print(f"roofscope: warning: {clean(w)}", file=sys.stderr)
-    summary = renderer(JOB, "json").render(job, RenderOptions())
     if out:
         links = {rank: _rel(path, out) for rank, path in ((p.rank, p.report()) for p in parts) if path is not None}
         atomic_write(out / JOB_FILE, json.dumps(job_doc(parts, world, out), indent=1), force=force)
         atomic_write(out / SUMMARY_FILE, summary, force=force)
         atomic_write(out / REPORT_FILE, renderer(JOB, "html").render(job, RenderOptions(reports=links)), force=force)
         print(f"wrote {out / REPORT_FILE}", file=sys.stderr)
-    if json_out:
+    if json_out and json_out != "-":
         atomic_write(json_out, summary, force=force)
         print(f"wrote {json_out}", file=sys.stderr)
     return job

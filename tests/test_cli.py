@@ -106,6 +106,21 @@ def test_subprocess_analyze_and_errors(tmp_path):
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
 
 
+def test_a_dash_prints_that_output_instead_of_the_summary(tmp_path, capsys):
+    trace = _mm_trace(tmp_path)
+    assert main(["analyze", str(trace), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)   # the JSON alone: no terminal summary around it
+    assert doc["by_kernel"][0]["flops"] == 16_777_216 and not (tmp_path / "-").exists()
+    assert main(["analyze", str(trace), "--csv", "-"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("name,cat,category,") and len(lines) == 2   # the header and the one kernel
+    assert main(["analyze", str(trace), "--json", "-", "--markdown", "-"]) == 2
+    err = capsys.readouterr().err
+    assert err == "roofscope: error: only one output can be '-' (standard output), got --json and --markdown\n"
+    piped = _run_cli("analyze", str(trace), "--json", "-", "-q")
+    assert piped.returncode == 0 and json.loads(piped.stdout)["by_kernel"][0]["flops"] == 16_777_216
+
+
 def test_subprocess_hta_summary(tmp_path):
     res = _run_cli("analyze", str(HTA), "--json", str(tmp_path / "hta.json"))
     assert res.returncode == 0, res.stderr

@@ -13,6 +13,7 @@ from roofscope.analyzers.cost.notes import window_notes
 from roofscope.analyzers.job.ranks import is_job_dir
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
+from roofscope.errors import RoofscopeError
 from roofscope.fileio import atomic_write, check_writable
 from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
@@ -40,11 +41,15 @@ def run(opts: AnalyzeOptions) -> int:
 
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
-    to_stdout = opts.markdown_out == "-"
+    # "-" prints a text output instead of the terminal summary (for a pipe): one of them at most.
+    named = [(opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"), (opts.markdown_out, "markdown"),
+             (opts.perfetto_out, "perfetto")]
+    dashed = [name for path, name in named[:4] if path == "-" and name != "html"]
+    if len(dashed) > 1:
+        raise RoofscopeError(f"only one output can be '-' (standard output), got --{' and --'.join(dashed)}")
+    to_stdout = dashed[0] if dashed else None
     # Refuse to clobber before spending time on the analysis.
-    outputs = [(path, renderer(RESULT, name)) for path, name in
-               ((opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"),
-                (None if to_stdout else opts.markdown_out, "markdown"), (opts.perfetto_out, "perfetto")) if path]
+    outputs = [(path, renderer(RESULT, name)) for path, name in named if path and name not in dashed]
     for path, _ in outputs:
         check_writable(path, opts.force)
     load_all(opts.formulas)
@@ -56,7 +61,7 @@ def run(opts: AnalyzeOptions) -> int:
               file=sys.stderr)
     options = RenderOptions(top=opts.top, cdn=opts.cdn)
     if to_stdout or not opts.quiet:
-        sys.stdout.write(renderer(RESULT, "markdown" if to_stdout else "console").render(result, options))
+        sys.stdout.write(renderer(RESULT, to_stdout or "console").render(result, options))
     for path, r in outputs:
         atomic_write(path, r.render(result, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)
