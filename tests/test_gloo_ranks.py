@@ -3,6 +3,7 @@ exposed waiting and a straggler, from the real two-rank fixture tests/data/cpu_g
 (`examples/ddp.py --device cpu --delay-rank 1 --delay-ms 50` under torchrun)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,14 @@ def test_merge_cli_names_rank1(tmp_path: Path, capsys) -> None:
                  "--peak-bandwidth", "10"]) == 0
     text = capsys.readouterr().out
     assert "straggler: rank 1 enters the collectives last" in text and "no straggler" not in text
+
+
+def test_a_job_directorys_summary_alone_on_stdout(tmp_path: Path, capsys) -> None:
+    job = Path(__file__).parent / "data" / "h200_gloo_stall"
+    assert main(["analyze", str(job), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)   # the job's summary alone: no terminal summary around it
+    assert doc["world_size"] == 2 and [s["rank"] for s in doc["stragglers"]] == [1]
+    assert not Path("-").exists()
 
 
 def test_merge_subprocess_names_rank1(tmp_path: Path) -> None:
