@@ -96,10 +96,10 @@ def report_cmd(**kwargs: object) -> int:
 @click.argument("run_a", type=click.Path(dir_okay=True, path_type=str))
 @click.argument("run_b", type=click.Path(dir_okay=True, path_type=str))
 @ceiling_options
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str),
-              help="Write the comparison as JSON.")
-@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str),
-              help="Write the comparison as markdown (e.g. for a pull request).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write the comparison as JSON ('-': print it instead of the terminal comparison).")
+@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write the comparison as markdown, e.g. for a pull request ('-': print it instead).")
 @click.option("--applied", metavar="CHANGE",
               help="The change B applied (e.g. torch_compile), or a finding's rule id; checked against the"
                    " change's combined saving [default: the finding whose kernels lost most time].")
@@ -227,11 +227,12 @@ def devices_cmd() -> int:
               help="Fail when the median GPU idle share exceeds this: 5% (or 0.05; --max-idle-fraction: the old name).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level of the rank test on per-step samples.")
-@click.option("--junit", "junit_out", type=click.Path(dir_okay=False, path_type=str),
-              help="Write JUnit XML (one testcase per check).")
-@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str),
-              help="Write the verdict as markdown.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str), help="Write the verdict as JSON.")
+@click.option("--junit", "junit_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write JUnit XML (one testcase per check; '-': print it instead of the verdict table).")
+@click.option("--markdown", "markdown_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write the verdict as markdown ('-': print it instead of the verdict table).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str, allow_dash=True),
+              help="Write the verdict as JSON ('-': print it instead of the verdict table).")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Kernels listed as evidence on failure.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing output files.")

@@ -283,6 +283,13 @@ def test_cli_in_process(pair, tmp_path, capsys):
     assert json.loads(out.read_text())["a"] == str(pair[0])
 
 
+def test_cli_markdown_on_stdout(pair, capsys):
+    assert main(["diff", str(pair[0]), str(pair[1]), *PEAK_FLAGS, "--markdown", "-"]) == 0
+    text = capsys.readouterr().out   # the markdown alone, no terminal comparison
+    assert "| faster | `fast_kernel` | 2/2 | 40.0 | 20.0 | -20.0 | memory | memory |" in text
+    assert "kernel changes by |Δ| per step" not in text   # the terminal table's title
+
+
 @pytest.mark.parametrize("content,needle", [(None, "no such file"), (b'{"a": 1}', "not a Kineto trace")])
 def test_cli_bad_input_is_one_line_exit_2(pair, tmp_path, capsys, content, needle):
     bad = tmp_path / "bad.json"

@@ -114,6 +114,16 @@ def test_unchanged_rerun_passes_and_writes_every_output(runs, baseline, tmp_path
     assert md.read_text().startswith("### roofscope gate :white_check_mark: PASS:")
 
 
+def test_a_dash_prints_that_verdict_alone(runs, baseline, capsys):
+    assert main(["gate", str(runs["rerun"]), "--baseline", str(baseline), "--max-regression", LIMITS,
+                 "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)   # the JSON alone, no verdict table around it
+    assert doc["passed"] is True and [c["name"] for c in doc["checks"]][:2] == ["step_time", "mfu"]
+    assert main(["gate", str(runs["rerun"]), "--baseline", str(baseline), "--junit", "-", "--json", "-"]) == 2
+    assert capsys.readouterr().err == ("roofscope: error: only one output can be '-' (standard output),"
+                                       " got --junit and --json\n")
+
+
 def test_slowed_run_fails_with_kernel_evidence(runs, baseline, tmp_path):
     summary = tmp_path / "step-summary.md"
     proc = _roofscope("gate", str(runs["slow"]), "--baseline", str(baseline), "--max-regression", LIMITS,

@@ -13,8 +13,8 @@ from roofscope.analyzers.cost.notes import window_notes
 from roofscope.analyzers.job.ranks import is_job_dir
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
-from roofscope.errors import RoofscopeError
-from roofscope.fileio import atomic_write, check_writable
+from roofscope.commands.outputs import plan
+from roofscope.fileio import atomic_write
 from roofscope.reports.registry import RESULT, RenderOptions, renderer
 
 
@@ -41,17 +41,10 @@ def run(opts: AnalyzeOptions) -> int:
 
         return merge(MergeOptions(sources=[opts.trace], json_out=opts.json_out, quiet=opts.quiet,
                                   **opts.ceiling_options()))
-    # "-" prints a text output instead of the terminal summary (for a pipe): one of them at most.
-    named = [(opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"), (opts.markdown_out, "markdown"),
-             (opts.perfetto_out, "perfetto")]
-    dashed = [name for path, name in named[:4] if path == "-" and name != "html"]
-    if len(dashed) > 1:
-        raise RoofscopeError(f"only one output can be '-' (standard output), got --{' and --'.join(dashed)}")
-    to_stdout = dashed[0] if dashed else None
     # Refuse to clobber before spending time on the analysis.
-    outputs = [(path, renderer(RESULT, name)) for path, name in named if path and name not in dashed]
-    for path, _ in outputs:
-        check_writable(path, opts.force)
+    to_stdout, files = plan([(opts.json_out, "json"), (opts.csv_out, "csv"), (opts.html_out, "html"),
+                             (opts.markdown_out, "markdown"), (opts.perfetto_out, "perfetto")], opts.force)
+    outputs = [(path, renderer(RESULT, name)) for path, name in files]
     load_all(opts.formulas)
     result = run_analysis(opts.trace, AnalysisSettings.of(opts, opts, graph_capture=tuple(opts.graph_capture),
                                                          attention_window=opts.attention_window))

@@ -10,7 +10,8 @@ from roofscope.analysis import run as analyze
 from roofscope.analyzers.compare.diff import diff
 from roofscope.commands.options import CeilingOptions
 from roofscope.config import Presentation
-from roofscope.fileio import atomic_write, check_writable
+from roofscope.commands.outputs import plan
+from roofscope.fileio import atomic_write
 from roofscope.reports.registry import DIFF, RenderOptions, renderer
 
 
@@ -27,11 +28,9 @@ class DiffOptions(CeilingOptions, Presentation):
 
 
 def run(opts: DiffOptions) -> int:
-    outputs = [(path, renderer(DIFF, name)) for path, name in ((opts.json_out, "json"), (opts.markdown_out, "markdown"))
-               if path]
     # Refuse to clobber before spending time on two analyses.
-    for path, _ in outputs:
-        check_writable(path, opts.force)
+    to_stdout, files = plan([(opts.json_out, "json"), (opts.markdown_out, "markdown")], opts.force)
+    outputs = [(path, renderer(DIFF, name)) for path, name in files]
     # Both sides on the same ceilings options, so a kernel's class moves only when its timing does.
     settings = AnalysisSettings.of(opts, opts)
     a, b = (analyze(p, settings) for p in (opts.run_a, opts.run_b))
@@ -39,8 +38,8 @@ def run(opts: DiffOptions) -> int:
     for w in d.warnings:
         print(f"roofscope: warning: {w}", file=sys.stderr)
     options = RenderOptions(top=opts.top)
-    if not opts.quiet:
-        sys.stdout.write(renderer(DIFF, "console").render(d, options))
+    if to_stdout or not opts.quiet:
+        sys.stdout.write(renderer(DIFF, to_stdout or "console").render(d, options))
     for path, r in outputs:
         atomic_write(path, r.render(d, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)

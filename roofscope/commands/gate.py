@@ -7,7 +7,8 @@ import sys
 from dataclasses import dataclass
 
 from roofscope.errors import RoofscopeError
-from roofscope.fileio import atomic_write, check_writable
+from roofscope.commands.outputs import plan
+from roofscope.fileio import atomic_write
 from roofscope.gate import KERNELS_KEPT, check, write_baseline
 from roofscope.gate.stats import ALPHA
 from roofscope.reports.github import append_step_summary, in_actions
@@ -77,18 +78,17 @@ def run(opts: GateOptions) -> int:
     if opts.baseline_out:
         raise GateUsageError(f"unexpected argument {opts.baseline_out!r}: compare with --baseline FILE, or write"
                              " one with --write-baseline RUN FILE")
-    outputs = [(path, renderer(GATE, name)) for path, name in
-               ((opts.junit_out, "junit"), (opts.markdown_out, "markdown"), (opts.json_out, "json")) if path]
-    for path, _ in outputs:
-        check_writable(path, opts.force)
+    to_stdout, files = plan([(opts.junit_out, "junit"), (opts.markdown_out, "markdown"), (opts.json_out, "json")],
+                            opts.force)
+    outputs = [(path, renderer(GATE, name)) for path, name in files]
     result = check(opts.run, opts.baseline, min_mfu=opts.min_mfu, min_hfu=opts.min_hfu, min_mbu=opts.min_mbu,
                    max_step_time_ms=opts.max_step_time_ms, max_idle_fraction=opts.max_idle_fraction,
                    max_step_time=opts.max_step_time,
                    max_regression=opts.max_regression, alpha=opts.alpha, top_kernels=opts.top,
                    allow_partial=opts.allow_partial)
     options = RenderOptions()
-    if not opts.quiet:
-        sys.stdout.write(renderer(GATE, "console").render(result, options))
+    if to_stdout or not opts.quiet:
+        sys.stdout.write(renderer(GATE, to_stdout or "console").render(result, options))
     if in_actions():
         sys.stdout.write(renderer(GATE, "github").render(result, options))
         append_step_summary(renderer(GATE, "markdown").render(result, options))
