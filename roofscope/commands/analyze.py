@@ -58,7 +58,7 @@ def run(opts: AnalyzeOptions) -> int:
     for path, r in outputs:
         atomic_write(path, r.render(result, options), force=opts.force)
         print(f"wrote {Path(path)}", file=sys.stderr)
-    if opts.open_browser and opts.html_out:
+    if opts.open_browser and opts.html_out and to_stdout != "html":
         import webbrowser
 
         # open() says False when no browser could be started (a server, a container): say so.
