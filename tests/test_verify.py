@@ -465,6 +465,12 @@ def test_a_switchs_pair_comes_from_its_own_run_unless_the_program_ended_before_t
     assert v.within_run and v.pairs == 2
     assert v.reason.endswith("; 1 of 2 pairs from one run, the fix turned off and on between its steps (the program"
                              " ended before the others turned it off)")
+    # Undecided inside runs: what widens the interval is how much the fix saved from one run to the next.
+    inside = Trial(Candidate("tf32", "tf32", ["tf32"], predicted_s=0.010), within_run=True)
+    for rnd, on in ((1, 49.0), (2, 41.0)):   # off 50 ms both times: saved 1 and 9 ms, [-45.8, 55.8] at t = 12.7
+        inside.add(rnd, base, _switch_run([on, on, 50, 50], [True, True, False, False]), [base], settings)
+    v = inside.verdict(0.02)
+    assert v.status == "undecided" and "; inside its runs it saved 1 to 9 ms/step from one run to the next" in v.reason
 
 
 def test_the_cost_said_up_front_counts_a_switchs_steps_twice():
