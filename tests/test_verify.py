@@ -462,7 +462,7 @@ def test_a_switchs_pair_comes_from_its_own_run_unless_the_program_ended_before_t
     assert [x for pair in trial.pairs for x in pair] == pytest.approx([0.049, 0.040, 0.051, 0.043])
     assert trial.inside == 1
     v = trial.verdict(0.02)
-    assert v.within_run and v.pairs == 2
+    assert v.within_run and v.pairs == 2 and v.baseline_runs_s == pytest.approx(0.051)   # round 1's baseline run
     assert v.reason.endswith("; 1 of 2 pairs from one run, the fix turned off and on between its steps (the program"
                              " ended before the others turned it off)")
     # Undecided inside runs: what widens the interval is how much the fix saved from one run to the next.

@@ -231,6 +231,9 @@ class FixVerdict(_Doc):
     results: str = ""                    # how the results compared
     applied: list[str] = []              # what the fix changed in the program
     within_run: bool = False             # each pair came from one run, the fix turned off and on (a switch)
+    # Beside a switch's steps with it off (baseline_s): the rounds' own runs without it, as a check that turning
+    # it off and on leaves the program's other steps as they run alone
+    baseline_runs_s: float | None = None
 
 
 class Verification(_Doc):

@@ -62,6 +62,7 @@ class Trial:
     measured: bool = False                   # its interval decided (or narrowed): no more rounds
     within_run: bool = False                 # a switch, turned off and on inside each of its runs
     inside: int = 0                          # its pairs taken inside one run (the others: the program ended first)
+    apart: list[float] = field(default_factory=list)   # the rounds' runs without the fix, beside a switch's own steps
 
     @property
     def open(self) -> bool:
@@ -86,6 +87,8 @@ class Trial:
                                      f" ({(rec.get('steps') or {}).get('boundaries', 0)} step boundaries)")
             return
         self.inside += off is not None
+        if off is not None:
+            self.apart.append(step_time(base))   # type: ignore[arg-type]  # checked for every baseline
         self.pairs.append((step_time(base) if off is None else off, fixed))   # type: ignore[arg-type]
         changed, note = results_verdict(baselines, self.runs, settings.rtol)
         self.results = note or self.results
@@ -129,7 +132,8 @@ class Trial:
             baseline_s=statistics.median(b for b, _ in self.pairs) if self.pairs else None,
             fixed_s=statistics.median(f for _, f in self.pairs) if self.pairs else None,
             results=self.results, applied=[a for done in (self.runs[-1].get("applied") or {}).values() for a in done]
-            if self.runs else [], within_run=self.inside > 0)
+            if self.runs else [], within_run=self.inside > 0,
+            baseline_runs_s=statistics.median(self.apart) if self.apart else None)
 
 
 def _not_applied(rec: dict[str, Any]) -> str:
