@@ -274,6 +274,24 @@ def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):
                                    "torch.backends.cudnn.allow_tf32 already True"]
 
 
+def test_a_flag_on_a_plain_module_is_held_at_the_step_boundaries():
+    import types
+
+    settings = types.ModuleType("settings")   # a built-in type: its assignments cannot be caught as made
+    settings.fast = False
+    inj = Injection()
+    inj.installing("fast")
+    inj.flag(settings, "fast", True, "settings.fast = True")
+    assert settings.fast is True and inj.done["fast"] == ["settings.fast = True"]
+    settings.fast = False          # the program's own line: seen at the next boundary, and held against
+    inj.boundary()
+    assert settings.fast is True
+    inj.set_fixed(False)
+    assert settings.fast is False
+    inj.undo()
+    assert settings.fast is False
+
+
 def test_a_flag_the_program_sets_to_the_fixs_value_itself_is_not_applied(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     before = torch.backends.cudnn.benchmark
