@@ -117,6 +117,9 @@ def test_a_dash_prints_that_output_instead_of_the_summary(tmp_path, capsys):
     assert main(["analyze", str(trace), "--json", "-", "--markdown", "-"]) == 2
     err = capsys.readouterr().err
     assert err == "roofscope: error: only one output can be '-' (standard output), got --json and --markdown\n"
+    assert main(["analyze", str(trace), "--perfetto", "-"]) == 2
+    assert capsys.readouterr().err == ("roofscope: error: --perfetto cannot be '-': its output is gzipped;"
+                                       " give it a file\n")
     piped = _run_cli("analyze", str(trace), "--json", "-", "-q")
     assert piped.returncode == 0 and json.loads(piped.stdout)["by_kernel"][0]["flops"] == 16_777_216
 
