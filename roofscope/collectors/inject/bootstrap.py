@@ -64,7 +64,7 @@ class StepWindow(StepCounter):
     def advance(self) -> None:
         self.timer.mark("unprofiled")
         self.boundaries += 1
-        self.injection.boundary()   # settings the fixes hold from the first step on (Injection.flag)
+        self.injection.boundary()   # a flag the program set by other means is held again (Injection.flag)
         if self.injection.roots.seen:
             self.injection.roots.stop()   # a step with roots has ended: no global module hook in the timed steps
         self.probe.boundary(self.boundaries)
