@@ -64,14 +64,25 @@ def _same(a, b) -> None:
     assert a.meta == b.meta
 
 
+def _record_sends(monkeypatch) -> list[tuple[int, bool]]:
+    """Each block offered to the helper, and whether it took it, as the reading goes."""
+    sent: list[tuple[int, bool]] = []
+    send = helper_mod.Helper.send
+
+    def recorded(self, block, data):
+        taken = send(self, block, data)
+        sent.append((block, taken))
+        return taken
+
+    monkeypatch.setattr(helper_mod.Helper, "send", recorded)
+    return sent
+
+
 def test_helper_process_takes_the_blocks_it_has_room_for(monkeypatch):
     """Read with a helper process (kineto_helper.py): blocks go to it while one of its slots is free,
     and the merged tables (names, signatures numbered in file order, kernels in time order) are the
     one-process ones."""
-    sent: list[tuple[int, bool]] = []
-    send = helper_mod.Helper.send
-    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
-        sent.append((block, taken := send(self, block, data))), taken)[-1])
+    sent = _record_sends(monkeypatch)
     whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
     _same(whole, streamed)
     # 244 kB in blocks of about 30 kB: 6 or more offered (as many as the helper's share leaves), the
@@ -84,11 +95,8 @@ def test_the_rest_of_a_block_goes_to_a_helper_that_frees_a_slot(monkeypatch):
     """Each time a region is read the helper is asked whether it has room (here it always says so):
     the buffer's rest goes to it, the reader goes on with the next buffer, and the tables are the
     same."""
-    sent: list[tuple[int, bool]] = []
-    send = helper_mod.Helper.send
     monkeypatch.setattr(helper_mod.Helper, "room", lambda self: True)
-    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
-        sent.append((block, taken := send(self, block, data))), taken)[-1])
+    sent = _record_sends(monkeypatch)
     whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
     _same(whole, streamed)
     # more blocks than buffers (about 8): the rests are blocks of their own, some refused for want of a slot
@@ -98,11 +106,8 @@ def test_the_rest_of_a_block_goes_to_a_helper_that_frees_a_slot(monkeypatch):
 def test_a_busy_helper_is_given_no_more(monkeypatch):
     """A helper that frees no slot (still decoding) gets the first two blocks; the reading process
     decodes the others, and the tables are the same."""
-    sent: list[tuple[int, bool]] = []
-    send = helper_mod.Helper.send
     monkeypatch.setattr(helper_mod.Helper, "_freed", lambda self: None)
-    monkeypatch.setattr(helper_mod.Helper, "send", lambda self, block, data: (
-        sent.append((block, taken := send(self, block, data))), taken)[-1])
+    sent = _record_sends(monkeypatch)
     whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=True)
     _same(whole, streamed)
     assert sent[:2] == [(1, True), (2, True)] and len(sent) > 4 and not any(taken for _, taken in sent[2:])

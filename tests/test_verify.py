@@ -478,7 +478,7 @@ def test_a_switchs_pair_comes_from_its_own_run_unless_the_program_ended_before_t
     # The program ended inside the first block: its steps with the fix on against the round's baseline.
     trial.add(2, base, _switch_run([42, 44], [True, True]), [base, base], settings)
     assert [x for pair in trial.pairs for x in pair] == pytest.approx([0.049, 0.040, 0.051, 0.043])
-    assert trial.inside == 1
+    assert len(trial.apart) == 1   # one pair from inside a run
     v = trial.verdict(0.02)
     assert v.within_run and v.pairs == 2 and v.baseline_runs_s == pytest.approx(0.051)   # round 1's baseline run
     assert v.reason.endswith("; 1 of 2 pairs from one run, the fix turned off and on between its steps (the program"

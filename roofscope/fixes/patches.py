@@ -34,7 +34,7 @@ def tf32(arg: str | None, inj: "Injection") -> None:
     if not _cuda(inj):
         return
     # torch.backends.cuda.matmul is an object without a __name__ (asking raises AttributeError): named here.
-    # Set from the first step on, so that a program setting its own precision first does not undo the fix.
+    # Held as flags: a program that sets its own precision at its start does not undo the fix.
     for name, owner in (("torch.backends.cuda.matmul", torch.backends.cuda.matmul),
                         ("torch.backends.cudnn", torch.backends.cudnn)):
         inj.flag(owner, "allow_tf32", True, f"{name}.allow_tf32 = True")

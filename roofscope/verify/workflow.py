@@ -61,8 +61,8 @@ class Trial:
     results: str = ""
     measured: bool = False                   # its interval decided (or narrowed): no more rounds
     within_run: bool = False                 # a switch, turned off and on inside each of its runs
-    inside: int = 0                          # its pairs taken inside one run (the others: the program ended first)
-    apart: list[float] = field(default_factory=list)   # the rounds' runs without the fix, beside a switch's own steps
+    # The rounds' runs without the fix, beside each pair taken inside one run (none where the program ended first)
+    apart: list[float] = field(default_factory=list)
 
     @property
     def open(self) -> bool:
@@ -86,10 +86,10 @@ class Trial:
             self.ended = ("crashed", f"round {rnd}: it ran, but reached none of the timed steps"
                                      f" ({(rec.get('steps') or {}).get('boundaries', 0)} step boundaries)")
             return
-        self.inside += off is not None
+        base_s: float = step_time(base)   # type: ignore[assignment]  # checked for every baseline
         if off is not None:
-            self.apart.append(step_time(base))   # type: ignore[arg-type]  # checked for every baseline
-        self.pairs.append((step_time(base) if off is None else off, fixed))   # type: ignore[arg-type]
+            self.apart.append(base_s)
+        self.pairs.append((base_s if off is None else off, fixed))
         changed, note = results_verdict(baselines, self.runs, settings.rtol)
         self.results = note or self.results
         if changed:
@@ -108,7 +108,8 @@ class Trial:
         elif ci is not None:
             status, reason = timing_status(ci, self.cand.predicted_s,
                                            precision * statistics.median(b for b, _ in self.pairs))
-            if status == "undecided" and self.inside == len(self.pairs):   # why more pairs are needed
+            inside = len(self.apart)
+            if status == "undecided" and inside == len(self.pairs):   # why more pairs are needed
                 saved = [b - f for b, f in self.pairs]
                 reason += (f"; inside its runs it saved {min(saved) * 1e3:.3g} to {max(saved) * 1e3:.3g} ms/step"
                            " from one run to the next")
@@ -116,11 +117,11 @@ class Trial:
                 base = [b for b, _ in self.pairs]
                 reason += (f"; without the fix the program ran {min(base) * 1e3:.3g} to {max(base) * 1e3:.3g} ms/step"
                            " from one run to the next")
-            if self.inside:
+            if inside:
                 n = len(self.pairs)
-                which = "each pair" if self.inside == n else f"{self.inside} of {n} pairs"
+                which = "each pair" if inside == n else f"{inside} of {n} pairs"
                 reason += (f"; {which} from one run, the fix turned off and on between its steps"
-                           + ("" if self.inside == n else " (the program ended before the others turned it off)"))
+                           + ("" if inside == n else " (the program ended before the others turned it off)"))
         else:
             n = len(self.pairs)
             status, reason = "undecided", f"only {n} pair{'s' if n != 1 else ''} measured: no interval"
@@ -132,7 +133,7 @@ class Trial:
             baseline_s=statistics.median(b for b, _ in self.pairs) if self.pairs else None,
             fixed_s=statistics.median(f for _, f in self.pairs) if self.pairs else None,
             results=self.results, applied=[a for done in (self.runs[-1].get("applied") or {}).values() for a in done]
-            if self.runs else [], within_run=self.inside > 0,
+            if self.runs else [], within_run=bool(self.apart),
             baseline_runs_s=statistics.median(self.apart) if self.apart else None)
 
 
@@ -277,10 +278,10 @@ def _rounds(trials: list[Trial], program: Program, settings: VerifySettings, wor
             order: list[Trial | None] = [None, *active] if rnd % 2 else [*reversed(active), None]
             recs: dict[int, dict[str, Any]] = {}
             for i, t in enumerate(order):
-                rec = launch(program, t.cand.fix if t else None, settings, workdir, f"round{rnd}-{i}", fix_modules,
-                             alternate=t is not None and t.within_run)
-                spent += rec["wall_s"]
                 within = t is not None and t.within_run
+                rec = launch(program, t.cand.fix if t else None, settings, workdir, f"round{rnd}-{i}", fix_modules,
+                             alternate=within)
+                spent += rec["wall_s"]
                 took, off = step_time(rec, fixed=True if within else None), step_time(rec, fixed=False)
                 say(f"  round {rnd:<2} {t.cand.fix if t else 'without a fix':<{width}}  "
                     + (f"{took * 1e3:10.3f} ms/step" if took is not None and not failed(rec) else f"{'failed':>18}")

@@ -224,5 +224,5 @@ def apply(findings: list[Finding]) -> None:
 
 
 __all__ = ["CHANGES", "FUSED_OPTIMIZERS", "Change", "apply", "change_of", "channels_last_code", "combined_saving",
-           "compile_apply", "compile_code", "decode_graph_code", "group", "loader_code", "merge_apply", "optimizer_code", "tf32_code",
-           "threads_code"]
+           "compile_apply", "compile_code", "decode_graph_code", "group", "loader_code", "merge_apply",
+           "optimizer_code", "tf32_code", "threads_code"]
