@@ -156,7 +156,13 @@ def test_job_step_is_the_programs_own_and_the_straggler_is_sized_by_its_arrival(
     # (docs/multi-gpu-analysis.md); on GPUs the two agree (docs/validation.md).
     assert 0.030 < s["saving_s"] < 0.090 and s["saving_s"] <= s["excess_s"]
     balanced, own_b = _torchrun_job(tmp_path, "balanced")
-    assert balanced["stragglers"] == []
+    # A balanced run names no straggler the size of the stall. On 2 cores shared with the rest of the test run
+    # one rank can fall behind for real (one CI run: rank 1 entered every all-reduce last, 3.7 ms of an 8.7 ms
+    # step, its aten::sqrt and aten::div 1 ms slower each): what is named then is that lag, a small part of
+    # the stall's wait, with the slower work that shows it.
+    for lag in balanced["stragglers"]:
+        assert lag["excess_s"] < 0.25 * s["excess_s"], lag
+        assert lag["kernels"] or lag["host_idle_excess_s"] > 0, lag
     # Balanced steps are 7-9 ms: two ranks on 2 cores shared with the test run's other work move them by about
     # a millisecond from one stretch of steps to the next (8.67 against the script's 7.59 ms in one CI run),
     # so the bound is 10% or 1.5 ms, whichever is larger.
