@@ -139,23 +139,29 @@ def open_source(source: str | os.PathLike | Trace, settings: AnalysisSettings, *
                   str(run.ceilings_path) if run.ceilings_path is not None else None, load_verification(run.path))
 
 
-def _gc_paused(fn: Callable[..., Result]) -> Callable[..., Result]:
-    """``fn`` with the cyclic garbage collector paused: reading and the stages allocate millions of
-    short-lived containers, and each full collection walks every object the trace holds (0.1-0.3 s
-    on a million events) to find the few cycles pandas makes, which are freed once it resumes."""
+def _analysis_scope(fn: Callable[..., Result]) -> Callable[..., Result]:
+    """``fn`` with the cyclic garbage collector paused, and pandas' text kept as Python strings.
+
+    Reading and the stages allocate millions of short-lived containers, and each full collection
+    walks every object the trace holds (0.1-0.3 s on a million events) to find the few cycles pandas
+    makes, which are freed once it resumes. pandas 3 stores text in pyarrow arrays wherever pyarrow
+    is installed (Hugging Face datasets brings it): the stages' many small string operations then
+    cost a conversion each, and a million events took 25% longer (docs/benchmarks.md), for the same
+    outputs."""
     @functools.wraps(fn)
-    def paused(*args: Any, **kwargs: Any) -> Result:
-        if not gc.isenabled():
-            return fn(*args, **kwargs)
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            gc.enable()
-    return paused
+    def scoped(*args: Any, **kwargs: Any) -> Result:
+        with pd.option_context("mode.string_storage", "python"):
+            if not gc.isenabled():
+                return fn(*args, **kwargs)
+            gc.disable()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                gc.enable()
+    return scoped
 
 
-@_gc_paused
+@_analysis_scope
 def run(source: str | os.PathLike | Trace, settings: AnalysisSettings = AnalysisSettings(), *,
         ceilings: Ceilings | None = None, telemetry: Telemetry | None = None,
         run_meta: Mapping[str, Any] | None = None) -> Result:

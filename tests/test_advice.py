@@ -241,6 +241,18 @@ def _host_bound_chain(tmp_path: Path) -> Path:
     ({"frameworks": ["lightning"], "program": {"root_module": "LitCNN"}},
      'model = torch.compile(model, mode="reduce-overhead")   # the LightningModule (LitCNN), before trainer.fit(model)',
      "model = torch.compile(model)   # the LightningModule (LitCNN), before trainer.fit(model)"),
+    # A LightningModule whose training_step calls self.body: compiling the LightningModule compiles a forward
+    # no step runs (benchmarks/real_clients/cpu/lightning_cpu_cnn.py), so the child the steps call is compiled.
+    ({"frameworks": ["lightning"], "program": {"root_module": "Sequential", "root_owner": "Net", "root_attr": "body"}},
+     'self.body = torch.compile(self.body, mode="reduce-overhead")   # in Net.__init__ or configure_model(): the'
+     ' steps call Net.body, not Net.forward',
+     "self.body = torch.compile(self.body)   # in Net.__init__ or configure_model(): the steps call Net.body, not"
+     " Net.forward"),
+    ({"frameworks": [], "program": {"root_module": "BertModel", "root_owner": "Classifier", "root_attr": "encoder"}},
+     'model.encoder = torch.compile(model.encoder, mode="reduce-overhead")   # model: your Classifier; the steps'
+     ' call Classifier.encoder, not Classifier.forward',
+     "model.encoder = torch.compile(model.encoder)   # model: your Classifier; the steps call Classifier.encoder,"
+     " not Classifier.forward"),
     ({"frameworks": ["accelerate"]},
      'model = torch.compile(model, mode="reduce-overhead")   # before accelerator.prepare(model, ...)',
      'accelerator = Accelerator(dynamo_backend="inductor")'),

@@ -330,6 +330,34 @@ def test_a_model_the_program_drops_is_freed_then_not_when_the_profile_stops(tmp_
     assert _meta(tmp_path / "p")["program"]["root_module"] == "Sequential"
 
 
+def test_a_child_the_steps_call_directly_is_named_with_its_holder(tmp_path: Path) -> None:
+    # A LightningModule's training_step calls self.body, never its own forward: the fix must compile the child
+    # (diagnose/fixes.compile_code), so run.json names the module holding it and the attribute.
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=tmp_path / "held", peak_tflops=1,
+                           peak_bandwidth_gbs=10, quiet=True):
+        for _ in range(4):
+            net.body(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    program = _meta(tmp_path / "held")["program"]
+    assert (program["root_module"], program["root_owner"], program["root_attr"]) == ("Sequential", "Net", "body")
+    # Called as the program's own object, with no module holding the one called: no holder.
+    free = torch.nn.Linear(8, 8)
+    with roofscope.profile(steps=1, settle=0, wait=0, warmup=0, out=tmp_path / "free", peak_tflops=1,
+                           peak_bandwidth_gbs=10, quiet=True):
+        for _ in range(4):
+            free(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    assert "root_owner" not in _meta(tmp_path / "free")["program"]
+
+
 @pytest.mark.parametrize("ending, code", [("", 0), ("sys.exit(3)", 3), ("raise ValueError('boom')", 1)])
 def test_the_scripts_globals_live_until_the_interpreter_exits_as_in_a_plain_run(tmp_path: Path, ending: str,
                                                                                 code: int) -> None:

@@ -46,6 +46,29 @@ _ROOFSCOPE_DIR = str(Path(__file__).resolve().parents[1])
 Bind = Callable[[list[str], Callable[[Any, str, Any], None]], bool]
 
 
+def _holder(root: Any) -> tuple[str, str] | None:
+    """The class of the module that holds ``root`` as a child, and the attribute it holds it by: the steps
+    called that child directly and never the holder's forward (a LightningModule's training_step calling
+    ``self.model``), so compiling the holder would compile a forward no step runs. None when no module holds
+    it. The garbage collector's referrers, three scans of the heap, once at the profile's end."""
+    import gc
+
+    from torch import nn
+
+    for children in gc.get_referrers(root):
+        if type(children) is not dict:
+            continue
+        for holder in gc.get_referrers(children):
+            # Python 3.12 refers from the module itself; 3.11 from its __dict__, materialized.
+            found = [holder] if isinstance(holder, nn.Module) else (
+                [m for m in gc.get_referrers(holder) if isinstance(m, nn.Module) and m.__dict__ is holder]
+                if type(holder) is dict and holder.get("_modules") is children else [])
+            for m in found:
+                if m._modules is children:
+                    return type(m).__name__, next(k for k, v in children.items() if v is root)
+    return None
+
+
 def loop_spec(spec: str | None) -> bool:
     """``--step-on`` names the script's own loop: ``loop`` or ``FILE:LINE``."""
     return spec == LOOP or (spec is not None and _LOOP_AT.match(spec) is not None)
@@ -201,8 +224,12 @@ class StepHooks:
         that defines it, the wrappers around it: ``torch.compile``'s, DDP's), how many forwards of it
         ran and how many of its ``generate()`` calls drove them, so fixes are written for this program."""
         module, package, wrappers, _ = self._root_facts
-        return {"root_module": module, "root_package": package, "wrappers": list(wrappers),
-                "forwards": self.forwards, "generate_calls": self.rounds}
+        facts = {"root_module": module, "root_package": package, "wrappers": list(wrappers),
+                 "forwards": self.forwards, "generate_calls": self.rounds}
+        held = _holder(self._root) if self._root is not None else None
+        if held is not None:
+            facts["root_owner"], facts["root_attr"] = held
+        return facts
 
     def root_forward(self) -> str | None:
         """``MODULE.CLASS.forward`` of the outermost module seen (its --step-on), or None."""

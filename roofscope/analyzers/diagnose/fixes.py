@@ -44,6 +44,14 @@ def compile_code(p: Program, mode: str = "") -> tuple[str, str]:
     if p.kind == "hf_trainer":
         return ("TrainingArguments(..., torch_compile=True"
                 + (f', torch_compile_mode="{mode}"' if mode else "") + ")", "hf_trainer")
+    if p.root_owner and p.root_attr and p.kind in ("lightning", "training_loop", "inference_loop"):
+        # The steps call a child of the program's module, never the holder's forward: compiling the holder
+        # would compile a forward no step runs.
+        a, why = p.root_attr, f"the steps call {p.root_owner}.{p.root_attr}, not {p.root_owner}.forward"
+        if p.kind == "lightning":
+            return (f"self.{a} = torch.compile(self.{a}{kw})   # in {p.root_owner}.__init__ or configure_model():"
+                    f" {why}"), "lightning"
+        return f"model.{a} = torch.compile(model.{a}{kw})   # model: your {p.root_owner}; {why}", ""
     if p.kind == "lightning":
         what = f"the LightningModule ({p.root_module})" if p.root_module else "the LightningModule"
         return f"model = torch.compile(model{kw})   # {what}, before trainer.fit(model)", "lightning"

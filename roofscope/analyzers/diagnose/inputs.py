@@ -75,6 +75,8 @@ class ProgramMeta:
 
     root_module: str = ""              # the outermost module's class ("GPT2LMHeadModel")
     root_package: str = ""             # the package defining it ("transformers", "__main__")
+    root_owner: str = ""               # the class of the module holding it, whose forward the steps never ran
+    root_attr: str = ""                # the attribute the holder holds it by ("model" in self.model)
     wrappers: tuple[str, ...] = ()     # around it: "OptimizedModule" (torch.compile), "DistributedDataParallel"
     forwards: int | None = None        # its forwards over the whole run
     generate_calls: int | None = None  # its generate() calls (Hugging Face); None when not recorded
@@ -88,6 +90,7 @@ class ProgramMeta:
     def of(cls, run: RunMeta) -> ProgramMeta:
         p, st = run.program or {}, run.steps or Steps()
         return cls(root_module=p.get("root_module") or "", root_package=p.get("root_package") or "",
+                   root_owner=p.get("root_owner") or "", root_attr=p.get("root_attr") or "",
                    wrappers=tuple(p.get("wrappers") or ()), forwards=p.get("forwards"),
                    generate_calls=p.get("generate_calls") if "generate_calls" in p else None,
                    backends=p.get("backends") or {}, step_source=st.source or "",

@@ -54,6 +54,8 @@ class Program:
     optimizer: str = ""                # its class ("AdamW"); "" for none seen
     root_module: str = ""              # the outermost module's class; "" when the Run does not say
     root_package: str = ""             # the package that defines it ("transformers", "__main__")
+    root_owner: str = ""               # the class of the module holding it (its forward never ran): "" for none
+    root_attr: str = ""                # the attribute it is held by ("body" in self.body)
     step_function: str = ""            # the function the steps ran on ("__main__.train_step")
     generate: bool | None = None       # generate() drove the forwards; None: not known
     compiled: str = ""                 # "", "inductor" (no CUDA graphs) or "inductor+graphs"
@@ -73,8 +75,17 @@ class Program:
         return self.root_package == "transformers"
 
     def model_note(self) -> str:
-        """A comment naming the model's class where the Run knows it (no variable name is in a trace)."""
-        return f"   # your {self.root_module}" if self.root_module else ""
+        """A comment naming the model's class where the Run knows it (no variable name is in a trace): the
+        holder's where a module of the program holds the one the steps call."""
+        return f"   # your {self.root_owner or self.root_module}" if self.root_module else ""
+
+    @property
+    def root_words(self) -> str:
+        """The model the steps call: its class, and where a module of the program holds it, that holder's
+        attribute ("Net.body (Sequential)")."""
+        if self.root_owner and self.root_attr:
+            return f"{self.root_owner}.{self.root_attr} ({self.root_module})"
+        return self.root_module
 
     def words(self) -> str:
         """One line saying what the program is and does, as the fixes assume it."""
@@ -83,7 +94,7 @@ class Program:
                 "hf_trainer": "an HF Trainer loop", "lightning": "a Lightning loop", "accelerate": "an accelerate loop",
                 "deepspeed": "a DeepSpeed loop", "torchtitan": "a torchtitan job",
                 "training_loop": "a training loop", "inference_loop": "a loop without backward"}[self.kind]
-        parts = [what + (f" over {self.root_module}" if self.root_module else "")]
+        parts = [what + (f" over {self.root_words}" if self.root_module else "")]
         if self.step_function:
             parts.append(f"steps on {self.step_function}()")
         if self.optimizer:
@@ -131,7 +142,8 @@ def program_of(inp: DiagnosisInput, kernels: pd.DataFrame) -> Program:
     step_fn = meta.step_on if meta.step_on not in ("", "forward", "generate") else ""
     return Program(kind=kind, frameworks=tuple(frameworks), training=training,
                    forwards_per_step=forwards_per_step(inp, kernels) if training else 1.0, optimizer=optimizer,
-                   root_module=meta.root_module, root_package=meta.root_package, step_function=step_fn,
+                   root_module=meta.root_module, root_package=meta.root_package, root_owner=meta.root_owner,
+                   root_attr=meta.root_attr, step_function=step_fn,
                    generate=generate, compiled=compiled, dataloader=dataloader)
 
 

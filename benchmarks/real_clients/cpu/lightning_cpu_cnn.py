@@ -1,0 +1,60 @@
+"""A new user's CPU Lightning fit: a small CNN on random images, Trainer(accelerator="cpu").
+
+Own timer: a Callback times each training batch (on_train_batch_start to on_train_batch_end); the median of
+the second half is printed as `median step X ms (own timer)`.
+
+    python lightning_cpu_cnn.py [--steps 40] [--batch 32]
+"""
+import argparse
+import statistics
+import time
+
+import lightning as L
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=40)
+p.add_argument("--batch", type=int, default=32)
+args = p.parse_args()
+torch.manual_seed(0)
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+
+    def training_step(self, batch, i):
+        x, y = batch
+        loss = F.cross_entropy(self.body(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+
+class Timer(L.Callback):
+    def __init__(self):
+        self.times, self.t = [], 0.0
+
+    def on_train_batch_start(self, *a):
+        self.t = time.perf_counter()
+
+    def on_train_batch_end(self, *a):
+        self.times.append(time.perf_counter() - self.t)
+
+
+data = torch.utils.data.TensorDataset(torch.randn(args.batch * args.steps, 3, 64, 64),
+                                      torch.randint(0, 10, (args.batch * args.steps,)))
+timer = Timer()
+trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=args.steps, logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False, callbacks=[timer])
+trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=args.batch))
+half = timer.times[len(timer.times) // 2:]
+print(f"median step {1e3 * statistics.median(half):.2f} ms (own timer, {len(half)} steps)")
