@@ -283,6 +283,18 @@ def test_compile_code_and_apply_by_program_kind(kind, compiled, code, apply) -> 
     assert compile_apply(p, "reduce-overhead") == apply
 
 
+def test_generate_on_the_cpu_compiles_the_forward_with_its_static_cache() -> None:
+    # transformers' generate() compiles its forward with a static cache on GPUs only
+    # (GenerationMixin._valid_auto_compile_criteria): on the CPU the cache alone compiled nothing, and a small
+    # GPT-2 ran 0.8 ms/token slower with it (benchmarks/real_clients/cpu/gpt2_cpu_generate.py, 4 pairs).
+    p = Program("generate", cpu=True)
+    code = compile_code(p)[0].splitlines()
+    assert code[0].startswith('model.generation_config.cache_implementation = "static"')
+    assert code[1].startswith("model.forward = torch.compile(model.forward)")
+    assert "CUDA graphs" not in compile_code(p)[0]
+    assert compile_apply(p) == "static_cache;compile:default"
+
+
 def test_generate_gets_the_static_cache_and_can_apply_it() -> None:
     # GPT-2 generate() on an H200: roofscope saw generate() (its second call was profiled again); the
     # static cache then made 6.85 -> 3.67 ms/token (the issue's table).

@@ -32,10 +32,13 @@ _HF_OPTIM = {"AdamW": "adamw_torch_fused", "Adam": "adamw_torch_fused"}
 
 def compile_apply(p: Program, mode: str = "default") -> str:
     """The ``apply`` name of compiling the root module in ``mode``: a ``generate()`` program's is its static
-    cache (generate() then compiles the forward itself); none for a program that compiles already."""
+    cache (generate() then compiles the forward itself on a GPU; on the CPU it compiles nothing, so the
+    forward is compiled too); none for a program that compiles already."""
     if p.compiled:
         return ""
-    return "static_cache" if p.kind == "generate" else f"compile:{mode}"
+    if p.kind == "generate":
+        return f"static_cache;compile:{mode}" if p.cpu else "static_cache"
+    return f"compile:{mode}"
 
 
 def compile_code(p: Program, mode: str = "") -> tuple[str, str]:
@@ -64,6 +67,10 @@ def compile_code(p: Program, mode: str = "") -> tuple[str, str]:
                 + ")   # after deepspeed.initialize(...)", "deepspeed")
     if p.kind == "torchtitan":
         return '[compile]\nenable = true\ncomponents = ["model", "loss"]   # in the job\'s .toml', "torchtitan"
+    if p.kind == "generate" and p.cpu:   # generate() compiles its forward itself on GPUs only
+        return ('model.generation_config.cache_implementation = "static"   # fixed shapes for the compiled forward\n'
+                f"model.forward = torch.compile(model.forward{kw})   # on the CPU generate() compiles nothing"
+                " itself"), ""
     if p.kind == "generate":   # compiling the module leaves generate() calling its eager forward
         return ('model.generation_config.cache_implementation = "static"   # generate() then compiles the'
                 ' forward itself (fusion, CUDA graphs)'), ""

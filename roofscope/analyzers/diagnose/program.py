@@ -60,6 +60,7 @@ class Program:
     generate: bool | None = None       # generate() drove the forwards; None: not known
     compiled: str = ""                 # "", "inductor" (no CUDA graphs) or "inductor+graphs"
     dataloader: str = ""               # "", "workers=0" or "workers" (a DataLoader with worker processes)
+    cpu: bool = False                  # the model ran on the CPU (a CPU-only trace)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -144,7 +145,7 @@ def program_of(inp: DiagnosisInput, kernels: pd.DataFrame) -> Program:
                    forwards_per_step=forwards_per_step(inp, kernels) if training else 1.0, optimizer=optimizer,
                    root_module=meta.root_module, root_package=meta.root_package, root_owner=meta.root_owner,
                    root_attr=meta.root_attr, step_function=step_fn,
-                   generate=generate, compiled=compiled, dataloader=dataloader)
+                   generate=generate, compiled=compiled, dataloader=dataloader, cpu=inp.cpu_only)
 
 
 def _traced_optimizer(inp: DiagnosisInput, names: set[str]) -> str:
