@@ -3,7 +3,10 @@
 Own timer: a TrainerCallback times each optimizer step (wall clock between step begin and end); the median
 of the second half is printed as `median step X ms (own timer)`.
 
-    python hf_trainer_tiny_bert.py [--steps 30] [--batch 16] [--seq 128]
+    python hf_trainer_tiny_bert.py [--steps 30] [--batch 16] [--seq 128] [--compile]
+
+--compile is roofscope's fix as its text writes it for an HF Trainer (TrainingArguments(..., torch_compile=True)),
+to check its verdict in plain runs.
 """
 import argparse
 import statistics
@@ -17,6 +20,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=30)
 p.add_argument("--batch", type=int, default=16)
 p.add_argument("--seq", type=int, default=128)
+p.add_argument("--compile", action="store_true")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -51,7 +55,7 @@ timer = Timer()
 with tempfile.TemporaryDirectory() as out:
     targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch, max_steps=args.steps,
                               use_cpu=True, report_to=[], logging_steps=10, save_strategy="no",
-                              dataloader_num_workers=0, disable_tqdm=True)
+                              dataloader_num_workers=0, disable_tqdm=True, torch_compile=args.compile)
     Trainer(model=model, args=targs, train_dataset=Random(), callbacks=[timer]).train()
 half = timer.times[len(timer.times) // 2:]
 print(f"median step {1e3 * statistics.median(half):.2f} ms (own timer, {len(half)} steps)")

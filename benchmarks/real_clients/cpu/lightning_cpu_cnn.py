@@ -3,7 +3,10 @@
 Own timer: a Callback times each training batch (on_train_batch_start to on_train_batch_end); the median of
 the second half is printed as `median step X ms (own timer)`.
 
-    python lightning_cpu_cnn.py [--steps 40] [--batch 32]
+    python lightning_cpu_cnn.py [--steps 40] [--batch 32] [--compile] [--channels-last]
+
+--compile and --channels-last are roofscope's fixes as its text writes them (self.body = torch.compile(self.body)
+in __init__; the module and each batch in channels_last), to check its verdicts in plain runs.
 """
 import argparse
 import statistics
@@ -17,6 +20,8 @@ import torch.nn.functional as F
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--batch", type=int, default=32)
+p.add_argument("--compile", action="store_true")
+p.add_argument("--channels-last", action="store_true")
 args = p.parse_args()
 torch.manual_seed(0)
 
@@ -28,9 +33,15 @@ class Net(L.LightningModule):
                                   nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
                                   nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(),
                                   nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+        if args.compile:
+            self.body = torch.compile(self.body)
+        if args.channels_last:
+            self.body = self.body.to(memory_format=torch.channels_last)
 
     def training_step(self, batch, i):
         x, y = batch
+        if args.channels_last:
+            x = x.to(memory_format=torch.channels_last)
         loss = F.cross_entropy(self.body(x), y)
         self.log("loss", loss)
         return loss
