@@ -150,6 +150,33 @@ def test_a_loop_inside_a_function_and_loops_too_short_to_hold_work(tmp_path: Pat
 
 
 @pytest.mark.parametrize("source", SOURCES)
+def test_a_datasets_own_loop_is_the_data_loading_not_the_step(tmp_path: Path, source: str) -> None:
+    # An HF Trainer or Lightning script defines the dataset and no loop of its own: the batches come from the
+    # framework's loop. A loop in the dataset's __getitem__ (a tokenizer's over characters) was taken for the
+    # step; 155,700 of its iterations filled the step timer before the first optimizer.step(), and no
+    # training step was timed (benchmarks/real_clients/cpu/hf_trainer_tiny_bert.py --item-ms 10 --batch 48).
+    # Reached through the DataLoader's fetch, it builds a batch, and is never the step.
+    tracker, steps = _track(tmp_path, source, '''
+        import collections
+        import torch
+
+        class Text(torch.utils.data.Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i):
+                for word in range(6):
+                    spin(0.0002)
+                return torch.zeros(2)
+
+        collections.deque(torch.utils.data.DataLoader(Text(), batch_size=2), maxlen=0)
+    ''')
+    assert tracker.step is None and steps == []
+    loop = next(loop for loop in tracker.seen() if loop.function.endswith("__getitem__"))
+    assert loop.state == "off" and loop.why == "reached through a DataLoader's fetch: the data loading's own loop"
+
+
+@pytest.mark.parametrize("source", SOURCES)
 def test_step_on_names_a_loop(tmp_path: Path, source: str) -> None:
     # --step-on FILE:LINE: the fields loop (line 6) whatever is seen, from its second iteration on:
     # 3 epochs x 12 batches x 2 fields = 72 iterations, 71 boundaries

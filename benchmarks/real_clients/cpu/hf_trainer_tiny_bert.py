@@ -1,9 +1,12 @@
 """A new user's CPU fine-tune: HF Trainer on a small random-init BERT, random token batches.
 
-Own timer: a TrainerCallback times each optimizer step (wall clock between step begin and end); the median
+Own timer: a TrainerCallback times each optimizer step, end to end (the batch's loading included); the median
 of the second half is printed as `median step X ms (own timer)`.
 
-    python hf_trainer_tiny_bert.py [--steps 30] [--batch 16] [--seq 128] [--compile]
+    python hf_trainer_tiny_bert.py [--steps 30] [--batch 16] [--seq 128] [--compile] [--item-ms MS] [--workers N]
+
+--item-ms gives each sample about MS ms of pure-Python work in the dataset (text cleaning and tokenizing, as a
+dataset of raw text does); --workers is TrainingArguments' dataloader_num_workers, roofscope's loader fix.
 
 --compile is roofscope's fix as its text writes it for an HF Trainer (TrainingArguments(..., torch_compile=True)),
 to check its verdict in plain runs.
@@ -21,6 +24,8 @@ p.add_argument("--steps", type=int, default=30)
 p.add_argument("--batch", type=int, default=16)
 p.add_argument("--seq", type=int, default=128)
 p.add_argument("--compile", action="store_true")
+p.add_argument("--item-ms", type=float, default=0.0)
+p.add_argument("--workers", type=int, default=0)
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -35,27 +40,34 @@ class Random(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         g = torch.Generator().manual_seed(i)
+        end = time.perf_counter() + args.item_ms / 1e3
+        text = "the quick brown fox " * 20
+        while time.perf_counter() < end:   # CPU work, as cleaning and tokenizing raw text is
+            text = " ".join(sorted(text.split(), key=len))
         return {"input_ids": torch.randint(0, cfg.vocab_size, (args.seq,), generator=g),
                 "attention_mask": torch.ones(args.seq, dtype=torch.long),
                 "labels": torch.randint(0, 2, (), generator=g)}
 
 
 class Timer(TrainerCallback):
-    def __init__(self):
-        self.times, self.t = [], 0.0
+    """The time from one optimizer step's end to the next's: the batch's loading included, which the Trainer
+    does before on_step_begin."""
 
-    def on_step_begin(self, *a, **k):
-        self.t = time.perf_counter()
+    def __init__(self):
+        self.times, self.t = [], None
 
     def on_step_end(self, *a, **k):
-        self.times.append(time.perf_counter() - self.t)
+        now = time.perf_counter()
+        if self.t is not None:
+            self.times.append(now - self.t)
+        self.t = now
 
 
 timer = Timer()
 with tempfile.TemporaryDirectory() as out:
     targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch, max_steps=args.steps,
                               use_cpu=True, report_to=[], logging_steps=10, save_strategy="no",
-                              dataloader_num_workers=0, disable_tqdm=True, torch_compile=args.compile)
+                              dataloader_num_workers=args.workers, disable_tqdm=True, torch_compile=args.compile)
     Trainer(model=model, args=targs, train_dataset=Random(), callbacks=[timer]).train()
 half = timer.times[len(timer.times) // 2:]
 print(f"median step {1e3 * statistics.median(half):.2f} ms (own timer, {len(half)} steps)")

@@ -9,6 +9,7 @@ import pandas as pd
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import (READS, SIZE_READERS, Blocker, graph_blockers, graph_fix,
                                                    host_read_code, host_syncs)
+from roofscope.analyzers.diagnose.inputs import CpuFacts
 from roofscope.analyzers.diagnose.program import LOADER_SPAN
 from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, loader_code
 from roofscope.analyzers.ingest.frames import steps_at
@@ -264,29 +265,64 @@ class DataLoaderWorkers(Rule):
         binding = "data" if ctx.inp.cpu_only else "host"
         saving = load if ctx.inp.cpu_only else min(load, ctx.terms["host"] + ctx.terms["idle_other"])
         cpu = ctx.inp.run.cpu
-        # On the CPU the step's threads hold cores; a GPU step's main thread holds one.
-        busy = (cpu.threads or 1) if ctx.inp.cpu_only and cpu is not None else 1
         free = cpu.cores_free if cpu is not None else None
-        spare = int(math.floor(free)) - busy if free is not None else 4
-        workers = max(0, min(4, spare))
+        spread = _spread_step(ctx, cpu, free)
+        if spread is not None:
+            # A CPU step with the process's clocks: the workers load while the step computes, so the step
+            # becomes the compute alone or the process's CPU work spread over the free cores, the longer;
+            # one core stays the main process's.
+            new = max(ctx.step_s - load, spread)
+            saving = max(0.0, ctx.step_s - new)
+            busy = cpu.cpu_s / cpu.wall_s
+            workers = 0 if saving < self.min_share * load else max(1, min(4, math.ceil(load / new),
+                                                                             int(math.floor(free)) - 1))
+        else:
+            # On the CPU the step's threads hold cores; a GPU step's main thread holds one.
+            busy = (cpu.threads or 1) if ctx.inp.cpu_only and cpu is not None else 1
+            spare = int(math.floor(free)) - busy if free is not None else 4
+            workers = max(0, min(4, spare))
         p = ctx.program
         snippet, framework = loader_code(p, workers=max(workers, 1))
         said = (f"the DataLoader builds each batch in the main process: {load * 1e3:.3f} ms/step"
                 f" ({100 * load / ctx.step_s:.0f}% of the step)")
-        figures = {"load_s": load, "cores_free": free, "step_threads": busy, "workers": workers}
+        figures = {"load_s": load, "cores_free": free, "step_threads": busy, "workers": workers,
+                   "spread_step_s": spread}
         if workers < 1:
             return [Finding(
                 rule=self.name, title="Batches loaded in the step, and no free core for a worker",
                 binding=binding, saving_s=0.0, confidence="low", status="blocked", summary=said,
-                fix=f"Worker processes would load the next batches meanwhile, but the step's {busy} thread(s) and the"
-                " machine's other load leave no core for one: a worker would slow the step as much as it saves"
-                " (fewer compute threads would leave one).",
+                fix="Worker processes would load the next batches meanwhile, but " + _no_core(ctx, busy, free, spread),
                 blockers=[{"kind": "no_free_core", "op": "DataLoader", "per_step": 1.0, "library": "", "module": "",
-                           "detail": f"{free if free is not None else '?'} cores free, {busy} used by the step"}],
-                figures={**figures, "unblocked_saving_s": saving})]
+                           "detail": f"{free if free is not None else '?'} cores free, {busy:.3g} used by the step"}],
+                figures={**figures, "unblocked_saving_s": load})]
         return [Finding(
             rule=self.name, title=f"Batches loaded in the step: DataLoader(num_workers={workers})",
             binding=binding, saving_s=saving, confidence="medium", summary=said,
             fix=f"With {workers} worker process{'es' if workers > 1 else ''} the next batches are built while the"
-            " step runs; the step then only takes a finished batch.", snippet=snippet, framework=framework,
+            " step runs; the step then only takes a finished batch" + (
+                f", and on this CPU takes the compute alone or the process's CPU work spread over its {free:.2g} free"
+                f" cores, the longer ({(ctx.step_s - saving) * 1e3:.1f} ms profiled)." if spread is not None else "."),
+            snippet=snippet, framework=framework,
             figures=figures, apply=f"dataloader:workers={workers}")]
+
+
+def _spread_step(ctx: Context, cpu: CpuFacts | None, free: float | None) -> float | None:
+    """A CPU-only step's CPU work (the process's CPU time per wall second over the profiled steps, times the
+    profiled step) spread over the ``free`` cores: the shortest step its threads and a worker's loading could
+    share them in (infinite with no core free). None without the process's clocks (a GPU step, an older Run):
+    its thread count decides then."""
+    if not ctx.inp.cpu_only or cpu is None or free is None or not cpu.wall_s or cpu.cpu_s is None:
+        return None
+    return math.inf if free <= 0 else cpu.cpu_s / cpu.wall_s * ctx.step_s / free
+
+
+def _no_core(ctx: Context, busy: float, free: float | None, spread: float | None) -> str:
+    """Why a worker would gain nothing: the end of the blocked loader fix's sentence."""
+    if spread is None:
+        return (f"the step's {busy} thread(s) and the machine's other load leave no core for one: a worker would"
+                " slow the step as much as it saves (fewer compute threads would leave one).")
+    if math.isinf(spread):
+        return "the machine's other load leaves this process no core free: a worker would only take the step's."
+    return (f"the process kept {busy:.2g} of its {free:.2g} free cores busy over the profiled steps: its CPU work"
+            f" alone, spread over them, takes {spread * 1e3:.1f} ms of the {ctx.step_s * 1e3:.1f} ms step, and a worker"
+            " would slow the step as much as it saves.")

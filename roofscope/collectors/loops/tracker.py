@@ -6,7 +6,8 @@ and which iterates more times at a stretch than the loop around it:
 
 * a loop whose iterations are shorter than :data:`MIN_ITERATION_S` holds no work (a Python loop over a
   list), one in a generator holds its consumer's, one reached through an ``nn.Module``'s forward is the
-  model's own (its layers): none of them is ever the step, and their iterations stop being watched;
+  model's own (its layers), one reached through a DataLoader's fetch builds a batch (a dataset's
+  ``__getitem__``): none of them is ever the step, and their iterations stop being watched;
 * a loop with no loop around it is the step after :data:`RUN_TOP` timed iterations in a row; one inside
   another loop after :data:`RUN_NESTED`, and more than its outer loop has made so far: the tokens of a
   decode's round, the batches of an epoch;
@@ -36,6 +37,16 @@ TRIVIAL_AFTER = 32           # iterations timed before a loop can be judged too 
 RUN_TOP = 3                  # timed iterations in a row that make a loop with no loop around it the step
 RUN_NESTED = 8               # ... and one inside another loop, within one iteration of that one
 _MODULE_CALLS = frozenset(("forward", "_call_impl", "_wrapped_call_impl"))
+
+
+# A DataLoader's fetch (torch/utils/data/_utils/fetch.py) calls the dataset's __getitem__ and the collate_fn.
+_DATA_LOADING = ("torch/utils/data/", "torch\\utils\\data\\")
+_LOADING_WHY = "reached through a DataLoader's fetch: the data loading's own loop"
+
+
+def _data_loading(frame: FrameType) -> bool:
+    """The frame is torch's DataLoader code: what it calls builds a batch (a dataset's ``__getitem__``)."""
+    return any(part in frame.f_code.co_filename for part in _DATA_LOADING)
 
 
 def _module_call(frame: FrameType) -> bool:
@@ -130,6 +141,7 @@ class LoopTracker:
         forward lies between them; rule out what can never be the step."""
         loop.placed = True
         inside = _module_call(frame)
+        loading = loop.parent is not None and loop.parent.why == _LOADING_WHY
         if loop.parent is None:
             f = frame.f_back
             while f is not None:
@@ -138,6 +150,7 @@ class LoopTracker:
                     loop.parent = around
                     break
                 inside = inside or _module_call(f)
+                loading = loading or _data_loading(f)
                 f = f.f_back
         if self.exact:
             if loop.spec() != self.forced:
@@ -150,6 +163,8 @@ class LoopTracker:
             loop.state, loop.why = OFF, "a comprehension: it builds a value, and is no step"
         elif inside:
             loop.state, loop.why = OFF, "reached through an nn.Module's forward: the model's own loop"
+        elif loading:   # a dataset's __getitem__ (a tokenizer's loop over characters) builds the batch
+            loop.state, loop.why = OFF, _LOADING_WHY
         if loop.parent is not None and loop.state != OFF:
             loop.parent.children.append(loop)
 
