@@ -45,6 +45,9 @@ from tests.golden import GOLDEN, digests, trace_files
 # trace's skipped list gains launch_fusion, and 5 traces gain its finding and its place in torch_compile's change
 # (AMD minitoy, timeline_analysis and trace_filter's sampled ranks, trace_diff/control); checked against 389e143's
 # output on hta_a100_rank0 and trace_filter/sampled_rank-0: nothing else moved.
+# Re-recorded 2026-11-29 (issue 37, ninth session), summary.diagnosis only: its program gains root_owner, root_attr
+# ('' on every trace) and cpu (true on the CPU-only rank); checked against 87d1e16's output on all 33 files:
+# nothing else moved.
 # Sections that only appear later are new output and pass.
 TOLERATED: dict[str, str] = {}
 
