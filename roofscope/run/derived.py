@@ -27,7 +27,9 @@ from roofscope.run.layout import SUMMARY_FILE
 # 8: fixes written for the program (diagnosis.program, findings' fix.apply and kind, blocked compile and graph
 # fixes), the CPU rules, a CPU-only trace of a GPU job named and given no ceilings (issue 37)
 # 9: launch_fusion (a launch-bound step compiled without CUDA graphs), in torch_compile's change (issue 37)
-ANALYSIS_VERSION = 9
+# 10: diagnosis.program names the module holding the one the steps call (root_owner, root_attr) and a CPU
+# run (cpu); the CPU loader rule spreads the process's CPU work over the free cores (issue 37)
+ANALYSIS_VERSION = 10
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 
