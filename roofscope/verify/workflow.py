@@ -90,7 +90,8 @@ class Trial:
         if off is not None:
             self.apart.append(base_s)
         self.pairs.append((base_s if off is None else off, fixed))
-        changed, note = results_verdict(baselines, self.runs, settings.rtol)
+        changed, note = results_verdict(baselines, self.runs, settings.rtol,
+                                        redraws=any(s.name == "compile" for s in parse(self.cand.fix)))
         self.results = note or self.results
         if changed:
             self.ended = ("changes results", note)

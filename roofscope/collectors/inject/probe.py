@@ -8,7 +8,10 @@ timed), then unhooked:
 * outputs: the first tensor of each output of the program's first root module that holds parameters
   (the model; fixes/injection.py's roots), with the first tensor of its input, each as its shape and
   at most :data:`SAMPLES` evenly spaced values: the input says whether two runs fed the model the
-  same data, the output what it made of it.
+  same data, the output what it made of it;
+* random: whether the model's forward drew random numbers (dropout in training): the default
+  generators' states before and after it differ. Compiled code draws them from a stream of its own,
+  so its results cannot be compared with the eager program's (verify/stats.results_verdict).
 
 Reading a value back syncs the device: only in these untimed steps.
 """
@@ -51,6 +54,8 @@ class ResultProbe:
         self.steps = steps
         self.losses: list[float] = []
         self.outputs: list[dict[str, Any]] = []
+        self.random = False
+        self._rng: Any = None
         self._inj = injection
         self._hook: Any = None
         self._model: Any = None
@@ -76,7 +81,15 @@ class ResultProbe:
         if self._model is not None or next(module.parameters(), None) is None:
             return None
         self._model = module
-        self._hook = module.register_forward_hook(self._output, with_kwargs=True)
+        self._hook = (module.register_forward_pre_hook(self._before), module.register_forward_hook(self._output,
+                                                                                                   with_kwargs=True))
+        return self._before(module, args)   # this call's own pre-hooks were gathered before the one just added
+
+    def _before(self, module: Any, args: Any) -> None:
+        import torch
+
+        if self.steps > 0 and not torch.compiler.is_compiling():
+            self._rng = _generator_states()
         return None
 
     def _output(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
@@ -85,6 +98,8 @@ class ResultProbe:
         if self.steps > 0 and not torch.compiler.is_compiling():
             self.outputs.append({"input": sample(_first_tensor((args, kwargs))),
                                  "output": sample(_first_tensor(output))})
+            if self._rng is not None and not self.random:
+                self.random = _generator_states() != self._rng
 
     def boundary(self, n: int) -> None:
         """Step boundary ``n`` (from 1) has passed: past ``steps`` of them, stop recording and unhook."""
@@ -93,9 +108,17 @@ class ResultProbe:
         if self.steps <= 0 or n < self.steps:
             return
         self.steps = 0
-        if self._hook is not None:
-            self._hook.remove()
+        for hook in self._hook or ():
+            hook.remove()
         torch.Tensor.backward = self._backward
 
     def to_dict(self) -> dict[str, Any]:
-        return {"losses": self.losses, "outputs": self.outputs}
+        return {"losses": self.losses, "outputs": self.outputs, "random": self.random}
+
+
+def _generator_states() -> tuple[Any, ...]:
+    """The CPU generator's state and, where CUDA is up, each device generator's offset: what a random op moves."""
+    import torch
+
+    cuda = (tuple(g.get_offset() for g in torch.cuda.default_generators) if torch.cuda.is_initialized() else ())
+    return (bytes(torch.default_generator.get_state().numpy()), cuda)
