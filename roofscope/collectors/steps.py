@@ -64,8 +64,9 @@ def _holder(root: Any) -> tuple[str, str] | None:
                 [m for m in gc.get_referrers(holder) if isinstance(m, nn.Module) and m.__dict__ is holder]
                 if type(holder) is dict and holder.get("_modules") is children else [])
             for m in found:
-                if m._modules is children:
-                    return type(m).__name__, next(k for k, v in children.items() if v is root)
+                attr = next((k for k, v in children.items() if v is root), None) if m._modules is children else None
+                if attr is not None:
+                    return type(m).__name__, attr
     return None
 
 
