@@ -72,8 +72,8 @@ class CpuThreads(Rule):
                 fix="Other processes hold the cores: this run's times include waiting for them. Profile on a quiet"
                 " machine (or pin the process to free cores with taskset) before judging its speed.",
                 snippet="taskset -c 0 python train.py   # cores no other process uses", figures=figures)]
-        if f.cpu_s and f.wall_s:
-            busy = f.cpu_s / f.wall_s   # cores' worth of CPU the process got, on average
+        busy = f.busy_cores
+        if busy is not None:
             saving, n = max((ctx.step_s * (1 - busy / n), n) for n in choices)
             figures["busy_cores"] = busy
         else:   # no clocks (not Linux): only the cores the threads outnumber

@@ -58,6 +58,12 @@ class CpuFacts:
                    switches=w.get("involuntary_switches"), env=tuple(sorted((d.get("env") or {}).items())))
 
     @property
+    def busy_cores(self) -> float | None:
+        """Cores' worth of CPU the process got over the window, on average (its CPU time per wall second);
+        None without its clocks (not Linux)."""
+        return self.cpu_s / self.wall_s if self.cpu_s and self.wall_s else None
+
+    @property
     def cores_free(self) -> float | None:
         """Cores left to this process: those it may use less the machine's other load (the load
         average less this process's own runnable threads over the window)."""

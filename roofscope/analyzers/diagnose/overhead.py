@@ -9,7 +9,6 @@ import pandas as pd
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import (READS, SIZE_READERS, Blocker, graph_blockers, graph_fix,
                                                    host_read_code, host_syncs)
-from roofscope.analyzers.diagnose.inputs import CpuFacts
 from roofscope.analyzers.diagnose.program import LOADER_SPAN
 from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, loader_code
 from roofscope.analyzers.ingest.frames import steps_at
@@ -266,14 +265,16 @@ class DataLoaderWorkers(Rule):
         saving = load if ctx.inp.cpu_only else min(load, ctx.terms["host"] + ctx.terms["idle_other"])
         cpu = ctx.inp.run.cpu
         free = cpu.cores_free if cpu is not None else None
-        spread = _spread_step(ctx, cpu, free)
-        if spread is not None:
+        rate = cpu.busy_cores if ctx.inp.cpu_only and cpu is not None and free is not None else None
+        spread = None
+        if rate is not None:
             # A CPU step with the process's clocks: the workers load while the step computes, so the step
-            # becomes the compute alone or the process's CPU work spread over the free cores, the longer;
-            # one core stays the main process's.
+            # becomes the compute alone or the process's CPU work (its busy cores times the step) spread over
+            # the free cores, the longer (never, with none free); one core stays the main process's.
+            spread = math.inf if free <= 0 else rate * ctx.step_s / free
             new = max(ctx.step_s - load, spread)
             saving = max(0.0, ctx.step_s - new)
-            busy = cpu.cpu_s / cpu.wall_s
+            busy = rate
             workers = 0 if saving < self.min_share * load else max(1, min(4, math.ceil(load / new),
                                                                              int(math.floor(free)) - 1))
         else:
@@ -304,16 +305,6 @@ class DataLoaderWorkers(Rule):
                 f" cores, the longer ({(ctx.step_s - saving) * 1e3:.1f} ms profiled)." if spread is not None else "."),
             snippet=snippet, framework=framework,
             figures=figures, apply=f"dataloader:workers={workers}")]
-
-
-def _spread_step(ctx: Context, cpu: CpuFacts | None, free: float | None) -> float | None:
-    """A CPU-only step's CPU work (the process's CPU time per wall second over the profiled steps, times the
-    profiled step) spread over the ``free`` cores: the shortest step its threads and a worker's loading could
-    share them in (infinite with no core free). None without the process's clocks (a GPU step, an older Run):
-    its thread count decides then."""
-    if not ctx.inp.cpu_only or cpu is None or free is None or not cpu.wall_s or cpu.cpu_s is None:
-        return None
-    return math.inf if free <= 0 else cpu.cpu_s / cpu.wall_s * ctx.step_s / free
 
 
 def _no_core(ctx: Context, busy: float, free: float | None, spread: float | None) -> str:
