@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Plain runs of a client (no roofscope), its baseline and each variant once per round, the order reversed every
-# other round, timed by the script's own timer (its "median step|token X ms" line); then each variant's saving
+# other round, timed by the script's own timer (its "median step|token X ms" line, or the regular expression in
+# TIMER, e.g. TIMER="own later TPOT [0-9.]* ms" for the GPU clients); then each variant's saving
 # pair by pair (baseline less variant), mean and 95% interval (Student's t). What docs/validation.md's "plain
 # runs" columns for the CPU clients are.
 #
@@ -14,7 +15,8 @@ for r in $(seq 1 "$rounds"); do
     for v in "${order[@]}"; do
         args=""; [ "$v" = base ] || args=$v
         # shellcheck disable=SC2086  # the script's and the variant's arguments split into words
-        ms=$($py -W ignore $script $args 2>&1 | grep -o "median [a-z]* [0-9.]* ms" | awk '{print $3}')
+        ms=$($py -W ignore $script $args 2>&1 | grep -o "${TIMER:-median [a-z]* [0-9.]* ms}" | tail -1 \
+            | grep -o "[0-9][0-9.]*" | tail -1 || true)
         echo "round $r [$v] ${ms:-failed}" | tee -a "$out"
     done
 done
