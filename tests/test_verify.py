@@ -923,3 +923,25 @@ def test_an_undecided_fix_says_how_far_apart_the_programs_own_runs_were():
     v = t.verdict(0.02)
     assert v.status == "undecided" and v.realized_s == pytest.approx(0.01307, abs=1e-5)
     assert v.reason.endswith("; without the fix the program ran 50.4 to 86.1 ms/step from one run to the next")
+
+
+def test_an_undecided_saving_that_follows_the_programs_speed_says_so():
+    # HF Trainer BERT-base fp16 on the H200 (2026-11-29), compile turned off and on inside 8 runs. Steps off
+    # (ms): 42.177 30.266 29.453 41.899 30.719 29.432 34.587 37.207; on: 34.617 31.369 30.370 32.288 30.941
+    # 30.577 32.639 31.730. The four slowest runs saved 7.560, 9.611, 5.477 and 1.948 ms (mean 6.149), the four
+    # fastest -1.103, -0.917, -0.222 and -1.145 ms (mean -0.847): compile pays only where the host is the bound.
+    off = [42.177, 30.266, 29.453, 41.899, 30.719, 29.432, 34.587, 37.207]
+    on = [34.617, 31.369, 30.370, 32.288, 30.941, 30.577, 32.639, 31.730]
+    t = Trial(Candidate("compile", "launch_fusion", predicted_s=0.00325), within_run=True)
+    t.pairs = [(b / 1e3, f / 1e3) for b, f in zip(off, on)]
+    t.apart = [0.033] * 8
+    v = t.verdict(0.02)
+    assert v.status == "undecided" and v.realized_s == pytest.approx(0.002651, abs=1e-6)
+    assert ("; the saving follows the program's own speed (correlation 0.9" in v.reason
+            and "): 6.15 ms/step where it ran 34.6-42.2 ms, -0.847 ms/step where it ran 29.4-30.7 ms; with the fix it"
+                " ran 30.4-34.6 ms either way; each pair from one run" in v.reason)
+    assert "inside its runs it saved" not in v.reason
+    # Pairs whose saving does not rise with the step (the LoRA baselines above, the saving spread otherwise) get
+    # the old clause: the same steps off, the savings shuffled against them.
+    t.pairs = [(b / 1e3, (b - s) / 1e3) for b, s in zip(off, [-1.1, 7.6, 1.9, -0.9, 9.6, 5.5, -0.2, -1.1])]
+    assert "follows the program's own speed" not in t.verdict(0.02).reason

@@ -41,7 +41,7 @@ from roofscope.run.verification import FixVerdict, Verification, text
 from roofscope.text import duration
 from roofscope.verify.candidates import Candidate, choose
 from roofscope.verify.runs import Program, cold_start, estimate_s, failed, held, launch
-from roofscope.verify.stats import decided, interval, results_verdict, step_time, timing_status
+from roofscope.verify.stats import decided, follows_speed, interval, results_verdict, step_time, timing_status
 
 ProgramOf = Callable[[dict[str, Any]], Program]   # run.json -> what it ran (commands/verify.recorded_program)
 
@@ -110,7 +110,10 @@ class Trial:
             status, reason = timing_status(ci, self.cand.predicted_s,
                                            precision * statistics.median(b for b, _ in self.pairs))
             inside = len(self.apart)
-            if status == "undecided" and inside == len(self.pairs):   # why more pairs are needed
+            speed = follows_speed(self.pairs) if status == "undecided" else None
+            if speed:   # the host's speed, not the fix, spread the pairs
+                reason += speed
+            elif status == "undecided" and inside == len(self.pairs):   # why more pairs are needed
                 saved = [b - f for b, f in self.pairs]
                 reason += (f"; inside its runs it saved {min(saved) * 1e3:.3g} to {max(saved) * 1e3:.3g} ms/step"
                            " from one run to the next")
