@@ -9,8 +9,7 @@ import pandas as pd
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import graph_blockers, library_ops
 from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code
-from roofscope.analyzers.ingest.linking import ancestor_where
-from roofscope.analyzers.ingest.names import per_name
+from roofscope.analyzers.diagnose.shapes import conv_transposes
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.model.trace import Trace
 from roofscope.hardware.devices import Ceilings
@@ -192,12 +191,6 @@ class Underutilized(Rule):
             kernels=top_kernels(sel, ctx.steps), figures={"kernels": len(heavy), "gap_to_half_floor_s": gap})]
 
 
-# cuDNN's layout transposes around a convolution whose tensors are NCHW (tensor-core kernels compute NHWC).
-_TRANSPOSE = r"nchwToNhwc|nhwcToNchw|NchwToNhwc|NhwcToNchw"
-_CONV_OPS = ("aten::cudnn_convolution", "aten::convolution_backward", "aten::cudnn_convolution_transpose",
-             "aten::_convolution", "aten::convolution")
-
-
 class ChannelsLast(Rule):
     """cuDNN transposes NCHW tensors to NHWC and back around each convolution: channels_last removes
     those kernels (their time is the saving; the results are the same)."""
@@ -207,13 +200,7 @@ class ChannelsLast(Rule):
     min_share = 0.02
 
     def match(self, ctx: Context) -> list[Finding]:
-        k = ctx.kernels
-        t = k[per_name(k["name"], lambda s: s.str.contains(_TRANSPOSE, regex=True))]
-        if not len(t):
-            return []
-        ops = ctx.inp.trace.ops
-        conv = ops["name"].astype(str).isin(_CONV_OPS).to_numpy()
-        t = t[ancestor_where(ops["parent"].to_numpy(), t["op"].to_numpy(dtype=np.int64), conv) >= 0]
+        t = conv_transposes(ctx)
         if not len(t):
             return []
         saving = float(t["dur_s"].sum()) / ctx.steps
