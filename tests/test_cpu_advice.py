@@ -8,6 +8,11 @@ torch 2.13 CPU) on 2026-11-28, with other engineers' tests running beside them (
     roofscope run -o threads1 benchmarks/real_clients/cpu_cnn.py --threads 1 --steps 16
     roofscope run -o threads1_channels_last benchmarks/real_clients/cpu_cnn.py --threads 1 --steps 16 --channels-last
     roofscope run -o threads1_loading benchmarks/real_clients/cpu_cnn.py --threads 1 --decode 4 --steps 14
+
+and on 2026-11-29 (load 2.2-2.7), with diffusers 0.42 installed beside torch (the profile caught one step of
+3.46 s beside two of 0.25 s):
+
+    roofscope run -o diffusers_unet benchmarks/real_clients/cpu/diffusers_unet_cpu.py --steps 24
 """
 from __future__ import annotations
 
@@ -18,7 +23,11 @@ from pathlib import Path
 
 import pytest
 
+import pandas as pd
+
 from roofscope.analysis import run
+from roofscope.analyzers.diagnose.base import outlier_steps
+from roofscope.reports.console import render_summary
 from roofscope.analyzers.diagnose.inputs import CpuFacts
 from roofscope.collectors.metadata import cpu_facts, cpu_snapshot
 
@@ -211,3 +220,24 @@ def test_a_cpu_jobs_trace_is_not_taken_for_a_gpu_jobs() -> None:
     for path in (Path(__file__).parent / "data" / "cpu_block.json.gz", RUNS / "threads1",
                  external("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")):
         assert run(path).to_dict()["gpu_job_host_only"] is None, path
+
+
+def test_a_profiled_step_far_slower_than_the_others_is_left_out_of_the_estimates() -> None:
+    r = run(RUNS / "diffusers_unet")
+    d = r.diagnosis
+    # Steps 13, 14, 15 took 3,464, 265 and 246 ms: step 13 is 13x the median. Counted, its ops made the
+    # chains 265 ms "a step" and fusion promised 138 ms of the 258 ms own step; compile saved 8-20 ms a step
+    # inside runs. Over steps 14 and 15: chains of 25.8 ms a step, saving 13.4 ms, 13.6 in the own time.
+    assert d.outlier_steps == [13] and r.to_dict()["diagnosis"]["outlier_steps"] == [13]
+    f = _findings(r)
+    assert f["fusion"].figures["chain_time_s"] == pytest.approx(0.02583, rel=1e-3)
+    assert f["fusion"].saving_s == pytest.approx(0.01355, rel=1e-2)
+    # The terms are those of the typical steps: they add up to the own step (258.1 ms), not to 1.25 s.
+    assert sum(d.terms.values()) == pytest.approx(d.step_s, rel=1e-6) and d.step_s == pytest.approx(0.2581, rel=1e-3)
+    assert "Step 13 ran over 3x the median profiled step" in render_summary(r)
+
+
+def test_outlier_steps_are_few_and_far_slower() -> None:
+    assert outlier_steps(pd.Series([3.464, 0.265, 0.246], index=[13, 14, 15])) == [13]
+    assert outlier_steps(pd.Series([0.70, 0.265, 0.246], index=[13, 14, 15])) == []   # 2.6x the median 0.265
+    assert outlier_steps(pd.Series([3.4, 0.26], index=[1, 2])) == []                    # two steps: no median

@@ -5,6 +5,7 @@ import math
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from roofscope.analyzers.model.findings import OUTLIER_STEP
 from roofscope.analyzers.model.kernels import ABOVE_ROOF_TOLERANCE
 from roofscope.config import Presentation
 from roofscope.reports.phrases import (above_roof_text, ceilings_kind, ceilings_sentences, finding_lines,
@@ -104,6 +105,10 @@ def render_summary(result: "Result", top: int = Presentation.top) -> str:
     if s.diagnosis.capture_steps:
         out += [f"  {step_range(s.diagnosis.capture_steps).capitalize()} captured a CUDA graph (warm-up): left out"
                 " of these estimates", ""]
+    if s.diagnosis.extra.get("outlier_steps"):
+        out += [f"  {step_range(s.diagnosis.extra['outlier_steps']).capitalize()} ran over"
+                f" {OUTLIER_STEP:g}x the median profiled step (a busy machine, a collection): left out of these"
+                " estimates", ""]
     out += _skipped_lines(s)
 
     if s.inference:

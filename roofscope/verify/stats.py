@@ -139,7 +139,8 @@ def follows_speed(pairs: list[tuple[float, float]]) -> str | None:
 
 
 def _ms(s: float) -> str:
-    return f"{s * 1e3:.3g}"
+    """Milliseconds to 3 significant digits, without an exponent past 999 (a step of seconds)."""
+    return f"{s * 1e3:,.0f}" if abs(s) >= 1 else f"{s * 1e3:.3g}"
 
 
 # -- results -------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from roofscope.analyzers.diagnose import fixes
 from roofscope.analyzers.diagnose.inputs import DiagnosisInput
 from roofscope.analyzers.diagnose.program import Program, program_of
 from roofscope.analyzers.ingest.names import as_text
-from roofscope.analyzers.model.findings import Diagnosis, Finding
+from roofscope.analyzers.model.findings import OUTLIER_STEP, Diagnosis, Finding
 from roofscope.analyzers.model.kernels import CLASSES
 from roofscope.analyzers.views.programtime import ProgramTime
 from roofscope.analyzers.views.timeline import Timeline
@@ -52,6 +52,12 @@ class Context:
     gpu_bound: float             # share of the step the GPU is not waiting on the host
     program: Program = field(default_factory=lambda: Program("training_loop"))   # how it runs (program.py)
     memo: dict[str, Any] = field(default_factory=dict)   # what several rules read, computed once (graph blockers)
+    left_out: list[int] = field(default_factory=list)     # steps outside ``steps``: graph captures, outliers
+
+    def gaps(self) -> pd.DataFrame:
+        """The timeline's idle gaps, less those of the steps left out."""
+        g = self.inp.timeline.gaps
+        return g[~g["step"].isin(self.left_out)] if self.left_out and len(g) else g
 
     def per_step(self, seconds: float) -> float:
         return seconds / self.steps
@@ -119,6 +125,14 @@ def step_terms(tl: Timeline, kernels: pd.DataFrame, steps: int,
     return terms, wall
 
 
+def outlier_steps(durations: pd.Series) -> list[int]:
+    """The steps (``durations``' index) to leave out of the diagnosis: slower than OUTLIER_STEP times the
+    median, among 3 steps or more (so always fewer than half of them)."""
+    if len(durations) < 3:
+        return []
+    return sorted(int(s) for s in durations.index[durations.to_numpy() > OUTLIER_STEP * float(np.median(durations))])
+
+
 def _kept(f: Finding) -> bool:
     """A finding worth saying: a saving, a blocked fix (what blocks it), or advice (saves nothing itself)."""
     return f.saving_s > 0 or f.status == "blocked" or f.kind == "advice"
@@ -140,13 +154,16 @@ def run_cpu_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
         return Diagnosis([], {}, 0.0, [{"rule": r.name, "reason": why} for r in rules])
     k = inp.kernels
     in_steps = k["step"] >= 0
-    kernels = k[in_steps & k["dur_s"].notna()] if in_steps.any() else k[k["dur_s"].notna()]
+    outliers = outlier_steps(inp.steps.set_index("step")["dur_s"]) if in_steps.any() and len(inp.steps) else []
+    kernels = (k[in_steps & ~k["step"].isin(outliers) & k["dur_s"].notna()] if in_steps.any()
+               else k[k["dur_s"].notna()])
     steps = max(1, int(kernels["step"].nunique())) if in_steps.any() else 1
-    wall = float(np.median(inp.steps["dur_s"])) if len(inp.steps) else float(kernels["dur_s"].sum())
+    typical = inp.steps[~inp.steps["step"].isin(outliers)]
+    wall = float(np.median(typical["dur_s"])) if len(typical) else float(kernels["dur_s"].sum())
     terms = (kernels.groupby("cls")["dur_s"].sum() / steps).to_dict()
     terms["host"] = max(0.0, wall - sum(terms.values()))
     program = program_of(inp, kernels)
-    ctx = Context(inp, kernels, steps, wall, terms, 1.0, program)
+    ctx = Context(inp, kernels, steps, wall, terms, 1.0, program, left_out=outliers)
     own = _unprofiled_step(inp)
     scale = own / wall if own and wall > 0 else 1.0
     step = own or wall
@@ -166,14 +183,18 @@ def run_cpu_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     _rank(findings)
     terms = {t: v * scale for t, v in terms.items()}
     return Diagnosis(findings, terms, step, skipped, fixes.group(findings, terms, step), list(program.frameworks),
-                     program=program.to_dict())
+                     program=program.to_dict(), outlier_steps=outliers)
 
 
 def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     """Run every rule whose binding term holds enough of the step; rank findings by saving."""
     k = inp.kernels
     in_steps = k["step"] >= 0
-    skip = inp.timeline.capture_steps if in_steps.any() else []
+    captures = inp.timeline.capture_steps if in_steps.any() else []
+    tl_steps = inp.timeline.steps
+    outliers = (outlier_steps(tl_steps.drop(index=captures, errors="ignore")["wall_s"])
+                if in_steps.any() and len(tl_steps) else [])
+    skip = [*captures, *outliers]
     steps = max(1, len(inp.steps) - len(skip)) if in_steps.any() else 1
     # One copy of the frame: the steps analyzed, with a duration.
     kernels = k[(in_steps & ~k["step"].isin(skip) if in_steps.any() else True) & k["dur_s"].notna()]
@@ -183,7 +204,7 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     step, own_terms = (pt.unprofiled_step_s, pt.terms(terms)) if pt is not None else (wall, terms)
     gpu_bound = max(0.0, 1.0 - own_terms["host"] / step) if step > 0 else 1.0
     program = program_of(inp, kernels)
-    ctx = Context(inp, kernels, steps, wall, terms, gpu_bound, program)
+    ctx = Context(inp, kernels, steps, wall, terms, gpu_bound, program, left_out=skip)
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
     for rule in rules:
@@ -219,8 +240,9 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
         for c in changes:   # a change's combined saving is bounded like its findings'
             c["saving_s"] = min(c["saving_s"], step)
             c["saving_pct"] = c["saving_s"] / step if step > 0 else 0.0
-    return Diagnosis(findings, own_terms, step, skipped, changes, list(program.frameworks), skip,
-                     program_time=pt.to_dict() if pt is not None else None, program=program.to_dict())
+    return Diagnosis(findings, own_terms, step, skipped, changes, list(program.frameworks), captures,
+                     program_time=pt.to_dict() if pt is not None else None, program=program.to_dict(),
+                     outlier_steps=outliers)
 
 
 def _unprofiled_step(inp: DiagnosisInput) -> float | None:

@@ -95,7 +95,7 @@ def _blocked_graphs(ctx: Context, found: list[Blocker], saving: float, idle: flo
 def in_model_idle(ctx: Context) -> float:
     """Host-bound idle per step between two consecutive kernels of one device that are both in
     the forward or both in the backward phase (analyzers/views/phases.py)."""
-    gaps = ctx.inp.timeline.gaps
+    gaps = ctx.gaps()
     if not len(gaps):
         return 0.0
     k = ctx.inp.kernels   # every kernel, as the timeline found the gaps between (a neighbour may be unprofiled)
@@ -123,10 +123,11 @@ class HostSyncs(Rule):
         if not len(syncs):
             return []
         syncs = syncs[syncs["step"] >= 0] if (syncs["step"] >= 0).any() else syncs
+        syncs = syncs[~syncs["step"].isin(ctx.left_out)] if ctx.left_out else syncs
         callers = (syncs.groupby(["kind", "caller"]).size() / ctx.steps).sort_values(ascending=False)
         where = ", ".join(f"{n:g}x {kind} in {caller or '(top level)'}" for (kind, caller), n in callers.head(4).items())
         bubble = ctx.terms["sync"]
-        blocked = _sync_bound(tl.gaps, syncs, ctx.steps)
+        blocked = _sync_bound(ctx.gaps(), syncs, ctx.steps)
         saving = min(bubble, blocked)
         origin = host_syncs(ctx)
         # Syncs inside a library's ops or in ops that read a size back: no .item() of the user's to drop.

@@ -59,6 +59,13 @@ class Finding:
                 "kind": d["kind"], **({"verify": d["verify"]} if d["verify"] is not None else {})}
 
 
+# A profiled step this many times the median of the profiled steps is no step of the program's (a neighbour
+# took the cores, a collection ran): its ops would weigh in every per-step figure. A CPU diffusion UNet's
+# profile held one step of 3.46 s beside two of 0.25 s; its chains came to 265 ms "a step" and fusion
+# promised 138 ms of a 258 ms step, where compile saved about 8 ms (docs/validation.md).
+OUTLIER_STEP = 3.0
+
+
 @dataclass
 class Diagnosis:
     """What binds the step (seconds per step by term), the ranked findings, the rules that did not run."""
@@ -72,12 +79,14 @@ class Diagnosis:
     capture_steps: list[int] = field(default_factory=list)  # left out of the terms (Timeline.capture_steps)
     program_time: dict[str, Any] | None = None  # ProgramTime.to_dict(): savings in the program's own time
     program: dict[str, Any] | None = None  # how the program runs, as the fixes assume it (diagnose/program.py)
+    outlier_steps: list[int] = field(default_factory=list)  # left out: far slower than the others (base.py)
 
     def to_dict(self) -> dict[str, Any]:
         share = {t: (v / self.step_s if self.step_s > 0 else 0.0) for t, v in self.terms.items()}
         return {"step_s": self.step_s, "terms_s": self.terms, "binding": share, "skipped": self.skipped,
                 "changes": self.changes, "frameworks": self.frameworks, "capture_steps": self.capture_steps,
                 "program_time": self.program_time, "program": self.program,
+                **({"outlier_steps": self.outlier_steps} if self.outlier_steps else {}),
                 "note": "savings are estimates per step and overlap: they do not add up; each change's"
                         " saving counts its findings' overlapping time once"}
 
