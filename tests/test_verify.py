@@ -722,7 +722,9 @@ def test_run_verify_tries_a_cpu_programs_top_fixes(tmp_path):
     assert code == 0 and (out / "summary.json").exists()
     doc = json.loads((out / "verify.json").read_text())
     fixes = {f["fix"]: f for f in doc["fixes"]}
-    assert set(fixes) == {"channels_last", "compile"}
+    # On a machine whose other load leaves this process one core, cpu_threads finds its 2 threads too many and
+    # `threads:1` is a third fix (seen at load 2.4 on the 2-core development machine).
+    assert {"channels_last", "compile"} <= set(fixes) <= {"channels_last", "compile", "threads:1"}
     for f in fixes.values():
         assert f["status"] in TIMING and f["pairs"] >= 3
         assert f["results"].startswith("the loss of the first 3 backwards within")

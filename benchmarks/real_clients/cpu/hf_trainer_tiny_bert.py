@@ -4,6 +4,7 @@ Own timer: a TrainerCallback times each optimizer step, end to end (the batch's 
 of the second half is printed as `median step X ms (own timer)`.
 
     python hf_trainer_tiny_bert.py [--steps 30] [--batch 16] [--seq 128] [--compile] [--item-ms MS] [--workers N]
+        [--no-dropout]
 
 --item-ms gives each sample about MS ms of pure-Python work in the dataset (text cleaning and tokenizing, as a
 dataset of raw text does); --workers is TrainingArguments' dataloader_num_workers, roofscope's loader fix.
@@ -26,11 +27,13 @@ p.add_argument("--seq", type=int, default=128)
 p.add_argument("--compile", action="store_true")
 p.add_argument("--item-ms", type=float, default=0.0)
 p.add_argument("--workers", type=int, default=0)
+p.add_argument("--no-dropout", action="store_true", help="hidden and attention dropout 0 (BERT's default is 0.1)")
 args = p.parse_args()
 
 torch.manual_seed(0)
 cfg = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                 vocab_size=8000, num_labels=2)
+                 vocab_size=8000, num_labels=2,
+                 **({"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if args.no_dropout else {}))
 model = BertForSequenceClassification(cfg)
 
 
