@@ -7,6 +7,7 @@ import gzip
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -93,3 +94,31 @@ def test_the_programs_own_run_reads_ahead_and_writes_the_same(name, tmp_path):
                            str(tmp_path / "own.json"), "-q"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "own.json").read_bytes() == (tmp_path / "here.json").read_bytes()
+
+
+def test_a_child_dies_with_its_parent(tmp_path):
+    """A parent killed outright (SIGKILL: no exit handlers) takes its reading child with it."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "import roofscope.analyzers.ingest.kineto_prefetch as prefetch\n"
+        "prefetch.may_fork = lambda: True\n"
+        "prefetch.read_columns = lambda path: time.sleep(60)\n"
+        f"prefetch.start({str(DATA / 'cpu_block.json.gz')!r})\n"
+        "print(prefetch._child.pid, flush=True)\n"
+        "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    for _ in range(200):  # the kernel's signal, then the reaping by init
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().split(") ")[1].startswith("Z"):
+                return
+        time.sleep(0.01)
+    pytest.fail(f"child {child} outlived its parent")

@@ -12,11 +12,13 @@ same messages. Only a file too small for kineto_helper.py's two readers (:func:`
 only where a fork is safe (:func:`may_fork`). The reader (msgspec, numpy), which the analysis imports anyway,
 is imported before the fork, so that the child does not import it again (0.1 s of CPU, which a machine
 whose second processor is busy pays in wall time). The child leaves with ``os._exit`` so that nothing of
-the parent runs twice, ignores SIGINT (the parent stops it), and is killed at exit when not taken.
+the parent runs twice, ignores SIGINT (the parent stops it), is killed at exit when not taken, and by the
+kernel when the parent dies.
 """
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import mmap
 import os
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 from roofscope.analyzers.ingest.kineto_helper import Read, read_columns
 from roofscope.analyzers.ingest.source import large, may_fork
 
+# prctl's option that has the kernel signal a process when its parent ends.
+_PR_SET_PDEATHSIG = 1
 # What the child says when done: the pickle's length in the memory file, or -1 (read it yourself).
 _DONE = struct.Struct("<q")
 
@@ -66,6 +70,7 @@ def start(path: str) -> None:
     except (AttributeError, OSError):
         return
     done_in, done_out = os.pipe()
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError:
@@ -74,10 +79,22 @@ def start(path: str) -> None:
         return
     if pid == 0:  # the child: never returns
         os.close(done_in)
+        _die_with(parent)
         _serve(path, memory, done_out)
     os.close(done_out)
     _child = _Child(pid, identity, memory, done_in)
     atexit.register(_stop)
+
+
+def _die_with(parent: int) -> None:
+    """The child killed by the kernel when the parent ends however it ends (SIGKILL, a crash), not left
+    reading for nobody; a parent gone before this asked ends it now."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the child ends when its read is done
+        return
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _serve(path: str, memory: int, done: int) -> None:
