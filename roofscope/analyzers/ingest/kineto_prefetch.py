@@ -39,6 +39,8 @@ _DONE = struct.Struct("<q")
 
 @dataclass(frozen=True)
 class _Child:
+    """The parent's end of a reading child."""
+
     pid: int
     identity: tuple[int, ...]        # the file's, when forked: a file changed since is read here
     memory: int                      # the memory file the child pickles its Read into
@@ -77,10 +79,13 @@ def start(path: str) -> None:
         for fd in (memory, done_in, done_out):
             os.close(fd)
         return
-    if pid == 0:  # the child: never returns
-        os.close(done_in)
-        _die_with(parent)
-        _serve(path, memory, done_out)
+    if pid == 0:  # the child: never returns, not even on a Ctrl-C before it ignores SIGINT
+        try:
+            os.close(done_in)
+            _die_with(parent)
+            _serve(path, memory, done_out)
+        finally:
+            os._exit(0)
     os.close(done_out)
     _child = _Child(pid, identity, memory, done_in)
     atexit.register(_stop)
@@ -133,7 +138,7 @@ def take(path: str | os.PathLike) -> Read | None:
             return None
         with mmap.mmap(child.memory, size, prot=mmap.PROT_READ) as data:
             paused = gc.isenabled()
-            gc.disable()  # unpickling a million events' lists would set off full collections
+            gc.disable()  # unpickling the events' lists would set off full collections
             try:
                 return pickle.loads(data)
             finally:
@@ -144,6 +149,7 @@ def take(path: str | os.PathLike) -> Read | None:
 
 
 def _read_all(fd: int, size: int) -> bytes:
+    """``size`` bytes from the pipe, fewer when the writer ended first."""
     parts, n = [], 0
     while n < size:
         part = os.read(fd, size - n)
