@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import sys
 from typing import Any, Sequence
 
@@ -15,6 +16,7 @@ import click
 from roofscope.commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options, yes_option
 from roofscope.config import MergeWorkers, Presentation, VerifySettings
 from roofscope.errors import RoofscopeError
+from roofscope.run import TRACE_FILE, is_run_dir
 from roofscope.text_safety import clean
 from roofscope.version import __version__
 
@@ -40,6 +42,16 @@ def analysis_inputs(f: Any) -> Any:
                              "(repeatable; docs/inference.md).")(f)
 
 
+def read_ahead(trace: str) -> None:
+    """A trace file's events (a Run's trace) read by a child while this process imports the analysis
+    (0.3-0.45 s of pandas and the stages): in the program's own run only, not in a caller's process (a
+    test, a notebook), whose state a fork would copy."""
+    if (click.get_current_context().obj or {}).get("own"):
+        from roofscope.analyzers.ingest.kineto_prefetch import start  # start-up time: `--help` imports no reader
+
+        start(os.path.join(trace, TRACE_FILE) if is_run_dir(trace) else trace)
+
+
 @cli.command("analyze")
 @click.argument("trace", type=click.Path(dir_okay=True, path_type=str), metavar="RUN_OR_TRACE")
 @ceiling_options
@@ -60,6 +72,7 @@ def analysis_inputs(f: Any) -> Any:
 def analyze_cmd(**kwargs: object) -> int:
     """Place every kernel of RUN_OR_TRACE on the roofline: a Run directory (from `roofscope run`) or a
     Kineto trace (.json or .json.gz from torch.profiler)."""
+    read_ahead(str(kwargs["trace"]))
     from roofscope.commands.analyze import AnalyzeOptions, run  # start-up time
 
     return run(AnalyzeOptions(**kwargs))  # type: ignore[arg-type]
@@ -87,6 +100,7 @@ allow_partial = click.option("--allow-partial", is_flag=True,
 def report_cmd(**kwargs: object) -> int:
     """Write a self-contained HTML report (roofline, classes, top kernels) for RUN_OR_TRACE: a Run
     directory or a Kineto trace (.json or .json.gz)."""
+    read_ahead(str(kwargs["trace"]))
     from roofscope.commands.analyze import AnalyzeOptions, run  # start-up time
 
     return run(AnalyzeOptions(quiet=True, **kwargs))  # type: ignore[arg-type]
@@ -288,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         atexit.register(gc.freeze)
     try:
         args = list(argv) if argv is not None else sys.argv[1:]
-        rv = cli.main(args=args, prog_name="roofscope", standalone_mode=False, obj={"argv": args})
+        rv = cli.main(args=args, prog_name="roofscope", standalone_mode=False, obj={"argv": args, "own": argv is None})
     except RoofscopeError as e:
         click.echo(f"roofscope: error: {clean(e)}", err=True)  # one line, whatever a path or name holds
         return e.exit_code

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 import roofscope.analyzers.ingest.kineto_columns as columns_mod
-import roofscope.analyzers.ingest.kineto_frames as frames_mod
 import roofscope.analyzers.ingest.kineto_helper as helper_mod
 import roofscope.analyzers.ingest.kineto_stream as stream_mod
 import roofscope.analyzers.ingest.source as source_mod
@@ -46,7 +45,7 @@ def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None, he
         m.setattr(source_mod, "READ_BYTES", 4096)
         m.setattr(source_mod, "HEAD_BYTES", 512)
         m.setattr(columns_mod, "SUB", 5)
-        m.setattr(frames_mod, "wanted", lambda path: helper)
+        m.setattr(helper_mod, "wanted", lambda path: helper)
         emit = stream_mod.Stream._emit
         m.setattr(stream_mod.Stream, "_emit", lambda self, events, sink: (
             (regions if regions is not None else []).append(len(events)), emit(self, events, sink))[-1])

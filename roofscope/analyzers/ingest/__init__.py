@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Protocol
 
 from roofscope.analyzers.ingest import kineto_reader
-from roofscope.analyzers.ingest.frames import drop_impossible_shapes
 from roofscope.analyzers.ingest.source import kind, read_head
 from roofscope.analyzers.model.trace import Distributed, Trace
 from roofscope.errors import RoofscopeError, TraceError
@@ -90,6 +89,10 @@ def sniff(head: bytes, file_name: str) -> Reader | None:
 def read(path: str | os.PathLike) -> Trace:
     """Read a trace file of any known format; one-line :class:`TraceError` for anything else.
     Shapes past int64 are dropped and counted (frames.drop_impossible_shapes), whatever the reader."""
+    # start-up time: frames.py is pandas', which the command line's early read (kineto_prefetch.py) imports
+    # this package without
+    from roofscope.analyzers.ingest.frames import drop_impossible_shapes
+
     p = Path(path)
     head = read_head(p)
     reader = sniff(head, p.name)

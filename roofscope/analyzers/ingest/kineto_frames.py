@@ -23,9 +23,8 @@ import pandas as pd
 from roofscope.analyzers.ingest.frames import thread_codes
 from roofscope.analyzers.ingest.kineto import clean_meta
 from roofscope.analyzers.ingest.kineto_columns import KERNEL_CATS, RUNTIME_CATS, Columns
-from roofscope.analyzers.ingest.kineto_helper import Helper, wanted
-from roofscope.analyzers.ingest.kineto_stream import Fallback, Stream
-from roofscope.analyzers.ingest.source import read_chunks
+from roofscope.analyzers.ingest.kineto_helper import read_columns
+from roofscope.analyzers.ingest.kineto_prefetch import take
 from roofscope.analyzers.model.trace import (ANNOTATION_COLUMNS, KERNEL_COLUMNS, OPS_COLUMNS,
                                              RUNTIME_COLUMNS, empty_comm_args)
 from roofscope.errors import TraceError
@@ -144,23 +143,11 @@ class KinetoFrames:
 
 def read_frames(path: str | os.PathLike) -> KinetoFrames:
     """Decode a Kineto trace (``.json`` or ``.json.gz``) into its tables; one-line
-    :class:`TraceError` for what is no Kineto trace. A large file is read by two processes where
-    that is safe (kineto_helper.py), and again by one when it needs repairs."""
+    :class:`TraceError` for what is no Kineto trace. The columns come from the child the command line
+    forked to read them at start-up (kineto_prefetch.py), else are read here (kineto_helper.py)."""
     path_s = str(path)
-    helper = Helper.start() if wanted(path) else None
-    try:
-        columns, stream = _read(path_s, helper)
-    except (Fallback, TraceError) as e:
-        # An error with blocks sent may come of a block boundary that was none: read alone, which says.
-        if helper is None or isinstance(e, TraceError) and not helper.blocks:
-            raise
-        helper.stop()
-        helper = None
-        columns, stream = _read(path_s, None)
-    finally:
-        if helper is not None:
-            helper.stop()
-    skipped = stream.skipped
+    read = take(path_s) or read_columns(path_s)
+    columns, skipped = read.columns, read.skipped
     if columns.bad_ts:
         skipped["ts not a time"] += columns.bad_ts
     if columns.t0 is None:
@@ -168,18 +155,5 @@ def read_frames(path: str | os.PathLike) -> KinetoFrames:
                          " is this a Kineto trace?")
     ops, signatures, runtime, kernels, annotations, comm_args = tables(columns)
     return KinetoFrames(ops=ops, signatures=signatures, runtime=runtime, kernels=kernels, annotations=annotations,
-                        comm_args=comm_args, meta=clean_meta(stream.meta), t0_us=columns.t0, events=columns.events,
+                        comm_args=comm_args, meta=clean_meta(read.meta), t0_us=columns.t0, events=columns.events,
                         skipped=dict(skipped))
-
-
-def _read(path: str, helper: Helper | None) -> tuple[Columns, Stream]:
-    columns = Columns()
-    chunks = read_chunks(path)
-    try:  # closed here, not when a traceback that holds it is collected: it stops the read-ahead thread
-        stream = Stream(path, chunks, helper)
-        stream.read(columns)
-    finally:
-        chunks.close()  # type: ignore[attr-defined]
-    if helper is not None and helper.blocks:
-        helper.merge(columns)
-    return columns, stream

@@ -2,9 +2,9 @@
 CPU-bound Python and C in one thread (msgspec holds the GIL), so a machine's second core halves it.
 
 The helper is a fork of the reading process, made before the read-ahead thread starts and only
-where that is safe and pays: Linux, no other Python thread, torch not loaded (its runtime's threads
-and devices are not the helper's to inherit), two processors to run on, a file of 48 MB of JSON or
-more (about 250,000 events).
+where that is safe and pays (source.may_fork and large): Linux, no other Python thread, torch
+not loaded (its runtime's threads and devices are not the helper's to inherit), two processors to run
+on, a file of 48 MB of JSON or more (about 250,000 events).
 kineto_stream.py offers it each block of about
 :data:`~roofscope.analyzers.ingest.kineto_stream.BUFFER_BYTES` that ends at an event boundary: a block
 goes to the helper when one of its :data:`SLOTS` of shared memory is free (it holds at most one block
@@ -19,7 +19,7 @@ its columns (names, signatures) at the end, to be merged in file order. It decod
 block it cannot decode as typed events (a boundary inside a string, an event needing repairs) makes the
 whole file be read again in one process (kineto_stream.Fallback), which repairs and reports exactly as
 before. The helper leaves with ``os._exit``, so nothing of the parent (buffers, atexit handlers) runs
-twice, and ignores SIGINT: the parent stops it.
+twice, and ignores SIGINT: the parent stops it. :func:`read_columns` reads a file so, or alone.
 """
 from __future__ import annotations
 
@@ -27,26 +27,23 @@ import mmap
 import os
 import pickle
 import signal
-import stat
 import struct
-import sys
-import threading
+from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from roofscope.analyzers.ingest import kineto_stream
-from roofscope.analyzers.ingest.kineto import Event
+from roofscope.analyzers.ingest.kineto import Event, TraceFile
 from roofscope.analyzers.ingest.kineto_columns import Columns
-from roofscope.analyzers.ingest.kineto_stream import BOUNDARY, REGION_BYTES, Fallback
+from roofscope.analyzers.ingest.kineto_stream import BOUNDARY, REGION_BYTES, Fallback, Stream
+from roofscope.analyzers.ingest.source import large, may_fork, read_chunks
+from roofscope.errors import TraceError
 
 if TYPE_CHECKING:  # pragma: no cover
     from multiprocessing.connection import Connection  # start-up time
 
-# Estimated JSON below which one process reads alone (the fork and the merge cost ~0.1 s).
-MIN_BYTES = 48 << 20
-# A gzip trace's JSON per byte on disk, at least (real traces: 10-30).
-_GZIP_RATIO = 8
 _EVENTS = msgspec.json.Decoder(list[Event], strict=False)
 # Blocks handed over at a time: one waiting while the helper decodes another.
 SLOTS = 2
@@ -56,18 +53,47 @@ _HEADER = struct.Struct("<qBQ")
 
 def wanted(path: str | os.PathLike) -> bool:
     """Whether a helper would pay for itself, and may be forked here."""
+    return large(path) and may_fork()
+
+
+@dataclass(frozen=True)
+class Read:
+    """A file's events as columns, and what its stream said besides."""
+
+    columns: Columns
+    meta: TraceFile                  # the top-level keys
+    skipped: Counter                 # malformed events skipped, by reason
+
+
+def read_columns(path: str) -> Read:
+    """The file's columns, read by this process, and by a helper where that is safe and pays; read
+    again by one process when it needs repairs (kineto_stream.Fallback)."""
+    helper = Helper.start() if wanted(path) else None
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # source.py refuses it; opening a FIFO here would block
-            return False
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-    except OSError:
-        return False
-    size = st.st_size
-    return (size * (_GZIP_RATIO if gz else 1) >= MIN_BYTES and sys.platform.startswith("linux")
-            and threading.active_count() == 1 and "torch" not in sys.modules
-            and len(os.sched_getaffinity(0)) >= 2)
+        return _read(path, helper)
+    except (Fallback, TraceError) as e:
+        # An error with blocks sent may come of a block boundary that was none: read alone, which says.
+        if helper is None or isinstance(e, TraceError) and not helper.blocks:
+            raise
+        helper.stop()
+        helper = None
+        return _read(path, None)
+    finally:
+        if helper is not None:
+            helper.stop()
+
+
+def _read(path: str, helper: Helper | None) -> Read:
+    columns = Columns()
+    chunks = read_chunks(path)
+    try:  # closed here, not when a traceback that holds it is collected: it stops the read-ahead thread
+        stream = Stream(path, chunks, helper)
+        stream.read(columns)
+    finally:
+        chunks.close()  # type: ignore[attr-defined]
+    if helper is not None and helper.blocks:
+        helper.merge(columns)
+    return Read(columns, stream.meta, stream.skipped)
 
 
 class Helper:

@@ -10,13 +10,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from roofscope.analyzers.ingest.frames import link
-from roofscope.analyzers.ingest.kineto_frames import read_frames
 from roofscope.analyzers.model.trace import Device, Distributed, Trace, TraceMeta
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 NAME = "kineto"
 # Kineto writes distributedInfo before the events: a file's first 64 KiB hold it.
@@ -65,6 +64,11 @@ def _device(meta: dict[str, Any], kernels: pd.DataFrame) -> Device:
 
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read a Kineto trace (``.json`` or ``.json.gz``) into a linked :class:`Trace`."""
+    # start-up time: the tables are pandas', and the command line's early read (kineto_prefetch.py)
+    # imports this package in a child that must not import pandas
+    from roofscope.analyzers.ingest.frames import link
+    from roofscope.analyzers.ingest.kineto_frames import read_frames
+
     f = read_frames(path)
     link(f.ops, f.runtime, f.kernels, f.annotations)
     base = f.meta["baseTimeNanoseconds"]

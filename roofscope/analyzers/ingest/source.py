@@ -12,6 +12,7 @@ import os
 import queue
 import re
 import stat
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -34,6 +35,10 @@ HEAD_BYTES = 1 << 16
 READ_BYTES = 1 << 20
 AHEAD = 4
 _GZIP_MAGIC = b"\x1f\x8b"
+# Estimated JSON from which two processes read a trace (kineto_helper.py: the fork and the merge cost ~0.1 s).
+MIN_BYTES = 48 << 20
+# A gzip trace's JSON per byte on disk, at least (real traces: 10-30).
+_GZIP_RATIO = 8
 
 
 def max_trace_bytes() -> int:
@@ -45,6 +50,27 @@ def max_trace_bytes() -> int:
     if not m:
         raise RoofscopeError(f"{MAX_TRACE_ENV}={raw!r}: expected a size such as 8G, 500M or a number of bytes")
     return int(float(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_"))
+
+
+def may_fork() -> bool:
+    """Whether a child may be forked to read a trace (kineto_helper.py, kineto_prefetch.py): Linux, no
+    other Python thread, torch not loaded (its runtime's threads and devices are not a child's to
+    inherit), and two processors to run on."""
+    return (sys.platform.startswith("linux") and threading.active_count() == 1 and "torch" not in sys.modules
+            and len(os.sched_getaffinity(0)) >= 2)
+
+
+def large(path: str | os.PathLike) -> bool:
+    """Whether the file holds :data:`MIN_BYTES` of JSON or more (estimated): read by two processes."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # _checked refuses it; opening a FIFO here would block
+            return False
+        with open(path, "rb") as f:
+            gz = f.read(2) == _GZIP_MAGIC
+    except OSError:
+        return False
+    return st.st_size * (_GZIP_RATIO if gz else 1) >= MIN_BYTES
 
 
 def _too_big(path: Path, what: str, limit: int, why: str = "the limit for a trace") -> TraceError:
