@@ -29,9 +29,9 @@ from roofscope.run.layout import SUMMARY_FILE
 # 9: launch_fusion (a launch-bound step compiled without CUDA graphs), in torch_compile's change (issue 37)
 # 10: diagnosis.program names the module holding the one the steps call (root_owner, root_attr) and a CPU
 # run (cpu); the CPU loader rule spreads the process's CPU work over the free cores (issue 37)
-# 11: fusion counts the cuDNN layout transposes torch.compile takes away (Inductor's layout optimization); a
-# profiled step over 3x the median profiled step is left out of the diagnosis (diagnosis.outlier_steps) (issue 37)
-ANALYSIS_VERSION = 11
+# 11: fusion counts the cuDNN layout transposes torch.compile takes away (Inductor's layout optimization, issue 37)
+# 12: a profiled step over 3x the median profiled step is left out of the diagnosis (diagnosis.outlier_steps)
+ANALYSIS_VERSION = 12
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 
