@@ -31,7 +31,8 @@ from roofscope.run.layout import SUMMARY_FILE
 # run (cpu); the CPU loader rule spreads the process's CPU work over the free cores (issue 37)
 # 11: fusion counts the cuDNN layout transposes torch.compile takes away (Inductor's layout optimization, issue 37)
 # 12: a profiled step over 3x the median profiled step is left out of the diagnosis (diagnosis.outlier_steps)
-ANALYSIS_VERSION = 12
+# 13: the CPU fusion rule leaves a dropout's ops out of its chains and says so (fusion.figures.dropouts_per_step)
+ANALYSIS_VERSION = 13
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 

@@ -4,7 +4,7 @@ Own timer: a TrainerCallback times each optimizer step, end to end (the batch's 
 of the second half is printed as `median step X ms (own timer)`.
 
     python hf_trainer_tiny_bert.py [--steps 30] [--batch 16] [--seq 128] [--compile] [--item-ms MS] [--workers N]
-        [--no-dropout]
+        [--no-dropout] [--fallback-random]
 
 --item-ms gives each sample about MS ms of pure-Python work in the dataset (text cleaning and tokenizing, as a
 dataset of raw text does); --workers is TrainingArguments' dataloader_num_workers, roofscope's loader fix.
@@ -28,7 +28,13 @@ p.add_argument("--compile", action="store_true")
 p.add_argument("--item-ms", type=float, default=0.0)
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--no-dropout", action="store_true", help="hidden and attention dropout 0 (BERT's default is 0.1)")
+p.add_argument("--fallback-random", action="store_true",
+               help="torch._inductor.config.fallback_random = True: compiled code draws dropout masks with ATen's")
 args = p.parse_args()
+if args.fallback_random:
+    import torch._inductor.config
+
+    torch._inductor.config.fallback_random = True
 
 torch.manual_seed(0)
 cfg = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
