@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from roofscope.analyzers.ingest.kineto import as_dims, as_int, skip_reason
@@ -59,6 +60,31 @@ def test_malformed_event_is_skipped_and_counted(tmp_path):
     assert skipped_line(t.meta.skipped_events).startswith("skipped 3 malformed events: ")
 
 
+class _Msgspec023:
+    """A decoder as msgspec 0.23 behaves on bytes that are not UTF-8: a DecodeError, where 0.22 raised
+    UnicodeDecodeError (a CI venv got 0.23 on 2026-11-29 and a fuzzed trace's event ended in a traceback)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def decode(self, data):
+        try:
+            return self.inner.decode(data)
+        except UnicodeDecodeError:
+            raise msgspec.DecodeError("Invalid UTF-8 encoded string") from None
+
+
+@pytest.fixture(params=["installed", "0.23"])
+def msgspec_version(request, monkeypatch):
+    if request.param == "0.23":
+        from roofscope.analyzers.ingest import kineto, kineto_helper, kineto_stream
+        for mod, names in ((kineto, ("_DECODER", "_LOOSE_DECODER", "_EVENT_DECODER", "_SNIFF_DECODER")),
+                           (kineto_stream, ("_EVENTS", "_RAWS", "_HEAD")), (kineto_helper, ("_EVENTS",))):
+            for name in names:
+                monkeypatch.setattr(mod, name, _Msgspec023(getattr(mod, name)))
+    return request.param
+
+
 def test_non_utf8_names_and_corrupt_times(tmp_path):
     b = TraceBuilder()
     b.op("aten::relu", 0, 20)
@@ -72,6 +98,22 @@ def test_non_utf8_names_and_corrupt_times(tmp_path):
     assert t.kernels["name"].astype(str).tolist() == ["relu_\ufffd\ufffd_kernel"]
     assert t.meta.skipped_events == {"ts not a time": 1}
     assert t.ops["name"].astype(str).tolist() == ["aten::relu"]
+
+
+def test_non_utf8_bytes_after_a_malformed_event_with_either_msgspec(tmp_path, msgspec_version):
+    # The first event's "ph" is null: the typed pass fails on it before it meets the kernel name's bytes,
+    # so the events are decoded one by one, and that decoder meets them (the fuzzed trace of the failure).
+    b = TraceBuilder()
+    b.op("aten::relu", 0, 20)
+    b.launch_kernel("relu_XX_kernel", 5, 50, 2)
+    b.op("aten::gelu", 100, 5)
+    b.events.insert(0, {**b.events[0], "ph": None})
+    data = json.dumps(b.doc()).encode().replace(b"relu_XX_kernel", b"relu_\xff\xfe_kernel")
+    p = tmp_path / "t.json"
+    p.write_bytes(data)
+    t = load_trace(p)
+    assert t.kernels["name"].astype(str).tolist() == ["relu_\ufffd\ufffd_kernel"]
+    assert t.meta.skipped_events == {"ph not a string": 1}
 
 
 @pytest.mark.parametrize("doc,what", [

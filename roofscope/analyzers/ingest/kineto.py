@@ -242,8 +242,17 @@ def _parse(piece: _Piece, data: bytes, fn: Callable[[bytes], Any]) -> tuple[byte
         except UnicodeDecodeError:
             data = valid_utf8(data)
         except _Malformed as e:
+            if not_utf8(e.error):
+                data = valid_utf8(data)
+                continue
             return _repaired(piece, data, e.error, fn)
     raise TraceError(f"{piece.path}: not valid UTF-8 JSON")
+
+
+def not_utf8(error: Exception) -> bool:
+    """Whether a decode failed on bytes that are not UTF-8: msgspec before 0.23 raises UnicodeDecodeError,
+    0.23 a DecodeError ("Invalid UTF-8 encoded string")."""
+    return isinstance(error, UnicodeDecodeError) or (isinstance(error, msgspec.DecodeError) and "UTF-8" in str(error))
 
 
 def valid_utf8(data: bytes) -> bytes:
@@ -344,7 +353,9 @@ def one_by_one(raws: Iterable[msgspec.Raw], marked: bool, skipped: Counter) -> l
         try:
             try:
                 events.append(_EVENT_DECODER.decode(raw))
-            except UnicodeDecodeError:
+            except (UnicodeDecodeError, msgspec.DecodeError) as e:
+                if not not_utf8(e):
+                    raise
                 events.append(_EVENT_DECODER.decode(valid_utf8(bytes(raw))))
         except msgspec.ValidationError as e:
             skipped[skip_reason(str(e))] += 1
