@@ -85,16 +85,22 @@ def msgspec_version(request, monkeypatch):
     return request.param
 
 
-def test_non_utf8_names_and_corrupt_times(tmp_path):
+def _non_utf8_trace(tmp_path, spoil):
+    """A relu op launching a kernel whose name holds bytes that are not UTF-8, then a gelu op; ``spoil``
+    mends the events before they are written."""
     b = TraceBuilder()
     b.op("aten::relu", 0, 20)
     b.launch_kernel("relu_XX_kernel", 5, 50, 2)
     b.op("aten::gelu", 100, 5)
-    b.events[-1]["ts"] = "nan"
+    spoil(b.events)
     data = json.dumps(b.doc()).encode().replace(b"relu_XX_kernel", b"relu_\xff\xfe_kernel")
     p = tmp_path / "t.json"
     p.write_bytes(data)
-    t = load_trace(p)
+    return load_trace(p)
+
+
+def test_non_utf8_names_and_corrupt_times(tmp_path):
+    t = _non_utf8_trace(tmp_path, lambda events: events[-1].update(ts="nan"))
     assert t.kernels["name"].astype(str).tolist() == ["relu_\ufffd\ufffd_kernel"]
     assert t.meta.skipped_events == {"ts not a time": 1}
     assert t.ops["name"].astype(str).tolist() == ["aten::relu"]
@@ -103,15 +109,7 @@ def test_non_utf8_names_and_corrupt_times(tmp_path):
 def test_non_utf8_bytes_after_a_malformed_event_with_either_msgspec(tmp_path, msgspec_version):
     # The first event's "ph" is null: the typed pass fails on it before it meets the kernel name's bytes,
     # so the events are decoded one by one, and that decoder meets them (the fuzzed trace of the failure).
-    b = TraceBuilder()
-    b.op("aten::relu", 0, 20)
-    b.launch_kernel("relu_XX_kernel", 5, 50, 2)
-    b.op("aten::gelu", 100, 5)
-    b.events.insert(0, {**b.events[0], "ph": None})
-    data = json.dumps(b.doc()).encode().replace(b"relu_XX_kernel", b"relu_\xff\xfe_kernel")
-    p = tmp_path / "t.json"
-    p.write_bytes(data)
-    t = load_trace(p)
+    t = _non_utf8_trace(tmp_path, lambda events: events.insert(0, {**events[0], "ph": None}))
     assert t.kernels["name"].astype(str).tolist() == ["relu_\ufffd\ufffd_kernel"]
     assert t.meta.skipped_events == {"ph not a string": 1}
 

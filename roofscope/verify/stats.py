@@ -17,6 +17,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from roofscope.text import number
+
 VERIFIED = (0.5, 1.5)   # realized / predicted
 # Student's t at 97.5% (a two-sided 95% interval) for 1..30 degrees of freedom (scipy.stats.t.ppf, to 3
 # decimals); past 30, the first terms of its expansion around the normal's 1.960 (within 0.001).
@@ -124,7 +126,10 @@ def follows_speed(pairs: list[tuple[float, float]]) -> str | None:
         return None
     base = [b for b, _ in pairs]
     saved = [b - f for b, f in pairs]
-    if max(base) < 1.1 * min(base) or len(set(saved)) < 2 or statistics.correlation(base, saved) < 0.8:
+    if max(base) < 1.1 * min(base) or len(set(saved)) < 2:
+        return None
+    r = statistics.correlation(base, saved)
+    if r < 0.8:
         return None
     order = sorted(range(len(pairs)), key=base.__getitem__)
     fast, slow = order[:len(order) // 2], order[len(order) // 2:]
@@ -134,13 +139,18 @@ def follows_speed(pairs: list[tuple[float, float]]) -> str | None:
                 f" {_ms(min(base[i] for i in idx))}-{_ms(max(base[i] for i in idx))} ms")
     fixed = [f for _, f in pairs]
     return (f"; the saving follows the program's own speed (correlation"
-            f" {statistics.correlation(base, saved):.2f}): {half(slow)}, {half(fast)}; with the fix it ran"
+            f" {r:.2f}): {half(slow)}, {half(fast)}; with the fix it ran"
             f" {_ms(min(fixed))}-{_ms(max(fixed))} ms either way")
 
 
 def _ms(s: float) -> str:
     """Milliseconds to 3 significant digits, without an exponent past 999 (a step of seconds)."""
-    return f"{s * 1e3:,.0f}" if abs(s) >= 1 else f"{s * 1e3:.3g}"
+    return number(s * 1e3, 3)
+
+
+def span_ms(seconds: list[float]) -> str:
+    """The range of ``seconds`` in milliseconds: "50.4 to 86.1"."""
+    return f"{_ms(min(seconds))} to {_ms(max(seconds))}"
 
 
 # -- results -------------------------------------------------------------------------------------------

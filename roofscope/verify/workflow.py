@@ -41,7 +41,8 @@ from roofscope.run.verification import FixVerdict, Verification, text
 from roofscope.text import duration
 from roofscope.verify.candidates import Candidate, choose
 from roofscope.verify.runs import Program, cold_start, estimate_s, failed, held, launch
-from roofscope.verify.stats import decided, follows_speed, interval, results_verdict, step_time, timing_status
+from roofscope.verify.stats import (decided, follows_speed, interval, results_verdict, span_ms, step_time,
+                                    timing_status)
 
 ProgramOf = Callable[[dict[str, Any]], Program]   # run.json -> what it ran (commands/verify.recorded_program)
 
@@ -115,12 +116,10 @@ class Trial:
                 reason += speed
             elif status == "undecided" and inside == len(self.pairs):   # why more pairs are needed
                 saved = [b - f for b, f in self.pairs]
-                reason += (f"; inside its runs it saved {min(saved) * 1e3:.3g} to {max(saved) * 1e3:.3g} ms/step"
-                           " from one run to the next")
+                reason += f"; inside its runs it saved {span_ms(saved)} ms/step from one run to the next"
             elif status == "undecided":   # the program's own runs disagree
                 base = [b for b, _ in self.pairs]
-                reason += (f"; without the fix the program ran {min(base) * 1e3:.3g} to {max(base) * 1e3:.3g} ms/step"
-                           " from one run to the next")
+                reason += f"; without the fix the program ran {span_ms(base)} ms/step from one run to the next"
             if inside:
                 n = len(self.pairs)
                 which = "each pair" if inside == n else f"{inside} of {n} pairs"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -54,6 +55,7 @@ class Context:
     memo: dict[str, Any] = field(default_factory=dict)   # what several rules read, computed once (graph blockers)
     left_out: list[int] = field(default_factory=list)     # steps outside ``steps``: graph captures, outliers
 
+    @cached_property
     def gaps(self) -> pd.DataFrame:
         """The timeline's idle gaps, less those of the steps left out."""
         g = self.inp.timeline.gaps

@@ -309,7 +309,7 @@ class UnfusedOptimizer(Rule):
         if per_step < self.MIN_KERNELS:
             return []
         # The GPU idles inside the optimizer while the host launches its next kernel.
-        gaps = ctx.gaps()
+        gaps = ctx.gaps
         waits = gaps[gaps["next_kernel"].isin(opt.index) & gaps["kind"].isin(("host", "queued"))]
         idle = float(waits["dur_s"].sum()) / ctx.steps
         # A fused optimizer streams the same state once: its traffic at the measured bandwidth.

@@ -110,7 +110,7 @@ class IdleOther(Rule):
 
     def match(self, ctx: Context) -> list[Finding]:
         tl = ctx.inp.timeline
-        gaps = ctx.gaps()
+        gaps = ctx.gaps
         if not len(gaps):
             return []
         gaps = gaps[gaps["kind"].isin(("other", "edge")) & ~gaps["after_sync"]]

@@ -95,7 +95,7 @@ def _blocked_graphs(ctx: Context, found: list[Blocker], saving: float, idle: flo
 def in_model_idle(ctx: Context) -> float:
     """Host-bound idle per step between two consecutive kernels of one device that are both in
     the forward or both in the backward phase (analyzers/views/phases.py)."""
-    gaps = ctx.gaps()
+    gaps = ctx.gaps
     if not len(gaps):
         return 0.0
     k = ctx.inp.kernels   # every kernel, as the timeline found the gaps between (a neighbour may be unprofiled)
@@ -127,7 +127,7 @@ class HostSyncs(Rule):
         callers = (syncs.groupby(["kind", "caller"]).size() / ctx.steps).sort_values(ascending=False)
         where = ", ".join(f"{n:g}x {kind} in {caller or '(top level)'}" for (kind, caller), n in callers.head(4).items())
         bubble = ctx.terms["sync"]
-        blocked = _sync_bound(ctx.gaps(), syncs, ctx.steps)
+        blocked = _sync_bound(ctx.gaps, syncs, ctx.steps)
         saving = min(bubble, blocked)
         origin = host_syncs(ctx)
         # Syncs inside a library's ops or in ops that read a size back: no .item() of the user's to drop.
@@ -266,16 +266,15 @@ class DataLoaderWorkers(Rule):
         saving = load if ctx.inp.cpu_only else min(load, ctx.terms["host"] + ctx.terms["idle_other"])
         cpu = ctx.inp.run.cpu
         free = cpu.cores_free if cpu is not None else None
-        rate = cpu.busy_cores if ctx.inp.cpu_only and cpu is not None and free is not None else None
+        busy = cpu.busy_cores if ctx.inp.cpu_only and cpu is not None and free is not None else None
         spread = None
-        if rate is not None:
+        if busy is not None:
             # A CPU step with the process's clocks: the workers load while the step computes, so the step
             # becomes the compute alone or the process's CPU work (its busy cores times the step) spread over
             # the free cores, the longer (never, with none free); one core stays the main process's.
-            spread = math.inf if free <= 0 else rate * ctx.step_s / free
+            spread = math.inf if free <= 0 else busy * ctx.step_s / free
             new = max(ctx.step_s - load, spread)
             saving = max(0.0, ctx.step_s - new)
-            busy = rate
             workers = 0 if saving < self.min_share * load else max(1, min(4, math.ceil(load / new),
                                                                              int(math.floor(free)) - 1))
         else:
