@@ -10,13 +10,14 @@ second half is printed as `median step X ms (own timer)`.
 check its verdict in plain runs.
 """
 import argparse
-import statistics
 import time
 
 import torch
 from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from own_timer import report   # this folder's: the timer line plain_pairs.sh reads
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=20)
@@ -47,5 +48,4 @@ for i, ids in enumerate(loader):
         times.append(now - t)
         t = now
 print(f"loss {loss.item():.4f}")
-half = times[len(times) // 2:]
-print(f"median step {1e3 * statistics.median(half):.2f} ms (own timer, {len(half)} steps)")
+report(times)

@@ -12,12 +12,13 @@ Own timer: wall clock per optimizer step with time.perf_counter; the median of t
 its verdicts in plain runs.
 """
 import argparse
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 from diffusers import DDPMScheduler, UNet2DModel
+
+from own_timer import report   # this folder's: the timer line plain_pairs.sh reads
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=20)
@@ -54,5 +55,4 @@ for clean in loader:
     times.append(now - t)
     t = now
 print(f"loss {loss.item():.4f}")
-half = times[len(times) // 2:]
-print(f"median step {1e3 * statistics.median(half):.2f} ms (own timer, {len(half)} steps)")
+report(times)

@@ -13,12 +13,13 @@ dataset of raw text does); --workers is TrainingArguments' dataloader_num_worker
 to check its verdict in plain runs.
 """
 import argparse
-import statistics
 import tempfile
 import time
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+
+from own_timer import report   # this folder's: the timer line plain_pairs.sh reads
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=30)
@@ -78,5 +79,4 @@ with tempfile.TemporaryDirectory() as out:
                               use_cpu=True, report_to=[], logging_steps=10, save_strategy="no",
                               dataloader_num_workers=args.workers, disable_tqdm=True, torch_compile=args.compile)
     Trainer(model=model, args=targs, train_dataset=Random(), callbacks=[timer]).train()
-half = timer.times[len(timer.times) // 2:]
-print(f"median step {1e3 * statistics.median(half):.2f} ms (own timer, {len(half)} steps)")
+report(timer.times)

@@ -9,13 +9,14 @@ the second half is printed as `median step X ms (own timer)`.
 in __init__; the module and each batch in channels_last), to check its verdicts in plain runs.
 """
 import argparse
-import statistics
 import time
 
 import lightning as L
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from own_timer import report   # this folder's: the timer line plain_pairs.sh reads
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=40)
@@ -67,5 +68,4 @@ timer = Timer()
 trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=args.steps, logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False, callbacks=[timer])
 trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=args.batch))
-half = timer.times[len(timer.times) // 2:]
-print(f"median step {1e3 * statistics.median(half):.2f} ms (own timer, {len(half)} steps)")
+report(timer.times)
