@@ -4,6 +4,7 @@
     roofscope run benchmarks/real_clients/resnet50_channels_last.py --compile
     roofscope run benchmarks/real_clients/resnet50_channels_last.py --compile reduce-overhead   # + CUDA graphs
     roofscope run benchmarks/real_clients/resnet50_channels_last.py --plain   # fp32 NCHW, as a newcomer writes it
+    roofscope run benchmarks/real_clients/resnet50_channels_last.py --plain --channels-last   # fp32 NHWC
 
 ``--plain`` leaves out channels_last and autocast: the program `roofscope verify` injects tf32,
 channels_last, cudnn_benchmark and compile into (device_verify.sh). Weights and data are seeded, so
@@ -22,10 +23,11 @@ p.add_argument("--compile", nargs="?", const="default", metavar="MODE", help="mo
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--batch", type=int, default=64)
 p.add_argument("--plain", action="store_true", help="fp32 and NCHW: no autocast, no channels_last")
+p.add_argument("--channels-last", action="store_true", help="with --plain: channels_last kept (fp32 NHWC)")
 args = p.parse_args()
 
 torch.manual_seed(0)
-layout = torch.contiguous_format if args.plain else torch.channels_last
+layout = torch.contiguous_format if args.plain and not args.channels_last else torch.channels_last
 model = torchvision.models.resnet50().cuda().to(memory_format=layout)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 step_fn = torch.compile(model, mode=args.compile) if args.compile else model
