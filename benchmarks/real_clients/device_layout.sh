@@ -2,7 +2,8 @@
 # ResNet-50 fp32 NCHW beside the same loop channels_last (fp32 NHWC), on one GPU: a Run of each at batch 16
 # and 64 (their traces come back, to read which kernels the layout replaces and at what bandwidth), then plain
 # runs of the two alternated (the script's own timer, no roofscope), then the GPU tests with what time is left.
-#   bash benchmarks/real_clients/device_layout.sh      (OUT: runs/*.tgz, layout_*.txt, gpu_tests.txt)
+#   bash benchmarks/real_clients/device_layout.sh      (OUT: layout_runs.tgz, layout_*.txt, gpu_tests.txt);
+#   ROUNDS=0 TOTAL_S=0: the Runs alone
 set -u
 cd "$(dirname "$0")/../.."
 . benchmarks/real_clients/device_env.sh
@@ -15,11 +16,12 @@ for b in ${BATCHES:-16 64}; do
     timeout 120 python3 -m roofscope run -o "rc/${v}_$b" --force -q --no-report --nvml-hz 0 $S $flags \
       --steps 14 --batch "$b" > "$OUT/layout_run_${v}_$b.txt" 2>&1
     echo "run ${v}_$b rc=$?" >> "$OUT/layout_runs.txt"
-    tar czf "$OUT/${v}_$b.tgz" -C rc "${v}_$b/run.json" "${v}_$b/trace.json.gz" 2>/dev/null
   done
 done
+# one archive: a call brings back at most 8 files
+(cd rc && tar czf "$OUT/layout_runs.tgz" */run.json */trace.json.gz)
 echo "runs $(( $(date +%s) - start ))s" >> "$OUT/layout_runs.txt"
-TIMER="own steady step [0-9.]* ms" timeout 150 bash benchmarks/real_clients/cpu/plain_pairs.sh python3 \
+[ "${ROUNDS:-3}" -gt 0 ] && TIMER="own steady step [0-9.]* ms" timeout 150 bash benchmarks/real_clients/cpu/plain_pairs.sh python3 \
   "$S --plain --steps 40 --batch 64" "${ROUNDS:-3}" "--channels-last" > "$OUT/layout_plain.txt" 2>&1
 left=$(( ${TOTAL_S:-570} - ($(date +%s) - start) ))
 echo "tests get ${left}s" >> "$OUT/layout_runs.txt"

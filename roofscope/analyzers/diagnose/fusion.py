@@ -11,7 +11,8 @@ import pandas as pd
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import dynamic_shapes, library_ops
 from roofscope.analyzers.diagnose.sdpa import SDPA, SdpaCall, sdpa_calls
-from roofscope.analyzers.diagnose.shapes import compile_keeps_nchw, conv_transposes, first_numel, gemm_table, op_dims
+from roofscope.analyzers.diagnose.shapes import (compile_keeps_nchw, conv_transposes, first_numel, gemm_table,
+                                                 nchw_batch_norm, op_dims)
 from roofscope.analyzers.diagnose.fixes import compile_apply, compile_code, optimizer_code
 from roofscope.analyzers.diagnose.inference import is_inference
 from roofscope.analyzers.diagnose.overhead import in_model_idle
@@ -153,13 +154,19 @@ class ElementwiseFusion(Rule):
         if dynamic:
             fix += (f" Input shapes change between steps ({dynamic[0].text()}): torch.compile recompiles for new"
                     " shapes, then compiles shape-generic kernels; pad inputs to a few fixed sizes first.")
-        layout_s, transposes = 0.0, conv_transposes(ctx)
+        layout_s, bn_s, transposes = 0.0, 0.0, conv_transposes(ctx)
         if len(transposes) and not dynamic and not p.compiled and not compile_keeps_nchw(ctx, p.training):
             layout_s = float(transposes["dur_s"].sum()) / ctx.steps
-            saving += layout_s
+            # batch norm outside the chains (the backward's): Inductor generates it, channels_last; the chains'
+            # own are priced above already
+            bn = nchw_batch_norm(ctx)
+            bn_s = float(bn["saving_s"][~bn.index.isin(c.index)].sum()) / ctx.steps
+            saving += layout_s + bn_s
             fix += (f" Inductor also computes the convolutions channels_last (its layout optimization): the"
                     f" {len(transposes) / ctx.steps:.0f} cuDNN layout transposes a step go too"
-                    f" (their {layout_s * 1e3:.3f} ms/step of GPU time is in the saving).")
+                    f" (their {layout_s * 1e3:.3f} ms/step of GPU time is in the saving)")
+            fix += (f", and so does the time cuDNN's NCHW batch norm takes beyond the NHWC rate ({bn_s * 1e3:.3f}"
+                    " ms/step)." if bn_s else ".")
         if p.compiled:
             fix = ("The model is already compiled: these chains run eagerly outside its graphs (graph breaks, or"
                    " code outside the compiled module). Find the breaks and compile the code around them.")
@@ -174,7 +181,8 @@ class ElementwiseFusion(Rule):
             kernels=top_kernels(c, ctx.steps),
             figures={"chains_per_step": len(per) / ctx.steps, "kernels_per_step": len(c) / ctx.steps,
              "chain_time_s": float(c["dur_s"].sum()) / ctx.steps, "intermediate_bytes": avoided,
-             "bandwidth": bw, **({"layout_transposes_s": layout_s} if layout_s else {})})]
+             "bandwidth": bw, **({"layout_transposes_s": layout_s} if layout_s else {}),
+             **({"batch_norm_s": bn_s} if bn_s else {})})]
 
 
 class UnfusedAttention(Rule):

@@ -9,7 +9,7 @@ import pandas as pd
 from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.blockers import graph_blockers, library_ops
 from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code
-from roofscope.analyzers.diagnose.shapes import conv_transposes
+from roofscope.analyzers.diagnose.shapes import NHWC_BATCH_NORM_SHARE, conv_transposes, nchw_batch_norm
 from roofscope.analyzers.model.findings import Finding
 from roofscope.analyzers.model.trace import Trace
 from roofscope.hardware.devices import Ceilings
@@ -192,24 +192,34 @@ class Underutilized(Rule):
 
 
 class ChannelsLast(Rule):
-    """cuDNN transposes NCHW tensors to NHWC and back around each convolution: channels_last removes
-    those kernels (their time is the saving; the results are the same)."""
+    """cuDNN transposes NCHW tensors to NHWC and back around each convolution, and its NCHW batch norm moves
+    about half the bytes a second its NHWC kernels do: channels_last removes the transposes (their time is
+    saved) and prices batch norm at the NHWC rate (shapes.nchw_batch_norm); the results are the same."""
 
     name = "channels_last"
     binding = "memory"
     min_share = 0.02
 
     def match(self, ctx: Context) -> list[Finding]:
-        t = conv_transposes(ctx)
-        if not len(t):
+        t, bn = conv_transposes(ctx), nchw_batch_norm(ctx)
+        transpose_s = float(t["dur_s"].sum()) / ctx.steps
+        bn_s = float(bn["saving_s"].sum()) / ctx.steps
+        if not len(t) and not bn_s:
             return []
-        saving = float(t["dur_s"].sum()) / ctx.steps
+        saving = transpose_s + bn_s
         snippet, framework = channels_last_code(ctx.program)
+        parts = ([f"{len(t) / ctx.steps:.0f} layout transposes/step around convolutions, {transpose_s * 1e3:.3f}"
+                  " ms/step"] if len(t) else [])
+        fix = ("cuDNN's tensor-core convolutions compute NHWC: on NCHW tensors each call transposes its input and"
+               " output. Convert the model and each batch once; the transposes go and the results stay the same.")
+        if bn_s:
+            parts.append(f"batch norm on NCHW tensors {bn['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step, of which"
+                         f" {bn_s * 1e3:.3f} above the NHWC rate")
+            fix += (" Batch norm runs NHWC kernels then, which move about twice the bytes a second on large maps: the"
+                    f" saving counts its NCHW kernels' time beyond {NHWC_BATCH_NORM_SHARE:.0%} of the bandwidth.")
         return [Finding(
             rule=self.name, title="Convolutions on NCHW tensors: use channels_last", binding=self.binding,
-            saving_s=saving, confidence="medium",
-            summary=f"{len(t) / ctx.steps:.0f} layout transposes/step around convolutions, {saving * 1e3:.3f} ms/step",
-            fix="cuDNN's tensor-core convolutions compute NHWC: on NCHW tensors each call transposes its input and"
-            " output. Convert the model and each batch once; the transposes go and the results stay the same.",
-            snippet=snippet, framework=framework, apply="channels_last", kernels=top_kernels(t, ctx.steps),
-            figures={"transpose_s": saving})]
+            saving_s=saving, confidence="medium", summary="; ".join(parts), fix=fix,
+            snippet=snippet, framework=framework, apply="channels_last",
+            kernels=top_kernels(pd.concat([t, bn[bn["saving_s"] > 0]]), ctx.steps),
+            figures={"transpose_s": transpose_s, **({"batch_norm_s": bn_s} if bn_s else {})})]
