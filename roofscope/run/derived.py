@@ -32,7 +32,8 @@ from roofscope.run.layout import SUMMARY_FILE
 # 11: fusion counts the cuDNN layout transposes torch.compile takes away (Inductor's layout optimization, issue 37)
 # 12: a profiled step over 3x the median profiled step is left out of the diagnosis (diagnosis.outlier_steps)
 # 13: the CPU fusion rule leaves a dropout's ops out of its chains and says so (fusion.figures.dropouts_per_step)
-ANALYSIS_VERSION = 13
+# 14: channels_last and compile price cuDNN's NCHW batch norm at the NHWC rate (figures.batch_norm_s)
+ANALYSIS_VERSION = 14
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
 
