@@ -274,6 +274,27 @@ def test_tf32_fix_turns_both_switches_on_and_names_them(monkeypatch):
                                    "torch.backends.cudnn.allow_tf32 already True"]
 
 
+def test_fallback_random_is_a_switch_on_inductors_config():
+    # What the CPU fusion rule applies with compile to a model drawing dropout masks (compile;fallback_random):
+    # Inductor's config module, held as a flag, off and on between steps, and put back.
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.fallback_random
+    inductor_config.fallback_random = False
+    try:
+        inj = _installed("compile;fallback_random")
+        assert inductor_config.fallback_random is True
+        assert inj.done["fallback_random"] == ["torch._inductor.config.fallback_random = True"]
+        inj.set_fixed(False)
+        assert inductor_config.fallback_random is False
+        inj.set_fixed(True)
+        assert inductor_config.fallback_random is True
+        inj.undo()
+        assert inductor_config.fallback_random is False
+    finally:
+        inductor_config.fallback_random = before
+
+
 def test_a_flag_on_a_plain_module_is_held_at_the_step_boundaries():
     import types
 

@@ -97,6 +97,9 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
     Fix("compile", "torch.compile of the root modules' forward (the outermost nn.Modules the program calls that hold "
         "parameters), in MODE", "root module with parameters", patches.compile_roots, _compile_mode,
         "compile[:" + "|".join(COMPILE_MODES) + "]", switch=lambda mode: mode in (None, "max-autotune-no-cudagraphs")),
+    Fix("fallback_random", "compiled code draws random numbers as eager does (torch._inductor.config.fallback_random"
+        " = True): with compile, a dropout's masks", "", patches.fallback_random, no_arg("fallback_random"),
+        "fallback_random", switch=True),
     Fix("mark_step", "torch.compiler.cudagraph_mark_step_begin() before each call of a root module with parameters"
         " (with compile:reduce-overhead, a step of several forwards)", "root module with parameters",
         patches.mark_step, no_arg("mark_step"), "mark_step"),

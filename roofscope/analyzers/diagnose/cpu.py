@@ -137,26 +137,35 @@ class CpuChannelsLast(Rule):
 # Dropout in training: aten::dropout draws its mask with bernoulli_ (native_dropout where fused). Compiled,
 # Inductor's C++ draws each element with its own generator code: on a 4-layer BERT (dropout 0.1, 2 cores,
 # 2026-11-29) compile cost 29.4 ms a step [7.5, 51.3] inside runs (59.7 ms in plain runs), and the same
-# program without dropout saved 17-86 ms a step; a Lightning BERT with dropout saw no effect.
+# program without dropout saved 17-86 ms a step; a Lightning BERT with dropout saw no effect. A dropout alone
+# (a 262k-element mask, forward and backward, one thread, best of 3 x 50) took, beyond eager's forward and
+# backward, 1.9-2.3x its eager forward's time compiled, and 0.46x with fallback_random (masks drawn by ATen's
+# generator): what the fix asks for, and what it is charged.
 DROPOUT_OPS = ("aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout")
 _MASK_OPS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout")
+DROPOUT_COMPILED_COST = 0.46
 
 
-def _dropout(ctx: Context, k: pd.DataFrame) -> tuple[np.ndarray, int]:
-    """Which of ``k``'s ops run inside a dropout, and how many dropouts a step drew a mask (0: none active)."""
+def _dropout(ctx: Context, k: pd.DataFrame) -> tuple[np.ndarray, int, float]:
+    """Which of ``k``'s ops run inside a dropout, how many dropouts a step drew a mask (0: none active), and
+    the dropouts' own time a step (their outermost ops)."""
     ops = ctx.inp.trace.ops
     names = ops["name"].astype(str)
     drop = names.isin(DROPOUT_OPS).to_numpy()
     if not drop.any():
-        return np.zeros(len(k), bool), 0
+        return np.zeros(len(k), bool), 0, 0.0
     parent = ops["parent"].to_numpy()
     inside = ancestor_where(parent, k["op"].to_numpy(dtype=np.int64), drop) >= 0
+    ts = ops["ts_ns"].to_numpy()
+    # The steps analyzed: between the first and the last of their ops.
+    lo, hi = ctx.kernels["ts_ns"].min(), ctx.kernels["ts_ns"].max()
     masks = np.flatnonzero(names.isin(_MASK_OPS).to_numpy())
-    ts = ops["ts_ns"].to_numpy()[masks]
-    # The masks drawn in the steps analyzed: between the first and the last of their ops.
-    within = (ts >= ctx.kernels["ts_ns"].min()) & (ts <= ctx.kernels["ts_ns"].max())
-    active = masks[(ancestor_where(parent, masks, drop) >= 0) & within]
-    return inside, round(len(active) / ctx.steps)
+    active = masks[(ancestor_where(parent, masks, drop) >= 0) & (ts[masks] >= lo) & (ts[masks] <= hi)]
+    outer = np.flatnonzero(drop)
+    outer = outer[(ancestor_where(parent, np.where(parent[outer] >= 0, parent[outer], -1), drop) < 0)
+                  & (ts[outer] >= lo) & (ts[outer] <= hi)]
+    own_s = float(ops["dur_ns"].to_numpy()[outer].sum()) / 1e9 / ctx.steps
+    return inside, round(len(active) / ctx.steps), (own_s if len(active) else 0.0)
 
 
 def _first(v: object) -> object:
@@ -181,8 +190,8 @@ class CpuFusion(Rule):
         k = k[model & k["category"].isin(FUSIBLE).to_numpy() & k["op_name"].astype(str).str.startswith("aten::")]
         if not len(k):
             return []
-        # A dropout's ops end a chain: compiled, its mask costs more than the fusion saves (DROPOUT_OPS).
-        inside, dropouts = _dropout(ctx, k)
+        # A dropout's ops end a chain, and compiled its mask costs more than eager's (DROPOUT_OPS).
+        inside, dropouts, dropout_s = _dropout(ctx, k)
         k = k[~inside]
         if not len(k):
             return []
@@ -199,26 +208,42 @@ class CpuFusion(Rule):
             return []
         g = c.groupby("chain")["dur_s"]
         # One fused loop costs about its longest member (one pass over the data); the rest goes.
-        saving = float((g.sum() - g.max()).sum()) / ctx.steps
+        fused_s = float((g.sum() - g.max()).sum()) / ctx.steps
+        masks_s = DROPOUT_COMPILED_COST * dropout_s
         ops = c.groupby("chain")["op_name"].agg(lambda s: " -> ".join(dict.fromkeys(map(str, s))))
         example = "; ".join(f"{o} (x{n / ctx.steps:g})" for o, n in ops.value_counts().head(2).items())
+        summary = (f"{ops.size / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} ops,"
+                   f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step (e.g. {example})")
+        figures = {"chains_per_step": ops.size / ctx.steps, "chain_time_s": float(c["dur_s"].sum()) / ctx.steps,
+                   **({"dropouts_per_step": dropouts, "dropout_s": dropout_s, "dropout_cost_s": masks_s}
+                      if dropouts else {})}
+        masks = (f"The model draws {dropouts} dropout masks a step ({dropout_s * 1e3:.3f} ms/step eager). Compiled,"
+                 f" Inductor's own generator draws them element by element (about 2x that time more);"
+                 f" with `torch._inductor.config.fallback_random = True` ATen draws them as eager does, at"
+                 f" {DROPOUT_COMPILED_COST:.2f}x that time more ({masks_s * 1e3:.3f} ms/step), counted against"
+                 " the fusion.")
+        if dropouts and masks_s >= fused_s:
+            return [Finding(
+                rule=self.name, title="Compiling would not pay: the model's dropout masks cost more compiled",
+                binding=self.binding, saving_s=0.0, confidence="low", status="blocked", summary=summary,
+                fix=f"Fusing the chains would save {fused_s * 1e3:.3f} ms/step. {masks} Keep the model eager, or"
+                " measure it on this program with `roofscope verify RUN --fix \"compile;fallback_random\"`.",
+                kernels=top_kernels(c, ctx.steps),
+                blockers=[{"kind": "dropout", "op": "aten::dropout", "per_step": float(dropouts), "library": "",
+                           "module": "", "detail": f"{dropouts} masks a step, {masks_s * 1e3:.3f} ms/step more compiled"}],
+                figures={**figures, "unblocked_saving_s": fused_s})]
         snippet, framework = compile_code(ctx.program)
+        apply = compile_apply(ctx.program)
+        if dropouts:
+            snippet = "torch._inductor.config.fallback_random = True   # masks drawn as eager draws them\n" + snippet
+            apply += ";fallback_random" if apply else ""
         return [Finding(
             rule=self.name, title="Fuse elementwise chains (torch.compile)", binding=self.binding,
-            saving_s=saving, confidence="low",
-            summary=f"{ops.size / ctx.steps:.0f} chains/step of {len(c) / ctx.steps:.0f} ops,"
-            f" {c['dur_s'].sum() / ctx.steps * 1e3:.3f} ms/step (e.g. {example})",
+            saving_s=fused_s - masks_s, confidence="low", summary=summary,
             fix="Compiled, each chain is one C++ loop that reads its inputs and writes its output once; the saving"
             " assumes the fused loop takes as long as the chain's longest op." + (
-                f" The model draws {dropouts} dropout masks a step, left out of the chains: compiled on the CPU, a"
-                " dropout's mask is drawn element by element, which made a small BERT's step slower with dropout"
-                " 0.1 and faster without it. Check it with `roofscope verify` before keeping it; with"
-                " `torch._inductor.config.fallback_random = True` the compiled code draws the masks as eager does."
-                if dropouts else ""),
-            snippet=snippet, framework=framework, kernels=top_kernels(c, ctx.steps),
-            figures={"chains_per_step": ops.size / ctx.steps, "chain_time_s": float(c["dur_s"].sum()) / ctx.steps,
-                     **({"dropouts_per_step": dropouts} if dropouts else {})},
-            apply=compile_apply(ctx.program))]
+                f" {masks} Check it with `roofscope verify` before keeping it." if dropouts else ""),
+            snippet=snippet, framework=framework, kernels=top_kernels(c, ctx.steps), figures=figures, apply=apply)]
 
 
-__all__ = ["CHANNELS_LAST_GAIN", "CpuChannelsLast", "CpuFusion", "CpuThreads"]
+__all__ = ["CHANNELS_LAST_GAIN", "DROPOUT_COMPILED_COST", "CpuChannelsLast", "CpuFusion", "CpuThreads"]

@@ -15,8 +15,8 @@ CONFIDENCE = ("high", "medium", "low")
 KINDS = ("fix", "advice")
 # The fixes roofscope can inject into a program without editing it (``roofscope verify``): a finding's
 # ``apply`` is ``NAME`` or ``NAME:ARG``, several joined by ";" ("" when the fix needs a source edit).
-APPLY_NAMES = ("tf32", "cudnn_benchmark", "channels_last", "compile", "static_cache", "fused_optimizer", "threads",
-               "dataloader")
+APPLY_NAMES = ("tf32", "cudnn_benchmark", "channels_last", "compile", "fallback_random", "static_cache",
+               "fused_optimizer", "threads", "dataloader")
 
 
 @dataclass(kw_only=True)
