@@ -6,4 +6,6 @@ declare -A SCRIPT=(
   [hf_bert_trainer]="hf_bert_trainer.py --steps 40"
   [torchvision_detection]="torchvision_detection.py --steps 20"
   [resnet_plain]="resnet50_channels_last.py --plain --steps 40"
+  [timm_cnn]="timm_cnn.py --steps 40"
+  [timm_convnext]="timm_cnn.py --model convnext_tiny --batch 32 --steps 40"
 )

@@ -19,6 +19,8 @@ declare -A VERIFY=(
   [hf_bert_trainer]="--top 3 --pairs 3 --steps 10 --budget-s 150"
   [torchvision_detection]="--top 3 --pairs 2 --steps 6 --budget-s 150"
   [resnet_plain]="--fix channels_last --pairs 2 --steps 15 --budget-s 60"
+  [timm_cnn]="--top 3 --pairs 2 --steps 8 --budget-s 240"
+  [timm_convnext]="--top 3 --pairs 2 --steps 8 --budget-s 200"
 )
 if [ -n "${GPU_TESTS:-}" ]; then
   timeout "${TEST_LIMIT:-200}" python3 -m pytest -q -m gpu -p no:cacheprovider $GPU_TESTS 2>&1 | tail -15 \
