@@ -50,7 +50,8 @@ def cudnn_benchmark(arg: str | None, inj: "Injection") -> None:
 
 def fallback_random(arg: str | None, inj: "Injection") -> None:
     # Compiled code then draws random numbers through ATen's generator, as eager does (the same masks for a
-    # seed), instead of Inductor's own per-element code: on the CPU 0.46x a dropout's eager time more, not 2x.
+    # seed), instead of Inductor's own per-element code: on the CPU 0.46x a dropout's eager time more, not 2x
+    # (analyzers/diagnose/cpu.py).
     import torch._inductor.config as inductor_config
 
     inj.flag(inductor_config, "fallback_random", True, "torch._inductor.config.fallback_random = True")

@@ -33,7 +33,7 @@ from roofscope.run.layout import SUMMARY_FILE
 # 12: a profiled step over 3x the median profiled step is left out of the diagnosis (diagnosis.outlier_steps)
 # 13: the CPU fusion rule leaves a dropout's ops out of its chains and says so (fusion.figures.dropouts_per_step)
 # 14: channels_last and compile price cuDNN's NCHW batch norm at the NHWC rate (figures.batch_norm_s); the CPU
-# fusion rule charges a dropout's masks compiled (figures.dropout_cost_s) and is blocked where they outweigh it
+# fusion rule applies compile with fallback_random where the model draws dropout masks (figures.dropout_s)
 ANALYSIS_VERSION = 14
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
