@@ -148,10 +148,21 @@ def test_program_time_scales_host_terms_and_bounds_savings() -> None:
     assert f.saving_s == pytest.approx(0.0430 * 4.8 / 43.4)
     assert f.figures["bound_s"] == pytest.approx(0.0058 - 0.0010 - GRAPH_REPLAY_S)
     assert f.figures["profiled_saving_s"] == 0.0430
-    # A kernel fix shortens the kernels themselves: it saves at most their 1.0 ms of busy time.
-    g = Finding(rule="fusion", title="t", binding="memory", saving_s=0.0100, confidence="medium", summary="", fix="")
+    # A kernel fix shortens the kernels themselves: a compile saves at most their 1.0 ms of busy time.
+    g = Finding(rule="fusion", title="t", binding="memory", saving_s=0.0100, confidence="medium", summary="", fix="",
+                apply="compile:default")
     pt.apply(g)
     assert g.saving_s == pytest.approx(0.0010) and g.figures["unbounded_saving_s"] == 0.0100
+    # The profiled step was host-bound (43.1 of 44.4 ms waiting on the host): the host's own work is at least
+    # 44.4 / 2 = 22.2 ms, more than the whole unprofiled step, so a fix of kernels alone shows nothing in it.
+    assert pt.host_floor_s == pytest.approx(0.0058)
+    h = Finding(rule="tf32", title="t", binding="compute", saving_s=0.0005, confidence="medium", summary="", fix="",
+                apply="tf32")
+    pt.apply(h)
+    assert h.saving_s == 0.0 and h.figures["host_floor_s"] == pytest.approx(0.0058)
+    assert "sets the step's pace: of the 0.500 ms of GPU time saved, at most 0.000 ms shows in it" in h.fix
+    # A GPU-bound profiled step says nothing of the host's work.
+    assert ProgramTime.of(0.0330, {"memory": 0.0300, "host": 0.0010}, 0.0320).host_floor_s == 0.0
 
 
 def test_no_unprofiled_time_no_program_time() -> None:
