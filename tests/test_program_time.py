@@ -357,3 +357,19 @@ def test_markdown_and_html_show_both_times(gpt2) -> None:
     # a bare trace has only the profiled time, and says so
     bare = roofscope.analyze(GPT2_RUN / "trace.json.gz")
     assert "Step time (profiled)" in render_html(bare) and "step time (profiled)" in render_markdown(bare)
+
+
+def test_a_host_bound_programs_kernel_only_fixes_are_skipped_with_the_reason() -> None:
+    # A UNet mid-block training loop on an H200 (tests/data/README.md): own step 5.552 ms, GPU busy 2.552 ms;
+    # profiled 12.574 ms, host-bound. The host's own work is at least 12.574 / 2 = 6.287 ms, more than the
+    # step: tf32 (0.107 ms before, undecided in verify: 0.13 ms [-0.44, 0.71]) and channels_last save nothing.
+    d = roofscope.analyze(Path(__file__).parent / "data" / "h200_unet_attention_run").diagnosis
+    assert d.program_time["host_floor_s"] == pytest.approx(0.005552, rel=1e-3)
+    rules = [f.rule for f in d.findings]
+    assert "tf32" not in rules and "channels_last" not in rules
+    reasons = {s["rule"]: s["reason"] for s in d.skipped}
+    assert reasons["tf32"] == ("the host's own work, at least 5.552 ms a step without the profiler, fills the step:"
+                               " faster kernels save nothing in it")
+    assert "channels_last" in reasons
+    # Fixes that issue less host work keep their savings: CUDA graphs first, SDPA's fused kernel (a source edit).
+    assert rules[0] == "cuda_graphs" and "sdpa" in rules

@@ -235,7 +235,12 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
                 pt.apply(f)
             f.saving_s = min(f.saving_s, step) if step > 0 else f.saving_s
             f.saving_pct = f.saving_s / step if step > 0 else 0.0
-        findings.extend(found)
+        # A fix of kernels in a step the host's own work fills saves nothing in it: said, not ranked.
+        paced = [f for f in found if f.saving_s <= 0 and f.status == "ok" and "host_floor_s" in f.figures]
+        for f in paced:
+            skipped.append({"rule": rule.name, "reason": f"the host's own work, at least {f.figures['host_floor_s'] * 1e3:.3f}"
+                            " ms a step without the profiler, fills the step: faster kernels save nothing in it"})
+        findings.extend(f for f in found if f not in paced)
     _rank(findings)
     changes = fixes.group(findings, own_terms, step)
     if pt is not None:

@@ -21,8 +21,8 @@ its GPU time (CUDA events at the boundaries) where known, else its host time. Fr
 * Faster kernels cannot take a step below the host's own time to issue it. Where the profiled step was
   host-bound (the GPU waited on the host for :data:`HOST_BOUND_SHARE` of it or more), that time under
   the profiler is about the profiled step ``T_p``, and without it at least ``T_p / HOST_INFLATION_MAX``
-  (``host_floor_s``): a fix that makes kernels faster and leaves the host's work (not a compile)
-  saves at most ``T_u - host_floor_s``.
+  (``host_floor_s``): a fix that makes kernels faster and leaves the host's calls as they are
+  (:data:`KERNEL_ONLY_FIXES`) saves at most ``T_u - host_floor_s``.
 
 Runs without step times (older Runs, ``analyze`` of a bare trace) have no block: every figure
 is then the profiled one, and the summary says so.
@@ -48,9 +48,17 @@ GRAPH_RULES = frozenset(("cuda_graphs", "launch_bound_decode"))
 # 1.97 (ResNet-50 batch 16, NHWC), 2026-11-29. The largest, so that the host floor it gives is the lowest.
 HOST_INFLATION_MAX = 2.0
 HOST_BOUND_SHARE = 0.2
+# Fixes that change how kernels run and leave the host's calls as they are (a compile or a fused kernel in
+# place of several ops issues less host work; a source edit may do either, and is not held to it).
+KERNEL_ONLY_FIXES = frozenset(("tf32", "cudnn_benchmark", "channels_last"))
 # An outer iteration (a decode's round, an epoch) whose steps' median is this many times the last one's
 # is a cold stretch.
 COLD_RATIO = 1.5
+
+
+def _kernels_only(apply: str) -> bool:
+    names = [part.split(":")[0] for part in apply.split(";") if part]
+    return bool(names) and all(n in KERNEL_ONLY_FIXES for n in names)
 
 
 def step_frame(st: StepTimes | None) -> pd.DataFrame | None:
@@ -242,7 +250,7 @@ class ProgramTime:
             bound = self.bound(f.rule)
         else:
             bound = min(self.busy_s, self.unprofiled_step_s)
-            if self.host_floor_s and "compile" not in f.apply:   # compiled code issues less host work
+            if self.host_floor_s and _kernels_only(f.apply):
                 bound = min(bound, max(0.0, self.unprofiled_step_s - self.host_floor_s))
                 f.figures["host_floor_s"] = self.host_floor_s
         if f.saving_s > bound:
@@ -263,6 +271,7 @@ class ProgramTime:
                         " the program's own step time; kernel time is kept; no host-side saving exceeds the"
                         " unprofiled step less the kernels' busy time and what the fix leaves (a CUDA graph's"
                         " replay launch); no kernel saving exceeds the kernels' busy time, nor, where the profiled"
-                        " step was host-bound and the fix is not a compile, the step less the host's own time"
+                        " step was host-bound and the fix only changes kernels (tf32, cudnn_benchmark, channels_last), the"
+                        " step less the host's own time"
                         f" (host_floor_s: the profiled step over {HOST_INFLATION_MAX:g}, the profiler's largest"
                         " inflation measured)"}
