@@ -115,6 +115,8 @@ class RunFacts:
     # steady step's median, and the decode tokens' median when the steps were forward passes.
     unprofiled_step_s: float | None = None
     decode_step_s: float | None = None
+    # The unprofiled steps' 90th percentile over their 10th: how steady the machine ran them.
+    unprofiled_spread: float | None = None
     program: ProgramMeta = field(default_factory=ProgramMeta)
     cpu: CpuFacts | None = None
 
@@ -123,14 +125,16 @@ class RunFacts:
         """From run.json, typed (``run``; a dict of its fields is typed first), and the step time derived
         from it."""
         own = step_time or {}
+        p10, p90 = own.get("unprofiled_p10_s"), own.get("unprofiled_p90_s")
+        times = {"unprofiled_step_s": own.get("unprofiled_median_s"), "decode_step_s": own.get("decode_median_s"),
+                 "unprofiled_spread": p90 / p10 if p10 and p90 else None}
         if isinstance(run, Mapping):
             run = typed_meta(run)
         if run is None:
-            return cls(unprofiled_step_s=own.get("unprofiled_median_s"), decode_step_s=own.get("decode_median_s"))
+            return cls(**times)
         return cls(frameworks=tuple(run.frameworks) if run.frameworks is not None else None,
                    optimizer=OptimizerFacts.of(run.optimizer) if run.optimizer is not None else None,
-                   unprofiled_step_s=own.get("unprofiled_median_s"), decode_step_s=own.get("decode_median_s"),
-                   program=ProgramMeta.of(run), cpu=CpuFacts.of(run.cpu) if run.cpu else None)
+                   program=ProgramMeta.of(run), cpu=CpuFacts.of(run.cpu) if run.cpu else None, **times)
 
 
 @dataclass(frozen=True, eq=False)   # eq=False: frames do not compare to a bool, nor hash
