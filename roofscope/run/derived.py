@@ -34,6 +34,7 @@ from roofscope.run.layout import SUMMARY_FILE
 # 13: the CPU fusion rule leaves a dropout's ops out of its chains and says so (fusion.figures.dropouts_per_step)
 # 14: channels_last and compile price cuDNN's NCHW batch norm at the NHWC rate (figures.batch_norm_s); the CPU
 # fusion rule applies compile with fallback_random where the model draws dropout masks (figures.dropout_s)
+# and savings are held to the host's own time (program_time.host_floor_s) and not scaled up to an unsteady own step
 ANALYSIS_VERSION = 14
 STAMP = "analysis_version"   # the key summary.json carries the stamp under
 
