@@ -10,6 +10,7 @@ import pytest
 from roofscope.analysis import run
 from roofscope.analyzers.diagnose.shapes import convolutions, keeps_nchw
 from roofscope.analyzers.ingest.kineto_reader import load_trace
+from roofscope.reports.phrases import savings_note
 
 # torchvision ResNet-50, fp32, NCHW, SGD, batch 16 (benchmarks/real_clients/resnet50_channels_last.py --plain
 # --steps 14 --batch 16 under `roofscope run`, H200, torch 2.11, 2026-11-29).
@@ -103,6 +104,9 @@ def test_a_gpu_bound_step_whose_host_work_is_as_long_gains_little_from_faster_ke
     assert figures["unbounded_saving_s"] == pytest.approx(7.173e-3, rel=1e-3)
     assert cl["saving_s"] == pytest.approx(0.033248 - 0.062525 / 2, rel=1e-3)
     assert "at least 31.263 ms a step without the profiler" in cl["fix"]["text"]
+    # The console says it beside the program time.
+    text = "\n".join(savings_note(d["diagnosis"]["program_time"]))
+    assert "the host's own work is at least 31.263 ms a step" in text and "saves at most 1.985 ms" in text
     # Compile issues less host work: its saving is not held to the host's present time.
     fusion = {x["rule"]: x for x in d["findings"]}["fusion"]
     assert "host_floor_s" not in fusion["evidence"]["figures"] and fusion["saving_s"] > 0.0050

@@ -183,7 +183,11 @@ def savings_note(program_time: dict[str, Any] | None) -> list[str]:
     return [f"  In the program's own time: host-side terms scaled x{program_time['host_scale']:.2f} from the"
             f" profiled step ({ms(program_time['profiled_step_s'])} ms) to the unprofiled one"
             f" ({ms(program_time['unprofiled_step_s'])} ms); no host-side saving exceeds"
-            f" {ms(program_time['bound_s'])} ms (the step less {ms(program_time['busy_s'])} ms of kernels)"]
+            f" {ms(program_time['bound_s'])} ms (the step less {ms(program_time['busy_s'])} ms of kernels)"
+            + (f"; the host's own work is at least {ms(program_time['host_floor_s'])} ms a step (the profiled step"
+               " waited on it): a fix of kernels alone (tf32, cudnn_benchmark, channels_last) saves at most"
+               f" {ms(max(0.0, program_time['unprofiled_step_s'] - program_time['host_floor_s']))} ms"
+               if program_time.get("host_floor_s") else "")]
 
 
 def program_note(program: dict[str, Any] | None) -> list[str]:
