@@ -138,8 +138,8 @@ def nchw_batch_norm(ctx: Context) -> pd.DataFrame:
             bn = ops["name"].astype(str).str.contains("batch_norm", regex=False).to_numpy()
             at = ancestor_where(ops["parent"].to_numpy(), k["op"].to_numpy(dtype=np.int64), bn)
             sig = take(ops["sig"].to_numpy(), at, -1).astype(np.int64)
-            nchw = {s: _nchw(ctx.inp.trace.signatures.iloc[int(s)]) for s in np.unique(sig[sig >= 0])}
-            on = np.array([nchw.get(s, False) for s in sig], dtype=bool)
+            nchw = [s for s in np.unique(sig[sig >= 0]) if _nchw(ctx.inp.trace.signatures.iloc[int(s)])]
+            on = np.isin(sig, nchw)
             t = k[on]
             rate = NHWC_BATCH_NORM_SHARE * ctx.inp.ceilings.bandwidth
             fast_s = t["bytes"].fillna(0).to_numpy(dtype=float) / rate
