@@ -283,3 +283,8 @@ def test_savings_are_not_scaled_up_to_an_own_step_the_machine_set() -> None:
     assert "profiled_saving_s" not in f["channels_last"].figures
     assert sum(d.terms.values()) == pytest.approx(d.step_s, rel=1e-6)
     assert d.terms["host"] == pytest.approx(0.4242 - 0.0836, rel=1e-2)
+    # Its threads waited 33% of their runnable time for a core, and one thread would not do better (the process
+    # kept 1.17 cores busy): the machine was busy, which the advice says, with the steps' spread.
+    busy = f["cpu_threads"]
+    assert busy.kind == "advice" and busy.saving_s == 0.0 and busy.title.startswith("Busy machine")
+    assert "its steps without the profiler ran 34.0x apart" in busy.summary and "roofscope verify" in busy.fix

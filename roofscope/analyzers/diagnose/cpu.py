@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from roofscope.analyzers.diagnose.base import Context, Rule, top_kernels
+from roofscope.analyzers.diagnose.base import UNSTEADY_SPREAD, Context, Rule, top_kernels
 from roofscope.analyzers.diagnose.fusion import FUSIBLE
 from roofscope.analyzers.diagnose.fixes import channels_last_code, compile_apply, compile_code, threads_code
 from roofscope.analyzers.ingest.linking import ancestor_where
@@ -62,17 +62,22 @@ class CpuThreads(Rule):
                    "wait_share": wait, "cpu_s": f.cpu_s, "run_delay_s": f.run_delay_s, "window_s": f.wall_s}
         load = (f"load average {f.load1:g} on {f.cores} cores" if f.load1 is not None else "")
         waited = (f"its threads waited {100 * wait:.0f}% of their runnable time for a core" if wait is not None else "")
-        said = "; ".join(x for x in (f"{t} threads on {have} cores it may use", load, waited) if x)
+        said = "; ".join(x for x in (f"{t} thread{'s' if t > 1 else ''} on {have} core{'s' if have > 1 else ''} it may use", load, waited) if x)
         if not over:
             return []
         choices = range(1, min(t - 1, have) + 1)
+        spread = ctx.inp.run.unprofiled_spread
+        if spread is not None and spread > UNSTEADY_SPREAD:
+            said += f"; its steps without the profiler ran {spread:.1f}x apart (90th percentile over 10th)"
+        busy_machine = Finding(
+            rule=self.name, title="Busy machine: the process waits for cores", binding=self.binding,
+            saving_s=0.0, confidence="low", kind="advice", summary=said,
+            fix="Other processes hold the cores: this run's times include waiting for them, and its savings may"
+            " not hold when the machine is quiet. Profile on a quiet machine (or pin the process to free cores"
+            " with taskset) before judging its speed, and check a fix with `roofscope verify`.",
+            snippet="taskset -c 0 python train.py   # cores no other process uses", figures=figures)
         if not choices:
-            return [Finding(
-                rule=self.name, title="Busy machine: the process waits for cores", binding=self.binding,
-                saving_s=0.0, confidence="low", kind="advice", summary=said,
-                fix="Other processes hold the cores: this run's times include waiting for them. Profile on a quiet"
-                " machine (or pin the process to free cores with taskset) before judging its speed.",
-                snippet="taskset -c 0 python train.py   # cores no other process uses", figures=figures)]
+            return [busy_machine]
         busy = f.busy_cores
         if busy is not None:
             saving, n = max((ctx.step_s * (1 - busy / n), n) for n in choices)
@@ -80,8 +85,8 @@ class CpuThreads(Rule):
         else:   # no clocks (not Linux): only the cores the threads outnumber
             n = choices[-1]
             saving = ctx.step_s * (1 - have / t)
-        if saving <= 0:
-            return []
+        if saving <= 0:   # fewer threads would not help: the cores are taken
+            return [busy_machine]
         snippet, _ = threads_code(n)
         return [Finding(
             rule=self.name, title=f"{t} threads on {have} core{'s' if have > 1 else ''}: use {n}",
