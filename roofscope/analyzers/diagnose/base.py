@@ -214,7 +214,7 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     kernels = k[(in_steps & ~k["step"].isin(skip) if in_steps.any() else True) & k["dur_s"].notna()]
     terms, wall = step_terms(inp.timeline, kernels, steps, skip)
     # Savings in the program's own time: host-side terms scaled to the unprofiled step (programtime.py).
-    pt = ProgramTime.of(_unprofiled_step(inp), terms, wall)
+    pt = ProgramTime.of(_unprofiled_step(inp), terms, wall, _host_events(inp, skip))
     step, own_terms = (pt.unprofiled_step_s, pt.terms(terms)) if pt is not None else (wall, terms)
     gpu_bound = max(0.0, 1.0 - own_terms["host"] / step) if step > 0 else 1.0
     program = program_of(inp, kernels)
@@ -262,6 +262,20 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
     return Diagnosis(findings, own_terms, step, skipped, changes, list(program.frameworks), captures,
                      program_time=pt.to_dict() if pt is not None else None, program=program.to_dict(),
                      outlier_steps=outliers)
+
+
+def _host_events(inp: DiagnosisInput, skip: list[int]) -> float:
+    """The CPU ops and runtime calls the profiler recorded a step, over the steps analyzed."""
+    s = inp.steps[~inp.steps["step"].isin(skip)].sort_values("ts_ns") if len(inp.steps) else inp.steps
+    if not len(s):
+        return 0.0
+    starts, ends = s["ts_ns"].to_numpy(), s["end_ns"].to_numpy()
+    n = 0
+    for frame in (inp.trace.ops, inp.trace.runtime):
+        ts = frame["ts_ns"].to_numpy() if len(frame) else np.zeros(0, dtype=np.int64)
+        i = np.searchsorted(starts, ts, side="right") - 1
+        n += int(((i >= 0) & (ts < ends[np.maximum(i, 0)])).sum())
+    return n / len(s)
 
 
 def _unprofiled_step(inp: DiagnosisInput) -> float | None:

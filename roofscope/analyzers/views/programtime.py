@@ -20,12 +20,10 @@ its GPU time (CUDA events at the boundaries) where known, else its host time. Fr
   graph's own launch). A saving is therefore never the whole step.
 * Faster kernels cannot take a step below the host's own time to issue it. Where the profiled step was
   host-bound (the GPU waited on the host for :data:`HOST_BOUND_SHARE` of it or more), that time under
-  the profiler is about the profiled step ``T_p``, and without it at least ``T_p / HOST_INFLATION_MAX``
-  (``host_floor_s``): a fix that makes kernels faster and leaves the host's calls as they are
-  (:data:`KERNEL_ONLY_FIXES`) saves at most ``T_u - host_floor_s``.
-
-Runs without step times (older Runs, ``analyze`` of a bare trace) have no block: every figure
-is then the profiled one, and the summary says so.
+  the profiler is about the profiled step ``T_p``; the profiler adds a cost per event it records (each
+  CPU op and runtime call), at most :data:`PROFILER_EVENT_S`, so without it the host's work is at least
+  ``T_p - PROFILER_EVENT_S x events`` (``host_floor_s``): a fix that makes kernels faster and leaves
+  the host's calls as they are (:data:`KERNEL_ONLY_FIXES`) saves at most ``T_u - host_floor_s``.
 """
 from __future__ import annotations
 
@@ -43,10 +41,11 @@ HOST_TERMS = frozenset(("host", "sync", "idle_other"))
 # H100 when eager; a whole graph's launch about 10 us): the residual of a launch-bound fix.
 GRAPH_REPLAY_S = 10e-6
 GRAPH_RULES = frozenset(("cuda_graphs", "launch_bound_decode"))
-# The profiler's inflation of a host-bound PyTorch step (profiled over unprofiled step, like against like) on
-# the H200 hosts: 1.54 (ResNet-50 batch 16, NCHW), 1.63 (EfficientNet-B0, NHWC), 1.84 (GPT-2 generate()),
-# 1.97 (ResNet-50 batch 16, NHWC), 2026-11-29. The largest, so that the host floor it gives is the lowest.
-HOST_INFLATION_MAX = 2.0
+# What the profiler costs the host per event it records (CPU ops and runtime calls), (T_p - T_u) / events a
+# step on programs host-bound with and without it (H200 hosts, roofscope's profiler options, 2026-11-29):
+# 3.40 and 4.03 us (ResNet-50 batch 16, NCHW and NHWC), 3.50 (Faster R-CNN), 3.57 (EfficientNet-B0 NHWC), 3.75
+# (GPT-2 generate()), 4.76 and 4.79 (a UNet block). The largest, so that the host floor it gives is the lowest.
+PROFILER_EVENT_S = 4.8e-6
 HOST_BOUND_SHARE = 0.2
 # Fixes that change how kernels run and leave the host's calls as they are (a compile or a fused kernel in
 # place of several ops issues less host work; a source edit may do either, and is not held to it).
@@ -218,15 +217,17 @@ class ProgramTime:
     host_floor_s: float = 0.0
 
     @classmethod
-    def of(cls, t_u: float | None, terms: dict[str, float], wall: float) -> "ProgramTime | None":
-        """From the unprofiled step ``t_u``, the profiled step's ``terms`` and its ``wall`` time."""
+    def of(cls, t_u: float | None, terms: dict[str, float], wall: float,
+           events: float = 0.0) -> "ProgramTime | None":
+        """From the unprofiled step ``t_u``, the profiled step's ``terms`` and its ``wall`` time, and the
+        ``events`` (CPU ops and runtime calls) the profiler recorded a step."""
         if not t_u or wall <= 0:
             return None
         busy = sum(v for k, v in terms.items() if k not in HOST_TERMS)
         idle_p = wall - busy
         scale = min(1.0, max(0.0, t_u - busy) / idle_p) if idle_p > 0 else 1.0
         host_bound = terms.get("host", 0.0) >= HOST_BOUND_SHARE * wall
-        floor = min(float(t_u), wall / HOST_INFLATION_MAX) if host_bound else 0.0
+        floor = min(float(t_u), max(0.0, wall - PROFILER_EVENT_S * events)) if host_bound and events else 0.0
         return cls(float(t_u), float(wall), float(busy), float(scale), floor)
 
     def terms(self, terms: dict[str, float]) -> dict[str, float]:
@@ -273,5 +274,5 @@ class ProgramTime:
                         " replay launch); no kernel saving exceeds the kernels' busy time, nor, where the profiled"
                         " step was host-bound and the fix only changes kernels (tf32, cudnn_benchmark, channels_last), the"
                         " step less the host's own time"
-                        f" (host_floor_s: the profiled step over {HOST_INFLATION_MAX:g}, the profiler's largest"
-                        " inflation measured)"}
+                        f" (host_floor_s: the profiled step less {PROFILER_EVENT_S * 1e6:g} us, the profiler's"
+                        " largest cost measured, for each CPU op and runtime call it recorded)"}
