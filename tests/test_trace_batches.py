@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 import roofscope.analyzers.ingest.kineto_columns as columns_mod
-import roofscope.analyzers.ingest.kineto_frames as frames_mod
 import roofscope.analyzers.ingest.kineto_helper as helper_mod
 import roofscope.analyzers.ingest.kineto_stream as stream_mod
 import roofscope.analyzers.ingest.source as source_mod
@@ -31,33 +30,15 @@ def _read(path: Path):
         return str(e)
 
 
-def _head_start(regions: int):
-    """kineto_prefetch.take as a head start that read ``regions`` regions gives it (in this process)."""
-    def take(path):
-        asked: list[int] = []
-        chunks = source_mod.read_chunks(path)
-        try:
-            return helper_mod.read_head(path, lambda: asked.append(1) or len(asked) > regions, chunks)
-        except stream_mod.Fallback:  # the child fails: the file is read here
-            return None
-        finally:
-            chunks.close()
-    return take
-
-
-def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None, helper: bool = False,
-                        head: int | None = None) -> tuple:
+def _whole_and_streamed(path: Path, monkeypatch, regions: list | None = None, helper: bool = False) -> tuple:
     """The file read as one region (every fixture is smaller than BUFFER_BYTES), then in regions of
     about 2 kB (some 6 events) tabulated 5 events at a time (``regions``: the events of each), in
     blocks of 5 kB, or with a helper process (``helper``) regions of 5 kB in blocks of 30 kB (those
     it has room for the helper's, and a block's last 10 kB or more when it frees a slot meanwhile);
     the file read 4 kB or inflated 512 bytes at a time, so that blocks
-    follow one another; ``head``: after a head start that read that many regions
-    (kineto_prefetch.py)."""
+    follow one another."""
     whole = _read(path)
     with monkeypatch.context() as m:
-        if head is not None:
-            m.setattr(frames_mod, "take", _head_start(head))
         m.setattr(stream_mod, "REGION_BYTES", 5000 if helper else 2000)
         m.setattr(stream_mod, "BUFFER_BYTES", 30_000 if helper else 5000)
         m.setattr(stream_mod, "HANDOVER_BYTES", 10_000)
@@ -154,17 +135,6 @@ def test_streamed_in_small_regions_same_tables(fixture, monkeypatch):
     assert whole.meta.skipped_events == {}
 
 
-@pytest.mark.parametrize("head", [0, 1, 7, 60, 10_000])
-@pytest.mark.parametrize("helper", [False, True], ids=["one process", "with a helper"])
-def test_read_on_after_a_head_start_same_tables(head, helper, monkeypatch):
-    """A head start's columns (its regions, block 0) and the reader's after it (the file inflated again
-    up to where it stopped) merge into the tables one process makes; one that read every region (10,000)
-    hands over the file's whole Read."""
-    whole, streamed = _whole_and_streamed(DATA / "h100_eager_block.json.gz", monkeypatch, helper=helper, head=head)
-    _same(whole, streamed)
-    assert whole.meta.events == streamed.meta.events
-
-
 def _nth_event(data: bytes, n: int) -> int:
     """Where the n-th event of the file's list begins."""
     at = data.index(b'"traceEvents"')
@@ -210,16 +180,14 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("helper,head", [(False, None), (True, None), (False, 40), (True, 20)],
-                         ids=["one process", "with a helper", "after a head start", "after a head start, with a helper"])
+@pytest.mark.parametrize("helper", [False, True], ids=["one process", "with a helper"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_broken_files_streamed_as_decoded_whole(case, helper, head, tmp_path, monkeypatch):
-    """The same with a helper process: a broken block sends the file back to one process; so does a
-    head start that meets it (it reads clean events only), or a reader after one."""
+def test_broken_files_streamed_as_decoded_whole(case, helper, tmp_path, monkeypatch):
+    """The same with a helper process: a broken block sends the file back to one process."""
     data, outcome = CASES[case]
     p = tmp_path / "t.json"
     p.write_bytes(data)
-    whole, streamed = _whole_and_streamed(p, monkeypatch, helper=helper, head=head)
+    whole, streamed = _whole_and_streamed(p, monkeypatch, helper=helper)
     _same(whole, streamed)
     if outcome == "refused":
         assert whole.startswith(f"{p}: ") and "\n" not in whole, whole

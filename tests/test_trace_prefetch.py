@@ -15,7 +15,6 @@ import pytest
 
 import roofscope.analyzers.ingest.kineto_frames as frames_mod
 import roofscope.analyzers.ingest.kineto_prefetch as prefetch
-import roofscope.analyzers.ingest.kineto_stream as stream_mod
 from roofscope.analyzers.ingest.kineto_reader import load_trace
 from roofscope.cli import main
 from roofscope.errors import TraceError
@@ -31,7 +30,7 @@ def forkable(monkeypatch):
     monkeypatch.setattr(prefetch, "may_fork", lambda: True)
     here: list[str] = []
     read = frames_mod.read_columns
-    monkeypatch.setattr(frames_mod, "read_columns", lambda path, start=None: (here.append(path), read(path, start))[-1])
+    monkeypatch.setattr(frames_mod, "read_columns", lambda path: (here.append(path), read(path))[-1])
     yield here
     prefetch._stop()
 
@@ -51,26 +50,6 @@ def test_the_childs_read_is_the_read(fixture, forkable):
     assert prefetch._child is not None
     _same(load_trace(path), alone)
     assert forkable == [] and prefetch._child is None  # the child's columns, taken once
-
-
-@pytest.mark.parametrize("regions", [3, 10_000], ids=["stopped", "read to the end"])
-def test_a_large_files_head_start_and_the_rest_read_here(regions, forkable, monkeypatch):
-    """A large file's child reads alone until asked (here: after ``regions`` regions of 2 kB); the
-    reader reads on from where it stopped, and the tables are the file's. A child that read to the end
-    hands over the whole Read (a file's end in the buffer is read on to, asked or not)."""
-    path = DATA / "h100_eager_block.json.gz"
-    alone = load_trace(path)
-    forkable.clear()
-    monkeypatch.setattr(prefetch, "large", lambda path: True)
-    monkeypatch.setattr(stream_mod, "REGION_BYTES", 2000)
-    monkeypatch.setattr(stream_mod, "BUFFER_BYTES", 5000)
-    head = prefetch.read_head
-    monkeypatch.setattr(prefetch, "read_head", lambda path, until, chunks: head(
-        path, lambda n=[]: n.append(1) or len(n) > regions, chunks))
-    prefetch.start(str(path))
-    assert prefetch._child is not None and prefetch._child.stop is not None
-    _same(load_trace(path), alone)
-    assert forkable == ([str(path)] if regions == 3 else []) and prefetch._pending is None
 
 
 def test_a_file_changed_since_is_read_here(forkable, tmp_path):

@@ -316,7 +316,6 @@ class Columns:
         """``other``'s columns (another process's blocks of the same file) merged into these, in
         file order: names and signatures numbered here, pieces and rows sorted by block."""
         self.end_block()
-        other.end_block()  # its signatures all numbered before they are adopted
         registries = {"cpu_op": self.op_names, **dict.fromkeys(RUNTIME_CATS, self.runtime_names),
                       **dict.fromkeys(KERNEL_CATS, self.kernel_names)}
         theirs = {"cpu_op": other.op_names, **dict.fromkeys(RUNTIME_CATS, other.runtime_names),

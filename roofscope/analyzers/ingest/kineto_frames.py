@@ -23,7 +23,7 @@ import pandas as pd
 from roofscope.analyzers.ingest.frames import thread_codes
 from roofscope.analyzers.ingest.kineto import clean_meta
 from roofscope.analyzers.ingest.kineto_columns import KERNEL_CATS, RUNTIME_CATS, Columns
-from roofscope.analyzers.ingest.kineto_helper import Read, read_columns
+from roofscope.analyzers.ingest.kineto_helper import read_columns
 from roofscope.analyzers.ingest.kineto_prefetch import take
 from roofscope.analyzers.model.trace import (ANNOTATION_COLUMNS, KERNEL_COLUMNS, OPS_COLUMNS,
                                              RUNTIME_COLUMNS, empty_comm_args)
@@ -144,11 +144,9 @@ class KinetoFrames:
 def read_frames(path: str | os.PathLike) -> KinetoFrames:
     """Decode a Kineto trace (``.json`` or ``.json.gz``) into its tables; one-line
     :class:`TraceError` for what is no Kineto trace. The columns come from the child the command line
-    forked to read them at start-up (kineto_prefetch.py), else are read here (kineto_helper.py), after the
-    child's head start where it had one."""
+    forked to read them at start-up (kineto_prefetch.py), else are read here (kineto_helper.py)."""
     path_s = str(path)
-    taken = take(path_s)
-    read = taken if isinstance(taken, Read) else read_columns(path_s, taken)
+    read = take(path_s) or read_columns(path_s)
     columns, skipped = read.columns, read.skipped
     if columns.bad_ts:
         skipped["ts not a time"] += columns.bad_ts

@@ -30,14 +30,14 @@ import signal
 import struct
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from roofscope.analyzers.ingest import kineto_stream
 from roofscope.analyzers.ingest.kineto import Event, TraceFile
 from roofscope.analyzers.ingest.kineto_columns import Columns
-from roofscope.analyzers.ingest.kineto_stream import BOUNDARY, REGION_BYTES, Fallback, Start, Stream
+from roofscope.analyzers.ingest.kineto_stream import BOUNDARY, REGION_BYTES, Fallback, Stream
 from roofscope.analyzers.ingest.source import large, may_fork, read_chunks
 from roofscope.errors import TraceError
 
@@ -65,20 +65,17 @@ class Read:
     skipped: Counter                 # malformed events skipped, by reason
 
 
-def read_columns(path: str, start: Start | None = None) -> Read:
+def read_columns(path: str) -> Read:
     """The file's columns, read by this process, and by a helper where that is safe and pays; read
-    again by one process when it needs repairs (kineto_stream.Fallback). ``start``: the events a head
-    start read (:func:`read_head`), which this reads on from."""
+    again by one process when it needs repairs (kineto_stream.Fallback)."""
     helper = Helper.start() if wanted(path) else None
     try:
-        return _read(path, helper, start)
+        return _read(path, helper)
     except (Fallback, TraceError) as e:
-        # An error with blocks sent (or after a head start) may come of a block boundary that was
-        # none: read alone, which says.
-        if start is None and (helper is None or isinstance(e, TraceError) and not helper.blocks):
+        # An error with blocks sent may come of a block boundary that was none: read alone, which says.
+        if helper is None or isinstance(e, TraceError) and not helper.blocks:
             raise
-        if helper is not None:
-            helper.stop()
+        helper.stop()
         helper = None
         return _read(path, None)
     finally:
@@ -86,31 +83,16 @@ def read_columns(path: str, start: Start | None = None) -> Read:
             helper.stop()
 
 
-def read_head(path: str, until: Callable[[], bool], chunks: Iterator[bytes]) -> Read | Start:
-    """The file's events, from ``chunks`` (source.read_chunks: the caller closes it, or ends), read
-    alone until ``until()`` says stop (asked between regions of kineto_stream.REGION_BYTES): a
-    :class:`Start` for :func:`read_columns` to read on from, or the whole file's Read when it ended
-    first. Raises kineto_stream.Fallback for what needs repairs."""
-    columns = Columns()
-    stream = Stream(path, chunks, until=until)
-    stream.read(columns)
-    if stream.stopped_at is None:
-        return Read(columns, stream.meta, stream.skipped)
-    return Start(stream.stopped_at, stream.kept, lambda: columns)
-
-
-def _read(path: str, helper: Helper | None, start: Start | None = None) -> Read:
+def _read(path: str, helper: Helper | None) -> Read:
     columns = Columns()
     chunks = read_chunks(path)
     try:  # closed here, not when a traceback that holds it is collected: it stops the read-ahead thread
-        stream = Stream(path, chunks, helper, resume=start)
+        stream = Stream(path, chunks, helper)
         stream.read(columns)
     finally:
         chunks.close()  # type: ignore[attr-defined]
     if helper is not None and helper.blocks:
         helper.merge(columns)
-    if start is not None:
-        columns.merge(start.columns())
     return Read(columns, stream.meta, stream.skipped)
 
 

@@ -8,13 +8,8 @@ file; :func:`take`, called where the reading would begin (kineto_frames.py), wai
 The child reads exactly what this process would, with the same code, on a file of the same identity
 (device, inode, size, modification time); whatever else happens (an error, a repair, a signal) it does not
 say: it ends with a failure, which this process answers by reading the file itself, as before, with the
-same messages. A file large enough for kineto_helper.py's two readers (:func:`large`) gets a head start
-instead: the child reads its events alone only until this process is ready to read (a third process
-beside the reader and its helper would only compete for two processors), stops between two regions of
-events when :func:`take` asks it to, and hands over what it read with where it stopped
-(kineto_stream.Start); the reader inflates the file again up to there and reads on, with its helper, and
-merges the child's columns first (1.09M events: the child reads about a fifth of them while this process
-imports). Only where a fork is safe (:func:`may_fork`). The reader (msgspec, numpy), which the analysis imports anyway,
+same messages. Only a file too small for kineto_helper.py's two readers (:func:`large`) is read ahead, and
+only where a fork is safe (:func:`may_fork`). The reader (msgspec, numpy), which the analysis imports anyway,
 is imported before the fork, so that the child does not import it again (0.1 s of CPU, which a machine
 whose second processor is busy pays in wall time). The child leaves with ``os._exit`` so that nothing of
 the parent runs twice, ignores SIGINT (the parent stops it), is killed at exit when not taken, and by the
@@ -33,18 +28,13 @@ import stat
 import struct
 from dataclasses import dataclass
 
-from roofscope.analyzers.ingest.kineto_helper import Read, read_columns, read_head
-from roofscope.analyzers.ingest.kineto_columns import Columns
-from roofscope.analyzers.ingest.kineto_stream import Fallback, Start
-from roofscope.analyzers.ingest.source import large, may_fork, read_chunks
+from roofscope.analyzers.ingest.kineto_helper import Read, read_columns
+from roofscope.analyzers.ingest.source import large, may_fork
 
 # prctl's option that has the kernel signal a process when its parent ends.
 _PR_SET_PDEATHSIG = 1
 # What the child says when done: the pickle's length in the memory file, or -1 (read it yourself).
 _DONE = struct.Struct("<q")
-# What a head start says first, as soon as it stopped: where (kineto_stream.Start.at) and the events it
-# kept; where -1: it read the whole file (a Read follows).
-_WHERE = struct.Struct("<qq")
 
 
 @dataclass(frozen=True)
@@ -55,12 +45,9 @@ class _Child:
     identity: tuple[int, ...]        # the file's, when forked: a file changed since is read here
     memory: int                      # the memory file the child pickles its Read into
     done: int                        # the pipe it says it is done on
-    stop: mmap.mmap | None           # a head start's (a large file): its byte set asks the child to stop
 
 
 _child: _Child | None = None
-# A head start taken whose columns the reader has not collected yet (stopped at exit).
-_pending: _Child | None = None
 
 
 def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
@@ -73,17 +60,17 @@ def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
 
 
 def start(path: str) -> None:
-    """Fork a child that reads ``path``'s columns, where that is safe (:func:`may_fork`): all of a regular
-    file too small for kineto_helper.py's two processes, a head start on a larger one (module docstring)."""
+    """Fork a child that reads ``path``'s columns, where that is safe (:func:`may_fork`) and pays: a
+    regular file too small for kineto_helper.py's two processes, which a third competing for the two
+    processors gains nothing on (1.09M events: 2.9-3.0 s either way)."""
     global _child
     identity = _identity(path)
-    if _child is not None or identity is None or not may_fork():
+    if _child is not None or identity is None or large(path) or not may_fork():
         return
     try:
         memory = os.memfd_create("roofscope-read", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
         return
-    stop = mmap.mmap(-1, 1) if large(path) else None  # anonymous and shared: the child sees the byte set
     done_in, done_out = os.pipe()
     parent = os.getpid()
     try:
@@ -96,11 +83,11 @@ def start(path: str) -> None:
         try:
             os.close(done_in)
             _die_with(parent)
-            _serve(path, memory, done_out, stop)
+            _serve(path, memory, done_out)
         finally:
             os._exit(0)
     os.close(done_out)
-    _child = _Child(pid, identity, memory, done_in, stop)
+    _child = _Child(pid, identity, memory, done_in)
     atexit.register(_stop)
 
 
@@ -115,22 +102,16 @@ def _die_with(parent: int) -> None:
         os._exit(0)
 
 
-def _serve(path: str, memory: int, done: int, stop: mmap.mmap | None) -> None:
-    """The child's life: the file read (or its head start, until ``stop``'s byte is set) and pickled
-    into ``memory``, its size (or -1) said on ``done``."""
+def _serve(path: str, memory: int, done: int) -> None:
+    """The child's life: the file read and pickled into ``memory``, its size (or -1) said on ``done``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     gc.disable()  # the process ends after the read: nothing it makes needs collecting
     size = -1
     try:
-        # A head start's read-ahead thread is not stopped (it may be inflating 64 MiB): the process
-        # ends once it has said what it read.
-        read = read_columns(path) if stop is None else read_head(path, lambda: stop[0] != 0, read_chunks(path))
-        if stop is not None:  # where it stopped, said first: the reader reads on while this pickles
-            os.write(done, _WHERE.pack(read.at, read.kept) if isinstance(read, Start) else _WHERE.pack(-1, 0))
-        got = read.columns if isinstance(read, Read) else read.columns()
-        got.end_block()  # the values still in lists made arrays here, not in the parent
-        data = pickle.dumps(read if isinstance(read, Read) else got, protocol=pickle.HIGHEST_PROTOCOL)
+        read = read_columns(path)
+        read.columns.end_block()  # the values still in lists made arrays here, not in the parent
+        data = pickle.dumps(read, protocol=pickle.HIGHEST_PROTOCOL)
         with open(memory, "wb", closefd=False) as f:
             f.write(data)
         size = len(data)
@@ -142,61 +123,29 @@ def _serve(path: str, memory: int, done: int, stop: mmap.mmap | None) -> None:
         os._exit(0)
 
 
-def take(path: str | os.PathLike) -> Read | Start | None:
+def take(path: str | os.PathLike) -> Read | None:
     """The columns the child read, when it read this file (the same identity: another file, a graph
-    capture, leaves the child for the trace) and all went well: the file's, or a head start's to read on
-    from (kineto_helper.read_columns); else None: the caller reads the file."""
+    capture, leaves the child for the trace) and all went well; else None: the caller reads the file."""
     global _child
     child = _child
     if child is None or _identity(path) != child.identity:
         return None
     _child = None
-    if child.stop is not None:
-        child.stop[0] = 1
-        said = _read_all(child.done, _WHERE.size)
-        at, kept = _WHERE.unpack(said) if len(said) == _WHERE.size else (-2, 0)
-        if at >= 0:
-            global _pending
-            _pending = child
-            return Start(at, kept, lambda: _collect(child))
-        if at != -1:
-            _end(child)
+    try:
+        said = _read_all(child.done, _DONE.size)
+        size = _DONE.unpack(said)[0] if len(said) == _DONE.size else -1
+        if size <= 0:
             return None
-    try:
-        got = _unpickled(child)
-        return got if isinstance(got, Read) else None
+        with mmap.mmap(child.memory, size, prot=mmap.PROT_READ) as data:
+            paused = gc.isenabled()
+            gc.disable()  # unpickling the events' lists would set off full collections
+            try:
+                return pickle.loads(data)
+            finally:
+                if paused:
+                    gc.enable()
     finally:
         _end(child)
-
-
-def _collect(child: _Child) -> Columns:
-    """A head start's columns, once the reader read the rest; kineto_stream.Fallback when the child
-    failed to hand them over (the reader then reads the whole file itself)."""
-    global _pending
-    _pending = None
-    try:
-        got = _unpickled(child)
-    finally:
-        _end(child)
-    if not isinstance(got, Columns):
-        raise Fallback
-    return got
-
-
-def _unpickled(child: _Child) -> object:
-    """What the child pickled, once it said it is done; None when it failed."""
-    said = _read_all(child.done, _DONE.size)
-    size = _DONE.unpack(said)[0] if len(said) == _DONE.size else -1
-    if size <= 0:
-        return None
-    with mmap.mmap(child.memory, size, prot=mmap.PROT_READ) as data:
-        paused = gc.isenabled()
-        gc.disable()  # unpickling the events' lists would set off full collections
-        try:
-            return pickle.loads(data)
-        finally:
-            if paused:
-                gc.enable()
 
 
 def _read_all(fd: int, size: int) -> bytes:
@@ -219,14 +168,11 @@ def _end(child: _Child) -> None:
     os.waitpid(child.pid, 0)
     for fd in (child.memory, child.done):
         os.close(fd)
-    if child.stop is not None:
-        child.stop.close()
 
 
 def _stop() -> None:
     """At exit: a child not taken (the command failed first, or read no trace) is stopped."""
-    global _child, _pending
-    for child in (_child, _pending):
-        if child is not None:
-            _end(child)
-    _child = _pending = None
+    global _child
+    if _child is not None:
+        child, _child = _child, None
+        _end(child)

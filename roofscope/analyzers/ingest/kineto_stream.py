@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 from itertools import chain, islice
-from typing import Callable, Iterator, Protocol
+from typing import Iterator, Protocol
 
 import msgspec
 
@@ -59,18 +58,6 @@ class Fallback(Exception):
     reading it whole does (repairs, skipped events): read it again so."""
 
 
-@dataclass(frozen=True)
-class Start:
-    """Where a head start stopped reading a file's events (``at``: the file's byte offset of the next
-    event's ``{``), the events it kept, and how to get its columns (block 0): known at once, so that the
-    reader reads on while the columns are made ready; getting them raises :class:`Fallback` when they
-    cannot be had."""
-
-    at: int
-    kept: int
-    columns: Callable[[], Columns]
-
-
 class Helper(Protocol):
     def room(self) -> bool: ...
 
@@ -81,15 +68,9 @@ class Stream:
     """One file's events, decoded into a Columns by :meth:`read`; then ``meta`` (the top-level keys),
     ``skipped`` (malformed events by reason)."""
 
-    def __init__(self, path: str, chunks: Iterator[bytes], helper: Helper | None = None, *,
-                 until: Callable[[], bool] | None = None, resume: Start | None = None) -> None:
+    def __init__(self, path: str, chunks: Iterator[bytes], helper: Helper | None = None) -> None:
         self.path = path
         self._helper = helper      # takes the blocks it has room for (kineto_helper.py)
-        # A head start (kineto_prefetch.py): ``until`` says, between regions, when to stop (the events
-        # read so far then end at ``stopped_at``); ``resume`` is where such a read stopped, to read on from.
-        self._until = until
-        self._resume = resume
-        self.stopped_at: int | None = None
         self._block = 0
         self._chunks = chunks
         self._buf = b""
@@ -107,8 +88,6 @@ class Stream:
         if head is None:
             self._whole(sink)
             return
-        if self._resume is not None:
-            self._skip(sink)
         if self._helper is not None:  # the first buffer's events too: the helper waits for a block
             self._next_block(sink)
         while True:
@@ -118,9 +97,6 @@ class Stream:
                     self._next_block(sink)
             elif self._eof:
                 break
-            elif self._until is not None and self._until():
-                self.stopped_at = self._at
-                return
             elif not self._region(sink):
                 self._stuck()
             elif self._helper is not None and not self._eof and self._left() >= HANDOVER_BYTES \
@@ -145,26 +121,8 @@ class Stream:
 
     def _alone(self) -> None:
         """What is about to happen needs the file read by one process (see :class:`Fallback`)."""
-        if self._helper is not None or self._until is not None or self._resume is not None:
+        if self._helper is not None:
             raise Fallback
-
-    def _skip(self, sink: Columns) -> None:
-        """The events a head start read (up to ``resume.at``, an event's ``{``) passed over, and the
-        blocks of the file numbered after its (block 0), so that the merge puts them first."""
-        assert self._resume is not None
-        while self._at < self._resume.at:
-            if not self._left():
-                if self._eof:  # shorter than the file the head start read: not that file
-                    raise Fallback
-                self._fill(BUFFER_BYTES)
-                continue
-            self._drop(min(self._left(), self._resume.at - self._at))
-        if not self._left():
-            self._fill(BUFFER_BYTES)
-        if self._buf[self._pos:self._pos + 1] != b"{":
-            raise Fallback
-        self._block = sink.block = 1
-        self._kept = self._resume.kept
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -359,11 +317,6 @@ class Stream:
         self._kept += len(events)
         if events:
             sink.add(events)
-
-    @property
-    def kept(self) -> int:
-        """Events decoded so far."""
-        return self._kept
 
     def _moved(self, error: Exception, shift: int) -> str:
         return _BYTE_AT.sub(lambda m: f"(byte {int(m.group(1)) + shift})", str(error))
