@@ -143,12 +143,15 @@ class Signatures:
     def codes(self, names: list[str], name_codes: np.ndarray, shapes: list[bytes]) -> np.ndarray:
         pairs = (name_codes << 32) + codes(shapes, self.shapes)
         keys = pairs.tolist()
-        if any(k not in self.ids for k in dict.fromkeys(keys)):
-            unique, first = np.unique(pairs, return_index=True)
-            for i in np.sort(first[~np.isin(unique, np.fromiter(self.ids, np.int64, len(self.ids)))]).tolist():
-                self.ids[keys[i]] = len(self.rows)
-                self.rows.append((names[i], *shapes[i].split(b"\0")))
-        return np.fromiter(map(self.ids.__getitem__, keys), dtype=np.int64, count=len(keys))
+        ids = self.ids
+        if any(k not in ids for k in dict.fromkeys(keys)):
+            # New ones numbered in order of first appearance: a loop over a piece's 512 keys costs less
+            # than np.unique and np.isin against every number so far (4 ms of 109k events' 125).
+            for i, k in enumerate(keys):
+                if k not in ids:
+                    ids[k] = len(self.rows)
+                    self.rows.append((names[i], *shapes[i].split(b"\0")))
+        return np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
 
     def adopt(self, other: Signatures, name_codes: dict[str, int]) -> np.ndarray:
         """``other``'s signatures numbered here (their op names' codes in ``name_codes``, grown as
