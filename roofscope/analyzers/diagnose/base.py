@@ -250,8 +250,9 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
         # A fix of kernels in a step the host's own work fills saves nothing in it: said, not ranked.
         paced = [f for f in found if f.saving_s <= 0 and f.status == "ok" and "host_floor_s" in f.figures]
         for f in paced:
-            skipped.append({"rule": rule.name, "reason": f"the host's own work, at least {f.figures['host_floor_s'] * 1e3:.3f}"
-                            " ms a step without the profiler, fills the step: faster kernels save nothing in it"})
+            floor_ms = f.figures["host_floor_s"] * 1e3
+            skipped.append({"rule": rule.name, "reason": f"the host's own work, at least {floor_ms:.3f} ms a step"
+                            " without the profiler, fills the step: faster kernels save nothing in it"})
         findings.extend(f for f in found if f not in paced)
     _rank(findings)
     changes = fixes.group(findings, own_terms, step)

@@ -62,7 +62,8 @@ class CpuThreads(Rule):
                    "wait_share": wait, "cpu_s": f.cpu_s, "run_delay_s": f.run_delay_s, "window_s": f.wall_s}
         load = (f"load average {f.load1:g} on {f.cores} cores" if f.load1 is not None else "")
         waited = (f"its threads waited {100 * wait:.0f}% of their runnable time for a core" if wait is not None else "")
-        said = "; ".join(x for x in (f"{t} thread{'s' if t > 1 else ''} on {have} core{'s' if have > 1 else ''} it may use", load, waited) if x)
+        threads = f"{t} thread{'s' if t > 1 else ''} on {have} core{'s' if have > 1 else ''} it may use"
+        said = "; ".join(x for x in (threads, load, waited) if x)
         if not over:
             return []
         choices = range(1, min(t - 1, have) + 1)
@@ -144,8 +145,8 @@ class CpuChannelsLast(Rule):
 # 2026-11-29) compile cost 29.4 ms a step [7.5, 51.3] inside runs (59.7 ms in plain runs), and the same
 # program without dropout saved 17-86 ms a step. A dropout alone (a 262k-element mask, forward and backward,
 # one thread) took beyond eager 1.9-2.3x its eager forward's time compiled, 0.46x with fallback_random (masks
-# drawn by ATen's generator); on the BERT, compile with fallback_random saved 52 and 77 ms a step inside runs
-# where plain compile cost 7.5 ms, and beat plain compile in 3 of 3 plain rounds. So the fix comes with it.
+# drawn by ATen's generator). On the BERT, quiet, compile with fallback_random saved 21.2 ms a step [12.3, 30.2]
+# inside runs (1.49x the fusion's 14.2 ms) where plain compile cost 31.5 [3.7, 59.3]. So the fix comes with it.
 DROPOUT_OPS = ("aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout")
 _MASK_OPS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout")
 

@@ -271,8 +271,8 @@ class ProgramTime:
                 "note": "host-side terms (host, sync, idle_other) were measured on the profiled step and scaled to"
                         " the program's own step time; kernel time is kept; no host-side saving exceeds the"
                         " unprofiled step less the kernels' busy time and what the fix leaves (a CUDA graph's"
-                        " replay launch); no kernel saving exceeds the kernels' busy time, nor, where the profiled"
-                        " step was host-bound and the fix only changes kernels (tf32, cudnn_benchmark, channels_last), the"
-                        " step less the host's own time"
+                        " replay launch); no kernel saving exceeds the kernels' busy time, nor, where the"
+                        " profiled step was host-bound and the fix only changes kernels (tf32, cudnn_benchmark,"
+                        " channels_last), the step less the host's own time"
                         f" (host_floor_s: the profiled step less {PROFILER_EVENT_S * 1e6:g} us, the profiler's"
                         " largest cost measured, for each CPU op and runtime call it recorded)"}
