@@ -134,8 +134,8 @@ def nchw_batch_norm(ctx: Context) -> pd.DataFrame:
     if "nchw_batch_norm" not in ctx.memo:
         k, ops = ctx.kernels, ctx.inp.trace.ops
         out = k.iloc[:0].assign(saving_s=0.0)
-        if len(k) and len(ops):
-            bn = ops["name"].astype(str).str.contains("batch_norm", regex=False).to_numpy()
+        bn = per_name(ops["name"], lambda s: s.str.contains("batch_norm", regex=False)) if len(ops) else []
+        if len(k) and np.any(bn):
             at = ancestor_where(ops["parent"].to_numpy(), k["op"].to_numpy(dtype=np.int64), bn)
             sig = take(ops["sig"].to_numpy(), at, -1).astype(np.int64)
             nchw = [s for s in np.unique(sig[sig >= 0]) if _nchw(ctx.inp.trace.signatures.iloc[int(s)])]
