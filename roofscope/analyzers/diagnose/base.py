@@ -267,7 +267,9 @@ def run_rules(inp: DiagnosisInput, rules: list[Rule]) -> Diagnosis:
 
 def _host_events(inp: DiagnosisInput, skip: list[int]) -> float:
     """The CPU ops and runtime calls the profiler recorded a step, over the steps analyzed."""
-    s = inp.steps[~inp.steps["step"].isin(skip)].sort_values("ts_ns") if len(inp.steps) else inp.steps
+    if not len(inp.steps) or not {"step", "ts_ns", "end_ns"} <= set(inp.steps.columns):
+        return 0.0   # no step windows (a diagnosis input written by hand): no floor from them
+    s = inp.steps[~inp.steps["step"].isin(skip)].sort_values("ts_ns")
     if not len(s):
         return 0.0
     starts, ends = s["ts_ns"].to_numpy(), s["end_ns"].to_numpy()
