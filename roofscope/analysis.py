@@ -17,7 +17,6 @@ keywords: ``roofscope.analyze``, the public API.
 from __future__ import annotations
 
 import functools
-import gc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +59,7 @@ from roofscope.analyzers.views.telemetry_summary import summarize
 from roofscope.analyzers.views.timeline import timeline
 from roofscope.config import CeilingOverrides, RooflineThresholds, values
 from roofscope.errors import RoofscopeError
+from roofscope.fileio import collector_paused
 from roofscope.hardware.ceilings import Ceilings
 from roofscope.hardware.devices import resolve_ceilings
 from roofscope.run import is_run_dir, load, typed_meta
@@ -150,14 +150,8 @@ def _analysis_scope(fn: Callable[..., Result]) -> Callable[..., Result]:
     outputs."""
     @functools.wraps(fn)
     def scoped(*args: Any, **kwargs: Any) -> Result:
-        with pd.option_context("mode.string_storage", "python"):
-            if not gc.isenabled():
-                return fn(*args, **kwargs)
-            gc.disable()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                gc.enable()
+        with pd.option_context("mode.string_storage", "python"), collector_paused():
+            return fn(*args, **kwargs)
     return scoped
 
 

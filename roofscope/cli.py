@@ -6,17 +6,17 @@ without pandas and the analysis (the `# start-up time` imports below).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import os
 import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import click
 
 from roofscope.commands.clickopts import RUN_CONTEXT, ceiling_options, config_options, run_options, yes_option
 from roofscope.config import MergeWorkers, Presentation, VerifySettings
 from roofscope.errors import RoofscopeError
+from roofscope.fileio import collector_paused
 from roofscope.run import TRACE_FILE, is_run_dir
 from roofscope.text_safety import clean
 from roofscope.version import __version__
@@ -41,19 +41,6 @@ def analysis_inputs(f: Any) -> Any:
                         type=click.Path(dir_okay=False, path_type=str), metavar="CAPTURE_TRACE",
                         help="A profiler trace of CUDA-graph captures: costs the replayed kernels "
                              "(repeatable; docs/inference.md).")(f)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused (where it ran): importing the analysis (pandas and some 135
-    modules of the stages) set off about 170 collections, 0.04-0.1 s, that freed nothing worth it."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 def read_ahead(trace: str) -> None:

@@ -1,8 +1,10 @@
 """Safe file I/O: never clobber without --force, never leave a half-written file, read
 (possibly gzipped) inputs and the user's own Python files (``--formulas``, ``--fix-module``) with
-one-line errors."""
+one-line errors; and the garbage collector paused while a large input is read and analyzed."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import gzip
 import importlib
 import importlib.util
@@ -10,6 +12,7 @@ import os
 import sys
 import tempfile
 import zlib
+from typing import Iterator
 from pathlib import Path
 
 from roofscope.errors import OutputExistsError, RoofscopeError
@@ -96,3 +99,17 @@ def import_failure(e: BaseException) -> str:
     if isinstance(e, SystemExit):
         return f"called sys.exit({e.code!r}) while being imported"
     return f"{type(e).__name__}: {e}"
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off inside, and back on after where it was on. Reading a trace,
+    unpickling its columns and importing the analysis allocate millions of short-lived containers; each
+    full collection walks every live object to find the few cycles pandas makes, freed once it resumes."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()

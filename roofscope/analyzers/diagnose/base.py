@@ -32,7 +32,7 @@ from roofscope.analyzers.ingest.names import as_text
 from roofscope.analyzers.model.findings import OUTLIER_STEP, Diagnosis, Finding
 from roofscope.analyzers.model.kernels import CLASSES
 from roofscope.analyzers.views.programtime import ProgramTime
-from roofscope.analyzers.views.timeline import Timeline
+from roofscope.analyzers.views.timeline import Timeline, in_window, step_windows
 
 TERMS = CLASSES + ("host", "sync", "idle_other")
 # Unprofiled steps whose 90th percentile is this many times their 10th ran as the machine let them (a CPU
@@ -269,15 +269,12 @@ def _host_events(inp: DiagnosisInput, skip: list[int]) -> float:
     """The CPU ops and runtime calls the profiler recorded a step, over the steps analyzed."""
     if not len(inp.steps) or not {"step", "ts_ns", "end_ns"} <= set(inp.steps.columns):
         return 0.0   # no step windows (a diagnosis input written by hand): no floor from them
-    s = inp.steps[~inp.steps["step"].isin(skip)].sort_values("ts_ns")
+    s = inp.steps[~inp.steps["step"].isin(skip)]
     if not len(s):
         return 0.0
-    starts, ends = s["ts_ns"].to_numpy(), s["end_ns"].to_numpy()
-    n = 0
-    for frame in (inp.trace.ops, inp.trace.runtime):
-        ts = frame["ts_ns"].to_numpy() if len(frame) else np.zeros(0, dtype=np.int64)
-        i = np.searchsorted(starts, ts, side="right") - 1
-        n += int(((i >= 0) & (ts < ends[np.maximum(i, 0)])).sum())
+    _, starts, ends = step_windows(s)
+    n = sum(int((in_window(f["ts_ns"].to_numpy(dtype=np.int64), starts, ends) >= 0).sum())
+            for f in (inp.trace.ops, inp.trace.runtime) if len(f))
     return n / len(s)
 
 

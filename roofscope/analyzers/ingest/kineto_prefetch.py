@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from roofscope.analyzers.ingest.kineto_helper import Read, read_columns
 from roofscope.analyzers.ingest.source import large, may_fork
+from roofscope.fileio import collector_paused
 
 # prctl's option that has the kernel signal a process when its parent ends.
 _PR_SET_PDEATHSIG = 1
@@ -136,14 +137,9 @@ def take(path: str | os.PathLike) -> Read | None:
         size = _DONE.unpack(said)[0] if len(said) == _DONE.size else -1
         if size <= 0:
             return None
-        with mmap.mmap(child.memory, size, prot=mmap.PROT_READ) as data:
-            paused = gc.isenabled()
-            gc.disable()  # unpickling the events' lists would set off full collections
-            try:
-                return pickle.loads(data)
-            finally:
-                if paused:
-                    gc.enable()
+        # unpickling the events' lists would set off full collections
+        with mmap.mmap(child.memory, size, prot=mmap.PROT_READ) as data, collector_paused():
+            return pickle.loads(data)
     finally:
         _end(child)
 

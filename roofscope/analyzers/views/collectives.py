@@ -35,7 +35,7 @@ from roofscope.analyzers.cost.formulas.dtypes import parse_dtype
 from roofscope.analyzers.ingest.linking import ancestor_where, take
 from roofscope.analyzers.ingest.names import per_name
 from roofscope.analyzers.model.trace import Trace
-from roofscope.analyzers.views.timeline import _in_window, _split, _union, step_windows
+from roofscope.analyzers.views.timeline import in_window, _split, _union, step_windows
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "other")
 ALGORITHMS = ("NVLS_TREE", "NVLS", "COLLNET_DIRECT", "COLLNET_CHAIN", "COLLNET", "TREE", "RING", "PAT")
@@ -203,7 +203,7 @@ def _host_kernel_collectives(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
     hc = host_collectives(trace)
     ids, w_ts, w_end = step_windows(steps) if len(steps) else (np.array([-1]), np.array([0]),
                                                            np.array([np.iinfo(np.int64).max]))
-    win = _in_window(hc["ts_ns"].to_numpy(dtype=np.int64), w_ts, w_end)
+    win = in_window(hc["ts_ns"].to_numpy(dtype=np.int64), w_ts, w_end)
     hc = hc.assign(step=np.where(win >= 0, ids[np.maximum(win, 0)], -1))
     sizes = _tensor_bytes(trace.signatures)
     hc["bytes"] = np.where(hc["kind"] == "c10d", sizes[hc["sig"].to_numpy(dtype=np.int64)], np.nan)

@@ -24,6 +24,9 @@ its GPU time (CUDA events at the boundaries) where known, else its host time. Fr
   CPU op and runtime call), at most :data:`PROFILER_EVENT_S`, so without it the host's work is at least
   ``T_p - PROFILER_EVENT_S x events`` (``host_floor_s``): a fix that makes kernels faster and leaves
   the host's calls as they are (:data:`KERNEL_ONLY_FIXES`) saves at most ``T_u - host_floor_s``.
+
+Runs without step times (older Runs, ``analyze`` of a bare trace) have no block: every figure
+is then the profiled one, and the summary says so.
 """
 from __future__ import annotations
 

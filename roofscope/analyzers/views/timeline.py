@@ -124,7 +124,7 @@ def _overlap(seg_s: np.ndarray, seg_e: np.ndarray, a: np.ndarray, b: np.ndarray)
     return covered(b) - covered(a)
 
 
-def _in_window(t: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
+def in_window(t: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
     """Index of the window holding each time (closed spans), or -1."""
     i = np.searchsorted(w_ts, t, side="right") - 1
     ok = (i >= 0) & (t <= w_end[np.maximum(i, 0)])
@@ -133,7 +133,7 @@ def _in_window(t: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray
 
 def _by_window(t: np.ndarray, weights: np.ndarray, w_ts: np.ndarray, w_end: np.ndarray) -> np.ndarray:
     """Sum of ``weights`` of the events at times ``t`` per window."""
-    w = _in_window(t, w_ts, w_end)
+    w = in_window(t, w_ts, w_end)
     return np.bincount(w[w >= 0], weights=np.asarray(weights, dtype=np.float64)[w >= 0], minlength=len(w_ts))
 
 
@@ -262,7 +262,7 @@ def _syncs(trace: Trace, kernels: pd.DataFrame, act: _Activities, rt_role: np.nd
     # The caller is the op that asked for the value: above every item/to/copy_ wrapper.
     caller = ancestor_where(parent, np.concatenate((take(parent, op_rows, -1), rt_op[rt_rows])).astype(np.int64),
                             op_kind == "")
-    win = _in_window(ts, w_ts, w_end)
+    win = in_window(ts, w_ts, w_end)
     inside = win >= 0
     return pd.DataFrame({
         "step": step_ids[win[inside]],
@@ -423,7 +423,7 @@ def timeline(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame,
 
     device_totals = ({d: _fractions(t[list(DEVICE_COLUMNS)].sum()) for d, t in per_device.items()}
                      if len(per_device) > 1 else {})
-    scope = _in_window(act.ts, w_ts, w_end) >= 0
+    scope = in_window(act.ts, w_ts, w_end) >= 0
     k_dur = (act.end - act.ts)[scope & act.kernel]
     overall = _overall(table, syncs, k_dur, _copies(kernels, act, scope), launch_latency_s, device_totals)
     return Timeline(table, gaps, syncs, overall, capture_steps(trace, table))
